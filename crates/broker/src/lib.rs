@@ -1,0 +1,1 @@
+//! The Rill server: listeners, connections, request dispatch and the replica manager.

@@ -1,0 +1,1 @@
+//! The group coordinator's state machine (classic protocol), pure and clock-injected.

@@ -1,0 +1,1 @@
+//! Length-prefixed frames with a size cap.

@@ -1,0 +1,1 @@
+//! Bounded readers and writers for the protocol's primitive types.

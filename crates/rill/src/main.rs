@@ -1,0 +1,5 @@
+//! `rill`: the one binary — server, command line, benchmark.
+
+fn main() {
+    println!("rill");
+}

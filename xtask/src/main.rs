@@ -1,0 +1,3 @@
+//! Project tooling: `cargo xtask test`, `cargo xtask codegen`.
+
+fn main() {}
