@@ -1,3 +1,30 @@
-//! Project tooling: `cargo xtask test`, `cargo xtask codegen`.
+//! Project tooling, run as `cargo xtask <command>` (alias in `.cargo/config.toml`):
+//!
+//! - `cargo xtask codegen [--check]`: regenerates `crates/protocol/src/generated/` from
+//!   `../shared/kafka-message-specs/`; `--check` fails when the committed output is stale.
+//! - `cargo xtask test`: every test, unit to end-to-end, installing what the end-to-end
+//!   tests need (a Python venv under `target/`, kcat) by itself.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a dev tool, not a library")]
 
-fn main() {}
+mod codegen;
+mod test;
+
+use std::path::PathBuf;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("codegen") => codegen::run(&workspace_root(), &args[1..]),
+        Some("test") => test::run(&workspace_root(), &args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask <codegen [--check] | test [args]>");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// The workspace root: xtask's manifest sits one level below it.
+fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
