@@ -1,7 +1,599 @@
-//! `cargo xtask test`: the whole test run.
+//! `cargo xtask test`: the whole test run, from formatting to end-to-end.
+//!
+//! Steps, in order (each stops the run when it fails):
+//!
+//! 1. `cargo fmt --all -- --check`, `cargo clippy --workspace --all-targets -- -D warnings`,
+//!    `cargo test --workspace --no-fail-fast` (the Rust half; skipped by `--e2e-only`).
+//! 2. `cargo build -p rill`, unless `RILL_BIN` names a binary already.
+//! 3. A Python venv at `target/e2e-venv` with the pinned clients of
+//!    `tests/e2e/requirements.txt` (made once, reinstalled when the pins change), and
+//!    `kcat` from Debian's packages when it is not on `PATH`.
+//! 4. `pytest tests/e2e` with the venv's interpreter; arguments after `--` go to pytest
+//!    (`cargo xtask test --e2e-only -- -k produce`). Steps 2-4 are skipped by `--rust-only`.
+//!
+//! The last line printed is a tally in the plain `N passed, N failed, N skipped` form, so
+//! that a reader (or CI) sees at once what ran; the exit code is non-zero on any failure.
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
-pub fn run(_root: &Path, _args: &[String]) -> anyhow::Result<()> {
-    anyhow::bail!("test runner not written yet")
+use anyhow::{bail, Context};
+
+const USAGE: &str = "usage: cargo xtask test [--rust-only | --e2e-only] [-- <pytest args>]";
+
+/// Where the end-to-end venv lives, relative to the workspace root. Not under
+/// `CARGO_TARGET_DIR`: the venv is Python's, and engineers with private target dirs share it.
+const VENV_DIR: &str = "target/e2e-venv";
+/// The pins the venv is made from; a copy inside the venv marks it as up to date.
+const REQUIREMENTS: &str = "tests/e2e/requirements.txt";
+const VENV_STAMP: &str = "rill-requirements.txt";
+
+pub fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    let options = Options::parse(args)?;
+    let started = Instant::now();
+    let mut tally = Tally::default();
+    let outcome = run_steps(root, &options, &mut tally);
+    let elapsed = started.elapsed().as_secs();
+    let duration = format!("{}m{:02}s", elapsed / 60, elapsed % 60);
+    println!();
+    match outcome {
+        Ok(()) => {
+            println!("xtask test: OK ({}) in {duration}", options.scope());
+            println!("xtask: {tally}");
+            Ok(())
+        }
+        Err(error) => {
+            // Printed here rather than returned so that the tally stays the last line.
+            eprintln!("error: {error:#}");
+            println!(
+                "xtask test: FAILED ({}) in {duration}: {error}",
+                options.scope()
+            );
+            println!("xtask: {tally}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run_steps(root: &Path, options: &Options, tally: &mut Tally) -> anyhow::Result<()> {
+    let cargo = cargo_program();
+    if options.rust {
+        step(
+            root,
+            &cargo,
+            &["fmt", "--all", "--", "--check"],
+            "cargo fmt --check",
+        )?;
+        let clippy = [
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ];
+        step(root, &cargo, &clippy, "cargo clippy")?;
+        cargo_test(root, &cargo, tally)?;
+    }
+    if options.e2e {
+        let rill_bin = rill_binary(root, &cargo)?;
+        let python = ensure_venv(root)?;
+        let kcat = ensure_kcat()?;
+        pytest(root, &python, &rill_bin, kcat, &options.pytest_args, tally)?;
+    }
+    Ok(())
+}
+
+/// What the command line asked for.
+struct Options {
+    rust: bool,
+    e2e: bool,
+    pytest_args: Vec<String>,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> anyhow::Result<Options> {
+        let mut options = Options {
+            rust: true,
+            e2e: true,
+            pytest_args: Vec::new(),
+        };
+        let mut rest = args.iter();
+        while let Some(arg) = rest.next() {
+            match arg.as_str() {
+                "--rust-only" => options.e2e = false,
+                "--e2e-only" => options.rust = false,
+                "--" => {
+                    options.pytest_args.extend(rest.by_ref().cloned());
+                }
+                "-h" | "--help" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
+                other => bail!("unknown argument {other:?}\n{USAGE}"),
+            }
+        }
+        if !options.rust && !options.e2e {
+            bail!("--rust-only and --e2e-only exclude each other\n{USAGE}");
+        }
+        if !options.pytest_args.is_empty() && !options.e2e {
+            bail!("pytest arguments given with --rust-only\n{USAGE}");
+        }
+        Ok(options)
+    }
+
+    fn scope(&self) -> &'static str {
+        match (self.rust, self.e2e) {
+            (true, true) => "rust + e2e",
+            (true, false) => "rust only",
+            _ => "e2e only",
+        }
+    }
+}
+
+/// Test counts over every runner, printed as the closing line.
+#[derive(Default)]
+struct Tally {
+    passed: u64,
+    failed: u64,
+    skipped: u64,
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} passed, {} failed, {} skipped",
+            self.passed, self.failed, self.skipped
+        )
+    }
+}
+
+/// The cargo that runs us (set by `cargo run`), so that the toolchain stays the same.
+fn cargo_program() -> OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"))
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` when set (relative to the root), else
+/// `target/`.
+fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => root.join(dir),
+        _ => root.join("target"),
+    }
+}
+
+fn banner(what: &str) {
+    println!("\n==> {what}");
+}
+
+/// Runs a command to completion with inherited output, failing the run when it fails.
+fn step(root: &Path, program: &OsString, args: &[&str], name: &str) -> anyhow::Result<()> {
+    banner(&format!(
+        "{} {}",
+        Path::new(program).display(),
+        args.join(" ")
+    ));
+    let started = Instant::now();
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("could not start {name}"))?;
+    println!("    ({name}: {:.1}s)", started.elapsed().as_secs_f64());
+    if !status.success() {
+        bail!("{name} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs a command with its stdout echoed line by line and handed to `on_line`, stderr
+/// inherited. Returns the exit status.
+fn run_teed(
+    mut command: Command,
+    mut on_line: impl FnMut(&str),
+) -> anyhow::Result<std::process::ExitStatus> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("could not start process")?;
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines() {
+            let line = line.context("reading child output")?;
+            println!("{line}");
+            on_line(&line);
+        }
+    }
+    child.wait().context("waiting for child")
+}
+
+fn cargo_test(root: &Path, cargo: &OsString, tally: &mut Tally) -> anyhow::Result<()> {
+    banner("cargo test --workspace --no-fail-fast");
+    let started = Instant::now();
+    let mut command = Command::new(cargo);
+    command
+        .args(["test", "--workspace", "--no-fail-fast"])
+        .current_dir(root);
+    let mut counts = Tally::default();
+    let status = run_teed(command, |line| {
+        if let Some(result) = CargoTestResult::parse(line) {
+            counts.passed += result.passed;
+            counts.failed += result.failed;
+            counts.skipped += result.ignored;
+        }
+    })?;
+    println!(
+        "    (cargo test: {:.1}s; {counts})",
+        started.elapsed().as_secs_f64()
+    );
+    tally.passed += counts.passed;
+    tally.failed += counts.failed;
+    tally.skipped += counts.skipped;
+    if !status.success() {
+        bail!("cargo test failed ({status})");
+    }
+    Ok(())
+}
+
+/// One `test result: ok. 5 passed; 0 failed; 1 ignored; ...` line of libtest.
+#[derive(Debug, PartialEq)]
+struct CargoTestResult {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+impl CargoTestResult {
+    fn parse(line: &str) -> Option<CargoTestResult> {
+        let rest = line.trim().strip_prefix("test result: ")?;
+        let (_verdict, counts) = rest.split_once(". ")?;
+        let mut result = CargoTestResult {
+            passed: 0,
+            failed: 0,
+            ignored: 0,
+        };
+        for item in counts.split("; ") {
+            let mut words = item.split_whitespace();
+            let (Some(number), Some(word)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let Ok(number) = number.parse::<u64>() else {
+                continue;
+            };
+            match word {
+                "passed" => result.passed = number,
+                "failed" => result.failed = number,
+                "ignored" => result.ignored = number,
+                _ => {}
+            }
+        }
+        Some(result)
+    }
+}
+
+/// The `rill` binary the end-to-end tests drive: `RILL_BIN` when set, else a fresh
+/// `cargo build -p rill`.
+fn rill_binary(root: &Path, cargo: &OsString) -> anyhow::Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("RILL_BIN").filter(|bin| !bin.is_empty()) {
+        let bin = root.join(bin);
+        banner(&format!("using RILL_BIN={}", bin.display()));
+        if !bin.is_file() {
+            bail!("RILL_BIN={} is not a file", bin.display());
+        }
+        return Ok(bin);
+    }
+    step(root, cargo, &["build", "-p", "rill"], "cargo build -p rill")?;
+    let bin = target_dir(root).join("debug").join("rill");
+    if !bin.is_file() {
+        bail!(
+            "cargo build -p rill succeeded but {} is missing",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// Makes (or reuses) the venv and returns its interpreter.
+fn ensure_venv(root: &Path) -> anyhow::Result<PathBuf> {
+    banner(&format!("python venv at {VENV_DIR}"));
+    let venv = root.join(VENV_DIR);
+    let python = venv.join("bin").join("python");
+    let requirements_path = root.join(REQUIREMENTS);
+    let requirements = std::fs::read_to_string(&requirements_path)
+        .with_context(|| format!("reading {}", requirements_path.display()))?;
+    let stamp = venv.join(VENV_STAMP);
+
+    let up_to_date = std::fs::read_to_string(&stamp).is_ok_and(|pins| pins == requirements)
+        && quiet(Command::new(&python).args(["-c", "import pytest, confluent_kafka, kafka"]));
+    if up_to_date {
+        println!("    reusing {} (pins unchanged)", venv.display());
+        return Ok(python);
+    }
+
+    // A venv whose interpreter no longer runs (the base Python moved) is made anew.
+    if venv.exists() && !quiet(Command::new(&python).arg("--version")) {
+        println!("    {} is broken; recreating it", venv.display());
+        std::fs::remove_dir_all(&venv).with_context(|| format!("removing {}", venv.display()))?;
+    }
+    if !python.exists() {
+        let base = base_python()?;
+        println!("    creating venv with {}", base.to_string_lossy());
+        let create = || {
+            Command::new(&base)
+                .args([OsString::from("-m"), "venv".into(), venv.clone().into()])
+                .status()
+        };
+        let mut created = create().is_ok_and(|status| status.success());
+        if !created && apt_usable() {
+            // Debian's python3 ships `venv` without ensurepip until python3-venv is installed.
+            println!("    venv failed; installing python3-venv");
+            if apt_install("python3-venv") {
+                let _ = std::fs::remove_dir_all(&venv);
+                created = create().is_ok_and(|status| status.success());
+            }
+        }
+        if !created {
+            bail!(
+                "could not create a venv at {} with {}",
+                venv.display(),
+                base.to_string_lossy()
+            );
+        }
+    }
+
+    println!("    installing {}", requirements_path.display());
+    let install = |python: &Path| {
+        Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "-q",
+                "-r",
+            ])
+            .arg(&requirements_path)
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    // One retry: a registry hiccup should not fail a whole CI run.
+    if !install(&python) && !install(&python) {
+        bail!("pip install -r {} failed", requirements_path.display());
+    }
+    std::fs::write(&stamp, &requirements)
+        .with_context(|| format!("writing {}", stamp.display()))?;
+    Ok(python)
+}
+
+/// The interpreter to make the venv from: `RILL_PYTHON`, else `python3.11`, else `python3`.
+fn base_python() -> anyhow::Result<OsString> {
+    if let Some(python) = std::env::var_os("RILL_PYTHON").filter(|python| !python.is_empty()) {
+        return Ok(python);
+    }
+    for candidate in ["python3.11", "python3"] {
+        if find_on_path(candidate).is_some() {
+            return Ok(OsString::from(candidate));
+        }
+    }
+    bail!("no python3 on PATH (set RILL_PYTHON to an interpreter)")
+}
+
+/// Finds `kcat` on `PATH`, installing Debian's package when it is missing and apt is
+/// usable. `None` means the kcat tests will skip; on CI (`CI` set) that is an error.
+fn ensure_kcat() -> anyhow::Result<Option<PathBuf>> {
+    banner("kcat");
+    if let Some(kcat) = find_on_path("kcat") {
+        println!("    found {}", kcat.display());
+        return Ok(Some(kcat));
+    }
+    if apt_usable() {
+        println!("    kcat not on PATH; installing it with apt-get");
+        if apt_install("kcat") {
+            if let Some(kcat) = find_on_path("kcat") {
+                println!("    installed {}", kcat.display());
+                return Ok(Some(kcat));
+            }
+        }
+    }
+    if on_ci() {
+        bail!("kcat is not installed and apt-get could not install it (the kcat tests must run on CI)");
+    }
+    println!("    WARNING: kcat is unavailable (no root apt-get); the kcat tests will be SKIPPED");
+    Ok(None)
+}
+
+fn on_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|ci| !ci.is_empty() && ci != "false" && ci != "0")
+}
+
+/// apt-get exists and we are root (it needs root to install).
+fn apt_usable() -> bool {
+    find_on_path("apt-get").is_some()
+        && Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).trim() == "0")
+}
+
+/// `apt-get update` (package lists may be absent on a fresh machine), then install.
+fn apt_install(package: &str) -> bool {
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", "--no-install-recommends", package])
+}
+
+/// Runs a command with its output discarded; true when it exits 0.
+fn quiet(command: &mut Command) -> bool {
+    command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+fn find_on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| {
+            std::fs::metadata(candidate).is_ok_and(|meta| {
+                use std::os::unix::fs::PermissionsExt;
+                meta.is_file() && meta.permissions().mode() & 0o111 != 0
+            })
+        })
+}
+
+fn pytest(
+    root: &Path,
+    python: &Path,
+    rill_bin: &Path,
+    kcat: Option<PathBuf>,
+    extra: &[String],
+    tally: &mut Tally,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut command = Command::new(python);
+    command.args(["-m", "pytest"]);
+    // Without a path of their own (`tests/e2e/test_kcat.py::test_x`), pytest runs the suite.
+    let names_a_path = extra.iter().any(|arg| {
+        let path = arg.split("::").next().unwrap_or(arg);
+        let looks_like_path = path.ends_with(".py") || path.starts_with("tests/");
+        !arg.starts_with('-') && looks_like_path && root.join(path).exists()
+    });
+    if !names_a_path {
+        command.arg("tests/e2e");
+    }
+    let shown = if names_a_path { "" } else { " tests/e2e" };
+    banner(&format!("pytest{shown} {}", extra.join(" ")));
+    command
+        .args(extra)
+        .current_dir(root)
+        .env("RILL_BIN", rill_bin)
+        // Live output through our pipe, and no bytecode files in the source tree.
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    if let Some(kcat) = kcat {
+        command.env("KCAT", kcat);
+    }
+    if on_ci() {
+        command.env("RILL_E2E_REQUIRE_KCAT", "1");
+    }
+    let mut summary = None;
+    let status = run_teed(command, |line| {
+        if let Some(counts) = PytestSummary::parse(line) {
+            summary = Some(counts);
+        }
+    })?;
+    println!("    (pytest: {:.1}s)", started.elapsed().as_secs_f64());
+    if let Some(summary) = &summary {
+        tally.passed += summary.passed;
+        tally.failed += summary.failed;
+        tally.skipped += summary.skipped;
+    }
+    match status.code() {
+        Some(0) => Ok(()),
+        // pytest's "no tests collected": a filter that matched nothing is not a pass.
+        Some(5) => bail!("pytest collected no tests (check the -k/path arguments)"),
+        _ => bail!("pytest failed ({status})"),
+    }
+}
+
+/// pytest's closing line, e.g. `==== 2 failed, 10 passed, 1 skipped in 12.3s ====`.
+#[derive(Debug, PartialEq, Default)]
+struct PytestSummary {
+    passed: u64,
+    failed: u64,
+    skipped: u64,
+}
+
+impl PytestSummary {
+    fn parse(line: &str) -> Option<PytestSummary> {
+        let line = line.trim().trim_matches('=').trim();
+        let (counts, _duration) = line.rsplit_once(" in ")?;
+        let mut summary = PytestSummary::default();
+        for item in counts.split(", ") {
+            let (number, word) = item.trim().split_once(' ')?;
+            let number = number.parse::<u64>().ok()?;
+            match word {
+                "passed" | "xfailed" => summary.passed += number,
+                "failed" | "error" | "errors" | "xpassed" => summary.failed += number,
+                "skipped" => summary.skipped += number,
+                "deselected" | "warning" | "warnings" | "rerun" | "reruns" => {}
+                _ => return None,
+            }
+        }
+        Some(summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|arg| arg.to_string()).collect()
+    }
+
+    #[test]
+    fn options_pass_everything_after_double_dash_to_pytest() {
+        let options =
+            Options::parse(&strings(&["--e2e-only", "--", "-k", "produce", "-x"])).unwrap();
+        assert!(!options.rust);
+        assert!(options.e2e);
+        assert_eq!(options.pytest_args, strings(&["-k", "produce", "-x"]));
+        assert!(Options::parse(&strings(&["--rust-only", "--e2e-only"])).is_err());
+        assert!(Options::parse(&strings(&["--bogus"])).is_err());
+        assert!(Options::parse(&strings(&["--rust-only", "--", "-x"])).is_err());
+    }
+
+    #[test]
+    fn parses_libtest_result_lines() {
+        let line = "test result: FAILED. 12 passed; 2 failed; 3 ignored; 0 measured; 0 filtered out; finished in 0.21s";
+        assert_eq!(
+            CargoTestResult::parse(line),
+            Some(CargoTestResult {
+                passed: 12,
+                failed: 2,
+                ignored: 3
+            })
+        );
+        assert_eq!(CargoTestResult::parse("running 3 tests"), None);
+    }
+
+    #[test]
+    fn parses_pytest_summary_lines() {
+        let line = "======= 2 failed, 10 passed, 1 skipped, 3 warnings in 12.34s (0:00:12) =======";
+        assert_eq!(
+            PytestSummary::parse(line),
+            Some(PytestSummary {
+                passed: 10,
+                failed: 2,
+                skipped: 1
+            })
+        );
+        assert_eq!(
+            PytestSummary::parse("1 passed, 1 error in 0.01s"),
+            Some(PytestSummary {
+                passed: 1,
+                failed: 1,
+                skipped: 0
+            })
+        );
+        assert_eq!(
+            PytestSummary::parse("== test session starts in here =="),
+            None
+        );
+        assert_eq!(
+            PytestSummary::parse("tests/e2e/test_kcat.py::test_x PASSED"),
+            None
+        );
+    }
 }

@@ -1,0 +1,75 @@
+"""Fixtures for the end-to-end suite: a real `rill server` per test.
+
+- `rill`: a started server with the default overrides; `.bootstrap`, `.data_dir`,
+  `.kill9()`, `.restart()`, `.stop()` (see rill_harness.RillServer).
+- `rill_factory(overrides=..., binary=...)`: starts more servers, or ones with other
+  settings; every one is ended at teardown.
+
+A test that fails gets the tail of each of its servers' logs in its report, and a server
+that died during a test, or did not exit cleanly on SIGTERM at teardown, fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from rill_harness import RillServer
+
+# Settings that make tests fast and deterministic, in Kafka's broker config names.
+DEFAULT_OVERRIDES = {
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+_SERVERS = pytest.StashKey[list]()
+
+
+@pytest.fixture
+def rill_factory(request, tmp_path):
+    servers: list[RillServer] = []
+    request.node.stash[_SERVERS] = servers
+
+    def start(overrides=None, binary=None, **kwargs) -> RillServer:
+        settings = dict(DEFAULT_OVERRIDES)
+        settings.update(overrides or {})
+        workdir = tmp_path / f"rill{len(servers)}"
+        workdir.mkdir()
+        server = RillServer(workdir, overrides=settings, binary=binary, **kwargs)
+        servers.append(server)
+        return server.start()
+
+    yield start
+
+    problems = []
+    for server in servers:
+        problems += [f"{server.bootstrap}: {problem}" for problem in server.teardown()]
+    if problems:
+        pytest.fail("server problems at teardown:\n" + "\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def rill(rill_factory) -> RillServer:
+    return rill_factory()
+
+
+@pytest.fixture
+def kcat() -> str:
+    """Path to kcat; skips (or, on CI, fails) when it is not installed."""
+    path = os.environ.get("KCAT") or shutil.which("kcat")
+    if path:
+        return path
+    if os.environ.get("RILL_E2E_REQUIRE_KCAT") == "1":
+        pytest.fail("kcat is required here (RILL_E2E_REQUIRE_KCAT=1) but is not installed")
+    pytest.skip("kcat is not installed (`apt-get install -y kcat`, as `cargo xtask test` does)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    for server in item.stash.get(_SERVERS, []):
+        report.sections.append((f"rill server {server.bootstrap}", server.log_excerpt()))

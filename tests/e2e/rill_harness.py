@@ -1,0 +1,251 @@
+"""Starts and stops a real `rill server` process for the end-to-end tests.
+
+Each server gets a free loopback port, its own data directory and a log file that
+collects its stdout and stderr (appended across restarts, with a marker line per start).
+Readiness is the line `rill listening on 127.0.0.1:PORT` on stdout; the harness polls the
+log file for it rather than reading a pipe, so a chatty server can never block on a full
+pipe while the test is busy elsewhere.
+
+The binary is `$RILL_BIN`, else `target/debug/rill` under the workspace root.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+WORKSPACE_ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 20.0
+LOG_TAIL_LINES = 300
+
+
+class HarnessError(AssertionError):
+    """The server did not start, stop or stay up as it must (shown with its log)."""
+
+
+def rill_binary() -> Path:
+    configured = os.environ.get("RILL_BIN")
+    binary = Path(configured) if configured else WORKSPACE_ROOT / "target" / "debug" / "rill"
+    if not binary.is_absolute():
+        binary = WORKSPACE_ROOT / binary
+    if not binary.is_file():
+        raise HarnessError(
+            f"rill binary not found at {binary}: run `cargo build -p rill` "
+            "(or `cargo xtask test`), or set RILL_BIN"
+        )
+    return binary
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGKILL it if pytest dies, so nothing outlives a run."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except OSError:
+        pass
+
+
+class RillServer:
+    """One `rill server` process; restartable on the same port and data directory."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        overrides: dict[str, str] | None = None,
+        binary: Path | None = None,
+        extra_args: list[str] | None = None,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+    ) -> None:
+        self.binary = binary if binary is not None else rill_binary()
+        self.data_dir = workdir / "data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = workdir / "rill.log"
+        self.overrides = dict(overrides or {})
+        self.extra_args = list(extra_args or [])
+        self.ready_timeout_s = ready_timeout_s
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+        # Set when a test stops or kills the server on purpose, so teardown does not
+        # mistake that for a crash.
+        self._expected_down = False
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def command(self) -> list[str]:
+        args = [
+            str(self.binary),
+            "server",
+            "--listen",
+            self.bootstrap,
+            "--data-dir",
+            str(self.data_dir),
+        ]
+        for key, value in self.overrides.items():
+            args += ["--override", f"{key}={value}"]
+        return args + self.extra_args
+
+    def start(self) -> "RillServer":
+        if self.is_running():
+            raise HarnessError(f"server already running (pid {self.pid})")
+        attempts = 3 if self.starts == 0 else 1
+        for attempt in range(attempts):
+            try:
+                self._start_once()
+                return self
+            except HarnessError as error:
+                # Another process may have taken the port between free_port() and bind;
+                # only a first start may move (a restart must keep its address).
+                if attempt + 1 < attempts and "in use" in self._log_since_start().lower():
+                    self.port = free_port()
+                    continue
+                raise error
+        return self
+
+    def _start_once(self) -> None:
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            self._start_offset = log.tell()
+            marker = f"=== rill-harness: start #{self.starts}: {' '.join(self.command())}\n"
+            log.write(marker.encode())
+            log.flush()
+            self._start_offset += len(marker.encode())
+            self.process = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.data_dir.parent,
+                preexec_fn=_die_with_parent,
+            )
+        self._expected_down = False
+        ready_line = f"rill listening on {self.bootstrap}"
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            if any(line.strip() == ready_line for line in self._log_since_start().splitlines()):
+                return
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                raise HarnessError(
+                    f"rill server exited with {code} before printing {ready_line!r}\n"
+                    + self.log_excerpt()
+                )
+            time.sleep(0.05)
+        self._kill()
+        raise HarnessError(
+            f"rill server did not print {ready_line!r} within {self.ready_timeout_s:.0f} s\n"
+            + self.log_excerpt()
+        )
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit code.
+
+        Raises when the server does not exit in time (it is then killed) or exits non-zero:
+        a clean shutdown on SIGTERM is part of the contract.
+        """
+        self._expected_down = True
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self._kill()
+                raise HarnessError(
+                    f"rill server did not exit within {timeout_s:.0f} s of SIGTERM\n"
+                    + self.log_excerpt()
+                )
+        code = self.process.returncode
+        if code != 0:
+            raise HarnessError(f"rill server exited with {code} on SIGTERM\n" + self.log_excerpt())
+        return code
+
+    def kill9(self) -> None:
+        """The crash: SIGKILL, no chance to flush or close anything."""
+        self._expected_down = True
+        self._kill()
+
+    def _kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def restart(self) -> "RillServer":
+        """Stops (cleanly) if running, then starts on the same port and data directory."""
+        if self.is_running():
+            self.stop()
+        return self.start()
+
+    def crashed(self) -> bool:
+        """True when the process died without the test stopping or killing it."""
+        return (
+            self.process is not None
+            and self.process.poll() is not None
+            and not self._expected_down
+        )
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server process, from /proc."""
+        if self.pid is None:
+            return 0
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _log_since_start(self) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(getattr(self, "_start_offset", 0))
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_excerpt(self, lines: int = LOG_TAIL_LINES) -> str:
+        all_lines = self.log_text().splitlines()
+        shown = all_lines[-lines:]
+        header = f"--- rill server log {self.log_path} (last {len(shown)} of {len(all_lines)} lines) ---"
+        return "\n".join([header, *shown, "--- end of rill server log ---"])
+
+    def teardown(self) -> list[str]:
+        """Ends the process whatever state it is in; returns the problems found."""
+        problems = []
+        if self.crashed():
+            problems.append(f"rill server died during the test (exit {self.process.returncode})")
+        if self.is_running():
+            try:
+                self.stop()
+            except HarnessError as error:
+                problems.append(str(error).splitlines()[0])
+        self._kill()
+        return problems
