@@ -136,6 +136,8 @@ class RillServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.data_dir.parent,
+                # Its own process group, so that a kill reaches anything it started too.
+                start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
         self._expected_down = False
@@ -170,7 +172,7 @@ class RillServer:
         if self.process is None:
             return 0
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self._signal_group(signal.SIGTERM)
             try:
                 self.process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -190,9 +192,18 @@ class RillServer:
         self._kill()
 
     def _kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
+        if self.process is not None:
+            # The group too: a child of the server must not outlive the test either.
+            self._signal_group(signal.SIGKILL)
+            if self.process.poll() is None:
+                self.process.kill()
             self.process.wait(timeout=10)
+
+    def _signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.process.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def restart(self) -> "RillServer":
         """Stops (cleanly) if running, then starts on the same port and data directory."""
@@ -203,9 +214,7 @@ class RillServer:
     def crashed(self) -> bool:
         """True when the process died without the test stopping or killing it."""
         return (
-            self.process is not None
-            and self.process.poll() is not None
-            and not self._expected_down
+            self.process is not None and self.process.poll() is not None and not self._expected_down
         )
 
     def rss_bytes(self) -> int:
@@ -234,7 +243,9 @@ class RillServer:
     def log_excerpt(self, lines: int = LOG_TAIL_LINES) -> str:
         all_lines = self.log_text().splitlines()
         shown = all_lines[-lines:]
-        header = f"--- rill server log {self.log_path} (last {len(shown)} of {len(all_lines)} lines) ---"
+        header = (
+            f"--- rill server log {self.log_path} (last {len(shown)} of {len(all_lines)} lines) ---"
+        )
         return "\n".join([header, *shown, "--- end of rill server log ---"])
 
     def teardown(self) -> list[str]:
