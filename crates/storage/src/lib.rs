@@ -1,1 +1,36 @@
-//! The partition log: segments, indexes, recovery.
+//! The partition log: segments, indexes, recovery — Kafka's log layer.
+//!
+//! - [`UnifiedLog`]: one partition's log; append as leader or follower, read by
+//!   offset, look up by timestamp, truncate, recover.
+//! - [`segment`]: `LogSegment`, a `.log` with its `.index` and `.timeindex`, and the
+//!   recovery design note.
+//! - [`index`]: `OffsetIndex` and `TimeIndex`.
+//! - [`epoch`]: `LeaderEpochFileCache` (`leader-epoch-checkpoint`).
+//! - [`producer_state`]: `ProducerStateManager`, idempotent-producer deduplication.
+//!
+//! Architecture Invariant: this crate does no networking and reads no clock; every
+//! time-dependent call takes `now_ms`. It depends on `rill-protocol` only for the record
+//! batch header view.
+
+mod checkpoint;
+pub mod config;
+pub mod epoch;
+pub mod error;
+mod header;
+pub mod index;
+pub mod log;
+pub mod producer_state;
+mod records;
+pub mod segment;
+pub mod topic_partition;
+
+#[cfg(test)]
+mod test_util;
+
+pub use config::{LogConfig, MessageTimestampType};
+pub use epoch::{EpochEntry, LeaderEpochFileCache, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
+pub use error::{AppendError, ReadError, StorageError};
+pub use log::{LogAppendInfo, TimestampAndOffset, UnifiedLog};
+pub use producer_state::{AppendOrigin, BatchMetadata, ProducerStateEntry};
+pub use segment::{FetchDataInfo, FileRange, LogOffsetMetadata};
+pub use topic_partition::{parse_partition_dir_name, partition_dir_name, TopicPartition};

@@ -1,0 +1,95 @@
+//! The errors of the partition log.
+//!
+//! [`StorageError`] is what opening, flushing, truncating and closing a log can fail
+//! with: the disk, or a directory that is not a log. [`AppendError`] and [`ReadError`]
+//! are the typed outcomes of the produce and fetch paths; the broker maps each variant
+//! to one Kafka error code (`CORRUPT_MESSAGE`, `INVALID_RECORD`, `MESSAGE_TOO_LARGE`,
+//! `OUT_OF_ORDER_SEQUENCE_NUMBER`, `INVALID_PRODUCER_EPOCH`, `OFFSET_OUT_OF_RANGE`,
+//! `KAFKA_STORAGE_ERROR`) and never invents one.
+
+use std::path::PathBuf;
+
+use rill_protocol::records::BatchError;
+
+/// A failure of the log's files.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is corrupt: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("{0:?} is not a partition directory name (expected <topic>-<partition>)")]
+    InvalidPartitionDir(String),
+    #[error("invalid log configuration: {0}")]
+    InvalidConfig(String),
+}
+
+impl StorageError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Why an append was refused. Nothing was written when this is returned, except for
+/// [`AppendError::Io`], after which the log should be considered failed (fail-stop).
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// Framing or CRC damage: `CORRUPT_MESSAGE`.
+    #[error("corrupt record batch: {0}")]
+    CorruptMessage(#[source] BatchError),
+    /// A well-formed batch that breaks a rule (control batch from a client, negative
+    /// sequence, bad record count, unsupported magic): `INVALID_RECORD`.
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    /// A batch larger than `max.message.bytes`, or a record set larger than a segment:
+    /// `MESSAGE_TOO_LARGE`.
+    #[error("record batch of {size} bytes exceeds the limit of {max} bytes")]
+    MessageTooLarge { size: usize, max: usize },
+    /// The batch's first sequence does not follow the producer's last one:
+    /// `OUT_OF_ORDER_SEQUENCE_NUMBER`.
+    #[error(
+        "out of order sequence for producer {producer_id}: epoch {producer_epoch}, \
+         expected {expected}, got {found}"
+    )]
+    OutOfOrderSequence {
+        producer_id: i64,
+        producer_epoch: i16,
+        expected: i32,
+        found: i32,
+    },
+    /// The batch's producer epoch is older than the one the log knows: a fenced zombie,
+    /// `INVALID_PRODUCER_EPOCH`.
+    #[error("producer {producer_id} epoch {found} is older than the current epoch {current}")]
+    InvalidProducerEpoch {
+        producer_id: i64,
+        current: i16,
+        found: i16,
+    },
+    /// A follower append whose offsets go backwards or overlap the log.
+    #[error("follower append offsets out of order: expected at least {expected}, got {found}")]
+    OffsetsOutOfOrder { expected: i64, found: i64 },
+    /// The disk failed while writing; the broker should mark the log directory offline.
+    #[error(transparent)]
+    Io(#[from] StorageError),
+}
+
+/// Why a read was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// `OFFSET_OUT_OF_RANGE`; the consumer resets its position from these bounds.
+    #[error("offset {offset} is out of range [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    #[error(transparent)]
+    Io(#[from] StorageError),
+}

@@ -1,0 +1,390 @@
+//! `OffsetIndex` (`.index`) and `TimeIndex` (`.timeindex`): the sparse indexes of a
+//! segment.
+//!
+//! Both are Kafka's on-disk shape: fixed-size big-endian entries whose offsets are
+//! relative to the segment's base offset, so that a 4-byte field suffices.
+//!
+//! - `.index`: 8-byte entries `relativeOffset u32, position u32`. An entry maps the LAST
+//!   offset of a batch to the file position where that batch starts; one is added every
+//!   `index.interval.bytes` of log. Looking up offset `o` gives the greatest entry
+//!   `<= o`, a position at or before the batch that contains `o`; the caller scans
+//!   forward from there.
+//! - `.timeindex`: 12-byte entries `timestamp i64, relativeOffset u32`: "up to this
+//!   offset, the greatest timestamp in the segment is this one". Timestamps strictly
+//!   increase, so a lookup by timestamp is a binary search.
+//!
+//! The files are plain files read fully into memory when a segment is opened and
+//! appended to with positional writes (no mmap, no preallocation). They are rebuildable
+//! from the log at any time, so they are fsynced only on flush and roll; recovery
+//! rebuilds them when they are missing or do not match the log.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::StorageError;
+
+const OFFSET_ENTRY: usize = 8;
+const TIME_ENTRY: usize = 12;
+
+fn open_rw(path: &Path) -> Result<(File, Vec<u8>), StorageError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| StorageError::io(path, e))?;
+    let bytes = std::fs::read(path).map_err(|e| StorageError::io(path, e))?;
+    Ok((file, bytes))
+}
+
+/// The sparse offset → position index of one segment.
+#[derive(Debug)]
+pub struct OffsetIndex {
+    path: PathBuf,
+    file: File,
+    base_offset: i64,
+    /// (relative offset, position), both strictly increasing when the index is sane.
+    entries: Vec<(u32, u32)>,
+    max_entries: usize,
+    /// False when the file did not parse (odd length); the segment rebuilds it.
+    loaded_cleanly: bool,
+}
+
+impl OffsetIndex {
+    pub(crate) fn open(
+        path: &Path,
+        base_offset: i64,
+        max_index_bytes: u64,
+    ) -> Result<Self, StorageError> {
+        let (file, bytes) = open_rw(path)?;
+        let loaded_cleanly = bytes.len() % OFFSET_ENTRY == 0;
+        let entries = bytes
+            .chunks_exact(OFFSET_ENTRY)
+            .map(|c| {
+                (
+                    u32::from_be_bytes([c[0], c[1], c[2], c[3]]),
+                    u32::from_be_bytes([c[4], c[5], c[6], c[7]]),
+                )
+            })
+            .collect();
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            base_offset,
+            entries,
+            max_entries: (max_index_bytes / OFFSET_ENTRY as u64).max(1) as usize,
+            loaded_cleanly,
+        })
+    }
+
+    /// Checks the invariants a torn or stale file breaks: whole entries, strictly
+    /// increasing offsets and positions, positions inside a log of `log_size` bytes.
+    pub(crate) fn sanity_check(&self, log_size: u64) -> Result<(), String> {
+        if !self.loaded_cleanly {
+            return Err("length is not a multiple of the entry size".into());
+        }
+        for w in self.entries.windows(2) {
+            if w[1].0 <= w[0].0 || w[1].1 <= w[0].1 {
+                return Err("entries are not strictly increasing".into());
+            }
+        }
+        if let Some(&(_, pos)) = self.entries.last() {
+            if u64::from(pos) >= log_size {
+                return Err(format!("entry position {pos} beyond log size {log_size}"));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn entries(&self) -> usize {
+        self.entries.len()
+    }
+    pub fn is_full(&self) -> bool {
+        self.entries.len() >= self.max_entries
+    }
+
+    /// The last entry as (absolute offset, position).
+    pub fn last_entry(&self) -> Option<(i64, u32)> {
+        self.entries
+            .last()
+            .map(|&(r, p)| (self.base_offset + i64::from(r), p))
+    }
+
+    /// The greatest entry whose offset is `<= target`, or (base offset, 0).
+    pub fn lookup(&self, target: i64) -> (i64, u32) {
+        let rel = target - self.base_offset;
+        if rel < 0 {
+            return (self.base_offset, 0);
+        }
+        let rel = u32::try_from(rel).unwrap_or(u32::MAX);
+        let i = self.entries.partition_point(|&(r, _)| r <= rel);
+        match i.checked_sub(1).and_then(|i| self.entries.get(i)) {
+            Some(&(r, p)) => (self.base_offset + i64::from(r), p),
+            None => (self.base_offset, 0),
+        }
+    }
+
+    /// Adds an entry; ignored unless it is beyond the last one (as Kafka refuses
+    /// non-increasing entries) and the relative offset fits.
+    pub(crate) fn append(&mut self, offset: i64, position: u32) -> Result<(), StorageError> {
+        let Ok(rel) = u32::try_from(offset - self.base_offset) else {
+            return Ok(());
+        };
+        if let Some(&(r, p)) = self.entries.last() {
+            if rel <= r || position <= p {
+                return Ok(());
+            }
+        }
+        let mut buf = [0u8; OFFSET_ENTRY];
+        buf[..4].copy_from_slice(&rel.to_be_bytes());
+        buf[4..].copy_from_slice(&position.to_be_bytes());
+        let at = (self.entries.len() * OFFSET_ENTRY) as u64;
+        self.file
+            .write_all_at(&buf, at)
+            .map_err(|e| StorageError::io(&self.path, e))?;
+        self.entries.push((rel, position));
+        Ok(())
+    }
+
+    /// Removes every entry whose offset is `>= offset`.
+    pub(crate) fn truncate_to(&mut self, offset: i64) -> Result<(), StorageError> {
+        let rel = offset - self.base_offset;
+        let keep = if rel <= 0 {
+            0
+        } else {
+            let rel = u32::try_from(rel).unwrap_or(u32::MAX);
+            self.entries.partition_point(|&(r, _)| r < rel)
+        };
+        self.truncate_entries(keep)
+    }
+
+    pub(crate) fn reset(&mut self) -> Result<(), StorageError> {
+        self.truncate_entries(0)
+    }
+
+    fn truncate_entries(&mut self, keep: usize) -> Result<(), StorageError> {
+        self.entries.truncate(keep);
+        self.loaded_cleanly = true;
+        self.file
+            .set_len((keep * OFFSET_ENTRY) as u64)
+            .map_err(|e| StorageError::io(&self.path, e))
+    }
+
+    pub(crate) fn flush(&self) -> Result<(), StorageError> {
+        self.file
+            .sync_data()
+            .map_err(|e| StorageError::io(&self.path, e))
+    }
+}
+
+/// The sparse timestamp → offset index of one segment.
+#[derive(Debug)]
+pub struct TimeIndex {
+    path: PathBuf,
+    file: File,
+    base_offset: i64,
+    /// (timestamp, relative offset): timestamps strictly increasing, offsets
+    /// non-decreasing.
+    entries: Vec<(i64, u32)>,
+    max_entries: usize,
+    loaded_cleanly: bool,
+}
+
+impl TimeIndex {
+    pub(crate) fn open(
+        path: &Path,
+        base_offset: i64,
+        max_index_bytes: u64,
+    ) -> Result<Self, StorageError> {
+        let (file, bytes) = open_rw(path)?;
+        let loaded_cleanly = bytes.len() % TIME_ENTRY == 0;
+        let entries = bytes
+            .chunks_exact(TIME_ENTRY)
+            .map(|c| {
+                let mut ts = [0u8; 8];
+                ts.copy_from_slice(&c[..8]);
+                (
+                    i64::from_be_bytes(ts),
+                    u32::from_be_bytes([c[8], c[9], c[10], c[11]]),
+                )
+            })
+            .collect();
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            base_offset,
+            entries,
+            max_entries: (max_index_bytes / TIME_ENTRY as u64).max(1) as usize,
+            loaded_cleanly,
+        })
+    }
+
+    /// Whole entries, strictly increasing timestamps, non-decreasing offsets, and the
+    /// last offset below `next_offset` (the segment's end).
+    pub(crate) fn sanity_check(&self, next_offset: i64) -> Result<(), String> {
+        if !self.loaded_cleanly {
+            return Err("length is not a multiple of the entry size".into());
+        }
+        for w in self.entries.windows(2) {
+            if w[1].0 <= w[0].0 || w[1].1 < w[0].1 {
+                return Err("entries are not increasing".into());
+            }
+        }
+        if let Some((_, off)) = self.last_entry() {
+            if off >= next_offset {
+                return Err(format!(
+                    "entry offset {off} beyond segment end {next_offset}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn entries(&self) -> usize {
+        self.entries.len()
+    }
+    pub fn is_full(&self) -> bool {
+        self.entries.len() >= self.max_entries
+    }
+
+    /// The last entry as (timestamp, absolute offset).
+    pub fn last_entry(&self) -> Option<(i64, i64)> {
+        self.entries
+            .last()
+            .map(|&(t, r)| (t, self.base_offset + i64::from(r)))
+    }
+
+    /// The greatest entry whose timestamp is `<= target`, as (timestamp, absolute
+    /// offset); `None` when every entry is later.
+    pub fn lookup(&self, target: i64) -> Option<(i64, i64)> {
+        let i = self.entries.partition_point(|&(t, _)| t <= target);
+        i.checked_sub(1)
+            .and_then(|i| self.entries.get(i))
+            .map(|&(t, r)| (t, self.base_offset + i64::from(r)))
+    }
+
+    /// Adds `(timestamp, offset)` when the timestamp is greater than the last one; a
+    /// full index only takes the final entry written when the segment is rolled.
+    pub(crate) fn maybe_append(
+        &mut self,
+        timestamp: i64,
+        offset: i64,
+        skip_full_check: bool,
+    ) -> Result<(), StorageError> {
+        if !skip_full_check && self.is_full() {
+            return Ok(());
+        }
+        let Ok(rel) = u32::try_from(offset - self.base_offset) else {
+            return Ok(());
+        };
+        if let Some(&(t, r)) = self.entries.last() {
+            if timestamp <= t || rel < r {
+                return Ok(());
+            }
+        }
+        let mut buf = [0u8; TIME_ENTRY];
+        buf[..8].copy_from_slice(&timestamp.to_be_bytes());
+        buf[8..].copy_from_slice(&rel.to_be_bytes());
+        let at = (self.entries.len() * TIME_ENTRY) as u64;
+        self.file
+            .write_all_at(&buf, at)
+            .map_err(|e| StorageError::io(&self.path, e))?;
+        self.entries.push((timestamp, rel));
+        Ok(())
+    }
+
+    /// Removes every entry whose offset is `>= offset`.
+    pub(crate) fn truncate_to(&mut self, offset: i64) -> Result<(), StorageError> {
+        let rel = offset - self.base_offset;
+        let keep = if rel <= 0 {
+            0
+        } else {
+            let rel = u32::try_from(rel).unwrap_or(u32::MAX);
+            self.entries.partition_point(|&(_, r)| r < rel)
+        };
+        self.truncate_entries(keep)
+    }
+
+    pub(crate) fn reset(&mut self) -> Result<(), StorageError> {
+        self.truncate_entries(0)
+    }
+
+    fn truncate_entries(&mut self, keep: usize) -> Result<(), StorageError> {
+        self.entries.truncate(keep);
+        self.loaded_cleanly = true;
+        self.file
+            .set_len((keep * TIME_ENTRY) as u64)
+            .map_err(|e| StorageError::io(&self.path, e))
+    }
+
+    pub(crate) fn flush(&self) -> Result<(), StorageError> {
+        self.file
+            .sync_data()
+            .map_err(|e| StorageError::io(&self.path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_index_lookup_truncate_and_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("00000000000000000100.index");
+        let mut idx = OffsetIndex::open(&p, 100, 1024).unwrap();
+        assert_eq!(idx.lookup(150), (100, 0));
+        idx.append(109, 0).unwrap();
+        idx.append(119, 4100).unwrap();
+        idx.append(129, 8200).unwrap();
+        idx.append(125, 9000).unwrap(); // not increasing: ignored
+        assert_eq!(idx.entries(), 3);
+        assert_eq!(idx.lookup(99), (100, 0));
+        assert_eq!(idx.lookup(108), (100, 0));
+        assert_eq!(idx.lookup(119), (119, 4100));
+        assert_eq!(idx.lookup(128), (119, 4100));
+        assert_eq!(idx.lookup(1000), (129, 8200));
+        drop(idx);
+        let mut idx = OffsetIndex::open(&p, 100, 1024).unwrap();
+        idx.sanity_check(10_000).unwrap();
+        assert!(idx.sanity_check(8200).is_err());
+        idx.truncate_to(119).unwrap();
+        assert_eq!(idx.last_entry(), Some((109, 0)));
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&p)
+            .unwrap()
+            .write_all_at(&[1], 8)
+            .unwrap();
+        let idx = OffsetIndex::open(&p, 100, 1024).unwrap();
+        assert!(idx.sanity_check(10_000).is_err());
+    }
+
+    #[test]
+    fn time_index_lookup_and_monotonicity() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("00000000000000000000.timeindex");
+        let mut idx = TimeIndex::open(&p, 0, 1024).unwrap();
+        idx.maybe_append(1000, 5, false).unwrap();
+        idx.maybe_append(1000, 9, false).unwrap(); // same timestamp: ignored
+        idx.maybe_append(2000, 12, false).unwrap();
+        assert_eq!(idx.entries(), 2);
+        assert_eq!(idx.lookup(999), None);
+        assert_eq!(idx.lookup(1500), Some((1000, 5)));
+        assert_eq!(idx.lookup(5000), Some((2000, 12)));
+        drop(idx);
+        let mut idx = TimeIndex::open(&p, 0, 1024).unwrap();
+        idx.sanity_check(13).unwrap();
+        assert!(idx.sanity_check(12).is_err());
+        idx.truncate_to(12).unwrap();
+        assert_eq!(idx.last_entry(), Some((1000, 5)));
+    }
+}

@@ -1,0 +1,989 @@
+//! `UnifiedLog`: one partition's log — segments, offsets, high watermark, log start
+//! offset, leader epochs and producer state — behind one `&mut self` API.
+//!
+//! The broker keeps one `UnifiedLog` per partition behind a lock; nothing here is
+//! shared or asynchronous. Time is passed in (`now_ms`) so that rolling and flushing
+//! are deterministic in tests.
+//!
+//! Files in the partition directory:
+//! - `<base offset, 20 digits>.log|.index|.timeindex`: the segments (see [`segment`]).
+//! - `leader-epoch-checkpoint`: the leader epoch cache (see [`epoch`]).
+//! - `log-start-offset`, `high-watermark`: single-offset checkpoints.
+//! - `.clean_shutdown`: written by [`UnifiedLog::close`] after everything was fsynced and
+//!   removed by [`UnifiedLog::open`]; when it is absent at open, the previous run did
+//!   not close the log and the active segment is recovered.
+//!
+//! [`segment`]: crate::segment
+//! [`epoch`]: crate::epoch
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use rill_protocol::records::batch::{
+    set_base_offset, set_log_append_time, set_partition_leader_epoch, HEADER_LEN,
+};
+use rill_protocol::records::{BatchError, RecordBatch};
+
+use crate::checkpoint;
+use crate::config::{LogConfig, MessageTimestampType};
+use crate::epoch::LeaderEpochFileCache;
+use crate::error::{AppendError, ReadError, StorageError};
+use crate::producer_state::{
+    AppendOrigin, ProducerAppendInfo, ProducerBatch, ProducerStateEntry, ProducerStateManager,
+};
+use crate::records::first_record_at_or_after;
+use crate::segment::{
+    BatchSummary, FetchDataInfo, LogSegment, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+};
+
+pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
+pub const HIGH_WATERMARK_FILE: &str = "high-watermark";
+pub const LOG_START_OFFSET_FILE: &str = "log-start-offset";
+
+/// What an append did (Kafka's `LogAppendInfo`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogAppendInfo {
+    /// Offset of the first record appended (or of the original batch when
+    /// `duplicate`); -1 for an empty record set.
+    pub first_offset: i64,
+    pub last_offset: i64,
+    /// Greatest batch max timestamp of the append (the append time for LogAppendTime).
+    pub max_timestamp: i64,
+    /// Last offset of the batch holding `max_timestamp`.
+    pub offset_of_max_timestamp: i64,
+    /// The broker time written into the batches, or -1 under CreateTime.
+    pub log_append_time_ms: i64,
+    pub log_start_offset: i64,
+    pub record_count: i64,
+    pub valid_bytes: usize,
+    /// The batch repeated one of its producer's last five: nothing was written and the
+    /// offsets are the original ones.
+    pub duplicate: bool,
+}
+
+/// A ListOffsets answer: a record's offset and timestamp, and the epoch of its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampAndOffset {
+    pub timestamp: i64,
+    pub offset: i64,
+    pub leader_epoch: Option<i32>,
+}
+
+/// One validated batch of a record set, with its place in the set.
+#[derive(Debug)]
+struct ValidBatch {
+    position: usize,
+    batch: RecordBatch,
+}
+
+/// The partition log.
+#[derive(Debug)]
+pub struct UnifiedLog {
+    dir: PathBuf,
+    config: LogConfig,
+    /// By base offset; never empty (the last one is the active segment).
+    segments: BTreeMap<i64, LogSegment>,
+    log_start_offset: i64,
+    high_watermark: i64,
+    /// Everything below is known to be fsynced.
+    recovery_point: i64,
+    leader_epoch_cache: LeaderEpochFileCache,
+    producer_state: ProducerStateManager,
+    unflushed_messages: u64,
+    last_flush_ms: i64,
+}
+
+fn parse_base_offset(file_name: &str, suffix: &str) -> Option<i64> {
+    let stem = file_name.strip_suffix(suffix)?.strip_suffix('.')?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+fn corrupt_to_append_error(e: BatchError) -> AppendError {
+    match e {
+        BatchError::UnsupportedMagic(m) => {
+            AppendError::InvalidRecord(format!("unsupported record batch magic {m}"))
+        }
+        BatchError::CountMismatch { .. } | BatchError::InvalidRecord(_) => {
+            AppendError::InvalidRecord(e.to_string())
+        }
+        other => AppendError::CorruptMessage(other),
+    }
+}
+
+impl UnifiedLog {
+    /// Opens the log in `dir`, creating it when absent and recovering it when the last
+    /// run did not [`close`](Self::close) it.
+    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Self, StorageError> {
+        config.validate()?;
+        fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
+        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean = marker.exists();
+
+        // 1. Find the segments; drop leftovers of interrupted operations.
+        let mut bases = Vec::new();
+        let mut index_files = Vec::new();
+        for entry in fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
+            let entry = entry.map_err(|e| StorageError::io(dir, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".tmp") || name.ends_with(".deleted") {
+                let p = entry.path();
+                fs::remove_file(&p).map_err(|e| StorageError::io(&p, e))?;
+            } else if let Some(base) = parse_base_offset(&name, LOG_FILE_SUFFIX) {
+                bases.push(base);
+            } else if let Some(base) = parse_base_offset(&name, INDEX_FILE_SUFFIX)
+                .or_else(|| parse_base_offset(&name, TIME_INDEX_FILE_SUFFIX))
+            {
+                index_files.push((base, entry.path()));
+            }
+        }
+        bases.sort_unstable();
+        for (base, path) in index_files {
+            if bases.binary_search(&base).is_err() {
+                fs::remove_file(&path).map_err(|e| StorageError::io(&path, e))?;
+            }
+        }
+
+        // 2. Open and, where needed, recover each segment.
+        let mut segments = BTreeMap::new();
+        let count = bases.len();
+        for (i, &base) in bases.iter().enumerate() {
+            let is_last = i + 1 == count;
+            let mut seg = LogSegment::open(
+                dir,
+                base,
+                config.index_interval_bytes,
+                config.segment_index_bytes,
+                now_ms,
+            )?;
+            let outcome = if !clean && is_last {
+                let o = seg.recover()?;
+                // What recovery kept is what readers will see: make it durable.
+                seg.flush()?;
+                Some(o)
+            } else {
+                seg.load()?
+            };
+            if let Some((_, prev)) = segments.last_key_value() {
+                let prev: &LogSegment = prev;
+                if seg.base_offset() < prev.next_offset() {
+                    return Err(StorageError::Corrupt {
+                        path: seg.log_path().to_owned(),
+                        reason: format!(
+                            "segment overlaps the previous one ending at {}",
+                            prev.next_offset()
+                        ),
+                    });
+                }
+            }
+            let truncated = outcome.is_some_and(|o| o.truncated_bytes > 0);
+            segments.insert(base, seg);
+            if truncated && !is_last {
+                // A hole in the middle cannot be filled: drop everything after it.
+                tracing::warn!(
+                    dir = %dir.display(),
+                    base,
+                    "corruption in a non-active segment, deleting the segments after it"
+                );
+                for &later in &bases[i + 1..] {
+                    let seg = LogSegment::open(
+                        dir,
+                        later,
+                        config.index_interval_bytes,
+                        config.segment_index_bytes,
+                        now_ms,
+                    )?;
+                    seg.delete()?;
+                }
+                break;
+            }
+        }
+
+        let log_start_checkpoint = match checkpoint::read_offset(&dir.join(LOG_START_OFFSET_FILE)) {
+            Ok(v) => v,
+            Err(StorageError::Corrupt { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        if segments.is_empty() {
+            let base = log_start_checkpoint.unwrap_or(0).max(0);
+            let mut seg = LogSegment::open(
+                dir,
+                base,
+                config.index_interval_bytes,
+                config.segment_index_bytes,
+                now_ms,
+            )?;
+            seg.recover()?;
+            segments.insert(base, seg);
+        }
+        let first_base = segments.first_key_value().map_or(0, |(b, _)| *b);
+        let log_end = segments
+            .last_key_value()
+            .map_or(0, |(_, s)| s.next_offset());
+
+        // 3. Offsets: log start from its checkpoint, high watermark clamped to the log.
+        let log_start_offset = log_start_checkpoint
+            .unwrap_or(first_base)
+            .max(first_base)
+            .min(log_end);
+        let hw = match checkpoint::read_offset(&dir.join(HIGH_WATERMARK_FILE)) {
+            Ok(v) => v,
+            Err(StorageError::Corrupt { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        let high_watermark = hw
+            .unwrap_or(log_start_offset)
+            .clamp(log_start_offset, log_end);
+
+        // 4. Leader epochs from their checkpoint, or from the batches; producer state
+        //    from the batches.
+        let loaded_cache = LeaderEpochFileCache::load(dir)?;
+        let rebuild_epochs = loaded_cache.is_none();
+        let mut leader_epoch_cache =
+            loaded_cache.unwrap_or_else(|| LeaderEpochFileCache::empty(dir));
+        let mut producer_state = ProducerStateManager::default();
+        for seg in segments.values() {
+            seg.for_each_header(0, |_, h| {
+                if h.last_offset() >= log_start_offset {
+                    producer_state.replay(h);
+                    if rebuild_epochs {
+                        leader_epoch_cache.assign(
+                            h.partition_leader_epoch,
+                            h.base_offset.max(log_start_offset),
+                        );
+                    }
+                }
+                true
+            })?;
+        }
+        let trimmed = leader_epoch_cache.truncate_from_end(log_end)
+            | leader_epoch_cache.truncate_from_start(log_start_offset);
+        if rebuild_epochs || trimmed {
+            leader_epoch_cache.flush()?;
+        }
+
+        // 5. From now on a crash is an unclean shutdown.
+        if clean {
+            fs::remove_file(&marker).map_err(|e| StorageError::io(&marker, e))?;
+            checkpoint::sync_dir(dir)?;
+        }
+        tracing::debug!(
+            dir = %dir.display(),
+            clean,
+            segments = segments.len(),
+            log_start_offset,
+            log_end,
+            "log opened"
+        );
+        Ok(Self {
+            dir: dir.to_owned(),
+            config,
+            segments,
+            log_start_offset,
+            high_watermark,
+            recovery_point: log_end,
+            leader_epoch_cache,
+            producer_state,
+            unflushed_messages: 0,
+            last_flush_ms: now_ms,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+    pub fn log_end_offset(&self) -> i64 {
+        self.active_segment()
+            .map_or(self.log_start_offset, LogSegment::next_offset)
+    }
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point
+    }
+    /// Total bytes of the segment files.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(LogSegment::size).sum()
+    }
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.segments.keys().copied().collect()
+    }
+    pub fn producer_state(&self, producer_id: i64) -> Option<&ProducerStateEntry> {
+        self.producer_state.get(producer_id)
+    }
+    pub fn leader_epoch_cache(&self) -> &LeaderEpochFileCache {
+        &self.leader_epoch_cache
+    }
+
+    fn active_segment(&self) -> Option<&LogSegment> {
+        self.segments.last_key_value().map(|(_, s)| s)
+    }
+
+    /// Sets the high watermark, clamped to `[log start, log end]`; returns the value set.
+    pub fn update_high_watermark(&mut self, offset: i64) -> i64 {
+        self.high_watermark = offset.clamp(self.log_start_offset, self.log_end_offset());
+        self.high_watermark
+    }
+
+    /// Writes the `high-watermark` checkpoint.
+    pub fn checkpoint_high_watermark(&self) -> Result<(), StorageError> {
+        checkpoint::write_offset(&self.dir.join(HIGH_WATERMARK_FILE), self.high_watermark)
+    }
+
+    /// Validates a record set: framing, size, magic, CRC, count, and the origin's rules.
+    fn analyze_and_validate(
+        &self,
+        records: &Bytes,
+        origin: AppendOrigin,
+    ) -> Result<Vec<ValidBatch>, AppendError> {
+        let mut out = Vec::new();
+        let mut rest = records.clone();
+        while !rest.is_empty() {
+            let position = records.len() - rest.len();
+            let batch = RecordBatch::split_from(&mut rest).map_err(AppendError::CorruptMessage)?;
+            if origin != AppendOrigin::Replication && batch.size() > self.config.max_message_bytes {
+                return Err(AppendError::MessageTooLarge {
+                    size: batch.size(),
+                    max: self.config.max_message_bytes,
+                });
+            }
+            if batch.size() as u64 > self.config.segment_bytes {
+                return Err(AppendError::MessageTooLarge {
+                    size: batch.size(),
+                    max: self.config.segment_bytes as usize,
+                });
+            }
+            batch.validate().map_err(corrupt_to_append_error)?;
+            if origin == AppendOrigin::Client {
+                if batch.is_control() {
+                    return Err(AppendError::InvalidRecord(
+                        "clients may not write control batches".into(),
+                    ));
+                }
+                if batch.record_count() <= 0 {
+                    return Err(AppendError::InvalidRecord("batch holds no records".into()));
+                }
+                if batch.producer_id() >= 0 && batch.base_sequence() < 0 {
+                    return Err(AppendError::InvalidRecord(format!(
+                        "invalid sequence number {} for producer {}",
+                        batch.base_sequence(),
+                        batch.producer_id()
+                    )));
+                }
+            }
+            out.push(ValidBatch { position, batch });
+        }
+        Ok(out)
+    }
+
+    /// Appends a record set from a producer (or, with `origin`, from a coordinator) as
+    /// the partition leader in `leader_epoch`: validates it, drops it as a duplicate when
+    /// its producer already wrote it, assigns offsets from the log end by rewriting each
+    /// batch's `baseOffset` and `partitionLeaderEpoch` in place (and `maxTimestamp` under
+    /// LogAppendTime), then writes it.
+    ///
+    /// A record set from a client is normally one batch (Kafka refuses more for magic 2);
+    /// several are accepted, but a duplicate is only recognised as the whole set.
+    pub fn append_as_leader(
+        &mut self,
+        records: Bytes,
+        leader_epoch: i32,
+        origin: AppendOrigin,
+        now_ms: i64,
+    ) -> Result<LogAppendInfo, AppendError> {
+        let origin = if origin == AppendOrigin::Replication {
+            AppendOrigin::Coordinator
+        } else {
+            origin
+        };
+        let batches = self.analyze_and_validate(&records, origin)?;
+        let log_append_time =
+            self.config.message_timestamp_type == MessageTimestampType::LogAppendTime;
+        if batches.is_empty() {
+            return Ok(self.empty_append_info());
+        }
+
+        // Producer state: duplicates, epochs, sequences, staged until the write is done.
+        let mut staged = ProducerAppendInfo::default();
+        let mut next = self.log_end_offset();
+        for vb in &batches {
+            let b = &vb.batch;
+            let last = next + i64::from(b.last_offset_delta());
+            if b.producer_id() >= 0 {
+                let pb = ProducerBatch {
+                    producer_id: b.producer_id(),
+                    producer_epoch: b.producer_epoch(),
+                    base_sequence: b.base_sequence(),
+                    last_offset_delta: b.last_offset_delta(),
+                    max_timestamp: b.max_timestamp(),
+                    is_control: b.is_control(),
+                };
+                if origin == AppendOrigin::Client {
+                    if let Some(dup) = self.producer_state.find_duplicate(&pb) {
+                        if batches.len() > 1 {
+                            return Err(AppendError::InvalidRecord(
+                                "duplicate batch inside a multi-batch record set".into(),
+                            ));
+                        }
+                        return Ok(LogAppendInfo {
+                            first_offset: dup.first_offset(),
+                            last_offset: dup.last_offset,
+                            max_timestamp: dup.timestamp,
+                            offset_of_max_timestamp: dup.last_offset,
+                            log_append_time_ms: if log_append_time { dup.timestamp } else { -1 },
+                            log_start_offset: self.log_start_offset,
+                            record_count: i64::from(dup.offset_delta) + 1,
+                            valid_bytes: 0,
+                            duplicate: true,
+                        });
+                    }
+                }
+                self.producer_state
+                    .validate_and_stage(&mut staged, &pb, last, origin)?;
+            }
+            next = last + 1;
+        }
+
+        // The one copy: into a buffer whose headers the log may rewrite.
+        let mut buf = records.to_vec();
+        let first_offset = self.log_end_offset();
+        let mut offset = first_offset;
+        let mut summaries = Vec::with_capacity(batches.len());
+        let mut max_timestamp = -1i64;
+        let mut offset_of_max_timestamp = -1i64;
+        let mut record_count = 0i64;
+        for vb in &batches {
+            let size = vb.batch.size();
+            let slice = &mut buf[vb.position..vb.position + size];
+            set_base_offset(slice, offset);
+            set_partition_leader_epoch(slice, leader_epoch);
+            let batch_max_ts = if log_append_time {
+                set_log_append_time(slice, now_ms);
+                now_ms
+            } else {
+                vb.batch.max_timestamp()
+            };
+            let last = offset + i64::from(vb.batch.last_offset_delta());
+            if batch_max_ts > max_timestamp {
+                max_timestamp = batch_max_ts;
+                offset_of_max_timestamp = last;
+            }
+            record_count += i64::from(vb.batch.last_offset_delta()) + 1;
+            summaries.push((
+                offset,
+                leader_epoch,
+                BatchSummary {
+                    last_offset: last,
+                    max_timestamp: batch_max_ts,
+                    size: size as u64,
+                },
+            ));
+            offset = last + 1;
+        }
+        self.append_batches(&buf, &summaries, now_ms)?;
+        self.producer_state.apply(staged);
+        self.after_append(record_count, now_ms)?;
+        Ok(LogAppendInfo {
+            first_offset,
+            last_offset: offset - 1,
+            max_timestamp,
+            offset_of_max_timestamp,
+            log_append_time_ms: if log_append_time { now_ms } else { -1 },
+            log_start_offset: self.log_start_offset,
+            record_count,
+            valid_bytes: buf.len(),
+            duplicate: false,
+        })
+    }
+
+    /// Appends batches copied from the leader, keeping their offsets and epochs. Each
+    /// batch must start at or after the end of the previous one (and the first at or
+    /// after the log end); gaps, which compaction on the leader creates, are kept.
+    pub fn append_as_follower(
+        &mut self,
+        records: Bytes,
+        now_ms: i64,
+    ) -> Result<LogAppendInfo, AppendError> {
+        let batches = self.analyze_and_validate(&records, AppendOrigin::Replication)?;
+        if batches.is_empty() {
+            return Ok(self.empty_append_info());
+        }
+        let mut expected = self.log_end_offset();
+        let mut summaries = Vec::with_capacity(batches.len());
+        let mut max_timestamp = -1i64;
+        let mut offset_of_max_timestamp = -1i64;
+        let mut record_count = 0i64;
+        for vb in &batches {
+            let b = &vb.batch;
+            if b.base_offset() < expected {
+                return Err(AppendError::OffsetsOutOfOrder {
+                    expected,
+                    found: b.base_offset(),
+                });
+            }
+            if b.max_timestamp() > max_timestamp {
+                max_timestamp = b.max_timestamp();
+                offset_of_max_timestamp = b.last_offset();
+            }
+            record_count += i64::from(b.last_offset_delta()) + 1;
+            summaries.push((
+                b.base_offset(),
+                b.partition_leader_epoch(),
+                BatchSummary {
+                    last_offset: b.last_offset(),
+                    max_timestamp: b.max_timestamp(),
+                    size: b.size() as u64,
+                },
+            ));
+            expected = b.next_offset();
+        }
+        self.append_batches(&records, &summaries, now_ms)?;
+        for vb in &batches {
+            let mut hb = [0u8; HEADER_LEN];
+            hb.copy_from_slice(&vb.batch.as_bytes()[..HEADER_LEN]);
+            self.producer_state
+                .replay(&crate::header::BatchHeader::parse(&hb));
+        }
+        self.after_append(record_count, now_ms)?;
+        let first = summaries.first().map_or(-1, |s| s.0);
+        let last = summaries.last().map_or(-1, |s| s.2.last_offset);
+        Ok(LogAppendInfo {
+            first_offset: first,
+            last_offset: last,
+            max_timestamp,
+            offset_of_max_timestamp,
+            log_append_time_ms: -1,
+            log_start_offset: self.log_start_offset,
+            record_count,
+            valid_bytes: records.len(),
+            duplicate: false,
+        })
+    }
+
+    fn empty_append_info(&self) -> LogAppendInfo {
+        LogAppendInfo {
+            first_offset: -1,
+            last_offset: -1,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            log_append_time_ms: -1,
+            log_start_offset: self.log_start_offset,
+            record_count: 0,
+            valid_bytes: 0,
+            duplicate: false,
+        }
+    }
+
+    /// Writes validated batches (`(base offset, leader epoch, summary)` each, laid out
+    /// back to back in `buf`), rolling segments as needed between batches, and records
+    /// each batch's epoch in the leader epoch cache first.
+    fn append_batches(
+        &mut self,
+        buf: &[u8],
+        batches: &[(i64, i32, BatchSummary)],
+        now_ms: i64,
+    ) -> Result<(), StorageError> {
+        let mut epochs_changed = false;
+        for &(base, epoch, _) in batches {
+            epochs_changed |= self.leader_epoch_cache.assign(epoch, base);
+        }
+        if epochs_changed {
+            // Before the data: a crash in between leaves an entry past the log end,
+            // which open trims; the reverse order could lose an epoch boundary.
+            self.leader_epoch_cache.flush()?;
+        }
+        let mut pending_start = 0usize; // byte position in buf of the first pending batch
+        let mut pending_len = 0u64;
+        let mut pending: Vec<BatchSummary> = Vec::new();
+        for &(base, _, summary) in batches {
+            if self.should_roll(pending_len, &summary, base, now_ms) {
+                if !pending.is_empty() {
+                    let end = pending_start + pending_len as usize;
+                    self.active_mut()?
+                        .append(&buf[pending_start..end], &pending)?;
+                    pending_start = end;
+                    pending_len = 0;
+                    pending.clear();
+                }
+                self.roll(base, now_ms)?;
+            }
+            pending_len += summary.size;
+            pending.push(summary);
+        }
+        if !pending.is_empty() {
+            let end = pending_start + pending_len as usize;
+            self.active_mut()?
+                .append(&buf[pending_start..end], &pending)?;
+        }
+        Ok(())
+    }
+
+    fn active_mut(&mut self) -> Result<&mut LogSegment, StorageError> {
+        let dir = self.dir.clone();
+        self.segments
+            .last_entry()
+            .map(|e| e.into_mut())
+            .ok_or(StorageError::Corrupt {
+                path: dir,
+                reason: "log has no segment".into(),
+            })
+    }
+
+    /// Kafka's `shouldRoll`, for a batch about to be added after `pending_len` bytes not
+    /// yet written to the active segment.
+    fn should_roll(
+        &self,
+        pending_len: u64,
+        b: &BatchSummary,
+        base_offset: i64,
+        now_ms: i64,
+    ) -> bool {
+        let Some(active) = self.active_segment() else {
+            return true;
+        };
+        let used = active.size() + pending_len;
+        let offsets_fit = b.last_offset - active.base_offset() <= i64::from(i32::MAX)
+            && base_offset >= active.base_offset();
+        if used == 0 {
+            // An empty segment is only replaced when the offsets cannot be stored in it.
+            return !offsets_fit;
+        }
+        used + b.size > self.config.segment_bytes
+            || active.time_waited_for_roll(now_ms, b.max_timestamp) >= self.config.segment_ms
+            || active.indexes_full()
+            || !offsets_fit
+    }
+
+    /// Makes a new active segment at `base_offset`, after making the old one durable.
+    fn roll(&mut self, base_offset: i64, now_ms: i64) -> Result<(), StorageError> {
+        if let Some(mut entry) = self.segments.last_entry() {
+            if entry.get().size() == 0 {
+                // Nothing to keep: replace the empty segment.
+                entry.remove().delete()?;
+            } else {
+                entry.get_mut().on_become_inactive()?;
+                self.recovery_point = self.recovery_point.max(entry.get().next_offset());
+            }
+        }
+        let seg = LogSegment::create(
+            &self.dir,
+            base_offset,
+            self.config.index_interval_bytes,
+            self.config.segment_index_bytes,
+            now_ms,
+        )?;
+        checkpoint::sync_dir(&self.dir)?;
+        tracing::debug!(dir = %self.dir.display(), base_offset, "rolled new log segment");
+        self.segments.insert(base_offset, seg);
+        Ok(())
+    }
+
+    fn after_append(&mut self, record_count: i64, now_ms: i64) -> Result<(), StorageError> {
+        self.unflushed_messages += record_count.max(0) as u64;
+        let by_count = self
+            .config
+            .flush_messages
+            .is_some_and(|n| self.unflushed_messages >= n);
+        let by_time = self
+            .config
+            .flush_ms
+            .is_some_and(|ms| now_ms - self.last_flush_ms >= ms);
+        if by_count || by_time {
+            self.flush()?;
+            self.last_flush_ms = now_ms;
+        }
+        Ok(())
+    }
+
+    /// Whole batches from the one containing `start_offset`, at most `max_bytes` of them
+    /// (but the first one whatever its size when `min_one_message`, KIP-74), none holding
+    /// an offset at or beyond `max_offset` (pass the high watermark for consumers and the
+    /// log end offset for followers). Reads from one segment, as Kafka does: a read that
+    /// reaches a segment's end returns what it has.
+    pub fn read(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+    ) -> Result<FetchDataInfo, ReadError> {
+        let log_end = self.log_end_offset();
+        if start_offset < self.log_start_offset || start_offset > log_end {
+            return Err(ReadError::OffsetOutOfRange {
+                offset: start_offset,
+                log_start: self.log_start_offset,
+                log_end,
+            });
+        }
+        let floor = self
+            .segments
+            .range(..=start_offset)
+            .next_back()
+            .map(|(b, _)| *b);
+        if start_offset < log_end && start_offset < max_offset {
+            if let Some(floor) = floor {
+                for seg in self.segments.range(floor..).map(|(_, s)| s) {
+                    if let Some(info) =
+                        seg.read(start_offset, max_bytes, max_offset, min_one_message)?
+                    {
+                        return Ok(info);
+                    }
+                }
+            }
+        }
+        let (base, pos) = self
+            .active_segment()
+            .map_or((log_end, 0), |s| (s.base_offset(), s.size()));
+        Ok(FetchDataInfo::empty(start_offset, base, pos))
+    }
+
+    /// ListOffsets by timestamp: the first record whose timestamp is `>= timestamp`, at or
+    /// after the log start offset. The time index narrows the search to a few batches;
+    /// the first batch whose max timestamp reaches `timestamp` is then read. For an
+    /// uncompressed CreateTime batch the answer is the exact record (offset and its own
+    /// timestamp); for a LogAppendTime batch it is the batch's first record (all share
+    /// the batch timestamp); for a compressed batch it is the batch's base offset with
+    /// the batch's max timestamp. The epoch is the batch's `partitionLeaderEpoch`.
+    pub fn offset_for_timestamp(
+        &self,
+        timestamp: i64,
+    ) -> Result<Option<TimestampAndOffset>, StorageError> {
+        for seg in self.segments.values() {
+            if seg.max_timestamp_so_far() < timestamp || seg.next_offset() <= self.log_start_offset
+            {
+                continue;
+            }
+            let from_offset = seg
+                .time_index()
+                .lookup(timestamp)
+                .map_or(seg.base_offset(), |(_, o)| o)
+                .max(self.log_start_offset);
+            let (_, pos) = seg.offset_index().lookup(from_offset);
+            let mut found = None;
+            seg.for_each_header(u64::from(pos), |p, h| {
+                if h.max_timestamp >= timestamp && h.last_offset() >= self.log_start_offset {
+                    found = Some((p, *h));
+                    false
+                } else {
+                    true
+                }
+            })?;
+            if let Some((p, h)) = found {
+                let Some(batch) = seg.read_batch(p, &h)? else {
+                    continue;
+                };
+                let (offset, ts) = first_record_at_or_after(&batch, timestamp)
+                    .unwrap_or((h.base_offset, h.max_timestamp));
+                return Ok(Some(TimestampAndOffset {
+                    timestamp: ts,
+                    offset: offset.max(self.log_start_offset),
+                    leader_epoch: (h.partition_leader_epoch >= 0)
+                        .then_some(h.partition_leader_epoch),
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// ListOffsets MAX_TIMESTAMP (KIP-734): the record with the greatest timestamp (the
+    /// first such), resolved to the record as [`Self::offset_for_timestamp`] does.
+    /// `None` when no batch carries a timestamp.
+    pub fn max_timestamp_and_offset(&self) -> Result<Option<TimestampAndOffset>, StorageError> {
+        let mut best: Option<&LogSegment> = None;
+        for seg in self.segments.values() {
+            if seg.max_timestamp_so_far() >= 0
+                && best.is_none_or(|b| seg.max_timestamp_so_far() > b.max_timestamp_so_far())
+            {
+                best = Some(seg);
+            }
+        }
+        let Some(seg) = best else { return Ok(None) };
+        let max = seg.max_timestamp_so_far();
+        let Some((pos, h)) = seg.translate_offset(seg.offset_of_max_timestamp_so_far())? else {
+            return Ok(None);
+        };
+        let Some(batch) = seg.read_batch(pos, &h)? else {
+            return Ok(None);
+        };
+        let (offset, ts) = first_record_at_or_after(&batch, max).unwrap_or((h.last_offset(), max));
+        Ok(Some(TimestampAndOffset {
+            timestamp: ts,
+            offset,
+            leader_epoch: (h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch),
+        }))
+    }
+
+    /// Removes everything from `target_offset` on (a follower truncating to the leader's
+    /// epoch end offset). Whole batches go: a batch containing `target_offset` is
+    /// removed entirely, so the log end may end up below it. Returns whether anything
+    /// was removed.
+    pub fn truncate_to(&mut self, target_offset: i64, now_ms: i64) -> Result<bool, StorageError> {
+        if target_offset >= self.log_end_offset() {
+            return Ok(false);
+        }
+        let first_base = self.segments.first_key_value().map_or(0, |(b, _)| *b);
+        if target_offset <= first_base || target_offset < self.log_start_offset {
+            self.truncate_fully_and_start_at(target_offset.max(0), now_ms)?;
+            return Ok(true);
+        }
+        let doomed: Vec<i64> = self
+            .segments
+            .range(target_offset..)
+            .map(|(b, _)| *b)
+            .collect();
+        for base in doomed {
+            if let Some(seg) = self.segments.remove(&base) {
+                seg.delete()?;
+            }
+        }
+        let active = self.active_mut()?;
+        active.truncate_to(target_offset, now_ms)?;
+        active.flush()?;
+        checkpoint::sync_dir(&self.dir)?;
+        let log_end = self.log_end_offset();
+        if self.leader_epoch_cache.truncate_from_end(log_end) {
+            self.leader_epoch_cache.flush()?;
+        }
+        self.rebuild_producer_state()?;
+        self.high_watermark = self.high_watermark.min(log_end);
+        self.recovery_point = self.recovery_point.min(log_end);
+        Ok(true)
+    }
+
+    /// Deletes every segment and starts an empty log at `offset` (a follower far behind
+    /// a leader whose log starts later).
+    pub fn truncate_fully_and_start_at(
+        &mut self,
+        offset: i64,
+        now_ms: i64,
+    ) -> Result<(), StorageError> {
+        for (_, seg) in std::mem::take(&mut self.segments) {
+            seg.delete()?;
+        }
+        let seg = LogSegment::create(
+            &self.dir,
+            offset,
+            self.config.index_interval_bytes,
+            self.config.segment_index_bytes,
+            now_ms,
+        )?;
+        self.segments.insert(offset, seg);
+        checkpoint::sync_dir(&self.dir)?;
+        self.log_start_offset = offset;
+        self.high_watermark = offset;
+        self.recovery_point = offset;
+        self.leader_epoch_cache.clear();
+        self.leader_epoch_cache.flush()?;
+        self.producer_state.clear();
+        checkpoint::write_offset(&self.dir.join(LOG_START_OFFSET_FILE), offset)?;
+        self.checkpoint_high_watermark()
+    }
+
+    /// Moves the log start offset up (DeleteRecords, retention), not beyond the high
+    /// watermark. Segments are not deleted here; reads below it are refused.
+    pub fn maybe_increment_log_start_offset(&mut self, offset: i64) -> Result<bool, StorageError> {
+        let offset = offset.min(self.high_watermark);
+        if offset <= self.log_start_offset {
+            return Ok(false);
+        }
+        self.log_start_offset = offset;
+        if self.leader_epoch_cache.truncate_from_start(offset) {
+            self.leader_epoch_cache.flush()?;
+        }
+        checkpoint::write_offset(&self.dir.join(LOG_START_OFFSET_FILE), offset)?;
+        Ok(true)
+    }
+
+    fn rebuild_producer_state(&mut self) -> Result<(), StorageError> {
+        let mut state = ProducerStateManager::default();
+        let log_start = self.log_start_offset;
+        for seg in self.segments.values() {
+            seg.for_each_header(0, |_, h| {
+                if h.last_offset() >= log_start {
+                    state.replay(h);
+                }
+                true
+            })?;
+        }
+        self.producer_state = state;
+        Ok(())
+    }
+
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.leader_epoch_cache.latest_epoch()
+    }
+
+    /// The epoch of the batch holding `offset` (for ListOffsets and fetch validation).
+    pub fn leader_epoch_for_offset(&self, offset: i64) -> Option<i32> {
+        self.leader_epoch_cache.epoch_for_offset(offset)
+    }
+
+    /// OffsetForLeaderEpoch: `(epoch, end offset)`, see
+    /// [`LeaderEpochFileCache::end_offset_for`].
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.leader_epoch_cache
+            .end_offset_for(epoch, self.log_end_offset())
+    }
+
+    /// Records that `epoch` starts at `start_offset` (a replica becoming leader records its
+    /// log end offset before the first append in the new epoch).
+    pub fn assign_epoch_start_offset(
+        &mut self,
+        epoch: i32,
+        start_offset: i64,
+    ) -> Result<(), StorageError> {
+        if self.leader_epoch_cache.assign(epoch, start_offset) {
+            self.leader_epoch_cache.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Fsyncs the active segment (older ones were fsynced when rolled).
+    pub fn flush(&mut self) -> Result<(), StorageError> {
+        if let Some(active) = self.active_segment() {
+            active.flush()?;
+        }
+        self.recovery_point = self.log_end_offset();
+        self.unflushed_messages = 0;
+        Ok(())
+    }
+
+    /// Flushes everything, writes the checkpoints and the clean-shutdown marker, so that
+    /// the next open skips recovery.
+    pub fn close(mut self) -> Result<(), StorageError> {
+        self.flush()?;
+        self.checkpoint_high_watermark()?;
+        checkpoint::write_offset(&self.dir.join(LOG_START_OFFSET_FILE), self.log_start_offset)?;
+        self.leader_epoch_cache.flush()?;
+        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
+        fs::File::create(&marker)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| StorageError::io(&marker, e))?;
+        checkpoint::sync_dir(&self.dir)
+    }
+
+    /// Removes the partition directory and everything in it.
+    pub fn delete(self) -> Result<(), StorageError> {
+        let dir = self.dir.clone();
+        drop(self);
+        fs::remove_dir_all(&dir).map_err(|e| StorageError::io(&dir, e))
+    }
+}
+
+#[cfg(test)]
+mod tests;

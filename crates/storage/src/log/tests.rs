@@ -1,0 +1,688 @@
+//! Tests of `UnifiedLog`: append/read, rolls, recovery, idempotence, epochs, timestamps.
+
+use std::fs::{self, OpenOptions};
+use std::path::Path;
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use rill_protocol::records::RecordBatch;
+
+use super::*;
+use crate::epoch::{UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
+use crate::test_util::TestBatch;
+
+const T0: i64 = 1_700_000_000_000;
+
+fn config(segment_bytes: u64) -> LogConfig {
+    LogConfig {
+        segment_bytes,
+        index_interval_bytes: 256,
+        ..LogConfig::default()
+    }
+}
+
+fn batches(records: &Bytes) -> Vec<RecordBatch> {
+    RecordBatch::iter(records.clone())
+        .map(|b| b.unwrap())
+        .collect()
+}
+
+/// Appends `n` client batches of 1..=4 records; returns (base offset, record count) each.
+fn fill(log: &mut UnifiedLog, n: usize) -> Vec<(i64, i64)> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let count = 1 + i % 4;
+        let b = TestBatch::new(count, T0 + i as i64 * 10).value_len(30 + i % 50);
+        let info = log
+            .append_as_leader(b.bytes(), 1, AppendOrigin::Client, T0)
+            .unwrap();
+        assert_eq!(info.first_offset, log.log_end_offset() - count as i64);
+        out.push((info.first_offset, count as i64));
+    }
+    out
+}
+
+/// Reads the whole log from its start with fetches of `max_bytes`.
+fn read_all(log: &UnifiedLog, max_bytes: usize) -> Vec<RecordBatch> {
+    let mut out = Vec::new();
+    let mut next = log.log_start_offset();
+    while next < log.log_end_offset() {
+        let info = log.read(next, max_bytes, i64::MAX, true).unwrap();
+        let bs = batches(&info.records);
+        assert!(!bs.is_empty(), "no progress at {next}");
+        for b in bs {
+            b.validate().unwrap();
+            assert_eq!(b.base_offset(), next, "offsets are dense");
+            next = b.next_offset();
+            out.push(b);
+        }
+    }
+    out
+}
+
+#[test]
+fn append_and_read_across_many_rolls() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(2000), T0).unwrap();
+    let appended = fill(&mut log, 300);
+    assert!(
+        log.segment_count() > 10,
+        "segments: {}",
+        log.segment_count()
+    );
+    for seg in log.segments.values() {
+        assert!(seg.size() <= 2000);
+    }
+    let all = read_all(&log, 700);
+    assert_eq!(all.len(), appended.len());
+    for (b, (base, count)) in all.iter().zip(&appended) {
+        assert_eq!(
+            (b.base_offset(), i64::from(b.record_count())),
+            (*base, *count)
+        );
+        assert_eq!(b.partition_leader_epoch(), 1);
+    }
+    // Every offset lands on the batch that contains it.
+    for o in 0..log.log_end_offset() {
+        let info = log.read(o, 1, i64::MAX, true).unwrap();
+        let bs = batches(&info.records);
+        assert_eq!(bs.len(), 1);
+        assert!(
+            bs[0].base_offset() <= o && o <= bs[0].last_offset(),
+            "offset {o}"
+        );
+        let range = info.file_range.unwrap();
+        assert_eq!(range.len as usize, info.records.len());
+        let mut on_disk = vec![0u8; range.len as usize];
+        std::os::unix::fs::FileExt::read_exact_at(&*range.file, &mut on_disk, range.position)
+            .unwrap();
+        assert_eq!(on_disk, info.records.to_vec());
+    }
+    assert_eq!(
+        log.size_bytes(),
+        all.iter().map(|b| b.size() as u64).sum::<u64>()
+    );
+}
+
+#[test]
+fn read_honours_max_bytes_max_offset_and_min_one_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), LogConfig::default(), T0).unwrap();
+    for _ in 0..10 {
+        log.append_as_leader(
+            TestBatch::new(2, T0).value_len(100).bytes(),
+            0,
+            AppendOrigin::Client,
+            T0,
+        )
+        .unwrap();
+    }
+    let one = batches(&log.read(0, usize::MAX, i64::MAX, false).unwrap().records)[0].size();
+    // max_bytes below one batch: nothing unless min_one_message.
+    assert!(log
+        .read(0, one - 1, i64::MAX, false)
+        .unwrap()
+        .records
+        .is_empty());
+    assert_eq!(
+        batches(&log.read(0, one - 1, i64::MAX, true).unwrap().records).len(),
+        1
+    );
+    assert_eq!(
+        batches(&log.read(0, 3 * one + 5, i64::MAX, false).unwrap().records).len(),
+        3
+    );
+    // From the middle of a batch: the whole batch.
+    let bs = batches(&log.read(5, 2 * one, i64::MAX, false).unwrap().records);
+    assert_eq!(bs[0].base_offset(), 4);
+    // max_offset excludes batches holding it or anything after.
+    assert_eq!(
+        batches(&log.read(0, usize::MAX, 6, false).unwrap().records).len(),
+        3
+    );
+    assert_eq!(
+        batches(&log.read(0, usize::MAX, 7, false).unwrap().records).len(),
+        3
+    );
+    assert!(log.read(6, usize::MAX, 6, true).unwrap().records.is_empty());
+    assert!(log.read(0, usize::MAX, 0, true).unwrap().records.is_empty());
+    // At the log end: empty; beyond it: out of range.
+    assert!(log
+        .read(20, usize::MAX, i64::MAX, true)
+        .unwrap()
+        .records
+        .is_empty());
+    assert!(matches!(
+        log.read(21, 1, i64::MAX, true),
+        Err(ReadError::OffsetOutOfRange {
+            offset: 21,
+            log_start: 0,
+            log_end: 20
+        })
+    ));
+    assert!(matches!(
+        log.read(-1, 1, i64::MAX, true),
+        Err(ReadError::OffsetOutOfRange { .. })
+    ));
+}
+
+#[test]
+fn validation_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        max_message_bytes: 500,
+        ..LogConfig::default()
+    };
+    let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+    let big = TestBatch::new(1, T0).value_len(600).bytes();
+    assert!(matches!(
+        log.append_as_leader(big, 0, AppendOrigin::Client, T0),
+        Err(AppendError::MessageTooLarge { max: 500, .. })
+    ));
+    let mut bad = TestBatch::new(1, T0).build();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert!(matches!(
+        log.append_as_leader(Bytes::from(bad), 0, AppendOrigin::Client, T0),
+        Err(AppendError::CorruptMessage(_))
+    ));
+    let torn = TestBatch::new(1, T0).build();
+    assert!(matches!(
+        log.append_as_leader(
+            Bytes::copy_from_slice(&torn[..30]),
+            0,
+            AppendOrigin::Client,
+            T0
+        ),
+        Err(AppendError::CorruptMessage(_))
+    ));
+    let control = TestBatch::new(1, T0).producer(7, 0, 0).control().bytes();
+    assert!(matches!(
+        log.append_as_leader(control.clone(), 0, AppendOrigin::Client, T0),
+        Err(AppendError::InvalidRecord(_))
+    ));
+    let info = log
+        .append_as_leader(control, 0, AppendOrigin::Coordinator, T0)
+        .unwrap();
+    assert_eq!((info.first_offset, log.log_end_offset()), (0, 1));
+    let no_seq = TestBatch::new(1, T0).producer(8, 0, -1).bytes();
+    assert!(matches!(
+        log.append_as_leader(no_seq, 0, AppendOrigin::Client, T0),
+        Err(AppendError::InvalidRecord(_))
+    ));
+    let empty = log
+        .append_as_leader(Bytes::new(), 0, AppendOrigin::Client, T0)
+        .unwrap();
+    assert_eq!(empty.first_offset, -1);
+    assert_eq!(log.log_end_offset(), 1);
+}
+
+#[test]
+fn several_batches_in_one_record_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(1000), T0).unwrap();
+    let mut set = Vec::new();
+    for i in 0..10 {
+        set.extend(TestBatch::new(3, T0 + i).value_len(40).build());
+    }
+    let info = log
+        .append_as_leader(Bytes::from(set), 4, AppendOrigin::Client, T0)
+        .unwrap();
+    assert_eq!(
+        (info.first_offset, info.last_offset, info.record_count),
+        (0, 29, 30)
+    );
+    assert!(log.segment_count() > 1, "a large set may span segments");
+    assert_eq!(read_all(&log, 100).len(), 10);
+}
+
+#[test]
+fn log_append_time_rewrites_max_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        message_timestamp_type: MessageTimestampType::LogAppendTime,
+        ..LogConfig::default()
+    };
+    let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+    let info = log
+        .append_as_leader(
+            TestBatch::new(3, 5).bytes(),
+            0,
+            AppendOrigin::Client,
+            T0 + 7,
+        )
+        .unwrap();
+    assert_eq!(info.log_append_time_ms, T0 + 7);
+    let b = &batches(&log.read(0, usize::MAX, i64::MAX, true).unwrap().records)[0];
+    b.validate().unwrap();
+    assert_eq!(b.max_timestamp(), T0 + 7);
+    let found = log.offset_for_timestamp(T0).unwrap().unwrap();
+    assert_eq!((found.offset, found.timestamp), (0, T0 + 7));
+}
+
+#[test]
+fn segment_ms_rolls_by_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        segment_ms: 1000,
+        ..LogConfig::default()
+    };
+    let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+    log.append_as_leader(TestBatch::new(1, T0).bytes(), 0, AppendOrigin::Client, T0)
+        .unwrap();
+    log.append_as_leader(
+        TestBatch::new(1, T0 + 500).bytes(),
+        0,
+        AppendOrigin::Client,
+        T0 + 500,
+    )
+    .unwrap();
+    assert_eq!(log.segment_count(), 1);
+    log.append_as_leader(
+        TestBatch::new(1, T0 + 1000).bytes(),
+        0,
+        AppendOrigin::Client,
+        T0 + 1000,
+    )
+    .unwrap();
+    assert_eq!(log.segment_base_offsets(), vec![0, 2]);
+}
+
+#[test]
+fn flush_messages_moves_the_recovery_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        flush_messages: Some(3),
+        ..LogConfig::default()
+    };
+    let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+    log.append_as_leader(TestBatch::new(2, T0).bytes(), 0, AppendOrigin::Client, T0)
+        .unwrap();
+    assert_eq!(log.recovery_point(), 0);
+    log.append_as_leader(TestBatch::new(1, T0).bytes(), 0, AppendOrigin::Client, T0)
+        .unwrap();
+    assert_eq!(log.recovery_point(), 3);
+}
+
+fn last_log_file(dir: &Path) -> std::path::PathBuf {
+    let mut logs: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    logs.pop().unwrap()
+}
+
+/// Writes batches, "crashes" (drops the log without close), cuts the active segment at
+/// `cut` (a fraction of its size) and appends `garbage`, then reopens.
+fn crash_and_recover(cut_permille: u64, garbage: Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    fill(&mut log, 60);
+    let before = read_all(&log, usize::MAX);
+    drop(log);
+    let path = last_log_file(dir.path());
+    let size = fs::metadata(&path).unwrap().len();
+    let cut = size * cut_permille / 1000;
+    let f = OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(cut).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &garbage, cut).unwrap();
+    drop(f);
+
+    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let seg_base: i64 = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    // Every batch wholly before the cut survives; nothing after it does.
+    let mut pos = 0u64;
+    let expected: Vec<_> = before
+        .iter()
+        .filter(|b| {
+            if b.base_offset() < seg_base {
+                return true;
+            }
+            pos += b.size() as u64;
+            pos <= cut
+        })
+        .collect();
+    let after = read_all(&log, 1000);
+    assert_eq!(after.len(), expected.len());
+    for (a, e) in after.iter().zip(&expected) {
+        assert_eq!(a.as_bytes(), e.as_bytes());
+    }
+    let end = expected.last().map_or(0, |b| b.next_offset());
+    assert_eq!(log.log_end_offset(), end);
+    let info = log
+        .append_as_leader(TestBatch::new(2, T0).bytes(), 1, AppendOrigin::Client, T0)
+        .unwrap();
+    assert_eq!(info.first_offset, end);
+    assert_eq!(read_all(&log, 1000).len(), expected.len() + 1);
+    log.close().unwrap();
+    let log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    assert_eq!(log.log_end_offset(), end + 2);
+}
+
+#[test]
+fn recovery_truncates_a_torn_tail() {
+    crash_and_recover(1000, vec![]);
+    crash_and_recover(0, vec![]);
+    crash_and_recover(500, vec![0; 100]);
+    crash_and_recover(999, vec![0xff; 3]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #[test]
+    fn recovery_after_a_cut_anywhere(cut in 0u64..=1000, garbage in proptest::collection::vec(any::<u8>(), 0..200)) {
+        crash_and_recover(cut, garbage);
+    }
+}
+
+#[test]
+fn clean_shutdown_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    fill(&mut log, 20);
+    log.update_high_watermark(15);
+    log.close().unwrap();
+    assert!(dir.path().join(CLEAN_SHUTDOWN_FILE).exists());
+    let log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    assert!(!dir.path().join(CLEAN_SHUTDOWN_FILE).exists());
+    assert_eq!(log.high_watermark(), 15);
+    assert_eq!(log.log_end_offset(), 50);
+    assert_eq!(read_all(&log, 1000).len(), 20);
+}
+
+#[test]
+fn missing_or_corrupt_indexes_are_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    fill(&mut log, 100);
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() >= 3);
+    let lookups: Vec<_> = (0..log.log_end_offset())
+        .map(|o| batches(&log.read(o, 1, i64::MAX, true).unwrap().records)[0].base_offset())
+        .collect();
+    let by_ts = log.offset_for_timestamp(T0 + 455).unwrap();
+    log.close().unwrap();
+    let index = |b: i64, s: &str| crate::segment::segment_file(dir.path(), b, s);
+    let index_len = fs::metadata(index(bases[0], "index")).unwrap().len();
+    assert!(index_len > 0);
+    fs::remove_file(index(bases[0], "index")).unwrap();
+    fs::write(index(bases[1], "timeindex"), [1, 2, 3]).unwrap();
+    fs::write(index(bases[2], "index"), [0xff; 16]).unwrap();
+    let log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    assert_eq!(
+        fs::metadata(index(bases[0], "index")).unwrap().len(),
+        index_len
+    );
+    for (o, want) in lookups.iter().enumerate() {
+        let got = batches(&log.read(o as i64, 1, i64::MAX, true).unwrap().records)[0].base_offset();
+        assert_eq!(got, *want);
+    }
+    assert_eq!(log.offset_for_timestamp(T0 + 455).unwrap(), by_ts);
+}
+
+#[test]
+fn idempotent_producer_duplicates_gaps_and_fencing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let pid = 1000;
+    let mut sent = Vec::new();
+    let mut seq = 0;
+    for i in 0..7 {
+        let b = TestBatch::new(2 + i % 2, T0 + i as i64).producer(pid, 0, seq);
+        seq += b.timestamps.len() as i32;
+        // Interleave another producer and non-idempotent data.
+        log.append_as_leader(TestBatch::new(1, T0).bytes(), 0, AppendOrigin::Client, T0)
+            .unwrap();
+        let info = log
+            .append_as_leader(b.bytes(), 0, AppendOrigin::Client, T0)
+            .unwrap();
+        assert!(!info.duplicate);
+        sent.push((b, info));
+    }
+    let end = log.log_end_offset();
+    // Each of the last five is a duplicate with its original offsets; older ones are not.
+    for (b, info) in &sent[2..] {
+        let dup = log
+            .append_as_leader(b.bytes(), 0, AppendOrigin::Client, T0)
+            .unwrap();
+        assert!(dup.duplicate);
+        assert_eq!(
+            (dup.first_offset, dup.last_offset),
+            (info.first_offset, info.last_offset)
+        );
+    }
+    assert!(matches!(
+        log.append_as_leader(sent[0].0.bytes(), 0, AppendOrigin::Client, T0),
+        Err(AppendError::OutOfOrderSequence { .. })
+    ));
+    assert_eq!(log.log_end_offset(), end);
+    // A gap.
+    let gap = TestBatch::new(1, T0).producer(pid, 0, seq + 1).bytes();
+    assert!(matches!(
+        log.append_as_leader(gap, 0, AppendOrigin::Client, T0),
+        Err(AppendError::OutOfOrderSequence { expected, found, .. }) if expected == seq && found == seq + 1
+    ));
+    // A bumped epoch restarts at 0, after which the old epoch is fenced.
+    log.append_as_leader(
+        TestBatch::new(1, T0).producer(pid, 1, 0).bytes(),
+        0,
+        AppendOrigin::Client,
+        T0,
+    )
+    .unwrap();
+    let stale = TestBatch::new(1, T0).producer(pid, 0, seq).bytes();
+    assert!(matches!(
+        log.append_as_leader(stale, 0, AppendOrigin::Client, T0),
+        Err(AppendError::InvalidProducerEpoch {
+            current: 1,
+            found: 0,
+            ..
+        })
+    ));
+    let state = log.producer_state(pid).unwrap().clone();
+    assert_eq!((state.producer_epoch, state.last_seq()), (1, 0));
+
+    // State survives a clean reopen and a crash.
+    log.close().unwrap();
+    let log2 = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    assert_eq!(log2.producer_state(pid), Some(&state));
+    drop(log2);
+    let mut log3 = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    assert_eq!(log3.producer_state(pid), Some(&state));
+    let again = TestBatch::new(1, T0).producer(pid, 1, 0).bytes();
+    assert!(
+        log3.append_as_leader(again, 0, AppendOrigin::Client, T0)
+            .unwrap()
+            .duplicate
+    );
+}
+
+#[test]
+fn duplicates_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let b = TestBatch::new(3, T0).producer(5, 2, 0);
+    let info = log
+        .append_as_leader(b.bytes(), 0, AppendOrigin::Client, T0)
+        .unwrap();
+    drop(log);
+    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let dup = log
+        .append_as_leader(b.bytes(), 0, AppendOrigin::Client, T0)
+        .unwrap();
+    assert!(dup.duplicate);
+    assert_eq!(
+        (dup.first_offset, dup.last_offset),
+        (info.first_offset, info.last_offset)
+    );
+}
+
+#[test]
+fn offset_for_timestamp_and_max_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(2000), T0).unwrap();
+    // Batch i has records with timestamps T0 + 10 i + j for j in 0..count.
+    let appended = fill(&mut log, 100);
+    assert!(log.segment_count() > 3);
+    for (i, (base, count)) in appended.iter().enumerate() {
+        for j in 0..*count {
+            let ts = T0 + i as i64 * 10 + j;
+            let found = log.offset_for_timestamp(ts).unwrap().unwrap();
+            assert_eq!(
+                (found.offset, found.timestamp, found.leader_epoch),
+                (base + j, ts, Some(1))
+            );
+        }
+        // Between batches: the next batch's first record.
+        if i + 1 < appended.len() {
+            let found = log
+                .offset_for_timestamp(T0 + i as i64 * 10 + 5)
+                .unwrap()
+                .unwrap();
+            assert_eq!(found.offset, appended[i + 1].0);
+        }
+    }
+    assert_eq!(log.offset_for_timestamp(T0 + 100_000).unwrap(), None);
+    assert_eq!(log.offset_for_timestamp(0).unwrap().unwrap().offset, 0);
+    let (last_base, last_count) = *appended.last().unwrap();
+    let max = log.max_timestamp_and_offset().unwrap().unwrap();
+    assert_eq!(max.offset, last_base + last_count - 1);
+    assert_eq!(max.timestamp, T0 + 990 + last_count - 1);
+    // An out-of-order timestamp: the max is in an earlier batch.
+    log.append_as_leader(
+        TestBatch::new(2, T0 + 5000).bytes(),
+        1,
+        AppendOrigin::Client,
+        T0,
+    )
+    .unwrap();
+    log.append_as_leader(TestBatch::new(1, T0).bytes(), 1, AppendOrigin::Client, T0)
+        .unwrap();
+    let max = log.max_timestamp_and_offset().unwrap().unwrap();
+    assert_eq!(
+        (max.offset, max.timestamp),
+        (last_base + last_count + 1, T0 + 5001)
+    );
+}
+
+#[test]
+fn truncate_to_and_leader_epochs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(1000), T0).unwrap();
+    for epoch in [1, 1, 2, 2, 2, 5] {
+        for _ in 0..10 {
+            log.append_as_leader(
+                TestBatch::new(2, T0).bytes(),
+                epoch,
+                AppendOrigin::Client,
+                T0,
+            )
+            .unwrap();
+        }
+    }
+    assert_eq!(log.log_end_offset(), 120);
+    assert_eq!(log.latest_epoch(), Some(5));
+    let entries: Vec<_> = log
+        .leader_epoch_cache()
+        .entries()
+        .iter()
+        .map(|e| (e.epoch, e.start_offset))
+        .collect();
+    assert_eq!(entries, vec![(1, 0), (2, 40), (5, 100)]);
+    assert_eq!(log.end_offset_for_epoch(1), (1, 40));
+    assert_eq!(log.end_offset_for_epoch(3), (2, 100));
+    assert_eq!(log.end_offset_for_epoch(5), (5, 120));
+    assert_eq!(
+        log.end_offset_for_epoch(6),
+        (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
+    );
+    log.update_high_watermark(110);
+
+    // Truncating inside a batch removes the whole batch.
+    assert!(log.truncate_to(51, T0).unwrap());
+    assert_eq!(log.log_end_offset(), 50);
+    assert_eq!(log.high_watermark(), 50);
+    assert_eq!(log.latest_epoch(), Some(2));
+    assert_eq!(log.end_offset_for_epoch(2), (2, 50));
+    assert_eq!(read_all(&log, 500).len(), 25);
+    assert!(!log.truncate_to(60, T0).unwrap());
+    let info = log
+        .append_as_leader(TestBatch::new(1, T0).bytes(), 6, AppendOrigin::Client, T0)
+        .unwrap();
+    assert_eq!(info.first_offset, 50);
+    assert_eq!(log.end_offset_for_epoch(2), (2, 50));
+
+    // The epoch cache checkpoint is rebuilt from the batches when it is missing.
+    drop(log);
+    fs::remove_file(dir.path().join(crate::epoch::LEADER_EPOCH_CHECKPOINT_FILE)).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(1000), T0).unwrap();
+    let entries: Vec<_> = log
+        .leader_epoch_cache()
+        .entries()
+        .iter()
+        .map(|e| (e.epoch, e.start_offset))
+        .collect();
+    assert_eq!(entries, vec![(1, 0), (2, 40), (6, 50)]);
+
+    log.truncate_fully_and_start_at(500, T0).unwrap();
+    assert_eq!(
+        (
+            log.log_start_offset(),
+            log.log_end_offset(),
+            log.high_watermark()
+        ),
+        (500, 500, 500)
+    );
+    assert_eq!(log.segment_base_offsets(), vec![500]);
+    assert_eq!(log.latest_epoch(), None);
+    assert!(matches!(
+        log.read(0, 1, i64::MAX, true),
+        Err(ReadError::OffsetOutOfRange { .. })
+    ));
+    log.append_as_leader(TestBatch::new(1, T0).bytes(), 7, AppendOrigin::Client, T0)
+        .unwrap();
+    log.close().unwrap();
+    let log = UnifiedLog::open(dir.path(), config(1000), T0).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (500, 501));
+    log.delete().unwrap();
+    assert!(!dir.path().exists());
+}
+
+#[test]
+fn follower_append_keeps_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut leader = UnifiedLog::open(&dir.path().join("leader"), config(1000), T0).unwrap();
+    fill(&mut leader, 30);
+    let mut follower = UnifiedLog::open(&dir.path().join("follower"), config(1000), T0).unwrap();
+    while follower.log_end_offset() < leader.log_end_offset() {
+        let data = leader
+            .read(follower.log_end_offset(), 300, i64::MAX, true)
+            .unwrap();
+        follower.append_as_follower(data.records, T0).unwrap();
+    }
+    let a: Vec<_> = read_all(&leader, 10_000)
+        .iter()
+        .map(|b| b.as_bytes().clone())
+        .collect();
+    let b: Vec<_> = read_all(&follower, 10_000)
+        .iter()
+        .map(|b| b.as_bytes().clone())
+        .collect();
+    assert_eq!(a, b);
+    assert_eq!(follower.latest_epoch(), Some(1));
+    // Overlapping offsets are refused.
+    let again = leader.read(0, 100, i64::MAX, true).unwrap();
+    assert!(matches!(
+        follower.append_as_follower(again.records, T0),
+        Err(AppendError::OffsetsOutOfOrder { .. })
+    ));
+    // Producer state is replicated too.
+    let b = TestBatch::new(1, T0)
+        .producer(3, 0, 0)
+        .at(follower.log_end_offset(), 2);
+    follower.append_as_follower(b.bytes(), T0).unwrap();
+    assert_eq!(follower.producer_state(3).unwrap().last_seq(), 0);
+    assert_eq!(follower.latest_epoch(), Some(2));
+}

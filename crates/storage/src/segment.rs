@@ -1,0 +1,608 @@
+//! `LogSegment`: one `.log` file of whole record batches with its `.index` and
+//! `.timeindex`, and the recovery of a segment after a crash.
+//!
+//! # Design note: appending, rolling and recovering a segment
+//!
+//! A segment is named by its base offset, zero-padded to 20 digits
+//! (`00000000000000000000.log`). Its `.log` holds batches exactly as they were
+//! produced, with `baseOffset` and `partitionLeaderEpoch` rewritten by the log.
+//!
+//! Append:
+//! 1. The log has validated every batch and assigned its offsets; the segment writes the
+//!    whole record set with one positional write at its end.
+//! 2. For each batch, in order: if the batch's max timestamp is the greatest so far, it
+//!    becomes `max_timestamp_so_far` (with the batch's last offset); if more than
+//!    `index.interval.bytes` were written since the last index entry, the offset index
+//!    gets `(last offset of this batch, its position)` and the time index gets
+//!    `(max_timestamp_so_far, its offset)`.
+//! 3. Nothing is fsynced here; the log decides (`flush.messages`, `flush.ms`, roll).
+//!
+//! Roll: the log rolls before an append that would make the segment exceed
+//! `segment.bytes`, when the first batch is older than `segment.ms`, when an index is
+//! full, or when an offset would not fit the 32-bit relative offset. The old segment
+//! gets a final time-index entry and is fsynced (log and both indexes) before the new
+//! one takes appends, so every segment but the last is durable and complete.
+//!
+//! Recovery of a segment (the last one after an unclean shutdown, or any segment whose
+//! index files are missing or fail their sanity check):
+//! 1. Both indexes are emptied.
+//! 2. Batches are read one by one from position 0. A batch is accepted when its length
+//!    is at least a header and fits in the file, its magic is 2, its CRC32C matches,
+//!    its record count agrees with its offset delta, and its base offset is not below
+//!    the end of the previous batch (nor below the segment's base offset).
+//! 3. Each accepted batch is indexed exactly as append does (step 2 above).
+//! 4. At the first batch that is not accepted, the file is truncated there.
+//!
+//! Why this is correct: the log is append-only and a write that was acknowledged
+//! without fsync may be lost, or half-written, only at the tail: everything before the
+//! tail was written earlier. A torn or zero-filled tail fails the length, magic or CRC
+//! check (the CRC covers every byte but the offset and epoch, which are checked by
+//! monotonicity), so the accepted prefix is exactly the batches that fully reached the
+//! disk, in order, and the truncation removes only bytes no reader could have used.
+//! Indexes are derived data: rebuilding them from the accepted prefix with the append
+//! code gives the same entries append would have written, so lookups after recovery
+//! land where they did before. When recovery of a segment that is not the last one
+//! truncates anything, the log deletes all later segments, since offsets must stay
+//! dense and a hole cannot be filled.
+//!
+//! A segment opened after a clean shutdown is not rescanned: its indexes are checked
+//! (whole entries, increasing, positions inside the file, the last entry naming the
+//! batch at its position) and only the tail after the last index entry is read, header
+//! by header, to find the end offset and the max timestamp.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use rill_protocol::records::batch::{HEADER_LEN, LOG_OVERHEAD};
+use rill_protocol::records::RecordBatch;
+
+use crate::header::BatchHeader;
+use crate::index::{OffsetIndex, TimeIndex};
+use crate::StorageError;
+
+pub const LOG_FILE_SUFFIX: &str = "log";
+pub const INDEX_FILE_SUFFIX: &str = "index";
+pub const TIME_INDEX_FILE_SUFFIX: &str = "timeindex";
+
+/// `<dir>/<base offset, 20 digits>.<suffix>`.
+pub fn segment_file(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
+    dir.join(format!("{base_offset:020}.{suffix}"))
+}
+
+/// A byte range of a segment file: what a sendfile path would transmit.
+#[derive(Debug, Clone)]
+pub struct FileRange {
+    pub file: Arc<File>,
+    pub path: PathBuf,
+    pub position: u64,
+    pub len: u64,
+}
+
+/// Where a fetch started (Kafka's `LogOffsetMetadata`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogOffsetMetadata {
+    pub message_offset: i64,
+    pub segment_base_offset: i64,
+    pub relative_position_in_segment: u64,
+}
+
+/// The result of a read: whole batches, as bytes and as the file range they came from.
+#[derive(Debug, Clone)]
+pub struct FetchDataInfo {
+    pub fetch_offset_metadata: LogOffsetMetadata,
+    /// Whole batches; empty when nothing could be returned.
+    pub records: Bytes,
+    /// The same bytes as a range of the segment file (`None` when empty).
+    pub file_range: Option<FileRange>,
+}
+
+impl FetchDataInfo {
+    pub(crate) fn empty(message_offset: i64, segment_base_offset: i64, position: u64) -> Self {
+        Self {
+            fetch_offset_metadata: LogOffsetMetadata {
+                message_offset,
+                segment_base_offset,
+                relative_position_in_segment: position,
+            },
+            records: Bytes::new(),
+            file_range: None,
+        }
+    }
+}
+
+/// Per-batch facts the segment needs to index an append.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BatchSummary {
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    pub size: u64,
+}
+
+/// What a recovery found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecoveryOutcome {
+    pub truncated_bytes: u64,
+    pub valid_batches: u64,
+}
+
+#[derive(Debug)]
+pub struct LogSegment {
+    base_offset: i64,
+    log_path: PathBuf,
+    log: Arc<File>,
+    size: u64,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    index_interval_bytes: u64,
+    bytes_since_last_index_entry: u64,
+    next_offset: i64,
+    max_timestamp_so_far: i64,
+    offset_of_max_timestamp_so_far: i64,
+    /// Max timestamp of the first batch: what `segment.ms` is measured from, as Kafka's
+    /// `rollingBasedTimestamp`.
+    rolling_based_timestamp: Option<i64>,
+    created_ms: i64,
+    /// Whether both index files existed when the segment was opened.
+    indexes_existed: bool,
+}
+
+impl LogSegment {
+    /// Opens (creating if absent) the segment at `base_offset`. The caller must then call
+    /// [`Self::load`] or [`Self::recover`] before using it.
+    pub(crate) fn open(
+        dir: &Path,
+        base_offset: i64,
+        index_interval_bytes: u64,
+        max_index_bytes: u64,
+        now_ms: i64,
+    ) -> Result<Self, StorageError> {
+        let log_path = segment_file(dir, base_offset, LOG_FILE_SUFFIX);
+        let index_path = segment_file(dir, base_offset, INDEX_FILE_SUFFIX);
+        let time_path = segment_file(dir, base_offset, TIME_INDEX_FILE_SUFFIX);
+        let indexes_existed = index_path.exists() && time_path.exists();
+        let log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&log_path)
+            .map_err(|e| StorageError::io(&log_path, e))?;
+        let size = log
+            .metadata()
+            .map_err(|e| StorageError::io(&log_path, e))?
+            .len();
+        Ok(Self {
+            base_offset,
+            log: Arc::new(log),
+            size,
+            offset_index: OffsetIndex::open(&index_path, base_offset, max_index_bytes)?,
+            time_index: TimeIndex::open(&time_path, base_offset, max_index_bytes)?,
+            log_path,
+            index_interval_bytes,
+            bytes_since_last_index_entry: 0,
+            next_offset: base_offset,
+            max_timestamp_so_far: -1,
+            offset_of_max_timestamp_so_far: -1,
+            rolling_based_timestamp: None,
+            created_ms: now_ms,
+            indexes_existed,
+        })
+    }
+
+    /// Creates an empty segment at `base_offset`, replacing any files left there.
+    pub(crate) fn create(
+        dir: &Path,
+        base_offset: i64,
+        index_interval_bytes: u64,
+        max_index_bytes: u64,
+        now_ms: i64,
+    ) -> Result<Self, StorageError> {
+        for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
+            let p = segment_file(dir, base_offset, suffix);
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StorageError::io(&p, e)),
+            }
+        }
+        Self::open(
+            dir,
+            base_offset,
+            index_interval_bytes,
+            max_index_bytes,
+            now_ms,
+        )
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    /// The offset after the last batch; the base offset when the segment is empty.
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+    pub fn max_timestamp_so_far(&self) -> i64 {
+        self.max_timestamp_so_far
+    }
+    /// Last offset of the first batch that reached `max_timestamp_so_far`.
+    pub fn offset_of_max_timestamp_so_far(&self) -> i64 {
+        self.offset_of_max_timestamp_so_far
+    }
+    pub fn offset_index(&self) -> &OffsetIndex {
+        &self.offset_index
+    }
+    pub fn time_index(&self) -> &TimeIndex {
+        &self.time_index
+    }
+
+    /// Opens a clean segment: checks the indexes and reads the tail after the last index
+    /// entry. Falls back to [`Self::recover`] when anything does not match.
+    pub(crate) fn load(&mut self) -> Result<Option<RecoveryOutcome>, StorageError> {
+        let sane = (self.indexes_existed || self.size == 0)
+            && self.offset_index.sanity_check(self.size.max(1)).is_ok()
+            && self.load_tail()?.is_ok()
+            && self.time_index.sanity_check(self.next_offset).is_ok();
+        if sane {
+            Ok(None)
+        } else {
+            tracing::warn!(segment = %self.log_path.display(), "index missing or inconsistent, rebuilding");
+            self.recover().map(Some)
+        }
+    }
+
+    /// Sets the in-memory tail state (end offset, max timestamp, bytes since the last
+    /// index entry) by reading headers from the last offset-index entry to the end.
+    /// `Ok(Err(reason))` when the file and the indexes disagree.
+    fn load_tail(&mut self) -> Result<Result<(), String>, StorageError> {
+        self.next_offset = self.base_offset;
+        self.rolling_based_timestamp = None;
+        (
+            self.max_timestamp_so_far,
+            self.offset_of_max_timestamp_so_far,
+        ) = self.time_index.last_entry().unwrap_or((-1, -1));
+        if self.size > 0 {
+            match self.read_header(0)? {
+                Some(h) => self.rolling_based_timestamp = Some(h.max_timestamp),
+                None => return Ok(Err("first batch header is torn".into())),
+            }
+        }
+        let (entry_offset, start) = match self.offset_index.last_entry() {
+            Some((o, p)) => (Some(o), u64::from(p)),
+            None => (None, 0),
+        };
+        let mut pos = start;
+        let mut prev_next = self.base_offset;
+        while pos < self.size {
+            let Some(h) = self.read_header(pos)? else {
+                return Ok(Err(format!("torn header at {pos}")));
+            };
+            if h.batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32
+                || pos + h.size() > self.size
+                || h.last_offset_delta < 0
+                || h.base_offset < prev_next
+            {
+                return Ok(Err(format!("bad batch at {pos}")));
+            }
+            if pos == start && entry_offset.is_some_and(|o| o != h.last_offset()) {
+                return Ok(Err("last index entry does not name its batch".into()));
+            }
+            if h.max_timestamp > self.max_timestamp_so_far {
+                self.max_timestamp_so_far = h.max_timestamp;
+                self.offset_of_max_timestamp_so_far = h.last_offset();
+            }
+            prev_next = h.next_offset();
+            pos += h.size();
+        }
+        self.next_offset = prev_next;
+        if entry_offset.is_some() && self.next_offset == self.base_offset {
+            return Ok(Err("index entries in an empty segment".into()));
+        }
+        self.bytes_since_last_index_entry = self.size - start;
+        Ok(Ok(()))
+    }
+
+    /// Rebuilds the indexes from the log, validating every batch and truncating the file
+    /// at the first torn or corrupt one. See the design note.
+    pub(crate) fn recover(&mut self) -> Result<RecoveryOutcome, StorageError> {
+        self.offset_index.reset()?;
+        self.time_index.reset()?;
+        self.next_offset = self.base_offset;
+        self.max_timestamp_so_far = -1;
+        self.offset_of_max_timestamp_so_far = -1;
+        self.rolling_based_timestamp = None;
+        self.bytes_since_last_index_entry = 0;
+        let mut pos = 0u64;
+        let mut valid_batches = 0u64;
+        let mut buf = Vec::new();
+        while pos < self.size {
+            let Some(h) = self.read_header(pos)? else {
+                break;
+            };
+            if h.batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32
+                || pos + h.size() > self.size
+                || h.base_offset < self.next_offset
+                || h.last_offset() - self.base_offset > i64::from(u32::MAX)
+            {
+                break;
+            }
+            // The length was checked against the file size, so this allocation is
+            // bounded by what is on disk.
+            buf.resize(h.size() as usize, 0);
+            self.log
+                .read_exact_at(&mut buf, pos)
+                .map_err(|e| StorageError::io(&self.log_path, e))?;
+            let valid = RecordBatch::new(Bytes::copy_from_slice(&buf))
+                .and_then(|b| b.validate())
+                .is_ok();
+            if !valid {
+                break;
+            }
+            self.index_batch(
+                BatchSummary {
+                    last_offset: h.last_offset(),
+                    max_timestamp: h.max_timestamp,
+                    size: h.size(),
+                },
+                pos,
+            )?;
+            valid_batches += 1;
+            pos += h.size();
+        }
+        let truncated_bytes = self.size - pos;
+        if truncated_bytes > 0 {
+            tracing::warn!(
+                segment = %self.log_path.display(),
+                position = pos,
+                truncated_bytes,
+                "truncating torn or corrupt tail"
+            );
+            self.log
+                .set_len(pos)
+                .map_err(|e| StorageError::io(&self.log_path, e))?;
+            self.size = pos;
+        }
+        Ok(RecoveryOutcome {
+            truncated_bytes,
+            valid_batches,
+        })
+    }
+
+    /// Reads the header of the batch at `pos`; `None` when fewer than a header's bytes
+    /// remain in the file.
+    pub(crate) fn read_header(&self, pos: u64) -> Result<Option<BatchHeader>, StorageError> {
+        if pos + HEADER_LEN as u64 > self.size {
+            return Ok(None);
+        }
+        let mut b = [0u8; HEADER_LEN];
+        self.log
+            .read_exact_at(&mut b, pos)
+            .map_err(|e| StorageError::io(&self.log_path, e))?;
+        Ok(Some(BatchHeader::parse(&b)))
+    }
+
+    /// Reads the whole batch at `pos` (whose header has been read).
+    pub(crate) fn read_batch(
+        &self,
+        pos: u64,
+        h: &BatchHeader,
+    ) -> Result<Option<RecordBatch>, StorageError> {
+        if pos + h.size() > self.size {
+            return Ok(None);
+        }
+        let mut buf = vec![0u8; h.size() as usize];
+        self.log
+            .read_exact_at(&mut buf, pos)
+            .map_err(|e| StorageError::io(&self.log_path, e))?;
+        Ok(RecordBatch::new(Bytes::from(buf)).ok())
+    }
+
+    /// Calls `f(position, header)` for each batch from `pos` to the end of the segment.
+    pub(crate) fn for_each_header(
+        &self,
+        mut pos: u64,
+        mut f: impl FnMut(u64, &BatchHeader) -> bool,
+    ) -> Result<(), StorageError> {
+        while let Some(h) = self.read_header(pos)? {
+            if h.size() < HEADER_LEN as u64 || !f(pos, &h) {
+                break;
+            }
+            pos += h.size();
+        }
+        Ok(())
+    }
+
+    fn index_batch(&mut self, b: BatchSummary, position: u64) -> Result<(), StorageError> {
+        if b.max_timestamp > self.max_timestamp_so_far {
+            self.max_timestamp_so_far = b.max_timestamp;
+            self.offset_of_max_timestamp_so_far = b.last_offset;
+        }
+        if self.bytes_since_last_index_entry > self.index_interval_bytes {
+            // Positions fit in u32: segment.bytes is capped at i32::MAX by LogConfig.
+            let position = u32::try_from(position).unwrap_or(u32::MAX);
+            self.offset_index.append(b.last_offset, position)?;
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far,
+                self.offset_of_max_timestamp_so_far,
+                false,
+            )?;
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.bytes_since_last_index_entry += b.size;
+        if self.rolling_based_timestamp.is_none() {
+            self.rolling_based_timestamp = Some(b.max_timestamp);
+        }
+        self.next_offset = b.last_offset + 1;
+        Ok(())
+    }
+
+    /// Appends a validated record set whose batches are summarised by `batches`.
+    pub(crate) fn append(
+        &mut self,
+        records: &[u8],
+        batches: &[BatchSummary],
+    ) -> Result<(), StorageError> {
+        self.log
+            .write_all_at(records, self.size)
+            .map_err(|e| StorageError::io(&self.log_path, e))?;
+        let mut pos = self.size;
+        self.size += records.len() as u64;
+        for b in batches {
+            self.index_batch(*b, pos)?;
+            pos += b.size;
+        }
+        Ok(())
+    }
+
+    /// Whether `segment.ms` has passed for this segment, Kafka's way: measured from the
+    /// first batch's timestamp to the incoming batch's when both are known, otherwise
+    /// from the segment's creation to now.
+    pub(crate) fn time_waited_for_roll(&self, now_ms: i64, incoming_max_timestamp: i64) -> i64 {
+        match self.rolling_based_timestamp {
+            Some(t) if t >= 0 && incoming_max_timestamp >= 0 => incoming_max_timestamp - t,
+            _ => now_ms - self.created_ms,
+        }
+    }
+
+    pub(crate) fn indexes_full(&self) -> bool {
+        self.offset_index.is_full() || self.time_index.is_full()
+    }
+
+    /// Position of the first batch whose last offset is `>= offset`, with its header.
+    pub(crate) fn translate_offset(
+        &self,
+        offset: i64,
+    ) -> Result<Option<(u64, BatchHeader)>, StorageError> {
+        let (_, start) = self.offset_index.lookup(offset);
+        let mut found = None;
+        self.for_each_header(u64::from(start), |pos, h| {
+            if h.last_offset() >= offset {
+                found = Some((pos, *h));
+                false
+            } else {
+                true
+            }
+        })?;
+        Ok(found)
+    }
+
+    /// Whole batches from the one containing `start_offset`: see `UnifiedLog::read`.
+    /// `None` when this segment has no batch at or after `start_offset`.
+    pub(crate) fn read(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+    ) -> Result<Option<FetchDataInfo>, StorageError> {
+        let Some((start_pos, first)) = self.translate_offset(start_offset)? else {
+            return Ok(None);
+        };
+        let mut info = FetchDataInfo::empty(start_offset, self.base_offset, start_pos);
+        if first.last_offset() >= max_offset {
+            return Ok(Some(info));
+        }
+        let mut want = max_bytes as u64;
+        if min_one_message {
+            want = want.max(first.size());
+        }
+        let want = want.min(self.size - start_pos);
+        if want < first.size() {
+            return Ok(Some(info));
+        }
+        // One read of up to `want` bytes, then trimmed to whole batches below max_offset.
+        let mut buf = BytesMut::zeroed(want as usize);
+        self.log
+            .read_exact_at(&mut buf, start_pos)
+            .map_err(|e| StorageError::io(&self.log_path, e))?;
+        let mut end = 0usize;
+        while end + HEADER_LEN <= buf.len() {
+            let mut hb = [0u8; HEADER_LEN];
+            hb.copy_from_slice(&buf[end..end + HEADER_LEN]);
+            let h = BatchHeader::parse(&hb);
+            let size = h.size() as usize;
+            if size < HEADER_LEN || end + size > buf.len() || h.last_offset() >= max_offset {
+                break;
+            }
+            end += size;
+        }
+        buf.truncate(end);
+        info.records = buf.freeze();
+        if end > 0 {
+            info.file_range = Some(FileRange {
+                file: Arc::clone(&self.log),
+                path: self.log_path.clone(),
+                position: start_pos,
+                len: end as u64,
+            });
+        }
+        Ok(Some(info))
+    }
+
+    /// Removes every batch from the one containing `offset` on; returns the bytes removed.
+    pub(crate) fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<u64, StorageError> {
+        let Some((pos, _)) = self.translate_offset(offset)? else {
+            return Ok(0);
+        };
+        self.offset_index.truncate_to(offset)?;
+        self.time_index.truncate_to(offset)?;
+        self.log
+            .set_len(pos)
+            .map_err(|e| StorageError::io(&self.log_path, e))?;
+        let removed = self.size - pos;
+        self.size = pos;
+        if self.size == 0 {
+            self.created_ms = now_ms;
+        }
+        if let Err(reason) = self.load_tail()? {
+            // The indexes were just truncated consistently; a mismatch means the file
+            // changed under us, so rebuild rather than trust either.
+            tracing::warn!(segment = %self.log_path.display(), %reason, "rebuilding after truncation");
+            self.recover()?;
+        }
+        Ok(removed)
+    }
+
+    /// Called when the segment stops being the active one: the final time-index entry
+    /// (so that the index knows the segment's max timestamp), then fsync.
+    pub(crate) fn on_become_inactive(&mut self) -> Result<(), StorageError> {
+        self.time_index.maybe_append(
+            self.max_timestamp_so_far,
+            self.offset_of_max_timestamp_so_far,
+            true,
+        )?;
+        self.flush()
+    }
+
+    pub(crate) fn flush(&self) -> Result<(), StorageError> {
+        self.log
+            .sync_data()
+            .map_err(|e| StorageError::io(&self.log_path, e))?;
+        self.offset_index.flush()?;
+        self.time_index.flush()
+    }
+
+    /// Deletes the segment's three files.
+    pub(crate) fn delete(self) -> Result<(), StorageError> {
+        for p in [
+            &self.log_path,
+            self.offset_index.path(),
+            self.time_index.path(),
+        ] {
+            match fs::remove_file(p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StorageError::io(p, e)),
+            }
+        }
+        Ok(())
+    }
+}
