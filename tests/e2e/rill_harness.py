@@ -49,6 +49,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def is_ready_line(line: str, ready_line: str) -> bool:
+    """`rill listening on 127.0.0.1:PORT`, alone or followed by more words (but not digits)."""
+    line = line.strip()
+    return line == ready_line or line.startswith(ready_line + " ")
+
+
 def _die_with_parent() -> None:
     """Runs in the child before exec: SIGKILL it if pytest dies, so nothing outlives a run."""
     try:
@@ -144,7 +150,9 @@ class RillServer:
         ready_line = f"rill listening on {self.bootstrap}"
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
-            if any(line.strip() == ready_line for line in self._log_since_start().splitlines()):
+            if any(
+                is_ready_line(line, ready_line) for line in self._log_since_start().splitlines()
+            ):
                 return
             if self.process.poll() is not None:
                 code = self.process.returncode

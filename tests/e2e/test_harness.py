@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rill_harness import HarnessError, RillServer, free_port
+from rill_harness import HarnessError, RillServer, free_port, is_ready_line
 
 FAKE = Path(__file__).with_name("fake_rill.py")
 
@@ -53,6 +53,14 @@ def test_free_port_is_bindable():
     assert 1024 <= port <= 65535
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_ready_line_matches_whole_address_only():
+    ready = "rill listening on 127.0.0.1:9092"
+    assert is_ready_line("rill listening on 127.0.0.1:9092\n", ready)
+    assert is_ready_line("rill listening on 127.0.0.1:9092 (data in /tmp/x)", ready)
+    assert not is_ready_line("rill listening on 127.0.0.1:90921", ready)
+    assert not is_ready_line("not rill listening on 127.0.0.1:9092", ready)
 
 
 def test_fixture_starts_restarts_and_stops(rill_factory, fake_binary):
