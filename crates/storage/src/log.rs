@@ -246,11 +246,22 @@ impl UnifiedLog {
         let rebuild_epochs = loaded_cache.is_none();
         let mut leader_epoch_cache =
             loaded_cache.unwrap_or_else(|| LeaderEpochFileCache::empty(dir));
-        let mut producer_state = ProducerStateManager::default();
+        let snapshot = if clean {
+            ProducerStateManager::read_snapshot(dir, log_end)?
+        } else {
+            None
+        };
+        let replay_producers = snapshot.is_none();
+        let mut producer_state = snapshot.unwrap_or_default();
         for seg in segments.values() {
+            if !replay_producers && !rebuild_epochs {
+                break;
+            }
             seg.for_each_header(0, |_, h| {
                 if h.last_offset() >= log_start_offset {
-                    producer_state.replay(h);
+                    if replay_producers {
+                        producer_state.replay(h);
+                    }
                     if rebuild_epochs {
                         leader_epoch_cache.assign(
                             h.partition_leader_epoch,
@@ -267,7 +278,9 @@ impl UnifiedLog {
             leader_epoch_cache.flush()?;
         }
 
-        // 5. From now on a crash is an unclean shutdown.
+        // 5. From now on a crash is an unclean shutdown, and the producer snapshot is
+        //    stale as soon as anything is appended.
+        ProducerStateManager::delete_snapshots(dir, None)?;
         if clean {
             fs::remove_file(&marker).map_err(|e| StorageError::io(&marker, e))?;
             checkpoint::sync_dir(dir)?;
@@ -837,7 +850,7 @@ impl UnifiedLog {
             return Ok(false);
         }
         let first_base = self.segments.first_key_value().map_or(0, |(b, _)| *b);
-        if target_offset <= first_base || target_offset < self.log_start_offset {
+        if target_offset <= first_base {
             self.truncate_fully_and_start_at(target_offset.max(0), now_ms)?;
             return Ok(true);
         }
@@ -859,6 +872,8 @@ impl UnifiedLog {
         if self.leader_epoch_cache.truncate_from_end(log_end) {
             self.leader_epoch_cache.flush()?;
         }
+        // As Kafka: a truncation below the log start moves the log start down with it.
+        self.log_start_offset = self.log_start_offset.min(log_end);
         self.rebuild_producer_state()?;
         self.high_watermark = self.high_watermark.min(log_end);
         self.recovery_point = self.recovery_point.min(log_end);
@@ -970,6 +985,8 @@ impl UnifiedLog {
         self.checkpoint_high_watermark()?;
         checkpoint::write_offset(&self.dir.join(LOG_START_OFFSET_FILE), self.log_start_offset)?;
         self.leader_epoch_cache.flush()?;
+        self.producer_state
+            .write_snapshot(&self.dir, self.log_end_offset())?;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         fs::File::create(&marker)
             .and_then(|f| f.sync_all())

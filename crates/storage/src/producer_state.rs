@@ -15,15 +15,28 @@
 //! 4. Coordinator and replication appends do not check sequences.
 //!
 //! State is changed only after the whole record set passed validation (the log works on
-//! copies of the entries it touches), and it is rebuilt on open by reading the batch
-//! headers of the log in order, applying each as a replicated batch.
+//! copies of the entries it touches). A clean close writes a snapshot,
+//! `<log end offset, 20 digits>.snapshot` (the checkpoint text format: one line per
+//! producer, `producerId epoch lastTimestamp n` then `lastSeq lastOffset offsetDelta
+//! timestamp` for each remembered batch); the next open loads it when its offset is the
+//! log end and deletes it, so a snapshot on disk is always the state of the last clean
+//! close. Otherwise the state is rebuilt by reading the batch headers of the log in
+//! order, applying each as a replicated batch; both give the same state, since live
+//! appends and replay go through the same `validate_and_stage`.
 //! Transactions (ongoing transaction first offsets, the last stable offset) and
 //! producer-id expiration are not tracked yet.
 
 use std::collections::{HashMap, VecDeque};
 
+use std::fs;
+use std::path::Path;
+
 use crate::error::AppendError;
 use crate::header::BatchHeader;
+use crate::segment::segment_file;
+use crate::{checkpoint, StorageError};
+
+pub const PRODUCER_SNAPSHOT_SUFFIX: &str = "snapshot";
 
 /// How many batches per producer are remembered for duplicate detection (Kafka's
 /// `NUM_BATCHES_TO_RETAIN`, and the client's max in-flight requests).
@@ -288,6 +301,99 @@ impl ProducerStateManager {
     /// Applies what [`Self::validate_and_stage`] staged, once the append succeeded.
     pub(crate) fn apply(&mut self, info: ProducerAppendInfo) {
         self.producers.extend(info.updated);
+    }
+
+    /// Writes the snapshot of the state at `offset` (the log end) and removes older ones.
+    pub(crate) fn write_snapshot(&self, dir: &Path, offset: i64) -> Result<(), StorageError> {
+        let mut ids: Vec<_> = self.producers.keys().copied().collect();
+        ids.sort_unstable();
+        let mut lines = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(e) = self.producers.get(&id) else {
+                continue;
+            };
+            let mut line = format!(
+                "{} {} {} {}",
+                e.producer_id,
+                e.producer_epoch,
+                e.last_timestamp,
+                e.batches.len()
+            );
+            for b in &e.batches {
+                line.push_str(&format!(
+                    " {} {} {} {}",
+                    b.last_seq, b.last_offset, b.offset_delta, b.timestamp
+                ));
+            }
+            lines.push(line);
+        }
+        let path = segment_file(dir, offset, PRODUCER_SNAPSHOT_SUFFIX);
+        checkpoint::write(&path, &lines)?;
+        Self::delete_snapshots(dir, Some(&path))
+    }
+
+    /// Loads the snapshot taken at `offset`; `None` when there is none or it is corrupt.
+    pub(crate) fn read_snapshot(dir: &Path, offset: i64) -> Result<Option<Self>, StorageError> {
+        let path = segment_file(dir, offset, PRODUCER_SNAPSHOT_SUFFIX);
+        let lines = match checkpoint::read(&path) {
+            Ok(Some(lines)) => lines,
+            Ok(None) | Err(StorageError::Corrupt { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut producers = HashMap::with_capacity(lines.len());
+        for f in lines {
+            let header = f.get(..4).and_then(|h| {
+                Some((
+                    h[0],
+                    i16::try_from(h[1]).ok()?,
+                    h[2],
+                    usize::try_from(h[3]).ok()?,
+                ))
+            });
+            let Some((producer_id, producer_epoch, last_timestamp, n)) = header else {
+                return Ok(None);
+            };
+            if n > NUM_BATCHES_TO_RETAIN || f.len() != 4 + 4 * n {
+                return Ok(None);
+            }
+            let mut batches = VecDeque::with_capacity(n);
+            for b in f[4..].chunks_exact(4) {
+                let (Ok(last_seq), Ok(offset_delta)) = (i32::try_from(b[0]), i32::try_from(b[2]))
+                else {
+                    return Ok(None);
+                };
+                batches.push_back(BatchMetadata {
+                    last_seq,
+                    last_offset: b[1],
+                    offset_delta,
+                    timestamp: b[3],
+                });
+            }
+            producers.insert(
+                producer_id,
+                ProducerStateEntry {
+                    producer_id,
+                    producer_epoch,
+                    batches,
+                    last_timestamp,
+                },
+            );
+        }
+        Ok(Some(Self { producers }))
+    }
+
+    /// Removes every snapshot in `dir` but `keep`.
+    pub(crate) fn delete_snapshots(dir: &Path, keep: Option<&Path>) -> Result<(), StorageError> {
+        for entry in fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
+            let path = entry.map_err(|e| StorageError::io(dir, e))?.path();
+            let is_snapshot = path
+                .extension()
+                .is_some_and(|e| e == PRODUCER_SNAPSHOT_SUFFIX);
+            if is_snapshot && Some(path.as_path()) != keep {
+                fs::remove_file(&path).map_err(|e| StorageError::io(&path, e))?;
+            }
+        }
+        Ok(())
     }
 
     /// Applies a batch read back from the log (recovery, truncation): as replication.

@@ -485,7 +485,16 @@ fn idempotent_producer_duplicates_gaps_and_fencing() {
     assert_eq!((state.producer_epoch, state.last_seq()), (1, 0));
 
     // State survives a clean reopen and a crash.
+    let end = log.log_end_offset();
     log.close().unwrap();
+    let snapshot = crate::segment::segment_file(dir.path(), end, "snapshot");
+    assert!(snapshot.exists());
+    let log2 = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    assert!(!snapshot.exists(), "a snapshot is consumed by open");
+    assert_eq!(log2.producer_state(pid), Some(&state));
+    log2.close().unwrap();
+    // A corrupt snapshot falls back to reading the log.
+    fs::write(&snapshot, "0\n1\n1000 x\n").unwrap();
     let log2 = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
     assert_eq!(log2.producer_state(pid), Some(&state));
     drop(log2);
@@ -685,4 +694,57 @@ fn follower_append_keeps_offsets() {
     follower.append_as_follower(b.bytes(), T0).unwrap();
     assert_eq!(follower.producer_state(3).unwrap().last_seq(), 0);
     assert_eq!(follower.latest_epoch(), Some(2));
+}
+
+#[test]
+fn corruption_in_an_older_segment_drops_the_later_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(2000), T0).unwrap();
+    fill(&mut log, 60);
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() >= 4);
+    log.close().unwrap();
+    // Flip a byte in the middle of the second segment and lose its index, so that it is
+    // rebuilt (and validated) at open.
+    let seg = crate::segment::segment_file(dir.path(), bases[1], "log");
+    let mut data = fs::read(&seg).unwrap();
+    let mid = data.len() / 2;
+    data[mid] ^= 0x55;
+    fs::write(&seg, &data).unwrap();
+    fs::remove_file(crate::segment::segment_file(dir.path(), bases[1], "index")).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(2000), T0).unwrap();
+    assert_eq!(log.segment_base_offsets(), bases[..2].to_vec());
+    let end = log.log_end_offset();
+    assert!(end > bases[1] && end < bases[2]);
+    let all = read_all(&log, 1000);
+    assert_eq!(all.last().unwrap().next_offset(), end);
+    let info = log
+        .append_as_leader(TestBatch::new(1, T0).bytes(), 1, AppendOrigin::Client, T0)
+        .unwrap();
+    assert_eq!(info.first_offset, end);
+}
+
+#[test]
+fn truncate_below_the_log_start_moves_it_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(1000), T0).unwrap();
+    fill(&mut log, 40);
+    log.update_high_watermark(80);
+    assert!(log.maybe_increment_log_start_offset(60).unwrap());
+    assert!(matches!(
+        log.read(59, 1, i64::MAX, true),
+        Err(ReadError::OffsetOutOfRange { .. })
+    ));
+    let info = log.read(60, 1, i64::MAX, true).unwrap();
+    assert!(batches(&info.records)[0].last_offset() >= 60);
+    assert!(log.truncate_to(50, T0).unwrap());
+    assert!(log.log_end_offset() <= 50);
+    assert_eq!(
+        log.log_start_offset(),
+        log.log_start_offset().min(log.log_end_offset())
+    );
+    assert!(log.log_start_offset() <= log.log_end_offset());
+    log.close().unwrap();
+    let log = UnifiedLog::open(dir.path(), config(1000), T0).unwrap();
+    assert!(log.log_start_offset() <= log.log_end_offset());
 }
