@@ -307,6 +307,14 @@ impl UnifiedLog {
         })
     }
 
+    /// Applies changed topic configs (IncrementalAlterConfigs); they take effect from the
+    /// next append.
+    pub fn update_config(&mut self, config: LogConfig) -> Result<(), StorageError> {
+        config.validate()?;
+        self.config = config;
+        Ok(())
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -409,6 +417,9 @@ impl UnifiedLog {
     /// its producer already wrote it, assigns offsets from the log end by rewriting each
     /// batch's `baseOffset` and `partitionLeaderEpoch` in place (and `maxTimestamp` under
     /// LogAppendTime), then writes it.
+    ///
+    /// `origin` is `Client` or `Coordinator`; `Replication` belongs to
+    /// [`Self::append_as_follower`] and is treated as `Coordinator` here.
     ///
     /// A record set from a client is normally one batch (Kafka refuses more for magic 2);
     /// several are accepted, but a duplicate is only recognised as the whole set.

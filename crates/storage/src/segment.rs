@@ -322,7 +322,6 @@ impl LogSegment {
         self.bytes_since_last_index_entry = 0;
         let mut pos = 0u64;
         let mut valid_batches = 0u64;
-        let mut buf = Vec::new();
         while pos < self.size {
             let Some(h) = self.read_header(pos)? else {
                 break;
@@ -336,11 +335,11 @@ impl LogSegment {
             }
             // The length was checked against the file size, so this allocation is
             // bounded by what is on disk.
-            buf.resize(h.size() as usize, 0);
+            let mut buf = vec![0u8; h.size() as usize];
             self.log
                 .read_exact_at(&mut buf, pos)
                 .map_err(|e| StorageError::io(&self.log_path, e))?;
-            let valid = RecordBatch::new(Bytes::copy_from_slice(&buf))
+            let valid = RecordBatch::new(Bytes::from(buf))
                 .and_then(|b| b.validate())
                 .is_ok();
             if !valid {

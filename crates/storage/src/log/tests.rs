@@ -748,3 +748,29 @@ fn truncate_below_the_log_start_moves_it_down() {
     let log = UnifiedLog::open(dir.path(), config(1000), T0).unwrap();
     assert!(log.log_start_offset() <= log.log_end_offset());
 }
+
+#[test]
+fn follower_gaps_are_kept_and_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let mut set = TestBatch::new(2, T0).at(0, 3).build();
+    set.extend(TestBatch::new(2, T0).at(10, 3).build());
+    let info = log.append_as_follower(Bytes::from(set), T0).unwrap();
+    assert_eq!(
+        (info.first_offset, info.last_offset, log.log_end_offset()),
+        (0, 11, 12)
+    );
+    let bs = batches(&log.read(5, usize::MAX, i64::MAX, false).unwrap().records);
+    assert_eq!(bs[0].base_offset(), 10);
+    // A gap wider than a relative offset rolls a new segment at the batch.
+    let far = i64::from(u32::MAX) + 100;
+    log.append_as_follower(TestBatch::new(1, T0).at(far, 4).bytes(), T0)
+        .unwrap();
+    assert_eq!(log.segment_base_offsets(), vec![0, far]);
+    let bs = batches(&log.read(12, usize::MAX, i64::MAX, false).unwrap().records);
+    assert_eq!(bs[0].base_offset(), far);
+    log.close().unwrap();
+    let log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    assert_eq!(log.log_end_offset(), far + 1);
+    assert_eq!(log.end_offset_for_epoch(3), (3, far));
+}
