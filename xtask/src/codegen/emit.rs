@@ -950,6 +950,26 @@ impl<'a> Emitter<'a> {
         Ok(())
     }
 
+    /// `RandomValue` impls for every struct of the message (test support).
+    pub fn emit_random(&self, module: &str) -> String {
+        let mut out = String::new();
+        for def in &self.structs {
+            let _ = write!(
+                out,
+                "impl RandomValue for {module}::{} {{ fn random(rng: &mut Rng) -> Self {{ Self {{",
+                def.name
+            );
+            for f in &def.fields {
+                let _ = write!(out, "{}: RandomValue::random(rng),", field_ident(&f.name));
+            }
+            if self.has_flexible {
+                out.push_str("unknown_tagged_fields: random_unknown_tagged_fields(rng),");
+            }
+            out.push_str("} } }\n\n");
+        }
+        out
+    }
+
     /// The whole module file (unformatted). `response` names the response type's path for a
     /// request's `Request` impl.
     pub fn emit_module(&self, source_path: &str, response: Option<&str>) -> anyhow::Result<String> {

@@ -1,0 +1,237 @@
+//! Golden bytes: frames as real clients put them on the wire, assembled by hand from the
+//! specs, decoded and re-encoded byte for byte.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "helpers of tests"
+)]
+
+use bytes::{BufMut, Bytes, BytesMut};
+use rill_protocol::generated::api_versions_response::ApiVersion;
+use rill_protocol::generated::metadata_request::MetadataRequestTopic;
+use rill_protocol::generated::*;
+use rill_protocol::primitives::{Decodable, Encodable, Uuid};
+use rill_protocol::{
+    begin_frame, decode_frame, decode_request_header, end_frame, ApiKey, RequestBody,
+};
+
+/// Frames `header` + `body` as a client would.
+fn frame(header: &RequestHeader, header_version: i16, body: &RequestBody, version: i16) -> Bytes {
+    let mut buf = BytesMut::new();
+    let start = begin_frame(&mut buf);
+    header.encode(&mut buf, header_version).unwrap();
+    body.encode(&mut buf, version).unwrap();
+    end_frame(&mut buf, start);
+    buf.freeze()
+}
+
+/// Reads a whole frame the way the broker does and checks that it re-encodes identically.
+fn read_frame(wire: &[u8]) -> (RequestHeader, RequestBody) {
+    let mut buf = BytesMut::from(wire);
+    let body = decode_frame(&mut buf, 1 << 20)
+        .unwrap()
+        .expect("a complete frame");
+    assert!(buf.is_empty());
+    let mut body = body.freeze();
+    let (header, key) = decode_request_header(&mut body).unwrap();
+    let key = key.expect("a known api key");
+    let request = RequestBody::decode(key, header.request_api_version, &mut body).unwrap();
+    assert!(body.is_empty(), "{} bytes left over", body.len());
+    let header_version = key.request_header_version(header.request_api_version);
+    assert_eq!(
+        &frame(
+            &header,
+            header_version,
+            &request,
+            header.request_api_version
+        )[..],
+        wire
+    );
+    (header, request)
+}
+
+#[test]
+fn librdkafka_api_versions_v3() {
+    #[rustfmt::skip]
+    let wire: &[u8] = &[
+        0, 0, 0, 36,                    // frame size
+        0, 18, 0, 3,                    // ApiVersions v3 -> request header v2
+        0, 0, 0, 1,                     // correlation id
+        0, 7, b'r', b'd', b'k', b'a', b'f', b'k', b'a', // client id: a classic string even in v2
+        0,                              // header tagged fields
+        11, b'l', b'i', b'b', b'r', b'd', b'k', b'a', b'f', b'k', b'a', // compact string
+        6, b'2', b'.', b'3', b'.', b'0',
+        0,                              // body tagged fields
+    ];
+    let (header, body) = read_frame(wire);
+    assert_eq!(header.request_api_key, 18);
+    assert_eq!(header.correlation_id, 1);
+    assert_eq!(header.client_id.as_deref(), Some("rdkafka"));
+    let RequestBody::ApiVersions(req) = body else {
+        panic!("{body:?}")
+    };
+    assert_eq!(req.client_software_name, "librdkafka");
+    assert_eq!(req.client_software_version, "2.3.0");
+    assert_eq!(ApiKey::ApiVersions.request_header_version(3), 2);
+}
+
+#[test]
+fn api_versions_v0_has_an_empty_body() {
+    let wire: &[u8] = &[0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 9, 0xff, 0xff];
+    let (header, body) = read_frame(wire);
+    assert_eq!(header.client_id, None);
+    assert_eq!(
+        body,
+        RequestBody::ApiVersions(ApiVersionsRequest::default())
+    );
+}
+
+#[test]
+fn api_versions_response_v3_uses_header_v0_and_tagged_fields() {
+    assert_eq!(ApiKey::ApiVersions.response_header_version(3), 0);
+    let response = ApiVersionsResponse {
+        api_keys: vec![ApiVersion {
+            api_key: 3,
+            min_version: 0,
+            max_version: 12,
+            ..Default::default()
+        }],
+        finalized_features_epoch: 5,
+        ..Default::default()
+    };
+    let mut buf = BytesMut::new();
+    let start = begin_frame(&mut buf);
+    ResponseHeader {
+        correlation_id: 1,
+        ..Default::default()
+    }
+    .encode(&mut buf, 0)
+    .unwrap();
+    response.encode(&mut buf, 3).unwrap();
+    end_frame(&mut buf, start);
+    #[rustfmt::skip]
+    let expected: &[u8] = &[
+        0, 0, 0, 29,
+        0, 0, 0, 1,                 // response header v0: correlation id only
+        0, 0,                       // error code
+        2, 0, 3, 0, 0, 0, 12, 0,    // one api key (compact array), its tagged fields
+        0, 0, 0, 0,                 // throttle time
+        1,                          // one tagged field: FinalizedFeaturesEpoch (tag 1)
+        1, 8, 0, 0, 0, 0, 0, 0, 0, 5,
+    ];
+    assert_eq!(&buf[..], expected);
+    let mut body = Bytes::copy_from_slice(&expected[8..]);
+    assert_eq!(ApiVersionsResponse::decode(&mut body, 3).unwrap(), response);
+}
+
+#[test]
+fn metadata_v0() {
+    #[rustfmt::skip]
+    let wire: &[u8] = &[
+        0, 0, 0, 20,
+        0, 3, 0, 0, 0, 0, 0, 7, 0, 1, b'c', // header v1
+        0, 0, 0, 1, 0, 3, b'f', b'o', b'o', // one topic, classic string
+    ];
+    let (_, body) = read_frame(wire);
+    let RequestBody::Metadata(req) = body else {
+        panic!()
+    };
+    assert_eq!(req.topics.unwrap()[0].name.as_deref(), Some("foo"));
+}
+
+#[test]
+fn metadata_v12() {
+    #[rustfmt::skip]
+    let wire: &[u8] = &[
+        0, 0, 0, 37,
+        0, 3, 0, 12, 0, 0, 0, 7, 0, 1, b'c', 0,      // header v2
+        2,                                           // one topic (compact array)
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, // topic id: none
+        4, b'f', b'o', b'o', 0,                      // name, topic tagged fields
+        1, 0,                                        // allow auto-create, topic authorized ops
+        0,                                           // tagged fields
+    ];
+    let (header, body) = read_frame(wire);
+    assert_eq!(header.request_api_version, 12);
+    let expected = MetadataRequest {
+        topics: Some(vec![MetadataRequestTopic {
+            topic_id: Uuid::ZERO,
+            name: Some("foo".into()),
+            ..Default::default()
+        }]),
+        allow_auto_topic_creation: true,
+        ..Default::default()
+    };
+    assert_eq!(body, RequestBody::Metadata(expected));
+
+    // All topics: a null array.
+    let mut buf = BytesMut::new();
+    MetadataRequest {
+        topics: None,
+        ..Default::default()
+    }
+    .encode(&mut buf, 12)
+    .unwrap();
+    assert_eq!(&buf[..], &[0, 1, 0, 0]);
+    // v0 has no null: "all topics" is the empty array there.
+    assert!(MetadataRequest {
+        topics: None,
+        ..Default::default()
+    }
+    .encode(&mut BytesMut::new(), 0)
+    .is_err());
+}
+
+#[test]
+fn controlled_shutdown_v0_uses_header_v0() {
+    assert_eq!(ApiKey::ControlledShutdown.request_header_version(0), 0);
+    assert_eq!(ApiKey::ControlledShutdown.request_header_version(1), 1);
+    // Header v0 has no client id.
+    let mut body = Bytes::from_static(&[0, 7, 0, 0, 0, 0, 0, 9, 0, 0, 0, 1]);
+    let (header, key) = decode_request_header(&mut body).unwrap();
+    assert_eq!(
+        (key, header.correlation_id, header.client_id.as_deref()),
+        (Some(ApiKey::ControlledShutdown), 9, Some(""))
+    );
+    assert_eq!(&body[..], &[0, 0, 0, 1]); // broker id
+}
+
+#[test]
+fn unknown_api_key_still_yields_the_correlation_id() {
+    let mut body = Bytes::from_static(&[0x7f, 0x00, 0, 1, 0, 0, 0, 42, 0, 1, b'x', 0xde, 0xad]);
+    let (header, key) = decode_request_header(&mut body).unwrap();
+    assert_eq!(
+        (key, header.correlation_id, header.client_id.as_deref()),
+        (None, 42, Some("x"))
+    );
+    // Garbage after the correlation id: the fixed part alone.
+    let mut body = Bytes::from_static(&[0x7f, 0x00, 0, 1, 0, 0, 0, 43, 0x7f]);
+    let (header, key) = decode_request_header(&mut body).unwrap();
+    assert_eq!((key, header.correlation_id), (None, 43));
+}
+
+#[test]
+fn api_key_table() {
+    assert_eq!(ApiKey::from_i16(0), Some(ApiKey::Produce));
+    assert_eq!(ApiKey::Produce.name(), "Produce");
+    assert_eq!(ApiKey::Fetch.as_i16(), 1);
+    assert_eq!(ApiKey::ApiVersions.valid_versions(), (0, 4));
+    assert_eq!(ApiKey::Metadata.flexible_min_version(), Some(9));
+    assert_eq!(ApiKey::Metadata.request_header_version(8), 1);
+    assert_eq!(ApiKey::Metadata.request_header_version(9), 2);
+    assert_eq!(ApiKey::Metadata.response_header_version(9), 1);
+    assert_eq!(ApiKey::from_i16(-1), None);
+    for key in ApiKey::ALL {
+        assert_eq!(ApiKey::from_i16(key.as_i16()), Some(*key));
+    }
+}
+
+#[test]
+fn uuid_on_the_wire_is_big_endian() {
+    let id = Uuid::from_u64_pair(0x0102_0304_0506_0708, 0x090a_0b0c_0d0e_0f10);
+    let mut buf = BytesMut::new();
+    buf.put_slice(id.as_bytes());
+    assert_eq!(buf[0], 1);
+    assert_eq!(buf[15], 0x10);
+}
