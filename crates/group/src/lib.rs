@@ -1,1 +1,88 @@
-//! The group coordinator's state machine (classic protocol), pure and clock-injected.
+//! The group coordinator's state machine for Kafka's classic group protocol (JoinGroup,
+//! SyncGroup, Heartbeat, LeaveGroup) and the offset store (OffsetCommit, OffsetFetch,
+//! OffsetDelete), plus DescribeGroups, ListGroups and DeleteGroups; pure and
+//! clock-injected: no I/O, no tasks, time passed in as `now_ms`.
+//!
+//! The broker owns the sockets and the `__consumer_offsets` log. It calls
+//! [`GroupCoordinator`] with each request, a responder token and the time; it appends
+//! the [`Record`]s of every [`Output::Persist`] and then sends its responses; it calls
+//! [`GroupCoordinator::tick`] when [`GroupCoordinator::next_deadline`] is due; and when it
+//! becomes coordinator of a partition it replays the partition's records between
+//! [`GroupCoordinator::load_partition_start`] and
+//! [`GroupCoordinator::load_partition_done`].
+//!
+//! # Design note: the rebalance protocol
+//!
+//! 1. A consumer sends JoinGroup with an empty member id. From v4 the coordinator
+//!    answers MEMBER_ID_REQUIRED with a fresh id `{client_id}-{uuid}` (static members,
+//!    which send `group.instance.id`, get `{instance_id}-{uuid}` and go on directly).
+//! 2. The JoinGroup with the id adds the member and parks the request. If the group
+//!    was Empty or Stable it moves to PreparingRebalance; an Empty (new) group waits
+//!    `group.initial.rebalance.delay.ms`, again each time a member arrived during the
+//!    last delay, but never past the rebalance timeout; a running group waits until every
+//!    known member has rejoined or the largest member rebalance timeout has passed.
+//!    Members learn of the rebalance from REBALANCE_IN_PROGRESS on their heartbeats.
+//! 3. The join phase ends: dynamic members that did not rejoin are removed, the
+//!    generation id is incremented, the protocol is voted (each member votes for its
+//!    most preferred protocol among those all members support), the first joiner still
+//!    present is the leader, and the group is CompletingRebalance. Every parked JoinGroup
+//!    is answered; only the leader's answer carries every member's metadata.
+//! 4. Followers send SyncGroup at once and are parked; the leader runs the assignor and
+//!    sends SyncGroup with the assignment. The group becomes Stable, its metadata record
+//!    (members and assignment) is written, and all parked SyncGroups are answered with
+//!    their member's assignment after the record is durable. Members that never sync
+//!    within the rebalance timeout are removed and the group rebalances.
+//! 5. In Stable, heartbeats keep sessions alive. A session that expires, a LeaveGroup, a
+//!    member joining or changing its metadata, or the leader rejoining starts step 2
+//!    again. When the last member goes, the group becomes Empty (a record is written),
+//!    and its offsets start to age towards `offsets.retention.minutes`.
+//!
+//! Why it is correct: every member that receives an assignment for generation N got the
+//! JoinGroup response of generation N, and the leader assigned to exactly the members of
+//! that response (a member who joins later forces generation N+1, and every parked
+//! SyncGroup of generation N is answered REBALANCE_IN_PROGRESS); a request carrying
+//! an older generation is refused with ILLEGAL_GENERATION, and an offset commit must
+//! carry the current generation and member id, so a member that was removed (zombie)
+//! can neither sync nor commit over the current owners. Each assignment is persisted
+//! before it is given out, so a new coordinator replaying the log resumes at the last
+//! Stable generation, never at one nobody saw. Every parked request is answered exactly
+//! once: by the end of its phase, by an error when its member is removed or fenced, or
+//! NOT_COORDINATOR when the partition is unloaded. Liveness: each phase has a
+//! deadline (initial delay ≤ rebalance timeout, rebalance timeout, pending-sync timeout,
+//! session timeout), after which the members that hold it up are removed.
+
+mod api;
+mod coordinator;
+mod error;
+mod group;
+mod record;
+mod subscription;
+mod timer;
+
+#[cfg(test)]
+mod tests;
+
+pub use api::*;
+pub use coordinator::{GroupConfig, GroupCoordinator};
+pub use error::{error_code, GroupError};
+pub use group::{ClassicGroupState, UnknownGroupState};
+pub use record::*;
+pub use subscription::{decode_subscribed_topics, encode_subscription, CONSUMER_PROTOCOL_TYPE};
+
+/// Java's `String.hashCode` (over UTF-16 code units, wrapping), which Kafka uses to place
+/// a group on a partition of `__consumer_offsets`.
+pub fn java_string_hash_code(s: &str) -> i32 {
+    s.encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
+}
+
+/// The `__consumer_offsets` partition of a group: `Utils.abs(hashCode) % n`, where
+/// Kafka's `Utils.abs` maps `i32::MIN` to 0 (Java's `Math.abs` would keep it negative).
+pub fn partition_for(group_id: &str, num_partitions: i32) -> i32 {
+    if num_partitions <= 0 {
+        return 0;
+    }
+    let h = java_string_hash_code(group_id);
+    let abs = if h == i32::MIN { 0 } else { h.abs() };
+    abs % num_partitions
+}

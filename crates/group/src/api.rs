@@ -1,0 +1,400 @@
+//! The coordinator's inputs and outputs: plain structs mirroring the fields of Kafka's
+//! group and offset requests and responses (the broker converts the generated wire types
+//! to and from these), and the [`Output`]s a call returns.
+
+use bytes::Bytes;
+
+use crate::error::error_code;
+use crate::record::Record;
+
+/// The broker's token for a request whose response may be sent later (a parked JoinGroup
+/// or SyncGroup). The coordinator hands it back in [`Respond`].
+pub type ResponderId = u64;
+
+/// JoinGroup (all versions). For v0 the broker sets `rebalance_timeout_ms` to
+/// `session_timeout_ms`, as Kafka does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinGroupRequest {
+    pub group_id: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    /// Empty on a member's first join.
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub protocol_type: String,
+    /// (protocol name, metadata) in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
+    pub reason: Option<String>,
+    /// From the request header.
+    pub client_id: String,
+    /// The client's address as the broker saw it, e.g. `/127.0.0.1`.
+    pub client_host: String,
+    pub api_version: i16,
+}
+
+/// A member in the leader's JoinGroup response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinGroupResponseMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub metadata: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinGroupResponse {
+    pub error_code: i16,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: String,
+    /// KIP-814: a static leader rejoining a Stable group must not run the assignor again.
+    pub skip_assignment: bool,
+    pub member_id: String,
+    /// Every member's metadata for the leader; empty for followers.
+    pub members: Vec<JoinGroupResponseMember>,
+}
+
+impl JoinGroupResponse {
+    pub(crate) fn error(member_id: &str, error_code: i16) -> Self {
+        JoinGroupResponse {
+            error_code,
+            generation_id: -1,
+            protocol_type: None,
+            protocol_name: None,
+            leader: String::new(),
+            skip_assignment: false,
+            member_id: member_id.to_owned(),
+            members: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncGroupRequest {
+    pub group_id: String,
+    pub generation_id: i32,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    /// v5+; `None` skips the consistency check.
+    pub protocol_type: Option<String>,
+    /// v5+; `None` skips the consistency check.
+    pub protocol_name: Option<String>,
+    /// (member id, assignment); only the leader sends any.
+    pub assignments: Vec<(String, Bytes)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncGroupResponse {
+    pub error_code: i16,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignment: Bytes,
+}
+
+impl SyncGroupResponse {
+    pub(crate) fn error(error_code: i16) -> Self {
+        SyncGroupResponse {
+            error_code,
+            protocol_type: None,
+            protocol_name: None,
+            assignment: Bytes::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatRequest {
+    pub group_id: String,
+    pub generation_id: i32,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatResponse {
+    pub error_code: i16,
+}
+
+/// One member leaving; v0-v2 requests become a single identity with the member id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberIdentity {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaveGroupRequest {
+    pub group_id: String,
+    pub members: Vec<MemberIdentity>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaveGroupMemberResponse {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub error_code: i16,
+}
+
+/// For v0-v2 the broker answers with the top-level error, or else the single member's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaveGroupResponse {
+    pub error_code: i16,
+    pub members: Vec<LeaveGroupMemberResponse>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetCommitRequestPartition {
+    pub partition_index: i32,
+    pub committed_offset: i64,
+    pub committed_leader_epoch: i32,
+    pub committed_metadata: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetCommitRequestTopic {
+    pub name: String,
+    pub partitions: Vec<OffsetCommitRequestPartition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetCommitRequest {
+    pub group_id: String,
+    /// -1 (with an empty member id) for a commit from outside group management.
+    pub generation_id_or_member_epoch: i32,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    /// v2-v4 only; -1 means the broker's retention.
+    pub retention_time_ms: i64,
+    pub topics: Vec<OffsetCommitRequestTopic>,
+    pub api_version: i16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetCommitResponsePartition {
+    pub partition_index: i32,
+    pub error_code: i16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetCommitResponseTopic {
+    pub name: String,
+    pub partitions: Vec<OffsetCommitResponsePartition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetCommitResponse {
+    pub topics: Vec<OffsetCommitResponseTopic>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetFetchRequestTopic {
+    pub name: String,
+    pub partition_indexes: Vec<i32>,
+}
+
+/// One group of an OffsetFetch (v8+ batches groups; the broker splits them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetFetchRequest {
+    pub group_id: String,
+    /// `None` fetches every committed offset of the group.
+    pub topics: Option<Vec<OffsetFetchRequestTopic>>,
+    /// Kafka answers UNSTABLE_OFFSET_COMMIT for partitions with a pending transactional
+    /// commit; this coordinator has no transactional commits, so it never does.
+    pub require_stable: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetFetchResponsePartition {
+    pub partition_index: i32,
+    /// -1 when nothing is committed.
+    pub committed_offset: i64,
+    pub committed_leader_epoch: i32,
+    pub metadata: Option<String>,
+    pub error_code: i16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetFetchResponseTopic {
+    pub name: String,
+    pub partitions: Vec<OffsetFetchResponsePartition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetFetchResponse {
+    pub error_code: i16,
+    pub topics: Vec<OffsetFetchResponseTopic>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetDeleteRequestTopic {
+    pub name: String,
+    pub partitions: Vec<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetDeleteRequest {
+    pub group_id: String,
+    pub topics: Vec<OffsetDeleteRequestTopic>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetDeleteResponsePartition {
+    pub partition_index: i32,
+    pub error_code: i16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetDeleteResponseTopic {
+    pub name: String,
+    pub partitions: Vec<OffsetDeleteResponsePartition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetDeleteResponse {
+    pub error_code: i16,
+    pub topics: Vec<OffsetDeleteResponseTopic>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribeGroupsRequest {
+    pub groups: Vec<String>,
+    /// v6+ answers GROUP_ID_NOT_FOUND for an unknown group instead of a Dead group.
+    pub api_version: i16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedGroupMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    /// Empty unless the group is Stable.
+    pub member_metadata: Bytes,
+    /// Empty unless the group is Stable.
+    pub member_assignment: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedGroup {
+    pub error_code: i16,
+    pub group_id: String,
+    pub group_state: String,
+    pub protocol_type: String,
+    /// The selected protocol when Stable, else empty.
+    pub protocol_data: String,
+    pub members: Vec<DescribedGroupMember>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribeGroupsResponse {
+    pub groups: Vec<DescribedGroup>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListGroupsRequest {
+    /// Case-insensitive state names; empty means all.
+    pub states_filter: Vec<String>,
+    /// Case-insensitive group types; empty means all (every group here is `classic`).
+    pub types_filter: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedGroup {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub group_state: String,
+    pub group_type: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListGroupsResponse {
+    pub error_code: i16,
+    pub groups: Vec<ListedGroup>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteGroupsRequest {
+    pub groups_names: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeletableGroupResult {
+    pub group_id: String,
+    pub error_code: i16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteGroupsResponse {
+    pub results: Vec<DeletableGroupResult>,
+}
+
+/// A response for the broker to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response {
+    JoinGroup(JoinGroupResponse),
+    SyncGroup(SyncGroupResponse),
+    LeaveGroup(LeaveGroupResponse),
+    OffsetCommit(OffsetCommitResponse),
+    OffsetDelete(OffsetDeleteResponse),
+    DeleteGroups(DeleteGroupsResponse),
+}
+
+impl Response {
+    /// The response to send instead when the records it depended on could not be
+    /// written: every error field set to `error_code` (the broker maps the write error
+    /// as Kafka does, e.g. NOT_LEADER_OR_FOLLOWER to NOT_COORDINATOR, a timeout to
+    /// COORDINATOR_NOT_AVAILABLE).
+    pub fn failed(self, error_code: i16) -> Response {
+        match self {
+            Response::JoinGroup(r) => {
+                Response::JoinGroup(JoinGroupResponse::error(&r.member_id, error_code))
+            }
+            Response::SyncGroup(_) => Response::SyncGroup(SyncGroupResponse::error(error_code)),
+            Response::LeaveGroup(mut r) => {
+                r.error_code = error_code;
+                Response::LeaveGroup(r)
+            }
+            Response::OffsetCommit(mut r) => {
+                for p in r.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+                    p.error_code = error_code;
+                }
+                Response::OffsetCommit(r)
+            }
+            Response::OffsetDelete(mut r) => {
+                r.error_code = error_code;
+                Response::OffsetDelete(r)
+            }
+            Response::DeleteGroups(mut r) => {
+                for g in r.results.iter_mut() {
+                    if g.error_code == error_code::NONE {
+                        g.error_code = error_code;
+                    }
+                }
+                Response::DeleteGroups(r)
+            }
+        }
+    }
+}
+
+/// A response and the request it answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Respond {
+    pub responder: ResponderId,
+    pub response: Response,
+}
+
+/// What a call asks the broker to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send this response now.
+    Respond(Respond),
+    /// Append `records` (each with its `__consumer_offsets` partition) and, once they are
+    /// all written, send `responses`; if a write fails, send `Response::failed` versions
+    /// and reload the partition (`unload_partition` then load), which rebuilds exactly
+    /// the state that was written.
+    Persist {
+        records: Vec<(i32, Record)>,
+        responses: Vec<Respond>,
+    },
+}

@@ -1,0 +1,326 @@
+//! A test driver: a coordinator owning every partition, a clock, and helpers that send
+//! requests and pick responses out of the outputs.
+
+use bytes::Bytes;
+
+use crate::*;
+
+pub(crate) const SESSION_MS: i32 = 10_000;
+pub(crate) const REBALANCE_MS: i32 = 60_000;
+
+pub(crate) struct H {
+    pub c: GroupCoordinator,
+    pub now: i64,
+    next: u64,
+    /// Every record persisted so far, in order.
+    pub log: Vec<(i32, Record)>,
+    /// Every response sent so far.
+    pub sent: Vec<Respond>,
+}
+
+pub(crate) fn consumer_protocols(topics: &[&str]) -> Vec<(String, Bytes)> {
+    vec![
+        ("range".to_owned(), encode_subscription(topics)),
+        ("roundrobin".to_owned(), encode_subscription(topics)),
+    ]
+}
+
+impl H {
+    pub fn new() -> H {
+        H::with_config(GroupConfig::default())
+    }
+
+    pub fn with_config(config: GroupConfig) -> H {
+        let n = config.offsets_topic_num_partitions;
+        let mut c = GroupCoordinator::new(config, 42);
+        for p in 0..n {
+            c.load_partition_start(p);
+            c.load_partition_done(p, 0);
+        }
+        H {
+            c,
+            now: 0,
+            next: 0,
+            log: Vec::new(),
+            sent: Vec::new(),
+        }
+    }
+
+    pub fn responder(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    pub fn absorb(&mut self, outputs: Vec<Output>) -> Vec<Respond> {
+        let mut out = Vec::new();
+        for o in outputs {
+            match o {
+                Output::Respond(r) => out.push(r),
+                Output::Persist { records, responses } => {
+                    self.log.extend(records);
+                    out.extend(responses);
+                }
+            }
+        }
+        self.sent.extend(out.iter().cloned());
+        out
+    }
+
+    pub fn advance(&mut self, ms: i64) -> Vec<Respond> {
+        self.now += ms;
+        let out = self.c.tick(self.now);
+        self.absorb(out)
+    }
+
+    /// Advances the clock to `t` firing every deadline on the way, in order.
+    pub fn advance_to(&mut self, t: i64) -> Vec<Respond> {
+        let mut all = Vec::new();
+        while let Some(d) = self.c.next_deadline() {
+            if d > t {
+                break;
+            }
+            self.now = self.now.max(d);
+            let out = self.c.tick(self.now);
+            all.extend(self.absorb(out));
+        }
+        self.now = t;
+        all
+    }
+
+    /// Advances by initial delays (which extend while members arrive) until every
+    /// given JoinGroup is answered; returns what was sent meanwhile.
+    pub fn finish_initial(&mut self, responders: &[u64]) -> Vec<Respond> {
+        let delay = i64::from(self.c.config().group_initial_rebalance_delay_ms);
+        let mut sent = Vec::new();
+        for _ in 0..100 {
+            sent.extend(self.advance(delay));
+            if responders.iter().all(|r| join_resp(&sent, *r).is_some()) {
+                break;
+            }
+        }
+        sent
+    }
+
+    pub fn join_req(
+        &self,
+        group: &str,
+        member_id: &str,
+        protocols: Vec<(String, Bytes)>,
+    ) -> JoinGroupRequest {
+        JoinGroupRequest {
+            group_id: group.to_owned(),
+            session_timeout_ms: SESSION_MS,
+            rebalance_timeout_ms: REBALANCE_MS,
+            member_id: member_id.to_owned(),
+            group_instance_id: None,
+            protocol_type: "consumer".to_owned(),
+            protocols,
+            reason: None,
+            client_id: "client".to_owned(),
+            client_host: "/127.0.0.1".to_owned(),
+            api_version: 9,
+        }
+    }
+
+    /// Sends a JoinGroup; returns its responder and whatever was answered now.
+    pub fn join_with(&mut self, req: JoinGroupRequest) -> (u64, Vec<Respond>) {
+        let r = self.responder();
+        let out = self.c.handle_join(req, self.now, r);
+        let sent = self.absorb(out);
+        (r, sent)
+    }
+
+    /// First JoinGroup (v4+): returns the member id from MEMBER_ID_REQUIRED.
+    pub fn member_id_for(&mut self, group: &str) -> String {
+        let req = self.join_req(group, "", consumer_protocols(&["t"]));
+        let (r, sent) = self.join_with(req);
+        let resp = join_resp(&sent, r).expect("answered at once");
+        assert_eq!(resp.error_code, error_code::MEMBER_ID_REQUIRED);
+        assert!(resp.member_id.starts_with("client-"));
+        resp.member_id
+    }
+
+    /// Gets a member id and joins with it (the JoinGroup is usually parked).
+    pub fn new_member(&mut self, group: &str, topics: &[&str]) -> (String, u64) {
+        let id = self.member_id_for(group);
+        let req = self.join_req(group, &id, consumer_protocols(topics));
+        let (r, _) = self.join_with(req);
+        (id, r)
+    }
+
+    pub fn sync(
+        &mut self,
+        group: &str,
+        member: &str,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+    ) -> (u64, Vec<Respond>) {
+        let r = self.responder();
+        let out = self.c.handle_sync(
+            SyncGroupRequest {
+                group_id: group.to_owned(),
+                generation_id: generation,
+                member_id: member.to_owned(),
+                group_instance_id: None,
+                protocol_type: Some("consumer".to_owned()),
+                protocol_name: None,
+                assignments,
+            },
+            self.now,
+            r,
+        );
+        let sent = self.absorb(out);
+        (r, sent)
+    }
+
+    pub fn heartbeat(&mut self, group: &str, member: &str, generation: i32) -> i16 {
+        self.c
+            .handle_heartbeat(
+                HeartbeatRequest {
+                    group_id: group.to_owned(),
+                    generation_id: generation,
+                    member_id: member.to_owned(),
+                    group_instance_id: None,
+                },
+                self.now,
+            )
+            .error_code
+    }
+
+    pub fn leave(
+        &mut self,
+        group: &str,
+        members: Vec<MemberIdentity>,
+    ) -> (LeaveGroupResponse, Vec<Respond>) {
+        let r = self.responder();
+        let out = self.c.handle_leave(
+            LeaveGroupRequest {
+                group_id: group.to_owned(),
+                members,
+            },
+            self.now,
+            r,
+        );
+        let sent = self.absorb(out);
+        let resp = sent
+            .iter()
+            .find_map(|s| match &s.response {
+                Response::LeaveGroup(l) if s.responder == r => Some(l.clone()),
+                _ => None,
+            })
+            .expect("leave answered");
+        (resp, sent)
+    }
+
+    pub fn commit(
+        &mut self,
+        group: &str,
+        member: &str,
+        generation: i32,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> i16 {
+        let r = self.responder();
+        let out = self.c.handle_offset_commit(
+            OffsetCommitRequest {
+                group_id: group.to_owned(),
+                generation_id_or_member_epoch: generation,
+                member_id: member.to_owned(),
+                group_instance_id: None,
+                retention_time_ms: -1,
+                topics: vec![OffsetCommitRequestTopic {
+                    name: topic.to_owned(),
+                    partitions: vec![OffsetCommitRequestPartition {
+                        partition_index: partition,
+                        committed_offset: offset,
+                        committed_leader_epoch: 5,
+                        committed_metadata: Some("meta".to_owned()),
+                    }],
+                }],
+                api_version: 8,
+            },
+            self.now,
+            r,
+        );
+        let sent = self.absorb(out);
+        match &sent.last().expect("answered").response {
+            Response::OffsetCommit(c) => c.topics[0].partitions[0].error_code,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    pub fn fetch(&self, group: &str, topic: &str, partition: i32) -> (i64, i32, Option<String>) {
+        let resp = self.c.handle_offset_fetch(&OffsetFetchRequest {
+            group_id: group.to_owned(),
+            topics: Some(vec![OffsetFetchRequestTopic {
+                name: topic.to_owned(),
+                partition_indexes: vec![partition],
+            }]),
+            require_stable: false,
+        });
+        assert_eq!(resp.error_code, error_code::NONE);
+        let p = &resp.topics[0].partitions[0];
+        (
+            p.committed_offset,
+            p.committed_leader_epoch,
+            p.metadata.clone(),
+        )
+    }
+
+    pub fn state(&self, group: &str) -> Option<ClassicGroupState> {
+        self.c.group_state(group)
+    }
+
+    /// Runs a whole first rebalance for `n` members; returns their ids (leader first)
+    /// and the generation.
+    pub fn stable_group(&mut self, group: &str, n: usize) -> (Vec<String>, i32) {
+        let mut members = Vec::new();
+        for _ in 0..n {
+            members.push(self.new_member(group, &["t"]));
+        }
+        let responders: Vec<u64> = members.iter().map(|(_, r)| *r).collect();
+        let sent = self.finish_initial(&responders);
+        let mut generation = -1;
+        for (id, r) in &members {
+            let j = join_resp(&sent, *r).expect("join answered");
+            assert_eq!(j.error_code, error_code::NONE);
+            assert_eq!(&j.member_id, id);
+            generation = j.generation_id;
+        }
+        let leader = members[0].0.clone();
+        let ids: Vec<String> = members.iter().map(|(id, _)| id.clone()).collect();
+        for id in ids.iter().skip(1) {
+            self.sync(group, id, generation, vec![]);
+        }
+        let assignments = ids
+            .iter()
+            .map(|id| (id.clone(), Bytes::from(format!("assign-{id}"))))
+            .collect();
+        self.sync(group, &leader, generation, assignments);
+        assert_eq!(self.state(group), Some(ClassicGroupState::Stable));
+        (ids, generation)
+    }
+}
+
+pub(crate) fn join_resp(sent: &[Respond], responder: u64) -> Option<JoinGroupResponse> {
+    sent.iter().find_map(|s| match &s.response {
+        Response::JoinGroup(j) if s.responder == responder => Some(j.clone()),
+        _ => None,
+    })
+}
+
+pub(crate) fn sync_resp(sent: &[Respond], responder: u64) -> Option<SyncGroupResponse> {
+    sent.iter().find_map(|s| match &s.response {
+        Response::SyncGroup(j) if s.responder == responder => Some(j.clone()),
+        _ => None,
+    })
+}
+
+pub(crate) fn identity(member_id: &str) -> MemberIdentity {
+    MemberIdentity {
+        member_id: member_id.to_owned(),
+        group_instance_id: None,
+        reason: None,
+    }
+}

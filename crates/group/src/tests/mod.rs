@@ -1,0 +1,6 @@
+//! Deterministic tests of the coordinator with an injected clock.
+
+mod harness;
+mod offsets;
+mod rebalance;
+mod replay;
