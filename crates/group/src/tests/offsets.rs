@@ -167,27 +167,9 @@ fn offsets_expire_only_while_empty() {
     let mut h = H::new();
     let (ids, gen) = h.stable_group("g", 1);
     h.commit("g", &ids[0], gen, "t", 0, 1);
-    // A live member heartbeating for 8 days: its offsets stay.
-    let start = h.now;
-    while h.now < start + 8 * DAY_MS {
-        let step = 5_000;
-        h.advance_to(h.now + step);
-        assert_eq!(h.heartbeat("g", &ids[0], gen), error_code::NONE);
-        if h.now > start + 8 * DAY_MS - 20_000 {
-            break;
-        }
-        // Jump most of the way without missing heartbeats is slow; skip ahead in large
-        // steps once but keep the member alive by heartbeating right after.
-        if h.now < start + 7 * DAY_MS {
-            let target = start + 8 * DAY_MS - 30_000;
-            // Re-heartbeat before the jump so the session covers it: it does not, so
-            // instead use a long session member below. Break out.
-            let _ = target;
-            break;
-        }
-    }
-    assert_eq!(h.fetch("g", "t", 0).0, 1);
-    // The member leaves at time L: the group is Empty and its offsets age from L.
+    // The member leaves at time L: the group is Empty and its offsets age from L, not
+    // from the commit.
+    h.advance_to(h.now + 5_000);
     h.leave("g", vec![identity(&ids[0])]);
     assert_eq!(h.state("g"), Some(Empty));
     let left = h.now;
@@ -199,6 +181,7 @@ fn offsets_expire_only_while_empty() {
     assert_eq!(h.state("g"), None);
     let n = h.log.len();
     assert!(h.log[n - 2..].iter().all(|(_, r)| r.is_tombstone()));
+    assert!(matches!(&h.log[n - 1].1, Record::GroupMetadata(_)));
 }
 
 #[test]
@@ -264,4 +247,101 @@ fn explicit_retention_time_sets_expire_timestamp() {
     assert_eq!(h.fetch("s", "t", 0), (5, -1, Some(String::new())));
     h.advance_to(1_200_000);
     assert_eq!(h.fetch("s", "t", 0).0, -1);
+}
+
+#[test]
+fn commit_returns_one_persist_with_its_response() {
+    let mut h = H::new();
+    let r = h.responder();
+    let out = h.c.handle_offset_commit(
+        OffsetCommitRequest {
+            group_id: "s".into(),
+            generation_id_or_member_epoch: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+            retention_time_ms: -1,
+            topics: vec![OffsetCommitRequestTopic {
+                name: "t".into(),
+                partitions: vec![
+                    OffsetCommitRequestPartition {
+                        partition_index: 0,
+                        committed_offset: 5,
+                        committed_leader_epoch: 2,
+                        committed_metadata: None,
+                    },
+                    OffsetCommitRequestPartition {
+                        partition_index: 1,
+                        committed_offset: 6,
+                        committed_leader_epoch: 2,
+                        committed_metadata: Some("x".into()),
+                    },
+                ],
+            }],
+            api_version: 8,
+        },
+        0,
+        r,
+    );
+    assert_eq!(out.len(), 1);
+    let Output::Persist { records, responses } = &out[0] else {
+        panic!("{out:?}")
+    };
+    let p = h.c.partition_for("s");
+    assert_eq!(records.len(), 2);
+    assert!(records.iter().all(|(rp, _)| *rp == p));
+    let (_, Record::OffsetCommit(first)) = &records[0] else {
+        panic!()
+    };
+    assert_eq!(
+        first.key,
+        OffsetCommitKey {
+            group: "s".into(),
+            topic: "t".into(),
+            partition: 0
+        }
+    );
+    assert_eq!(
+        first.value,
+        Some(OffsetCommitValue {
+            offset: 5,
+            leader_epoch: 2,
+            metadata: String::new(),
+            commit_timestamp: 0,
+            expire_timestamp: -1,
+        })
+    );
+    assert_eq!(responses.len(), 1);
+    assert_eq!(responses[0].responder, r);
+    // A failed write turns every partition into the error.
+    let Response::OffsetCommit(failed) = responses[0]
+        .response
+        .clone()
+        .failed(error_code::NOT_COORDINATOR)
+    else {
+        panic!()
+    };
+    assert!(failed
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .all(|p| p.error_code == error_code::NOT_COORDINATOR));
+}
+
+#[test]
+fn offset_fetch_while_loading_and_elsewhere() {
+    let mut c = GroupCoordinator::new(GroupConfig::default(), 3);
+    let req = OffsetFetchRequest {
+        group_id: "g".into(),
+        topics: None,
+        require_stable: false,
+    };
+    assert_eq!(
+        c.handle_offset_fetch(&req).error_code,
+        error_code::NOT_COORDINATOR
+    );
+    c.load_partition_start(c.partition_for("g"));
+    assert_eq!(
+        c.handle_offset_fetch(&req).error_code,
+        error_code::COORDINATOR_LOAD_IN_PROGRESS
+    );
 }

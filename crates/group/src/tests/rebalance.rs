@@ -846,3 +846,41 @@ fn state_names_parse_case_insensitively() {
     }
     assert!("bogus".parse::<ClassicGroupState>().is_err());
 }
+
+#[test]
+fn parked_new_member_times_out_with_unknown_member_id() {
+    let mut h = H::new();
+    // An existing member with a rebalance timeout longer than the new-member timeout
+    // keeps heartbeating but never rejoins, so the join phase outlasts 5 minutes.
+    let id = h.member_id_for("g");
+    let mut req = h.join_req("g", &id, consumer_protocols(&["t"]));
+    req.rebalance_timeout_ms = 600_000;
+    let (r, _) = h.join_with(req);
+    let sent = h.finish_initial(&[r]);
+    let gen = join_resp(&sent, r).unwrap().generation_id;
+    h.sync("g", &id, gen, vec![]);
+    let (_new, rn) = h.new_member("g", &["t"]);
+    let joined_at = h.now;
+    let mut answer = None;
+    while answer.is_none() && h.now < joined_at + 400_000 {
+        h.advance(5_000);
+        let _ = h.heartbeat("g", &id, gen);
+        answer = join_resp(&h.sent, rn).map(|j| (j.error_code, h.now - joined_at));
+    }
+    let (code, after) = answer.unwrap();
+    assert_eq!(code, error_code::UNKNOWN_MEMBER_ID);
+    assert!((300_000..305_000).contains(&after), "{after}");
+}
+
+#[test]
+fn duplicate_parked_join_answers_the_first() {
+    let mut h = H::new();
+    let (ids, _) = h.stable_group("g", 2);
+    let req = h.join_req("g", &ids[1], consumer_protocols(&["t", "u"]));
+    let (r1, _) = h.join_with(req.clone());
+    let (_r2, sent) = h.join_with(req);
+    assert_eq!(
+        join_resp(&sent, r1).unwrap().error_code,
+        error_code::REBALANCE_IN_PROGRESS
+    );
+}

@@ -160,6 +160,8 @@ fn run(ops: Vec<Op>) {
     let mut clients: BTreeMap<(u8, u8), Client> = BTreeMap::new();
     let mut pending_joins: BTreeMap<u64, (u8, u8)> = BTreeMap::new();
     let gname = |g: u8| format!("group-{g}");
+    // Responders of JoinGroup/SyncGroup requests (the others are answered in the call).
+    let mut issued: Vec<u64> = Vec::new();
     for op in ops {
         let sent = match op {
             Op::Join {
@@ -169,9 +171,14 @@ fn run(ops: Vec<Op>) {
             } => {
                 let c = clients.entry((group, slot)).or_default().clone();
                 let topics: &[&str] = if topics == 0 { &["t"] } else { &["t", "u"] };
-                let req = h.join_req(&gname(group), &c.member_id, consumer_protocols(topics));
+                let mut req = h.join_req(&gname(group), &c.member_id, consumer_protocols(topics));
+                if slot == 3 {
+                    // Slot 3 is a static member (KIP-345).
+                    req.group_instance_id = Some(format!("instance-{group}"));
+                }
                 let (r, sent) = h.join_with(req);
                 pending_joins.insert(r, (group, slot));
+                issued.push(r);
                 sent
             }
             Op::Sync { group, slot } => {
@@ -260,7 +267,9 @@ fn run(ops: Vec<Op>) {
                 {
                     c.member_id = j.member_id.clone();
                     c.generation = j.generation_id;
-                } else if j.error_code == error_code::UNKNOWN_MEMBER_ID {
+                } else if j.error_code == error_code::UNKNOWN_MEMBER_ID
+                    || j.error_code == error_code::FENCED_INSTANCE_ID
+                {
                     *c = Client::default();
                 }
             }
@@ -279,8 +288,34 @@ fn run(ops: Vec<Op>) {
             }
         }
     }
+    // Every parked JoinGroup/SyncGroup is answered exactly once: once the clients go
+    // quiet, the timeouts answer whatever is still parked.
+    h.advance_to(h.now + 400_000);
+    let mut answered = BTreeMap::new();
+    for s in &h.sent {
+        *answered.entry(s.responder).or_insert(0) += 1;
+    }
+    for (r, n) in &answered {
+        assert_eq!(*n, 1, "responder {r} answered {n} times");
+    }
+    for r in &issued {
+        assert!(answered.contains_key(r), "responder {r} never answered");
+    }
     let fresh = replay_into_fresh(&h);
     assert_eq!(durable(&fresh, true), durable(&h.c, false));
+    // Groups that are Stable or Empty come back in the same state.
+    for g in h.c.groups.values() {
+        if g.last_persisted.is_some()
+            && (g.is(ClassicGroupState::Stable) || g.is(ClassicGroupState::Empty))
+        {
+            assert_eq!(
+                fresh.group_state(&g.group_id),
+                Some(g.state),
+                "{}",
+                g.group_id
+            );
+        }
+    }
 }
 
 proptest! {
