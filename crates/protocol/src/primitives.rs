@@ -345,6 +345,10 @@ fn null_check<T>(value: Option<T>, nullable: bool) -> Result<Option<T>, DecodeEr
     Ok(value)
 }
 
+/// The longest string Kafka reads or writes, compact or not: the classic encoding's int16
+/// length bounds it, and Kafka keeps the same bound for compact strings.
+pub const MAX_STRING_LEN: usize = i16::MAX as usize;
+
 /// Reads a string that may be null when `nullable` (the field's nullable versions include
 /// the version being read); null otherwise is an error.
 pub fn read_nullable_string(
@@ -354,6 +358,12 @@ pub fn read_nullable_string(
 ) -> Result<Option<String>, DecodeError> {
     let value = match read_length(buf, compact, true)? {
         None => None,
+        Some(len) if len > MAX_STRING_LEN => {
+            return Err(DecodeError::InvalidLength {
+                length: len as i64,
+                remaining: buf.len(),
+            })
+        }
         Some(len) => {
             let bytes = split_checked(buf, len)?;
             let s = std::str::from_utf8(&bytes).map_err(|_| DecodeError::InvalidUtf8)?;
@@ -436,15 +446,28 @@ pub fn read_array<T>(
     read_nullable_array(buf, compact, false, elem_min, elem)?.ok_or(DecodeError::UnexpectedNull)
 }
 
-/// Reads a nullable struct: an int8 marker (-1 null, otherwise present) then the struct.
+/// Reads a struct that may be null. Kafka writes a presence marker only in the versions
+/// where the field is nullable: an int8 (negative for null) inline, an unsigned varint (0
+/// for null) inside a tagged field. Elsewhere the struct follows directly.
 pub fn read_nullable_struct<T>(
     buf: &mut Bytes,
     nullable: bool,
+    tagged: bool,
     read: impl FnOnce(&mut Bytes) -> Result<T, DecodeError>,
 ) -> Result<Option<T>, DecodeError> {
-    let marker = read_i8(buf)?;
-    let value = if marker < 0 { None } else { Some(read(buf)?) };
-    null_check(value, nullable)
+    if !nullable {
+        return read(buf).map(Some);
+    }
+    let present = if tagged {
+        read_unsigned_varint(buf)? > 0
+    } else {
+        read_i8(buf)? >= 0
+    };
+    if present {
+        read(buf).map(Some)
+    } else {
+        Ok(None)
+    }
 }
 
 /// Reads the count of a tagged-field section. Each field takes at least two bytes (tag and
@@ -521,6 +544,9 @@ fn null_error(field: &'static str) -> EncodeError {
 }
 
 pub fn write_string(buf: &mut BytesMut, compact: bool, s: &str) -> Result<(), EncodeError> {
+    if s.len() > MAX_STRING_LEN {
+        return Err(EncodeError::TooLong(s.len()));
+    }
     write_length(buf, compact, true, Some(s.len()))?;
     buf.put_slice(s.as_bytes());
     Ok(())

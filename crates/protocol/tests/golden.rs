@@ -235,3 +235,96 @@ fn uuid_on_the_wire_is_big_endian() {
     assert_eq!(buf[0], 1);
     assert_eq!(buf[15], 0x10);
 }
+
+#[test]
+fn nullable_struct_markers_follow_kafka() {
+    use rill_protocol::generated::describe_topic_partitions_request::{Cursor, TopicRequest};
+    // Inline: an int8 marker, -1 for null.
+    let mut req = DescribeTopicPartitionsRequest {
+        topics: vec![TopicRequest {
+            name: "t".into(),
+            ..Default::default()
+        }],
+        response_partition_limit: 2000,
+        cursor: None,
+        ..Default::default()
+    };
+    let mut buf = BytesMut::new();
+    req.encode(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..], &[2, 2, b't', 0, 0, 0, 0x07, 0xd0, 0xff, 0]);
+    req.cursor = Some(Cursor {
+        topic_name: "t".into(),
+        partition_index: 3,
+        ..Default::default()
+    });
+    let mut buf = BytesMut::new();
+    req.encode(&mut buf, 0).unwrap();
+    assert_eq!(
+        &buf[..],
+        &[2, 2, b't', 0, 0, 0, 0x07, 0xd0, 1, 2, b't', 0, 0, 0, 3, 0, 0]
+    );
+    assert_eq!(
+        DescribeTopicPartitionsRequest::decode(&mut buf.freeze(), 0).unwrap(),
+        req
+    );
+
+    // Tagged: a varint marker inside the field (size counts it), written only when not
+    // at the default (null).
+    use rill_protocol::generated::group_coordinator::consumer_group_member_metadata_value::{
+        ClassicMemberMetadata, ConsumerGroupMemberMetadataValue,
+    };
+    let value = ConsumerGroupMemberMetadataValue {
+        classic_member_metadata: Some(ClassicMemberMetadata {
+            session_timeout_ms: 1,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut buf = BytesMut::new();
+    value.encode(&mut buf, 0).unwrap();
+    let tail = &buf[buf.len() - 10..];
+    // one tagged field: tag 0, size 7 = marker + int32 + empty array + no tags
+    assert_eq!(tail, &[1, 0, 7, 1, 0, 0, 0, 1, 1, 0]);
+    assert_eq!(
+        ConsumerGroupMemberMetadataValue::decode(&mut buf.freeze(), 0).unwrap(),
+        value
+    );
+}
+
+#[test]
+fn records_are_decoded_without_copying() {
+    use rill_protocol::generated::produce_request::{PartitionProduceData, TopicProduceData};
+    let records = Bytes::from(vec![0xab; 100]);
+    let req = ProduceRequest {
+        acks: -1,
+        timeout_ms: 1000,
+        topic_data: vec![TopicProduceData {
+            name: "t".into(),
+            partition_data: vec![PartitionProduceData {
+                index: 0,
+                records: Some(records),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    for version in [3, 9, 11] {
+        let mut buf = BytesMut::new();
+        req.encode(&mut buf, version).unwrap();
+        let wire = buf.freeze();
+        let decoded = ProduceRequest::decode(&mut wire.clone(), version).unwrap();
+        let got = decoded.topic_data[0].partition_data[0]
+            .records
+            .clone()
+            .unwrap();
+        assert_eq!(got.len(), 100);
+        // The decoded records point into the input buffer.
+        let start = wire.as_ptr() as usize;
+        let at = got.as_ptr() as usize;
+        assert!(
+            at >= start && at + got.len() <= start + wire.len(),
+            "records were copied at v{version}"
+        );
+    }
+}

@@ -441,7 +441,14 @@ impl<'a> Emitter<'a> {
     // ----- expressions -------------------------------------------------------------------
 
     /// A `Result`-valued expression that reads a value of `ty` from `buf`.
-    fn decode_expr(&self, ty: &Type, opt: bool, compact: &str, nullable: &str) -> String {
+    fn decode_expr(
+        &self,
+        ty: &Type,
+        opt: bool,
+        compact: &str,
+        nullable: &str,
+        tagged: bool,
+    ) -> String {
         match ty {
             Type::Prim(p) => {
                 let f = match p {
@@ -474,7 +481,7 @@ impl<'a> Emitter<'a> {
             Type::Struct(n) => {
                 if opt {
                     format!(
-                        "read_nullable_struct(buf, {nullable}, |buf| {n}::decode(buf, version))"
+                        "read_nullable_struct(buf, {nullable}, {tagged}, |buf| {n}::decode(buf, version))"
                     )
                 } else {
                     format!("{n}::decode(buf, version)")
@@ -485,10 +492,13 @@ impl<'a> Emitter<'a> {
                 let elem = match &**e {
                     // A function path rather than a closure that only forwards its argument.
                     Type::Prim(p) if fixed_size(*p).is_some() => {
-                        let call = self.decode_expr(e, false, compact, "false");
+                        let call = self.decode_expr(e, false, compact, "false", false);
                         call.trim_end_matches("(buf)").to_string()
                     }
-                    _ => format!("|buf| {}", self.decode_expr(e, false, compact, "false")),
+                    _ => format!(
+                        "|buf| {}",
+                        self.decode_expr(e, false, compact, "false", false)
+                    ),
                 };
                 if opt {
                     format!("read_nullable_array(buf, {compact}, {nullable}, {min}, {elem})")
@@ -509,6 +519,7 @@ impl<'a> Emitter<'a> {
         compact: &str,
         nullable: &str,
         fname: &str,
+        tagged: bool,
     ) -> String {
         let null_arm = |write_null: String| -> String {
             match nullable {
@@ -551,10 +562,23 @@ impl<'a> Emitter<'a> {
             },
             Type::Struct(_) => {
                 if opt {
+                    // Kafka's nullable structs carry a presence marker only in the versions
+                    // where they are nullable: an int8 (-1 null, 1 present) inline, an unsigned
+                    // varint (0 null, 1 present) inside a tagged field.
+                    let null_marker = if tagged {
+                        "buf.put_u8(0);"
+                    } else {
+                        "buf.put_i8(-1);"
+                    };
+                    let present = match nullable {
+                        "true" => "buf.put_u8(1);".to_string(),
+                        "false" => String::new(),
+                        n => format!("if {n} {{ buf.put_u8(1); }}"),
+                    };
                     format!(
-                        "match {} {{ Some(v) => {{ buf.put_i8(1); v.encode(buf, version)?; }} {} }}",
+                        "match {} {{ Some(v) => {{ {present} v.encode(buf, version)?; }} {} }}",
                         val.reference(),
-                        null_arm("buf.put_i8(-1);".into())
+                        null_arm(null_marker.into())
                     )
                 } else {
                     format!("{}.encode(buf, version)?;", val.target())
@@ -564,7 +588,7 @@ impl<'a> Emitter<'a> {
                 let body = |v: &str| {
                     format!(
                         "write_array_len(buf, {compact}, Some({v}.len()))?; for e in {v}.iter() {{ {} }}",
-                        self.encode_stmt(e, false, &Val::Ref("e".into()), compact, "false", fname)
+                        self.encode_stmt(e, false, &Val::Ref("e".into()), compact, "false", fname, false)
                     )
                 };
                 if opt {
@@ -582,7 +606,7 @@ impl<'a> Emitter<'a> {
     }
 
     /// A `usize` expression: the encoded length of `val`.
-    fn len_expr(&self, ty: &Type, opt: bool, val: &Val, compact: &str) -> String {
+    fn len_expr(&self, ty: &Type, opt: bool, val: &Val, compact: &str, nullable: &str) -> String {
         match ty {
             Type::Prim(p) => match p {
                 Prim::String => {
@@ -606,8 +630,13 @@ impl<'a> Emitter<'a> {
             },
             Type::Struct(_) => {
                 if opt {
+                    let marker = match nullable {
+                        "true" => "1 + ".to_string(),
+                        "false" => String::new(),
+                        n => format!("usize::from({n}) + "),
+                    };
                     format!(
-                        "1 + {}.as_ref().map_or(0, |v| v.encoded_len(version))",
+                        "{marker}{}.as_ref().map_or(0, |v| v.encoded_len(version))",
                         val.target()
                     )
                 } else {
@@ -623,7 +652,7 @@ impl<'a> Emitter<'a> {
                         }
                         _ => format!(
                             "{v}.iter().map(|e| {}).sum::<usize>()",
-                            self.len_expr(e, false, &Val::Ref("e".into()), compact)
+                            self.len_expr(e, false, &Val::Ref("e".into()), compact, "false")
                         ),
                     };
                     format!("array_len_len({compact}, Some({v}.len())) + {elems}")
@@ -775,8 +804,8 @@ impl<'a> Emitter<'a> {
             let opt = self.is_opt(f);
             let compact = self.compact(f);
             let nullable = self.cond_bool(f.nullable);
-            let stmt = self.encode_stmt(&f.ty, opt, &place, &compact, &nullable, &f.name);
-            let len = self.len_expr(&f.ty, opt, &place, &compact);
+            let stmt = self.encode_stmt(&f.ty, opt, &place, &compact, &nullable, &f.name, false);
+            let len = self.len_expr(&f.ty, opt, &place, &compact, &nullable);
             match self.cond(Self::inline_versions(f)?) {
                 Cond::Never => {}
                 Cond::Always => {
@@ -815,8 +844,9 @@ impl<'a> Emitter<'a> {
                         Cond::Expr(c) => format!("{c} && {}", self.non_default(f)?),
                     };
                     let nullable = self.cond_bool(f.nullable);
-                    let len = self.len_expr(&f.ty, opt, &place, "true");
-                    let stmt = self.encode_stmt(&f.ty, opt, &place, "true", &nullable, &f.name);
+                    let len = self.len_expr(&f.ty, opt, &place, "true", &nullable);
+                    let stmt =
+                        self.encode_stmt(&f.ty, opt, &place, "true", &nullable, &f.name, true);
                     let _ = writeln!(tenc, "if {present} {{ tagged_count += 1; }}");
                     let _ = writeln!(
                         tlen,
@@ -887,7 +917,7 @@ impl<'a> Emitter<'a> {
             let opt = self.is_opt(f);
             let compact = self.compact(f);
             let nullable = self.cond_bool(f.nullable);
-            let expr = self.decode_expr(&f.ty, opt, &compact, &nullable);
+            let expr = self.decode_expr(&f.ty, opt, &compact, &nullable, false);
             match self.cond(Self::inline_versions(f)?) {
                 Cond::Never => {}
                 Cond::Always => {
@@ -909,7 +939,7 @@ impl<'a> Emitter<'a> {
                     Cond::Expr(c) => format!(" if {c}"),
                 };
                 let nullable = self.cond_bool(f.nullable);
-                let expr = self.decode_expr(&f.ty, self.is_opt(f), "true", &nullable);
+                let expr = self.decode_expr(&f.ty, self.is_opt(f), "true", &nullable, true);
                 let _ = writeln!(
                     arms,
                     "{tag}{guard} => {{ let buf = &mut data; this.{ident} = {expr}?; }}"

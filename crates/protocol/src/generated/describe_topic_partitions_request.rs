@@ -53,7 +53,7 @@ impl Encodable for DescribeTopicPartitionsRequest {
         buf.put_i32(self.response_partition_limit);
         match &self.cursor {
             Some(v) => {
-                buf.put_i8(1);
+                buf.put_u8(1);
                 v.encode(buf, version)?;
             }
             None => {
@@ -93,7 +93,7 @@ impl Decodable for DescribeTopicPartitionsRequest {
         let mut this = Self::default();
         this.topics = read_array(buf, true, 2, |buf| TopicRequest::decode(buf, version))?;
         this.response_partition_limit = read_i32(buf)?;
-        this.cursor = read_nullable_struct(buf, true, |buf| Cursor::decode(buf, version))?;
+        this.cursor = read_nullable_struct(buf, true, false, |buf| Cursor::decode(buf, version))?;
         let tagged_count = read_tagged_count(buf)?;
         for _ in 0..tagged_count {
             let (tag, data) = read_tagged_field(buf)?;

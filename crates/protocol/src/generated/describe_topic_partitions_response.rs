@@ -53,7 +53,7 @@ impl Encodable for DescribeTopicPartitionsResponse {
         }
         match &self.next_cursor {
             Some(v) => {
-                buf.put_i8(1);
+                buf.put_u8(1);
                 v.encode(buf, version)?;
             }
             None => {
@@ -98,7 +98,8 @@ impl Decodable for DescribeTopicPartitionsResponse {
         this.topics = read_array(buf, true, 26, |buf| {
             DescribeTopicPartitionsResponseTopic::decode(buf, version)
         })?;
-        this.next_cursor = read_nullable_struct(buf, true, |buf| Cursor::decode(buf, version))?;
+        this.next_cursor =
+            read_nullable_struct(buf, true, false, |buf| Cursor::decode(buf, version))?;
         let tagged_count = read_tagged_count(buf)?;
         for _ in 0..tagged_count {
             let (tag, data) = read_tagged_field(buf)?;

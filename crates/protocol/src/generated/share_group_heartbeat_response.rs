@@ -80,7 +80,7 @@ impl Encodable for ShareGroupHeartbeatResponse {
         buf.put_i32(self.heartbeat_interval_ms);
         match &self.assignment {
             Some(v) => {
-                buf.put_i8(1);
+                buf.put_u8(1);
                 v.encode(buf, version)?;
             }
             None => {
@@ -126,7 +126,8 @@ impl Decodable for ShareGroupHeartbeatResponse {
         this.member_id = read_nullable_string(buf, true, true)?;
         this.member_epoch = read_i32(buf)?;
         this.heartbeat_interval_ms = read_i32(buf)?;
-        this.assignment = read_nullable_struct(buf, true, |buf| Assignment::decode(buf, version))?;
+        this.assignment =
+            read_nullable_struct(buf, true, false, |buf| Assignment::decode(buf, version))?;
         let tagged_count = read_tagged_count(buf)?;
         for _ in 0..tagged_count {
             let (tag, data) = read_tagged_field(buf)?;

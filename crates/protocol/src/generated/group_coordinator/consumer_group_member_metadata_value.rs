@@ -114,11 +114,11 @@ impl Encodable for ConsumerGroupMemberMetadataValue {
             write_tag_header(buf, 0, len)?;
             match &self.classic_member_metadata {
                 Some(v) => {
-                    buf.put_i8(1);
+                    buf.put_u8(1);
                     v.encode(buf, version)?;
                 }
                 None => {
-                    buf.put_i8(-1);
+                    buf.put_u8(0);
                 }
             }
         }
@@ -182,7 +182,7 @@ impl Decodable for ConsumerGroupMemberMetadataValue {
             match tag {
                 0 => {
                     let buf = &mut data;
-                    this.classic_member_metadata = read_nullable_struct(buf, true, |buf| {
+                    this.classic_member_metadata = read_nullable_struct(buf, true, true, |buf| {
                         ClassicMemberMetadata::decode(buf, version)
                     })?;
                 }
