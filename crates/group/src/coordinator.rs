@@ -606,11 +606,13 @@ impl Ctx<'_> {
         new_member_id: String,
         responder: ResponderId,
     ) {
+        let req_api_version = req.api_version;
         let old_session = g
             .members
             .get(old_member_id)
             .map(|m| m.session_timeout_ms)
             .unwrap_or(req.session_timeout_ms);
+        let leader_before = g.leader_or_empty();
         let (parked_join, parked_sync) =
             g.replace_static_member(instance_id, old_member_id, &new_member_id);
         if let Some(r) = parked_join {
@@ -637,8 +639,17 @@ impl Ctx<'_> {
                     // assignment and the group needs no rebalance; only the new member
                     // id is persisted.
                     self.write_group_metadata(g);
-                    let skip = g.is_leader(&new_member_id);
-                    let response = join_response(g, &new_member_id, skip);
+                    let mut response = join_response(g, &new_member_id, false);
+                    if req_api_version >= 9 {
+                        // KIP-814: a returning leader gets the members but must not
+                        // assign again.
+                        response.skip_assignment = g.is_leader(&new_member_id);
+                    } else {
+                        // Older clients cannot be told to skip the assignment: they are
+                        // answered as a follower, naming the leader as it was.
+                        response.members.clear();
+                        response.leader = leader_before;
+                    }
                     self.respond_join(responder, response);
                 } else {
                     g.set_awaiting_join(&new_member_id, Some(responder));

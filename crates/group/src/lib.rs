@@ -11,6 +11,42 @@
 //! [`GroupCoordinator::load_partition_start`] and
 //! [`GroupCoordinator::load_partition_done`].
 //!
+//! ```
+//! use rill_group::*;
+//!
+//! let mut c = GroupCoordinator::new(GroupConfig::default(), 0x5eed);
+//! let p = c.partition_for("my-group");
+//! c.load_partition_start(p);
+//! c.load_partition_done(p, 0);
+//! let join = |member_id: &str| JoinGroupRequest {
+//!     group_id: "my-group".into(),
+//!     session_timeout_ms: 10_000,
+//!     rebalance_timeout_ms: 60_000,
+//!     member_id: member_id.into(),
+//!     group_instance_id: None,
+//!     protocol_type: "consumer".into(),
+//!     protocols: vec![("range".into(), encode_subscription(&["orders"]))],
+//!     reason: None,
+//!     client_id: "app".into(),
+//!     client_host: "/127.0.0.1".into(),
+//!     api_version: 9,
+//! };
+//! // First JoinGroup: answered at once with MEMBER_ID_REQUIRED and an id.
+//! let out = c.handle_join(join(""), 0, 1);
+//! let Output::Respond(Respond { response: Response::JoinGroup(r), .. }) = &out[0] else { panic!() };
+//! assert_eq!(r.error_code, error_code::MEMBER_ID_REQUIRED);
+//! // Second JoinGroup: parked until the initial rebalance delay ends.
+//! assert!(c.handle_join(join(&r.member_id), 0, 2).is_empty());
+//! assert_eq!(c.next_deadline(), Some(3_000));
+//! let out = c.tick(3_000);
+//! let Output::Respond(Respond { responder: 2, response: Response::JoinGroup(r) }) = &out[0] else { panic!() };
+//! assert_eq!((r.generation_id, r.leader == r.member_id), (1, true));
+//! ```
+//!
+//! Ordering: outputs of successive calls must be acted on in order, and a response that
+//! follows a `Persist` of the same partition should not overtake its write (Kafka's
+//! coordinator runtime holds such responses until the write is committed).
+//!
 //! # Design note: the rebalance protocol
 //!
 //! 1. A consumer sends JoinGroup with an empty member id. From v4 the coordinator

@@ -625,6 +625,17 @@ fn static_member_rejoins_without_rebalance_and_old_id_is_fenced() {
     assert_eq!(ja2.leader, ja2.member_id);
     assert_eq!(ja2.members.len(), 2);
     assert_eq!(h.state("g"), Some(Stable));
+    // Before JoinGroup v9 the returning leader is answered as a follower.
+    let mut req = h.join_req("g", "", consumer_protocols(&["t"]));
+    req.group_instance_id = Some("inst-a".to_owned());
+    req.api_version = 8;
+    let (ra3, sent) = h.join_with(req);
+    let ja3 = join_resp(&sent, ra3).unwrap();
+    assert_eq!(ja3.error_code, error_code::NONE);
+    assert!(!ja3.skip_assignment);
+    assert!(ja3.members.is_empty());
+    assert_eq!(ja3.leader, ja2.member_id);
+    assert_eq!(h.state("g"), Some(Stable));
 }
 
 #[test]
