@@ -167,6 +167,7 @@ fn random_rs(messages: &[Message]) -> anyhow::Result<String> {
     let _ = write!(
         o,
         "/// Calls `$m!(path::Type, min_version, max_version)` for every top-level message.\n\
+         #[allow(unused_macros, reason = \"not every test file sweeps every message\")]\n\
          macro_rules! for_each_message {{ ($m:ident) => {{\n{list}}}; }}\n"
     );
     Ok(o)

@@ -5794,6 +5794,7 @@ impl RandomValue
 }
 
 /// Calls `$m!(path::Type, min_version, max_version)` for every top-level message.
+#[allow(unused_macros, reason = "not every test file sweeps every message")]
 macro_rules! for_each_message { ($m:ident) => {
 $m!(rill_protocol::generated::add_offsets_to_txn_request::AddOffsetsToTxnRequest, 0, 4);
 $m!(rill_protocol::generated::add_offsets_to_txn_response::AddOffsetsToTxnResponse, 0, 4);
