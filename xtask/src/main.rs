@@ -4,9 +4,15 @@
 //!   `../shared/kafka-message-specs/`; `--check` fails when the committed output is stale.
 //! - `cargo xtask test`: every test, unit to end-to-end, installing what the end-to-end
 //!   tests need (a Python venv under `target/`, kcat) by itself.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a dev tool, not a library")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a dev tool, not a library"
+)]
 
 mod codegen;
+mod layering;
 mod test;
 
 use std::path::PathBuf;

@@ -1,1 +1,172 @@
 //! The Rill server: listeners, connections, request dispatch and the replica manager.
+//!
+//! [`Server::start`] opens the data directory (metadata, then every partition log, with
+//! recovery), binds the listener and serves until [`Server::shutdown`]. The [`Broker`] is
+//! the state every connection shares; its request handlers live in [`apis`], one module
+//! per group of APIs. This crate is the thin shell that does the I/O: record validation,
+//! offsets and recovery live in `rill-storage`, the codec in `rill-protocol`.
+
+pub mod apis;
+pub mod config;
+pub mod error;
+pub mod metadata_store;
+pub mod network;
+pub mod replica_manager;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use rill_storage::{LogConfig, TopicPartition};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use config::BrokerConfig;
+pub use error::BrokerError;
+use metadata_store::{MetadataStore, TopicMeta};
+use replica_manager::ReplicaManager;
+
+/// State shared by every connection.
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub node_id: i32,
+    /// Host and port that clients are told to connect to.
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    pub max_request_bytes: usize,
+    metadata: Mutex<MetadataStore>,
+    pub replicas: ReplicaManager,
+}
+
+impl Broker {
+    /// Locks the metadata store. Changes are applied whole by `MetadataStore::update`, so a
+    /// lock poisoned by a panicking reader still guards a consistent image.
+    fn metadata(&self) -> std::sync::MutexGuard<'_, MetadataStore> {
+        self.metadata.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn cluster_id(&self) -> String {
+        self.metadata().image().cluster_id.clone()
+    }
+
+    pub fn topic(&self, name: &str) -> Option<TopicMeta> {
+        self.metadata().image().topics.get(name).cloned()
+    }
+
+    pub fn topics(&self) -> Vec<TopicMeta> {
+        self.metadata().image().topics.values().cloned().collect()
+    }
+
+    /// The value of a topic config: the topic's override, else the broker's default.
+    pub fn topic_config_value(&self, topic: &TopicMeta, name: &str) -> Option<String> {
+        if let Some(v) = topic.configs.get(name) {
+            return Some(v.clone());
+        }
+        let def = config::topic_config_def(name)?;
+        self.config.get(def.broker_key).map(str::to_string)
+    }
+
+    /// The storage settings of a topic, from its configs and the broker's defaults.
+    pub fn log_config(&self, topic: &TopicMeta) -> LogConfig {
+        let get = |name: &str| self.topic_config_value(topic, name).unwrap_or_default();
+        let int = |name: &str| get(name).trim().parse::<i64>().ok();
+        let mut c = LogConfig::default();
+        if let Some(v) = int("segment.bytes") {
+            c.segment_bytes = v.max(1) as u64;
+        }
+        if let Some(v) = int("segment.ms") {
+            c.segment_ms = v;
+        }
+        if let Some(v) = int("index.interval.bytes") {
+            c.index_interval_bytes = v.max(1) as u64;
+        }
+        if let Some(v) = int("segment.index.bytes") {
+            c.segment_index_bytes = v.max(8) as u64;
+        }
+        if let Some(v) = int("max.message.bytes") {
+            c.max_message_bytes = v.max(0) as usize;
+        }
+        c.flush_messages = int("flush.messages")
+            .filter(|v| *v != i64::MAX)
+            .map(|v| v as u64);
+        c.flush_ms = int("flush.ms").filter(|v| *v != i64::MAX);
+        if let Some(v) = int("retention.ms") {
+            c.retention_ms = v;
+        }
+        if let Some(v) = int("retention.bytes") {
+            c.retention_bytes = v;
+        }
+        if get("message.timestamp.type") == "LogAppendTime" {
+            c.message_timestamp_type = rill_storage::MessageTimestampType::LogAppendTime;
+        }
+        c
+    }
+
+    fn open_topic_partitions(&self, topic: &TopicMeta, from: i32) -> Result<(), BrokerError> {
+        let config = self.log_config(topic);
+        for p in from..topic.partitions {
+            let tp = TopicPartition {
+                topic: topic.name.clone(),
+                partition: p,
+            };
+            self.replicas
+                .open_partition(tp, topic.topic_id(), config.clone())?;
+        }
+        Ok(())
+    }
+}
+
+/// A running server; dropping it does not stop it, [`Server::shutdown`] does.
+pub struct Server {
+    pub local_addr: SocketAddr,
+    pub broker: Arc<Broker>,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Opens the data directory, recovers every log, binds the listener and starts serving.
+    pub async fn start(config: BrokerConfig) -> Result<Self, BrokerError> {
+        config.validate()?;
+        let data_dir = config.data_dir();
+        std::fs::create_dir_all(&data_dir).map_err(|e| BrokerError::io(data_dir.display(), e))?;
+        let metadata = MetadataStore::open(&data_dir)?;
+        let addr = config.listen_addr()?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| BrokerError::io(addr, e))?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|e| BrokerError::io(addr, e))?;
+        let advertised_host = config
+            .get("advertised.host.name")
+            .map(str::to_string)
+            .unwrap_or_else(|| local_addr.ip().to_string());
+        let broker = Arc::new(Broker {
+            node_id: config.node_id()?,
+            max_request_bytes: config.socket_request_max_bytes()?,
+            advertised_host,
+            advertised_port: i32::from(local_addr.port()),
+            replicas: ReplicaManager::new(&data_dir),
+            metadata: Mutex::new(metadata),
+            config,
+        });
+        for topic in broker.topics() {
+            broker.open_topic_partitions(&topic, 0)?;
+        }
+        let (shutdown, rx) = watch::channel(false);
+        let task = tokio::spawn(network::serve(listener, broker.clone(), rx));
+        Ok(Self {
+            local_addr,
+            broker,
+            shutdown,
+            task,
+        })
+    }
+
+    /// Stops accepting, closes connections and flushes every log.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+        self.broker.replicas.shutdown();
+    }
+}

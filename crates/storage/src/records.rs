@@ -1,26 +1,16 @@
-//! Just enough of the record format to find a record by timestamp inside a batch.
+//! Finding a record by timestamp inside a batch.
 //!
 //! ListOffsets by timestamp (and KIP-734's MAX_TIMESTAMP) answer with a record's offset,
-//! not a batch's. For an uncompressed CreateTime batch the records are read here, only
-//! their `timestampDelta` and `offsetDelta`; everything else is skipped by length.
-//! A compressed batch is not decompressed on this path: the answer is the batch's base
-//! offset with the batch's max timestamp (documented on `UnifiedLog::offset_for_timestamp`).
+//! not a batch's, as Kafka does: the batch is decoded (decompressed under a cap when it
+//! is compressed) with `rill-protocol`'s record codec. This is off the produce and fetch
+//! paths, so the decode cost is paid only by the rare ListOffsets that needs it.
 
-use rill_protocol::records::{CompressionType, RecordBatch, TimestampType};
+use rill_protocol::records::{RecordBatch, TimestampType};
 
-/// Reads a zigzag varint of at most `max_bytes` bytes.
-fn read_varlong(buf: &[u8], pos: &mut usize, max_bytes: usize) -> Option<i64> {
-    let mut value: u64 = 0;
-    for i in 0..max_bytes {
-        let b = *buf.get(*pos)?;
-        *pos += 1;
-        value |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some((value >> 1) as i64 ^ -((value & 1) as i64));
-        }
-    }
-    None
-}
+/// Largest decompressed batch this path will decode; a batch over it (only possible if the
+/// topic's `max.message.bytes` was raised far past Kafka's default) is answered at batch
+/// granularity instead.
+const MAX_DECOMPRESSED_BYTES: usize = 64 * 1024 * 1024;
 
 /// The first record of `batch` whose timestamp is `>= target`, as (offset, timestamp).
 /// `None` when the batch's max timestamp is below `target`.
@@ -30,36 +20,19 @@ pub(crate) fn first_record_at_or_after(batch: &RecordBatch, target: i64) -> Opti
         return None;
     }
     let fallback = Some((batch.base_offset(), max));
-    if batch.timestamp_type() == TimestampType::LogAppendTime
-        || batch.compression().ok() != Some(CompressionType::None)
-    {
-        // Every record of a LogAppendTime batch carries the max timestamp; a compressed
-        // batch is answered at batch granularity.
+    if batch.timestamp_type() == TimestampType::LogAppendTime {
+        // Every record of a LogAppendTime batch carries the batch's timestamp.
         return fallback;
     }
-    let payload = batch.records_payload();
-    let mut pos = 0usize;
-    for _ in 0..batch.record_count().max(0) {
-        let Some(len) = read_varlong(&payload, &mut pos, 5) else {
-            return fallback;
-        };
-        let start = pos;
-        let Ok(len) = usize::try_from(len) else {
-            return fallback;
-        };
-        // attributes (1 byte), then the two deltas.
-        pos += 1;
-        let Some(ts_delta) = read_varlong(&payload, &mut pos, 10) else {
-            return fallback;
-        };
-        let Some(off_delta) = read_varlong(&payload, &mut pos, 5) else {
-            return fallback;
-        };
-        let ts = batch.base_timestamp().saturating_add(ts_delta);
-        if ts >= target {
-            return Some((batch.base_offset() + off_delta, ts));
+    let Ok(records) = batch.record_iter(MAX_DECOMPRESSED_BYTES) else {
+        return fallback;
+    };
+    for record in records {
+        match record {
+            Ok(r) if r.timestamp >= target => return Some((r.offset, r.timestamp)),
+            Ok(_) => {}
+            Err(_) => return fallback,
         }
-        pos = start + len;
     }
     fallback
 }

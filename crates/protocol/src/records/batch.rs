@@ -145,7 +145,10 @@ impl RecordBatch {
     /// and fully present. Checks neither the magic nor the CRC: see [`Self::validate`].
     pub fn split_from(buf: &mut Bytes) -> Result<Self, BatchError> {
         if buf.len() < LOG_OVERHEAD {
-            return Err(BatchError::Truncated { needed: LOG_OVERHEAD, available: buf.len() });
+            return Err(BatchError::Truncated {
+                needed: LOG_OVERHEAD,
+                available: buf.len(),
+            });
         }
         let length = be_i32(buf, BATCH_LENGTH);
         // A batch that cannot hold its own header is corrupt, not just short.
@@ -154,9 +157,14 @@ impl RecordBatch {
         }
         let total = LOG_OVERHEAD + length as usize;
         if buf.len() < total {
-            return Err(BatchError::Truncated { needed: total, available: buf.len() });
+            return Err(BatchError::Truncated {
+                needed: total,
+                available: buf.len(),
+            });
         }
-        Ok(Self { bytes: buf.split_to(total) })
+        Ok(Self {
+            bytes: buf.split_to(total),
+        })
     }
 
     /// Views a buffer that holds exactly one batch.
@@ -164,14 +172,20 @@ impl RecordBatch {
         let mut b = bytes;
         let batch = Self::split_from(&mut b)?;
         if !b.is_empty() {
-            return Err(BatchError::InvalidLength(be_i32(&batch.bytes, BATCH_LENGTH)));
+            return Err(BatchError::InvalidLength(be_i32(
+                &batch.bytes,
+                BATCH_LENGTH,
+            )));
         }
         Ok(batch)
     }
 
     /// Iterates over the batches in a record set, stopping at the first error.
     pub fn iter(records: Bytes) -> RecordBatchIter {
-        RecordBatchIter { rest: records, failed: false }
+        RecordBatchIter {
+            rest: records,
+            failed: false,
+        }
     }
 
     /// Checks what the broker must check before it stores a batch: magic 2, the CRC32C,
@@ -190,7 +204,10 @@ impl RecordBatch {
         let count = self.record_count();
         let delta = self.last_offset_delta();
         if count < 0 || delta < 0 || (count > 0 && count - 1 != delta) {
-            return Err(BatchError::CountMismatch { count, last_offset_delta: delta });
+            return Err(BatchError::CountMismatch {
+                count,
+                last_offset_delta: delta,
+            });
         }
         Ok(())
     }
@@ -390,14 +407,20 @@ mod tests {
         let last = raw.len() - 2;
         raw[last] ^= 0xff;
         let batch = RecordBatch::new(Bytes::from(raw)).unwrap();
-        assert!(matches!(batch.validate(), Err(BatchError::CrcMismatch { .. })));
+        assert!(matches!(
+            batch.validate(),
+            Err(BatchError::CrcMismatch { .. })
+        ));
     }
 
     #[test]
     fn truncated_and_bogus_lengths_are_errors() {
         let raw = one_record_batch();
         let mut short = Bytes::from(raw[..raw.len() - 1].to_vec());
-        assert!(matches!(RecordBatch::split_from(&mut short), Err(BatchError::Truncated { .. })));
+        assert!(matches!(
+            RecordBatch::split_from(&mut short),
+            Err(BatchError::Truncated { .. })
+        ));
         let mut bogus = raw.clone();
         bogus[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&(-5i32).to_be_bytes());
         assert!(matches!(

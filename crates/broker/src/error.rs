@@ -1,0 +1,25 @@
+//! The broker's error type. Wire errors are Kafka `ErrorCode`s chosen at the edge; this
+//! enum is for start-up and environmental failures.
+
+use std::io;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("i/o on {path}: {source}")]
+    Io { path: String, source: io::Error },
+    #[error("metadata store: {0}")]
+    Metadata(String),
+    #[error("storage: {0}")]
+    Storage(#[from] rill_storage::StorageError),
+}
+
+impl BrokerError {
+    pub fn io(path: impl std::fmt::Display, source: io::Error) -> Self {
+        Self::Io {
+            path: path.to_string(),
+            source,
+        }
+    }
+}
