@@ -388,6 +388,10 @@ fn api_rs(messages: &[Message], by_name: &BTreeMap<&str, &Message>) -> anyhow::R
             let _ = write!(o, "Self::{v}(m) => m.encoded_len(version),", v = p.1);
         }
         o.push_str("} }\n}\n\n");
+        let _ = writeln!(
+            o,
+            "impl Encodable for {side}Body {{ fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {{ {side}Body::encode(self, buf, version) }} fn encoded_len(&self, version: i16) -> usize {{ {side}Body::encoded_len(self, version) }} }}\n"
+        );
         for p in &pairs {
             let m = if idx == 2 { p.2 } else { p.3 };
             let _ = writeln!(

@@ -40,6 +40,8 @@ pub enum EncodeError {
     UnexpectedNull { field: &'static str },
     #[error("length {0} does not fit the wire format")]
     TooLong(usize),
+    #[error("unknown api key {0}")]
+    UnknownApiKey(i16),
 }
 
 /// Why a frame could not be read off a connection. Both are fatal for the connection: the

@@ -6,7 +6,8 @@
 //! - [`primitives`]: the bounded readers and writers the generated code is built on, and
 //!   the [`Encodable`]/[`Decodable`]/[`Request`] traits.
 //! - [`frame`]: the length-prefixed frame reader with its size cap, and frame writing.
-//! - [`header`]: request headers read before the api key is known.
+//! - [`header`]: request headers read before the api key is known, and whole frames
+//!   (header and body) written and read in one call.
 //! - [`error`]: codec errors and Kafka's [`ErrorCode`] table.
 //! - [`records`]: record batches (magic 2): a zero-copy header view, CRC32C, records,
 //!   compression codecs and a builder.
@@ -35,5 +36,8 @@ pub mod records;
 pub use error::{DecodeError, EncodeError, ErrorCode, FrameError};
 pub use frame::{begin_frame, decode_frame, end_frame};
 pub use generated::{ApiKey, RequestBody, ResponseBody};
-pub use header::decode_request_header;
+pub use header::{
+    decode_request, decode_request_header, decode_response, encode_request_frame,
+    encode_response_frame,
+};
 pub use primitives::{Decodable, Encodable, RawTaggedField, Request, Uuid};

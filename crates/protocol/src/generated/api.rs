@@ -1610,6 +1610,15 @@ impl RequestBody {
     }
 }
 
+impl Encodable for RequestBody {
+    fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
+        RequestBody::encode(self, buf, version)
+    }
+    fn encoded_len(&self, version: i16) -> usize {
+        RequestBody::encoded_len(self, version)
+    }
+}
+
 impl From<ProduceRequest> for RequestBody {
     fn from(m: ProduceRequest) -> Self {
         Self::Produce(m)
@@ -2668,6 +2677,15 @@ impl ResponseBody {
             Self::DeleteShareGroupState(m) => m.encoded_len(version),
             Self::ReadShareGroupStateSummary(m) => m.encoded_len(version),
         }
+    }
+}
+
+impl Encodable for ResponseBody {
+    fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
+        ResponseBody::encode(self, buf, version)
+    }
+    fn encoded_len(&self, version: i16) -> usize {
+        ResponseBody::encoded_len(self, version)
     }
 }
 
