@@ -10,6 +10,10 @@
 //! - [`spec`]: the JSON specs parsed into messages, structs, fields and version ranges.
 //! - [`emit`]: the Rust source of one message.
 //! - this file: the file layout, `api.rs`, `mod.rs` files, rustfmt and the check.
+//!
+//! Besides the library code it writes `crates/protocol/tests/support/random.rs`: a random
+//! value for every generated struct and a `for_each_message!` macro, which the codec's
+//! property, default and differential tests sweep over every message with.
 
 mod emit;
 mod spec;
@@ -193,7 +197,22 @@ fn mod_rs(messages: &[Message], subdir: Option<&str>) -> String {
                  //! plain struct per message and per nested struct, each implementing\n\
                  //! [`Encodable`](crate::primitives::Encodable) and\n\
                  //! [`Decodable`](crate::primitives::Decodable) for every valid version. [`api`]\n\
-                 //! holds [`ApiKey`], [`RequestBody`] and [`ResponseBody`].\n\n",
+                 //! holds [`ApiKey`], [`RequestBody`] and [`ResponseBody`].\n\
+                 //!\n\
+                 //! How the structs map the specs:\n\
+                 //! - Struct and field names are the specs' (`MetadataRequestTopic`,\n\
+                 //!   `allow_auto_topic_creation`; `r#type` for a field named `Type`).\n\
+                 //! - A field with nullable versions is an `Option` in every version; `None` where\n\
+                 //!   the version being written has no null is an `EncodeError::UnexpectedNull`.\n\
+                 //!   `records` fields are always `Option<Bytes>`, decoded as slices of the input.\n\
+                 //! - `Default` follows the specs' defaults, and Kafka's where they say nothing (an\n\
+                 //!   empty string or array, even for a nullable one).\n\
+                 //! - Encoding skips the fields the version does not have, whatever their value, and\n\
+                 //!   writes a tagged field only when it differs from its default. Unknown tagged\n\
+                 //!   fields are kept on decode and written back in tag order; in versions that are\n\
+                 //!   not flexible they are dropped.\n\
+                 //! - Decoding checks every length and count against the bytes left before it\n\
+                 //!   allocates, and the version against the message's valid versions.\n\n",
             );
             out.push_str(
                 "#![allow(\n    clippy::derivable_impls,\n    clippy::field_reassign_with_default,\n    \

@@ -7,6 +7,21 @@
 //! [`Encodable`](crate::primitives::Encodable) and
 //! [`Decodable`](crate::primitives::Decodable) for every valid version. [`api`]
 //! holds [`ApiKey`], [`RequestBody`] and [`ResponseBody`].
+//!
+//! How the structs map the specs:
+//! - Struct and field names are the specs' (`MetadataRequestTopic`,
+//!   `allow_auto_topic_creation`; `r#type` for a field named `Type`).
+//! - A field with nullable versions is an `Option` in every version; `None` where
+//!   the version being written has no null is an `EncodeError::UnexpectedNull`.
+//!   `records` fields are always `Option<Bytes>`, decoded as slices of the input.
+//! - `Default` follows the specs' defaults, and Kafka's where they say nothing (an
+//!   empty string or array, even for a nullable one).
+//! - Encoding skips the fields the version does not have, whatever their value, and
+//!   writes a tagged field only when it differs from its default. Unknown tagged
+//!   fields are kept on decode and written back in tag order; in versions that are
+//!   not flexible they are dropped.
+//! - Decoding checks every length and count against the bytes left before it
+//!   allocates, and the version against the message's valid versions.
 
 #![allow(
     clippy::derivable_impls,
