@@ -386,8 +386,10 @@ impl<'a> Emitter<'a> {
                 }
             }
             Type::Prim(p) => fixed_size(*p).unwrap_or(1),
+            // A nullable struct may be just its marker; where it is not nullable there is
+            // no marker and the struct itself follows.
             Type::Struct(n) => {
-                if self.is_opt(f) {
+                if f.nullable.contains(v) {
                     1
                 } else {
                     self.struct_min(n, v)
