@@ -155,12 +155,14 @@ class RillServer:
             ):
                 return
             if self.process.poll() is not None:
+                self._expected_down = True  # reported here, not again as a crash at teardown
                 code = self.process.returncode
                 raise HarnessError(
                     f"rill server exited with {code} before printing {ready_line!r}\n"
                     + self.log_excerpt()
                 )
             time.sleep(0.05)
+        self._expected_down = True
         self._kill()
         raise HarnessError(
             f"rill server did not print {ready_line!r} within {self.ready_timeout_s:.0f} s\n"

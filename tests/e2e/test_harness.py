@@ -112,6 +112,7 @@ def test_early_exit_is_reported_with_exit_code(tmp_path, fake_binary):
         server.start()
     assert "exited with 3" in str(error.value)
     assert "fake rill: giving up" in str(error.value)
+    assert server.teardown() == [], "a failed start is reported once, not again as a crash"
 
 
 def test_stop_fails_when_sigterm_is_ignored(tmp_path, fake_binary):

@@ -170,15 +170,11 @@ fn banner(what: &str) {
     println!("\n==> {what}");
 }
 
-/// Runs a command to completion with inherited output, failing the run when it fails.
-fn step(root: &Path, program: &OsString, args: &[&str], name: &str) -> anyhow::Result<()> {
-    banner(&format!(
-        "{} {}",
-        Path::new(program).display(),
-        args.join(" ")
-    ));
+/// Runs a cargo command to completion with inherited output, failing the run when it fails.
+fn step(root: &Path, cargo: &OsString, args: &[&str], name: &str) -> anyhow::Result<()> {
+    banner(&format!("cargo {}", args.join(" ")));
     let started = Instant::now();
-    let status = Command::new(program)
+    let status = Command::new(cargo)
         .args(args)
         .current_dir(root)
         .status()
