@@ -1,6 +1,68 @@
 //! Per-log configuration, with Kafka's topic-config names and defaults.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
+
+/// `cleanup.policy`: what happens to old data. Kafka's value is a comma-separated list
+/// of `delete` and `compact`; both together mean "compact, and also delete by retention".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CleanupPolicy {
+    /// Whole segments go once they pass `retention.ms` or `retention.bytes`.
+    #[default]
+    Delete,
+    /// The cleaner keeps the latest record per key; nothing is deleted by age or size.
+    Compact,
+    /// Both: compacted, and whole segments still expire by retention.
+    CompactDelete,
+}
+
+impl CleanupPolicy {
+    pub fn is_delete(self) -> bool {
+        matches!(self, Self::Delete | Self::CompactDelete)
+    }
+    pub fn is_compact(self) -> bool {
+        matches!(self, Self::Compact | Self::CompactDelete)
+    }
+}
+
+impl FromStr for CleanupPolicy {
+    type Err = crate::StorageError;
+
+    /// Accepts Kafka's list syntax in any order, ignoring blanks and case.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (mut delete, mut compact) = (false, false);
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part.to_ascii_lowercase().as_str() {
+                "delete" => delete = true,
+                "compact" => compact = true,
+                _ => {
+                    return Err(crate::StorageError::InvalidConfig(format!(
+                        "unknown cleanup.policy {part:?}"
+                    )))
+                }
+            }
+        }
+        match (delete, compact) {
+            (true, false) => Ok(Self::Delete),
+            (false, true) => Ok(Self::Compact),
+            (true, true) => Ok(Self::CompactDelete),
+            (false, false) => Err(crate::StorageError::InvalidConfig(
+                "cleanup.policy is empty".into(),
+            )),
+        }
+    }
+}
+
+impl fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Delete => "delete",
+            Self::Compact => "compact",
+            Self::CompactDelete => "compact,delete",
+        })
+    }
+}
 
 /// `message.timestamp.type`: whether a batch keeps its producer's timestamp or gets the
 /// broker's clock when it is appended.
@@ -13,7 +75,7 @@ pub enum MessageTimestampType {
 
 /// The settings of one partition log. Field names are Kafka's topic configs with dots
 /// turned into underscores (`segment.bytes` is `segment_bytes`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// `segment.bytes`: roll the active segment before it would exceed this size.
     pub segment_bytes: u64,
@@ -32,11 +94,29 @@ pub struct LogConfig {
     pub max_message_bytes: usize,
     /// `message.timestamp.type`.
     pub message_timestamp_type: MessageTimestampType,
-    /// `retention.ms` (-1: unlimited). Enforced by the retention task, not yet here.
+    /// `retention.ms` (-1: unlimited), enforced by `UnifiedLog::delete_old_segments`
+    /// when the policy includes `delete`.
     pub retention_ms: i64,
-    /// `retention.bytes` (-1: unlimited). Enforced by the retention task, not yet here.
+    /// `retention.bytes` (-1: unlimited), enforced likewise.
     pub retention_bytes: i64,
+    /// `cleanup.policy`.
+    pub cleanup_policy: CleanupPolicy,
+    /// `delete.retention.ms`: how long a tombstone stays readable after the cleaner first
+    /// saw it (so that a consumer that is behind still sees the delete).
+    pub delete_retention_ms: i64,
+    /// `min.cleanable.dirty.ratio`: the share of the cleanable bytes not yet cleaned
+    /// above which a compacted log is worth cleaning.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: a record stays uncompacted at least this long.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a dirty record is compacted within about this long,
+    /// whatever the dirty ratio.
+    pub max_compaction_lag_ms: i64,
 }
+
+// `min_cleanable_dirty_ratio` is the only float and `validate` refuses NaN, so equality
+// is reflexive for every config a log accepts.
+impl Eq for LogConfig {}
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -51,6 +131,11 @@ impl Default for LogConfig {
             message_timestamp_type: MessageTimestampType::CreateTime,
             retention_ms: Duration::from_secs(7 * 24 * 3600).as_millis() as i64,
             retention_bytes: -1,
+            cleanup_policy: CleanupPolicy::Delete,
+            delete_retention_ms: Duration::from_secs(24 * 3600).as_millis() as i64,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
         }
     }
 }
@@ -77,6 +162,26 @@ impl LogConfig {
         if self.flush_messages == Some(0) {
             return err("flush.messages must be positive");
         }
+        if !(0.0..=1.0).contains(&self.min_cleanable_dirty_ratio) {
+            return err("min.cleanable.dirty.ratio must be between 0 and 1");
+        }
+        if self.delete_retention_ms < 0 || self.min_compaction_lag_ms < 0 {
+            return err("delete.retention.ms and min.compaction.lag.ms must not be negative");
+        }
+        if self.max_compaction_lag_ms < 1 {
+            return err("max.compaction.lag.ms must be positive");
+        }
         Ok(())
+    }
+
+    /// How old the active segment may get before it is rolled: `segment.ms`, or less
+    /// for a compacted log whose `max.compaction.lag.ms` is shorter, since the active
+    /// segment is never cleaned (Kafka's `maxSegmentMs`).
+    pub fn max_segment_ms(&self) -> i64 {
+        if self.cleanup_policy.is_compact() {
+            self.segment_ms.min(self.max_compaction_lag_ms)
+        } else {
+            self.segment_ms
+        }
     }
 }

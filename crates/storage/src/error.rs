@@ -93,3 +93,22 @@ pub enum ReadError {
     #[error(transparent)]
     Io(#[from] StorageError),
 }
+
+/// Why a DeleteRecords was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DeleteRecordsError {
+    /// The offset is above the high watermark (or negative other than -1):
+    /// `OFFSET_OUT_OF_RANGE`.
+    #[error("offset {offset} is out of range [{log_start}, {high_watermark}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start: i64,
+        high_watermark: i64,
+    },
+    /// The topic is `cleanup.policy=compact` only, where Kafka refuses DeleteRecords:
+    /// `POLICY_VIOLATION`.
+    #[error("records of a compacted topic cannot be deleted")]
+    PolicyViolation,
+    #[error(transparent)]
+    Io(#[from] StorageError),
+}

@@ -24,6 +24,30 @@ pub(crate) struct BatchHeader {
     pub base_sequence: i32,
 }
 
+/// Byte positions of the header fields the cleaner rewrites.
+pub(crate) const CRC_AT: usize = 17;
+pub(crate) const ATTRIBUTES_AT: usize = 21;
+pub(crate) const LAST_OFFSET_DELTA_AT: usize = 23;
+pub(crate) const MAX_TIMESTAMP_AT: usize = 35;
+
+/// Rewrites `lastOffsetDelta` and, for a LogAppendTime batch, the timestamp type bit and
+/// `maxTimestamp`, then recomputes the CRC32C (which covers all three). `buf` holds one
+/// whole batch.
+pub(crate) fn rewrite_header(buf: &mut [u8], last_offset_delta: i32, log_append_time: Option<i64>) {
+    if buf.len() < HEADER_LEN {
+        return;
+    }
+    buf[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4]
+        .copy_from_slice(&last_offset_delta.to_be_bytes());
+    if let Some(ts) = log_append_time {
+        let attributes = i16::from_be_bytes([buf[ATTRIBUTES_AT], buf[ATTRIBUTES_AT + 1]]) | 0x08;
+        buf[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+        buf[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&ts.to_be_bytes());
+    }
+    let crc = crc32c::crc32c(&buf[ATTRIBUTES_AT..]);
+    buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 fn be_i16(b: &[u8; HEADER_LEN], at: usize) -> i16 {
     i16::from_be_bytes([b[at], b[at + 1]])
 }

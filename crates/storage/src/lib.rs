@@ -7,12 +7,15 @@
 //! - [`index`]: `OffsetIndex` and `TimeIndex`.
 //! - [`epoch`]: `LeaderEpochFileCache` (`leader-epoch-checkpoint`).
 //! - [`producer_state`]: `ProducerStateManager`, idempotent-producer deduplication.
+//! - [`retention`]: `cleanup.policy=delete`, DeleteRecords, rolling a quiet partition.
+//! - [`cleaner`]: `cleanup.policy=compact`, the log cleaner and its segment swap.
 //!
 //! Architecture Invariant: this crate does no networking and reads no clock; every
 //! time-dependent call takes `now_ms`. It depends on `rill-protocol` only for the record
 //! batch header view.
 
 mod checkpoint;
+pub mod cleaner;
 pub mod config;
 pub mod epoch;
 pub mod error;
@@ -21,16 +24,19 @@ pub mod index;
 pub mod log;
 pub mod producer_state;
 mod records;
+pub mod retention;
 pub mod segment;
 pub mod topic_partition;
 
 #[cfg(test)]
 mod test_util;
 
-pub use config::{LogConfig, MessageTimestampType};
+pub use cleaner::{CleanStats, CleanTask, CleanedSegments, CleanerConfig};
+pub use config::{CleanupPolicy, LogConfig, MessageTimestampType};
 pub use epoch::{EpochEntry, LeaderEpochFileCache, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
-pub use error::{AppendError, ReadError, StorageError};
+pub use error::{AppendError, DeleteRecordsError, ReadError, StorageError};
 pub use log::{LogAppendInfo, TimestampAndOffset, UnifiedLog};
 pub use producer_state::{AppendOrigin, BatchMetadata, ProducerStateEntry};
+pub use retention::RetentionResult;
 pub use segment::{FetchDataInfo, FileRange, LogOffsetMetadata};
 pub use topic_partition::{parse_partition_dir_name, partition_dir_name, TopicPartition};

@@ -33,7 +33,7 @@ use crate::error::{AppendError, ReadError, StorageError};
 use crate::producer_state::{
     AppendOrigin, ProducerAppendInfo, ProducerBatch, ProducerStateEntry, ProducerStateManager,
 };
-use crate::records::first_record_at_or_after;
+use crate::records::{first_record_at_or_after, validate_stored};
 use crate::segment::{
     BatchSummary, FetchDataInfo, LogSegment, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
@@ -42,6 +42,7 @@ use crate::segment::{
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
 pub const HIGH_WATERMARK_FILE: &str = "high-watermark";
 pub const LOG_START_OFFSET_FILE: &str = "log-start-offset";
+pub const CLEANER_OFFSET_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
 
 /// What an append did (Kafka's `LogAppendInfo`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,18 +83,30 @@ struct ValidBatch {
 /// The partition log.
 #[derive(Debug)]
 pub struct UnifiedLog {
-    dir: PathBuf,
-    config: LogConfig,
+    pub(crate) dir: PathBuf,
+    pub(crate) config: LogConfig,
     /// By base offset; never empty (the last one is the active segment).
-    segments: BTreeMap<i64, LogSegment>,
-    log_start_offset: i64,
-    high_watermark: i64,
+    pub(crate) segments: BTreeMap<i64, LogSegment>,
+    pub(crate) log_start_offset: i64,
+    pub(crate) high_watermark: i64,
     /// Everything below is known to be fsynced.
-    recovery_point: i64,
-    leader_epoch_cache: LeaderEpochFileCache,
-    producer_state: ProducerStateManager,
+    pub(crate) recovery_point: i64,
+    pub(crate) leader_epoch_cache: LeaderEpochFileCache,
+    pub(crate) producer_state: ProducerStateManager,
     unflushed_messages: u64,
     last_flush_ms: i64,
+    /// The cleaner's progress: every segment below this offset has been cleaned
+    /// (Kafka's `cleaner-offset-checkpoint`, kept per partition here).
+    pub(crate) first_dirty_offset: i64,
+    /// Bumped whenever a non-active segment is removed or replaced, so that a clean
+    /// prepared before such a change is not applied after it.
+    pub(crate) layout_version: u64,
+    /// A `CleanTask` is out; at most one per log.
+    pub(crate) clean_in_progress: bool,
+    /// The earliest delete horizon the last clean left on a batch that still holds
+    /// tombstones: when it has passed, cleaning again removes them. In memory only; after
+    /// a restart the next clean (which the dirty ratio triggers) finds them anyway.
+    pub(crate) earliest_delete_horizon_ms: Option<i64>,
 }
 
 fn parse_base_offset(file_name: &str, suffix: &str) -> Option<i64> {
@@ -124,6 +137,9 @@ impl UnifiedLog {
         fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
         let marker = dir.join(CLEAN_SHUTDOWN_FILE);
         let clean = marker.exists();
+
+        // 0. Finish or roll back a segment swap the cleaner was doing (see `cleaner`).
+        crate::cleaner::recover_swap(dir)?;
 
         // 1. Find the segments; drop leftovers of interrupted operations.
         let mut bases = Vec::new();
@@ -278,6 +294,15 @@ impl UnifiedLog {
             leader_epoch_cache.flush()?;
         }
 
+        let first_dirty_offset =
+            match checkpoint::read_offset(&dir.join(CLEANER_OFFSET_CHECKPOINT_FILE)) {
+                Ok(v) => v,
+                Err(StorageError::Corrupt { .. }) => None,
+                Err(e) => return Err(e),
+            }
+            .unwrap_or(log_start_offset)
+            .clamp(log_start_offset, log_end);
+
         // 5. From now on a crash is an unclean shutdown, and the producer snapshot is
         //    stale as soon as anything is appended.
         ProducerStateManager::delete_snapshots(dir, None)?;
@@ -304,6 +329,10 @@ impl UnifiedLog {
             producer_state,
             unflushed_messages: 0,
             last_flush_ms: now_ms,
+            first_dirty_offset,
+            layout_version: 0,
+            clean_in_progress: false,
+            earliest_delete_horizon_ms: None,
         })
     }
 
@@ -351,7 +380,7 @@ impl UnifiedLog {
         &self.leader_epoch_cache
     }
 
-    fn active_segment(&self) -> Option<&LogSegment> {
+    pub(crate) fn active_segment(&self) -> Option<&LogSegment> {
         self.segments.last_key_value().map(|(_, s)| s)
     }
 
@@ -389,7 +418,12 @@ impl UnifiedLog {
                     max: self.config.segment_bytes as usize,
                 });
             }
-            batch.validate().map_err(corrupt_to_append_error)?;
+            if origin == AppendOrigin::Replication {
+                // A leader's cleaner may have compacted the batch: see `validate_stored`.
+                validate_stored(&batch).map_err(corrupt_to_append_error)?;
+            } else {
+                batch.validate().map_err(corrupt_to_append_error)?;
+            }
             if origin == AppendOrigin::Client {
                 if batch.is_control() {
                     return Err(AppendError::InvalidRecord(
@@ -688,13 +722,13 @@ impl UnifiedLog {
             return !offsets_fit;
         }
         used + b.size > self.config.segment_bytes
-            || active.time_waited_for_roll(now_ms, b.max_timestamp) >= self.config.segment_ms
+            || active.time_waited_for_roll(now_ms, b.max_timestamp) >= self.config.max_segment_ms()
             || active.indexes_full()
             || !offsets_fit
     }
 
     /// Makes a new active segment at `base_offset`, after making the old one durable.
-    fn roll(&mut self, base_offset: i64, now_ms: i64) -> Result<(), StorageError> {
+    pub(crate) fn roll(&mut self, base_offset: i64, now_ms: i64) -> Result<(), StorageError> {
         if let Some(mut entry) = self.segments.last_entry() {
             if entry.get().size() == 0 {
                 // Nothing to keep: replace the empty segment.
@@ -886,6 +920,9 @@ impl UnifiedLog {
         // As Kafka: a truncation below the log start moves the log start down with it.
         self.log_start_offset = self.log_start_offset.min(log_end);
         self.rebuild_producer_state()?;
+        self.layout_version += 1;
+        self.first_dirty_offset = self.first_dirty_offset.min(log_end);
+        self.checkpoint_first_dirty_offset()?;
         self.high_watermark = self.high_watermark.min(log_end);
         self.recovery_point = self.recovery_point.min(log_end);
         Ok(true)
@@ -913,6 +950,9 @@ impl UnifiedLog {
         self.log_start_offset = offset;
         self.high_watermark = offset;
         self.recovery_point = offset;
+        self.layout_version += 1;
+        self.first_dirty_offset = offset;
+        self.checkpoint_first_dirty_offset()?;
         self.leader_epoch_cache.clear();
         self.leader_epoch_cache.flush()?;
         self.producer_state.clear();

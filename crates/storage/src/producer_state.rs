@@ -208,6 +208,17 @@ impl ProducerStateManager {
         self.producers.is_empty()
     }
 
+    /// The last offset of each producer's latest batch: the batches the cleaner must
+    /// keep (emptied if need be) so that a rebuild from the log finds every producer's
+    /// last sequence again.
+    pub(crate) fn last_batch_offsets(&self) -> std::collections::HashSet<i64> {
+        self.producers
+            .values()
+            .map(ProducerStateEntry::last_data_offset)
+            .filter(|o| *o >= 0)
+            .collect()
+    }
+
     pub(crate) fn clear(&mut self) {
         self.producers.clear();
     }

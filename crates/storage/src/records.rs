@@ -5,7 +5,7 @@
 //! is compressed) with `rill-protocol`'s record codec. This is off the produce and fetch
 //! paths, so the decode cost is paid only by the rare ListOffsets that needs it.
 
-use rill_protocol::records::{RecordBatch, TimestampType};
+use rill_protocol::records::{BatchError, CompressionType, RecordBatch, TimestampType};
 
 /// Largest decompressed batch this path will decode; a batch over it (only possible if the
 /// topic's `max.message.bytes` was raised far past Kafka's default) is answered at batch
@@ -35,4 +35,32 @@ pub(crate) fn first_record_at_or_after(batch: &RecordBatch, target: i64) -> Opti
         }
     }
     fallback
+}
+
+/// The checks for a batch read back from the log or copied from a leader: what
+/// `RecordBatch::validate` checks, except that the record count may be below
+/// `lastOffsetDelta + 1`. The cleaner keeps a batch's original base offset and last
+/// offset delta (so that producer sequences and offsets stay what they were) while
+/// removing records from it, and keeps empty batches that hold a producer's last
+/// sequence; both are valid stored batches that a client may never send.
+pub(crate) fn validate_stored(batch: &RecordBatch) -> Result<(), BatchError> {
+    let magic = batch.magic();
+    if magic != rill_protocol::records::batch::MAGIC_V2 {
+        return Err(BatchError::UnsupportedMagic(magic));
+    }
+    let stored = batch.crc();
+    let computed = crc32c::crc32c(&batch.as_bytes()[crate::header::ATTRIBUTES_AT..]);
+    if stored != computed {
+        return Err(BatchError::CrcMismatch { stored, computed });
+    }
+    CompressionType::from_attributes(batch.attributes())?;
+    let count = batch.record_count();
+    let delta = batch.last_offset_delta();
+    if count < 0 || delta < 0 || i64::from(count) > i64::from(delta) + 1 {
+        return Err(BatchError::CountMismatch {
+            count,
+            last_offset_delta: delta,
+        });
+    }
+    Ok(())
 }

@@ -28,7 +28,8 @@
 //! 1. Both indexes are emptied.
 //! 2. Batches are read one by one from position 0. A batch is accepted when its length
 //!    is at least a header and fits in the file, its magic is 2, its CRC32C matches,
-//!    its record count agrees with its offset delta, and its base offset is not below
+//!    its record count is at most its offset delta + 1 (fewer when the cleaner removed
+//!    records from it, see [`crate::cleaner`]), and its base offset is not below
 //!    the end of the previous batch (nor below the segment's base offset).
 //! 3. Each accepted batch is indexed exactly as append does (step 2 above).
 //! 4. At the first batch that is not accepted, the file is truncated there.
@@ -61,6 +62,7 @@ use rill_protocol::records::RecordBatch;
 
 use crate::header::BatchHeader;
 use crate::index::{OffsetIndex, TimeIndex};
+use crate::records::validate_stored;
 use crate::StorageError;
 
 pub const LOG_FILE_SUFFIX: &str = "log";
@@ -159,9 +161,55 @@ impl LogSegment {
         max_index_bytes: u64,
         now_ms: i64,
     ) -> Result<Self, StorageError> {
-        let log_path = segment_file(dir, base_offset, LOG_FILE_SUFFIX);
-        let index_path = segment_file(dir, base_offset, INDEX_FILE_SUFFIX);
-        let time_path = segment_file(dir, base_offset, TIME_INDEX_FILE_SUFFIX);
+        Self::open_with_tail(
+            dir,
+            base_offset,
+            "",
+            index_interval_bytes,
+            max_index_bytes,
+            now_ms,
+        )
+    }
+
+    /// Creates an empty segment whose three files carry `tail` after their usual names
+    /// (`.cleaned` for the cleaner's output), replacing any files left there.
+    pub(crate) fn create_with_tail(
+        dir: &Path,
+        base_offset: i64,
+        tail: &str,
+        index_interval_bytes: u64,
+        max_index_bytes: u64,
+        now_ms: i64,
+    ) -> Result<Self, StorageError> {
+        for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
+            let p = segment_file(dir, base_offset, &format!("{suffix}{tail}"));
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StorageError::io(&p, e)),
+            }
+        }
+        Self::open_with_tail(
+            dir,
+            base_offset,
+            tail,
+            index_interval_bytes,
+            max_index_bytes,
+            now_ms,
+        )
+    }
+
+    fn open_with_tail(
+        dir: &Path,
+        base_offset: i64,
+        tail: &str,
+        index_interval_bytes: u64,
+        max_index_bytes: u64,
+        now_ms: i64,
+    ) -> Result<Self, StorageError> {
+        let log_path = segment_file(dir, base_offset, &format!("{LOG_FILE_SUFFIX}{tail}"));
+        let index_path = segment_file(dir, base_offset, &format!("{INDEX_FILE_SUFFIX}{tail}"));
+        let time_path = segment_file(dir, base_offset, &format!("{TIME_INDEX_FILE_SUFFIX}{tail}"));
         let indexes_existed = index_path.exists() && time_path.exists();
         let log = OpenOptions::new()
             .read(true)
@@ -236,6 +284,21 @@ impl LogSegment {
     /// Last offset of the first batch that reached `max_timestamp_so_far`.
     pub fn offset_of_max_timestamp_so_far(&self) -> i64 {
         self.offset_of_max_timestamp_so_far
+    }
+    /// Max timestamp of the first batch (`None` when empty): the segment's age for
+    /// `segment.ms` and `max.compaction.lag.ms`.
+    pub fn first_batch_timestamp(&self) -> Option<i64> {
+        self.rolling_based_timestamp
+    }
+    /// The open `.log` file, which stays readable after the segment is deleted or
+    /// replaced; the cleaner reads a non-active segment through it without the log lock.
+    pub(crate) fn log_file(&self) -> Arc<File> {
+        Arc::clone(&self.log)
+    }
+    /// When the segment was created or opened (the fallback age of a segment without
+    /// timestamps).
+    pub(crate) fn created_ms(&self) -> i64 {
+        self.created_ms
     }
     pub fn offset_index(&self) -> &OffsetIndex {
         &self.offset_index
@@ -339,8 +402,9 @@ impl LogSegment {
             self.log
                 .read_exact_at(&mut buf, pos)
                 .map_err(|e| StorageError::io(&self.log_path, e))?;
+            // Stored batches may be compacted (fewer records than their offset span).
             let valid = RecordBatch::new(Bytes::from(buf))
-                .and_then(|b| b.validate())
+                .and_then(|b| validate_stored(&b))
                 .is_ok();
             if !valid {
                 break;

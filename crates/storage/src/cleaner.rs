@@ -1,0 +1,890 @@
+//! The log cleaner (`cleanup.policy=compact`): keeps the latest record of every key in
+//! the non-active segments, keeping offsets, and swaps the cleaned segments in without
+//! ever leaving a mixture of old and new ones on disk.
+//!
+//! # Design note: cleaning a log
+//!
+//! The work is split so that the broker's lock on the log is held only for the quick
+//! parts: [`UnifiedLog::prepare_clean`] (under the lock) captures the segments to clean
+//! as open files; [`CleanTask::run`] (no lock: non-active segments are immutable, and a
+//! deleted one stays readable through its open file) reads them and writes the cleaned
+//! segments beside them as `.cleaned` files; [`UnifiedLog::apply_clean`] (under the lock)
+//! swaps them in if the log's non-active segments are still the ones the task read.
+//!
+//! 1. Range. The cleanable segments are the non-active ones from the oldest, up to the
+//!    first that reaches above the high watermark or whose largest timestamp is newer
+//!    than `min.compaction.lag.ms`. Those wholly below the `cleaner-offset-checkpoint`
+//!    (the first dirty offset) are clean, the others dirty. The dirty ratio is
+//!    `dirty bytes / (clean + dirty bytes)`.
+//! 2. Offset map. The dirty segments are read in order and every keyed record of a
+//!    non-transactional data batch sets `map[key] = offset`. When the map outgrows the
+//!    dedupe buffer, it stops at the end of the segment being read (so the cap is soft
+//!    by one segment) and that segment's end is the end of this clean.
+//! 3. Rewrite. Every segment below the end, clean and dirty, is copied into new
+//!    segments, starting a new one at a source segment's base offset whenever the next
+//!    source would not fit `segment.bytes`. Per batch:
+//!    - control batches and transactional batches are copied untouched (their fate
+//!      depends on the transaction's outcome, which this log does not track; keeping
+//!      them, and keeping their keys out of the map, can only keep more data);
+//!    - other batches are decoded (decompressed under a cap; a batch over the cap is
+//!      copied untouched) and a record is dropped when it has no key, when the map holds
+//!      a later offset for its key, or when it is a tombstone (null value) in a batch
+//!      whose delete horizon has passed;
+//!    - a batch that keeps every record and needs no new delete horizon is copied as it
+//!      is; one that keeps some is rebuilt with the same codec, base offset,
+//!      `lastOffsetDelta`, producer id, epoch and base sequence, leader epoch and
+//!      timestamp type, each kept record at its own offset (gaps are allowed); one that
+//!      keeps none is dropped, unless it is its producer's latest batch, which is kept
+//!      as an empty batch so that the producer's last sequence survives a rebuild of
+//!      producer state from the log.
+//! 4. Tombstones (Kafka 3.x's way, KIP-534). A rebuilt batch that still holds a
+//!    tombstone and has no delete horizon gets one, `now + delete.retention.ms`, in its
+//!    attributes (bit 6) and base timestamp. A later clean removes the batch's
+//!    tombstones once `now` has reached the horizon. So a tombstone stays readable at
+//!    least `delete.retention.ms` after the clean that first saw it, and it is first
+//!    seen in the dirty section, where the offset map made the clean remove every older
+//!    record of its key, so removing it later cannot resurrect a value.
+//! 5. Swap (the commit protocol, each step durable before the next):
+//!    1. the new segments are written as `<base>.log.cleaned`, `.index.cleaned`,
+//!       `.timeindex.cleaned` and fsynced ([`CleanTask::run`]);
+//!    2. the manifest `cleaner-swap` (old base offsets, new base offsets, end offset) is
+//!       written atomically: this is the commit point;
+//!    3. every `.cleaned` file is renamed to `.swap`, the directory is fsynced;
+//!    4. the old segments whose base offset is not also a new one are deleted;
+//!    5. for each new segment, its `.index.swap` and `.timeindex.swap` then its
+//!       `.log.swap` are renamed over the final names (replacing the old segment with
+//!       the same base), the directory is fsynced;
+//!    6. the `cleaner-offset-checkpoint` becomes the end offset and the manifest is
+//!       removed.
+//!
+//!    Recovery at open ([`recover_swap`]): without a manifest, any `.cleaned` and
+//!    `.swap` files are deleted and the old segments, untouched, stand. With one, steps
+//!    3–6 are redone for what remains (each is idempotent: a rename whose source is
+//!    gone already happened, a delete of a missing file already happened). Since a
+//!    segment's log file is renamed after its indexes, a `.log.swap` still present
+//!    means the final-named log is the old one; once it is gone, all three files are
+//!    new. Either the manifest exists and every old segment ends up replaced, or it
+//!    does not and none was touched: never a mixture.
+//!
+//! Why cleaning keeps the latest value of every key: a record is removed only when a
+//! later record of its key exists at an offset below the end, and that later record is
+//! itself kept (it is the map's offset) unless it is a tombstone past its horizon, whose
+//! older records were removed in the clean that set the horizon.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rill_protocol::records::batch::LOG_OVERHEAD;
+use rill_protocol::records::{BatchError, Record, RecordBatch, RecordBatchBuilder, TimestampType};
+
+use crate::checkpoint;
+use crate::header::rewrite_header;
+use crate::log::{UnifiedLog, CLEANER_OFFSET_CHECKPOINT_FILE};
+use crate::records::validate_stored;
+use crate::segment::{
+    segment_file, BatchSummary, LogSegment, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+};
+use crate::StorageError;
+
+/// The swap manifest: its presence means a committed swap is to be finished.
+pub const CLEANER_SWAP_FILE: &str = "cleaner-swap";
+const CLEANED_TAIL: &str = ".cleaned";
+const SWAP_TAIL: &str = ".swap";
+/// Index files first, the log last: see step 5.5 of the design note.
+const SWAP_ORDER: [&str; 3] = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX];
+const MANIFEST_OLD: i64 = 0;
+const MANIFEST_NEW: i64 = 1;
+const MANIFEST_END: i64 = 2;
+/// Reads of the source segments and writes of the cleaned ones go in chunks of this size.
+const IO_CHUNK: usize = 1 << 20;
+/// What one offset-map entry costs besides its key (hash table slot, box, offset).
+const MAP_ENTRY_OVERHEAD: usize = 48;
+
+/// Broker-wide cleaner settings (Kafka's `log.cleaner.*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CleanerConfig {
+    /// `log.cleaner.dedupe.buffer.size`: memory for the offset map of one clean.
+    pub dedupe_buffer_size: usize,
+    /// The largest decompressed batch the cleaner decodes; a larger one is kept as is.
+    pub max_batch_decompressed_bytes: usize,
+}
+
+impl Default for CleanerConfig {
+    fn default() -> Self {
+        Self {
+            dedupe_buffer_size: 128 * 1024 * 1024,
+            max_batch_decompressed_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// What one clean did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CleanStats {
+    /// Source segments rewritten, and the segments that replaced them.
+    pub segments_read: usize,
+    pub segments_written: usize,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub records_read: u64,
+    pub records_retained: u64,
+    pub tombstones_removed: u64,
+    /// Records without a key, which a compacted log cannot keep.
+    pub keyless_removed: u64,
+    /// Distinct keys in the offset map.
+    pub map_keys: usize,
+    /// The cleaned range was `[log's first base, end_offset)`; the first dirty offset is
+    /// now `end_offset`.
+    pub end_offset: i64,
+}
+
+/// A non-active segment captured for cleaning.
+#[derive(Debug, Clone)]
+struct SourceSegment {
+    base_offset: i64,
+    next_offset: i64,
+    size: u64,
+    file: Arc<File>,
+    path: PathBuf,
+}
+
+/// The work of one clean, detached from the log: run it without the log's lock.
+#[derive(Debug)]
+pub struct CleanTask {
+    dir: PathBuf,
+    now_ms: i64,
+    delete_retention_ms: i64,
+    segment_bytes: u64,
+    index_interval_bytes: u64,
+    segment_index_bytes: u64,
+    cleaner: CleanerConfig,
+    /// Every cleanable segment, clean ones first.
+    sources: Vec<SourceSegment>,
+    first_dirty_offset: i64,
+    producer_last_offsets: HashSet<i64>,
+    layout_version: u64,
+}
+
+/// The cleaned segments, written and fsynced as `.cleaned` files, waiting for
+/// [`UnifiedLog::apply_clean`].
+#[derive(Debug)]
+pub struct CleanedSegments {
+    dir: PathBuf,
+    layout_version: u64,
+    old_bases: Vec<i64>,
+    new_bases: Vec<i64>,
+    earliest_delete_horizon_ms: Option<i64>,
+    stats: CleanStats,
+}
+
+impl CleanedSegments {
+    pub fn stats(&self) -> &CleanStats {
+        &self.stats
+    }
+
+    /// Deletes the `.cleaned` files (a clean that will not be applied).
+    fn discard(&self) -> Result<(), StorageError> {
+        for &base in &self.new_bases {
+            for suffix in SWAP_ORDER {
+                remove_if_exists(&segment_file(
+                    &self.dir,
+                    base,
+                    &format!("{suffix}{CLEANED_TAIL}"),
+                ))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn remove_if_exists(path: &Path) -> Result<(), StorageError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StorageError::io(path, e)),
+    }
+}
+
+fn rename_if_exists(from: &Path, to: &Path) -> Result<(), StorageError> {
+    match fs::rename(from, to) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StorageError::io(from, e)),
+    }
+}
+
+fn tailed(dir: &Path, base: i64, suffix: &str, tail: &str) -> PathBuf {
+    segment_file(dir, base, &format!("{suffix}{tail}"))
+}
+
+/// Reads the batches of a source segment in order, in chunks.
+struct BatchReader<'a> {
+    src: &'a SourceSegment,
+    pos: u64,
+    chunk: Bytes,
+    chunk_start: u64,
+}
+
+impl<'a> BatchReader<'a> {
+    fn new(src: &'a SourceSegment) -> Self {
+        Self {
+            src,
+            pos: 0,
+            chunk: Bytes::new(),
+            chunk_start: 0,
+        }
+    }
+
+    fn corrupt(&self, reason: String) -> StorageError {
+        StorageError::Corrupt {
+            path: self.src.path.clone(),
+            reason,
+        }
+    }
+
+    /// The bytes `[pos, pos + len)` of the segment, from the chunk or a new read.
+    fn bytes(&mut self, pos: u64, len: u64) -> Result<Bytes, StorageError> {
+        let end = pos + len;
+        if end > self.src.size {
+            return Err(self.corrupt(format!("batch at {pos} runs past the segment end")));
+        }
+        let chunk_end = self.chunk_start + self.chunk.len() as u64;
+        if pos < self.chunk_start || end > chunk_end {
+            let want = len.max(IO_CHUNK as u64).min(self.src.size - pos);
+            let mut buf = vec![0u8; want as usize];
+            self.src
+                .file
+                .read_exact_at(&mut buf, pos)
+                .map_err(|e| StorageError::io(&self.src.path, e))?;
+            self.chunk = Bytes::from(buf);
+            self.chunk_start = pos;
+        }
+        let from = (pos - self.chunk_start) as usize;
+        Ok(self.chunk.slice(from..from + len as usize))
+    }
+
+    /// The next batch, checked as a stored batch (CRC included: the cleaner must not
+    /// give corrupt records a fresh, valid CRC).
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>, StorageError> {
+        if self.pos >= self.src.size {
+            return Ok(None);
+        }
+        let head = self.bytes(self.pos, LOG_OVERHEAD as u64)?;
+        let length = i32::from_be_bytes([head[8], head[9], head[10], head[11]]);
+        let size = LOG_OVERHEAD as u64 + u64::from(length.max(0) as u32);
+        let bytes = self.bytes(self.pos, size)?;
+        let batch = RecordBatch::new(bytes)
+            .map_err(|e| self.corrupt(format!("batch at {}: {e}", self.pos)))?;
+        validate_stored(&batch).map_err(|e| self.corrupt(format!("batch at {}: {e}", self.pos)))?;
+        self.pos += size;
+        Ok(Some(batch))
+    }
+}
+
+/// Decodes a data batch's records; `Ok(None)` when it is over the decompression cap (the
+/// cleaner then keeps it untouched). Any other decoding failure is corruption.
+fn decode(
+    batch: &RecordBatch,
+    cap: usize,
+    path: &Path,
+) -> Result<Option<Vec<Record>>, StorageError> {
+    match batch.records(cap) {
+        Ok(r) => Ok(Some(r)),
+        Err(BatchError::DecompressedTooLarge(_)) => Ok(None),
+        Err(e) => Err(StorageError::Corrupt {
+            path: path.to_owned(),
+            reason: format!("batch at offset {}: {e}", batch.base_offset()),
+        }),
+    }
+}
+
+/// A cleaned segment being written.
+struct Output {
+    seg: LogSegment,
+    pending: Vec<u8>,
+    summaries: Vec<BatchSummary>,
+    sources: usize,
+}
+
+impl Output {
+    fn size(&self) -> u64 {
+        self.seg.size() + self.pending.len() as u64
+    }
+
+    fn push(&mut self, bytes: &[u8], summary: BatchSummary) -> Result<(), StorageError> {
+        self.pending.extend_from_slice(bytes);
+        self.summaries.push(summary);
+        if self.pending.len() >= IO_CHUNK {
+            self.write_pending()?;
+        }
+        Ok(())
+    }
+
+    fn write_pending(&mut self) -> Result<(), StorageError> {
+        if !self.pending.is_empty() {
+            self.seg.append(&self.pending, &self.summaries)?;
+            self.pending.clear();
+            self.summaries.clear();
+        }
+        Ok(())
+    }
+
+    /// Writes what is pending, the final time-index entry, and fsyncs the three files.
+    fn finish(mut self) -> Result<u64, StorageError> {
+        self.write_pending()?;
+        self.seg.on_become_inactive()?;
+        Ok(self.seg.size())
+    }
+}
+
+fn summary_of(batch: &RecordBatch) -> BatchSummary {
+    BatchSummary {
+        last_offset: batch.last_offset(),
+        max_timestamp: batch.max_timestamp(),
+        size: batch.size() as u64,
+    }
+}
+
+impl CleanTask {
+    /// Builds the offset map, writes the cleaned segments as `.cleaned` files and
+    /// fsyncs them. Takes no lock and touches no file the log uses. On error the files
+    /// it wrote are removed; call [`UnifiedLog::abort_clean`] then.
+    pub fn run(self) -> Result<CleanedSegments, StorageError> {
+        let mut new_bases = Vec::new();
+        let result = self.run_inner(&mut new_bases);
+        if result.is_err() {
+            for base in new_bases {
+                for suffix in SWAP_ORDER {
+                    // Best effort: the error being returned matters more.
+                    let _ = remove_if_exists(&tailed(&self.dir, base, suffix, CLEANED_TAIL));
+                }
+            }
+        }
+        result
+    }
+
+    fn run_inner(&self, new_bases: &mut Vec<i64>) -> Result<CleanedSegments, StorageError> {
+        let mut stats = CleanStats::default();
+        let cap = self.cleaner.max_batch_decompressed_bytes;
+
+        // Step 2: the offset map over the dirty segments.
+        let mut map: HashMap<Box<[u8]>, i64> = HashMap::new();
+        let mut map_bytes = 0usize;
+        let mut end_offset = self
+            .sources
+            .last()
+            .map_or(self.first_dirty_offset, |s| s.next_offset);
+        for src in self
+            .sources
+            .iter()
+            .filter(|s| s.next_offset > self.first_dirty_offset)
+        {
+            if map_bytes > self.cleaner.dedupe_buffer_size {
+                end_offset = src.base_offset;
+                break;
+            }
+            let mut reader = BatchReader::new(src);
+            while let Some(batch) = reader.next_batch()? {
+                if batch.is_control() || batch.is_transactional() {
+                    continue;
+                }
+                let Some(records) = decode(&batch, cap, &src.path)? else {
+                    continue;
+                };
+                for r in records {
+                    if let Some(key) = r.key {
+                        match map.get_mut(&key[..]) {
+                            Some(o) => *o = (*o).max(r.offset),
+                            None => {
+                                map_bytes += key.len() + MAP_ENTRY_OVERHEAD;
+                                map.insert(Box::from(&key[..]), r.offset);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        stats.map_keys = map.len();
+        stats.end_offset = end_offset;
+
+        // Step 3: rewrite every source below the end.
+        let mut horizon: Option<i64> = None;
+        let mut old_bases = Vec::new();
+        let mut out: Option<Output> = None;
+        for src in self.sources.iter().filter(|s| s.base_offset < end_offset) {
+            old_bases.push(src.base_offset);
+            stats.segments_read += 1;
+            stats.bytes_read += src.size;
+            let start_new = match &out {
+                None => true,
+                Some(o) => {
+                    o.size() + src.size > self.segment_bytes
+                        || src.next_offset - o.seg.base_offset() > i64::from(i32::MAX)
+                }
+            };
+            if start_new {
+                if let Some(o) = out.take() {
+                    stats.bytes_written += o.finish()?;
+                }
+                new_bases.push(src.base_offset);
+                out = Some(Output {
+                    seg: LogSegment::create_with_tail(
+                        &self.dir,
+                        src.base_offset,
+                        CLEANED_TAIL,
+                        self.index_interval_bytes,
+                        self.segment_index_bytes,
+                        self.now_ms,
+                    )?,
+                    pending: Vec::new(),
+                    summaries: Vec::new(),
+                    sources: 0,
+                });
+            }
+            let Some(o) = out.as_mut() else {
+                continue;
+            };
+            o.sources += 1;
+            let mut reader = BatchReader::new(src);
+            while let Some(batch) = reader.next_batch()? {
+                self.clean_batch(&batch, &map, &src.path, o, &mut stats, &mut horizon)?;
+            }
+        }
+        if let Some(o) = out.take() {
+            stats.bytes_written += o.finish()?;
+        }
+        stats.segments_written = new_bases.len();
+        checkpoint::sync_dir(&self.dir)?;
+        Ok(CleanedSegments {
+            dir: self.dir.clone(),
+            layout_version: self.layout_version,
+            old_bases,
+            new_bases: new_bases.clone(),
+            earliest_delete_horizon_ms: horizon,
+            stats,
+        })
+    }
+
+    /// Step 3 and 4 of the design note for one batch.
+    fn clean_batch(
+        &self,
+        batch: &RecordBatch,
+        map: &HashMap<Box<[u8]>, i64>,
+        path: &Path,
+        out: &mut Output,
+        stats: &mut CleanStats,
+        horizon: &mut Option<i64>,
+    ) -> Result<(), StorageError> {
+        let keep_untouched = |out: &mut Output, stats: &mut CleanStats| {
+            stats.records_read += batch.record_count().max(0) as u64;
+            stats.records_retained += batch.record_count().max(0) as u64;
+            out.push(batch.as_bytes(), summary_of(batch))
+        };
+        if batch.is_control() || batch.is_transactional() {
+            return keep_untouched(out, stats);
+        }
+        let Some(records) = decode(batch, self.cleaner.max_batch_decompressed_bytes, path)? else {
+            return keep_untouched(out, stats);
+        };
+        let had_horizon = batch.has_delete_horizon();
+        // With a horizon set, the base timestamp is the horizon (KIP-534).
+        let horizon_passed = had_horizon && self.now_ms >= batch.base_timestamp();
+        stats.records_read += records.len() as u64;
+        let total = records.len();
+        let mut kept = Vec::with_capacity(records.len());
+        let mut has_tombstone = false;
+        for r in records {
+            let Some(key) = r.key.as_ref() else {
+                stats.keyless_removed += 1;
+                continue;
+            };
+            if map.get(&key[..]).is_some_and(|latest| *latest > r.offset) {
+                continue;
+            }
+            if r.value.is_none() {
+                if horizon_passed {
+                    stats.tombstones_removed += 1;
+                    continue;
+                }
+                has_tombstone = true;
+            }
+            kept.push(r);
+        }
+        stats.records_retained += kept.len() as u64;
+        let batch_horizon = if has_tombstone {
+            Some(if had_horizon {
+                batch.base_timestamp()
+            } else {
+                self.now_ms.saturating_add(self.delete_retention_ms)
+            })
+        } else {
+            None
+        };
+        if let Some(h) = batch_horizon {
+            *horizon = Some(horizon.map_or(h, |e| e.min(h)));
+        }
+        if kept.len() == total && (!has_tombstone || had_horizon) {
+            return out.push(batch.as_bytes(), summary_of(batch));
+        }
+        let keeps_producer_state =
+            batch.producer_id() >= 0 && self.producer_last_offsets.contains(&batch.last_offset());
+        if kept.is_empty() && !keeps_producer_state {
+            return Ok(());
+        }
+        let rebuilt = rebuild(batch, &kept, batch_horizon).map_err(|e| StorageError::Corrupt {
+            path: path.to_owned(),
+            reason: format!("rebuilding batch at offset {}: {e}", batch.base_offset()),
+        })?;
+        let summary = BatchSummary {
+            last_offset: batch.last_offset(),
+            max_timestamp: rebuilt.max_timestamp(),
+            size: rebuilt.size() as u64,
+        };
+        out.push(rebuilt.as_bytes(), summary)
+    }
+}
+
+/// A batch holding `kept` (records of `original`, in order) with the original's base
+/// offset, `lastOffsetDelta`, codec, producer fields, leader epoch and timestamp type.
+fn rebuild(
+    original: &RecordBatch,
+    kept: &[Record],
+    delete_horizon_ms: Option<i64>,
+) -> Result<RecordBatch, BatchError> {
+    let mut builder = RecordBatchBuilder::new(original.compression()?, original.base_offset())
+        .producer(
+            original.producer_id(),
+            original.producer_epoch(),
+            original.base_sequence(),
+        )
+        .partition_leader_epoch(original.partition_leader_epoch());
+    if let Some(h) = delete_horizon_ms {
+        builder = builder.delete_horizon(h);
+    }
+    for r in kept {
+        builder.append_with_offset(
+            r.offset,
+            r.timestamp,
+            r.key.as_deref(),
+            r.value.as_deref(),
+            &r.headers,
+        )?;
+    }
+    let mut bytes = builder.build()?.to_vec();
+    let log_append_time = (original.timestamp_type() == TimestampType::LogAppendTime
+        && !kept.is_empty())
+    .then(|| original.max_timestamp());
+    rewrite_header(&mut bytes, original.last_offset_delta(), log_append_time);
+    RecordBatch::new(Bytes::from(bytes))
+}
+
+/// Writes the swap manifest (step 5.2).
+fn write_manifest(dir: &Path, old: &[i64], new: &[i64], end: i64) -> Result<(), StorageError> {
+    let mut lines: Vec<String> = old.iter().map(|b| format!("{MANIFEST_OLD} {b}")).collect();
+    lines.extend(new.iter().map(|b| format!("{MANIFEST_NEW} {b}")));
+    lines.push(format!("{MANIFEST_END} {end}"));
+    checkpoint::write(&dir.join(CLEANER_SWAP_FILE), &lines)
+}
+
+/// Steps 5.3–5.6, each preceded by a call of `step` (which tests use to stop the swap
+/// part-way, as a crash would).
+fn finish_swap(
+    dir: &Path,
+    old: &[i64],
+    new: &[i64],
+    end: i64,
+    step: &mut dyn FnMut() -> Result<(), StorageError>,
+) -> Result<(), StorageError> {
+    for &base in new {
+        for suffix in SWAP_ORDER {
+            step()?;
+            rename_if_exists(
+                &tailed(dir, base, suffix, CLEANED_TAIL),
+                &tailed(dir, base, suffix, SWAP_TAIL),
+            )?;
+        }
+    }
+    checkpoint::sync_dir(dir)?;
+    for &base in old.iter().filter(|b| !new.contains(b)) {
+        step()?;
+        for suffix in SWAP_ORDER {
+            remove_if_exists(&segment_file(dir, base, suffix))?;
+        }
+    }
+    for &base in new {
+        for suffix in SWAP_ORDER {
+            step()?;
+            rename_if_exists(
+                &tailed(dir, base, suffix, SWAP_TAIL),
+                &segment_file(dir, base, suffix),
+            )?;
+        }
+    }
+    checkpoint::sync_dir(dir)?;
+    step()?;
+    checkpoint::write_offset(&dir.join(CLEANER_OFFSET_CHECKPOINT_FILE), end)?;
+    step()?;
+    remove_if_exists(&dir.join(CLEANER_SWAP_FILE))?;
+    checkpoint::sync_dir(dir)
+}
+
+/// Called by `UnifiedLog::open` before it looks at the segments: finishes a swap whose
+/// manifest exists, or removes the leftovers of a clean that did not reach it.
+pub(crate) fn recover_swap(dir: &Path) -> Result<(), StorageError> {
+    let manifest = match checkpoint::read(&dir.join(CLEANER_SWAP_FILE)) {
+        Ok(m) => m,
+        // The manifest is written atomically; an unreadable one was never committed.
+        Err(StorageError::Corrupt { .. }) => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(entries) = manifest {
+        let (mut old, mut new, mut end) = (Vec::new(), Vec::new(), None);
+        for e in &entries {
+            match e.as_slice() {
+                [MANIFEST_OLD, b] => old.push(*b),
+                [MANIFEST_NEW, b] => new.push(*b),
+                [MANIFEST_END, o] => end = Some(*o),
+                _ => {}
+            }
+        }
+        if let Some(end) = end {
+            tracing::warn!(dir = %dir.display(), "finishing an interrupted segment swap");
+            return finish_swap(dir, &old, &new, end, &mut || Ok(()));
+        }
+    }
+    let mut removed = false;
+    for entry in fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
+        let entry = entry.map_err(|e| StorageError::io(dir, e))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(CLEANED_TAIL) || name.ends_with(SWAP_TAIL) || name == CLEANER_SWAP_FILE {
+            let p = entry.path();
+            fs::remove_file(&p).map_err(|e| StorageError::io(&p, e))?;
+            removed = true;
+        }
+    }
+    if removed {
+        tracing::warn!(dir = %dir.display(), "rolled back an interrupted clean");
+        checkpoint::sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// The cleanable part of a log (step 1 of the design note).
+#[derive(Debug, Clone, Copy)]
+struct Cleanable {
+    clean_bytes: u64,
+    dirty_bytes: u64,
+    /// First timestamp of the oldest dirty cleanable segment (for max.compaction.lag.ms).
+    first_dirty_timestamp: Option<i64>,
+    /// Base offset of the first segment that may not be cleaned yet.
+    uncleanable_offset: i64,
+}
+
+impl UnifiedLog {
+    fn cleanable(&self, now_ms: i64) -> Cleanable {
+        let active_base = self
+            .active_segment()
+            .map_or(i64::MAX, LogSegment::base_offset);
+        let lag = self.config.min_compaction_lag_ms;
+        let mut c = Cleanable {
+            clean_bytes: 0,
+            dirty_bytes: 0,
+            first_dirty_timestamp: None,
+            uncleanable_offset: active_base,
+        };
+        for seg in self.segments.values() {
+            let too_recent = lag > 0 && seg.max_timestamp_so_far() > now_ms.saturating_sub(lag);
+            if seg.base_offset() >= active_base
+                || seg.next_offset() > self.high_watermark
+                || too_recent
+            {
+                c.uncleanable_offset = seg.base_offset();
+                break;
+            }
+            if seg.next_offset() <= self.first_dirty_offset {
+                c.clean_bytes += seg.size();
+            } else {
+                c.dirty_bytes += seg.size();
+                if c.first_dirty_timestamp.is_none() {
+                    c.first_dirty_timestamp =
+                        Some(seg.first_batch_timestamp().unwrap_or(seg.created_ms()));
+                }
+            }
+        }
+        c
+    }
+
+    /// The share of the cleanable bytes (non-active segments below the high watermark
+    /// and older than `min.compaction.lag.ms`) that has not been cleaned yet; 0 when
+    /// nothing is cleanable. The broker cleans the log with the highest ratio first.
+    pub fn dirty_ratio(&self, now_ms: i64) -> f64 {
+        let c = self.cleanable(now_ms);
+        let total = c.clean_bytes + c.dirty_bytes;
+        if total == 0 {
+            0.0
+        } else {
+            c.dirty_bytes as f64 / total as f64
+        }
+    }
+
+    /// Whether a compacted log should be cleaned now: its dirty ratio reached
+    /// `min.cleanable.dirty.ratio`, or a dirty record is older than
+    /// `max.compaction.lag.ms`, or tombstones kept by an earlier clean have reached
+    /// their delete horizon. False while a clean of this log is in progress.
+    pub fn needs_cleaning(&self, now_ms: i64) -> bool {
+        if !self.config.cleanup_policy.is_compact() || self.clean_in_progress {
+            return false;
+        }
+        let c = self.cleanable(now_ms);
+        let total = c.clean_bytes + c.dirty_bytes;
+        let ratio = c.dirty_bytes > 0
+            && c.dirty_bytes as f64 >= self.config.min_cleanable_dirty_ratio * total as f64;
+        let overdue = c
+            .first_dirty_timestamp
+            .is_some_and(|t| now_ms.saturating_sub(t) > self.config.max_compaction_lag_ms);
+        let horizon = total > 0 && self.earliest_delete_horizon_ms.is_some_and(|h| now_ms >= h);
+        ratio || overdue || horizon
+    }
+
+    /// Captures what a clean needs (under the log's lock; quick: no data is read). `None`
+    /// when the log is not compacted, nothing is cleanable, or a clean is already out.
+    /// The task must be followed by [`Self::apply_clean`] or [`Self::abort_clean`].
+    pub fn prepare_clean(&mut self, now_ms: i64, cleaner: &CleanerConfig) -> Option<CleanTask> {
+        if !self.config.cleanup_policy.is_compact() || self.clean_in_progress {
+            return None;
+        }
+        let c = self.cleanable(now_ms);
+        let horizon_due = self.earliest_delete_horizon_ms.is_some_and(|h| now_ms >= h);
+        if c.dirty_bytes == 0 && !horizon_due {
+            return None;
+        }
+        let sources: Vec<SourceSegment> = self
+            .segments
+            .range(..c.uncleanable_offset)
+            .map(|(_, s)| SourceSegment {
+                base_offset: s.base_offset(),
+                next_offset: s.next_offset(),
+                size: s.size(),
+                file: s.log_file(),
+                path: s.log_path().to_owned(),
+            })
+            .collect();
+        if sources.is_empty() {
+            return None;
+        }
+        self.clean_in_progress = true;
+        Some(CleanTask {
+            dir: self.dir.clone(),
+            now_ms,
+            delete_retention_ms: self.config.delete_retention_ms,
+            segment_bytes: self.config.segment_bytes,
+            index_interval_bytes: self.config.index_interval_bytes,
+            segment_index_bytes: self.config.segment_index_bytes,
+            cleaner: cleaner.clone(),
+            sources,
+            first_dirty_offset: self.first_dirty_offset,
+            producer_last_offsets: self.producer_state.last_batch_offsets(),
+            layout_version: self.layout_version,
+        })
+    }
+
+    /// Releases the clean taken by [`Self::prepare_clean`] when its task failed or was
+    /// dropped (the task removes its own files on failure).
+    pub fn abort_clean(&mut self) {
+        self.clean_in_progress = false;
+    }
+
+    /// Swaps the cleaned segments in (under the log's lock; quick: renames, unlinks and
+    /// fsyncs, no data copied). `Ok(None)` when the log's non-active segments changed
+    /// since [`Self::prepare_clean`] (retention, truncation): the cleaned files are
+    /// discarded and the next clean starts over.
+    pub fn apply_clean(
+        &mut self,
+        cleaned: CleanedSegments,
+    ) -> Result<Option<CleanStats>, StorageError> {
+        self.apply_clean_with(cleaned, &mut || Ok(()))
+    }
+
+    pub(crate) fn apply_clean_with(
+        &mut self,
+        cleaned: CleanedSegments,
+        step: &mut dyn FnMut() -> Result<(), StorageError>,
+    ) -> Result<Option<CleanStats>, StorageError> {
+        self.clean_in_progress = false;
+        let current = cleaned.dir == self.dir
+            && cleaned.layout_version == self.layout_version
+            && cleaned
+                .old_bases
+                .iter()
+                .all(|b| self.segments.contains_key(b));
+        if !current {
+            cleaned.discard()?;
+            return Ok(None);
+        }
+        let end = cleaned.stats.end_offset;
+        step()?;
+        write_manifest(&self.dir, &cleaned.old_bases, &cleaned.new_bases, end)?;
+        finish_swap(&self.dir, &cleaned.old_bases, &cleaned.new_bases, end, step)?;
+        for base in &cleaned.old_bases {
+            // The files are gone or replaced; dropping closes the old handles.
+            self.segments.remove(base);
+        }
+        for &base in &cleaned.new_bases {
+            let mut seg = LogSegment::open(
+                &self.dir,
+                base,
+                self.config.index_interval_bytes,
+                self.config.segment_index_bytes,
+                0,
+            )?;
+            seg.load()?;
+            self.segments.insert(base, seg);
+        }
+        self.layout_version += 1;
+        self.first_dirty_offset = end;
+        self.earliest_delete_horizon_ms = cleaned.earliest_delete_horizon_ms;
+        tracing::info!(
+            dir = %self.dir.display(),
+            segments = cleaned.stats.segments_read,
+            bytes_read = cleaned.stats.bytes_read,
+            bytes_written = cleaned.stats.bytes_written,
+            "cleaned log"
+        );
+        Ok(Some(cleaned.stats))
+    }
+
+    /// Prepares, runs and applies a clean in one call, all under `&mut self`: for tests
+    /// and small logs. The broker should use the three steps to keep its lock short.
+    pub fn clean(
+        &mut self,
+        now_ms: i64,
+        cleaner: &CleanerConfig,
+    ) -> Result<Option<CleanStats>, StorageError> {
+        let Some(task) = self.prepare_clean(now_ms, cleaner) else {
+            return Ok(None);
+        };
+        match task.run() {
+            Ok(cleaned) => self.apply_clean(cleaned),
+            Err(e) => {
+                self.abort_clean();
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn checkpoint_first_dirty_offset(&self) -> Result<(), StorageError> {
+        checkpoint::write_offset(
+            &self.dir.join(CLEANER_OFFSET_CHECKPOINT_FILE),
+            self.first_dirty_offset,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;
