@@ -1,26 +1,223 @@
-//! Listener and connections: frames in, responses out, in order per connection.
+//! Listener and connections: frames in, responses out, in order per connection, with a
+//! bound on every resource a peer can make the server hold.
 //!
-//! Each connection is one task that reads length-prefixed frames into a buffer, decodes
-//! the header, hands the request to [`Broker::handle`] and writes the response before it
-//! looks at the next frame, which is how Kafka keeps responses in request order (it mutes
-//! a channel while a request is in flight). Different connections run in parallel on the
-//! runtime's workers. The frame cap (`socket.request.max.bytes`) is checked on the size
-//! prefix, before anything is buffered, and a frame that cannot be decoded closes that
-//! connection only.
+//! Each connection is one task that reads one length-prefixed frame, decodes the header,
+//! hands the request to [`Broker::handle`] and writes the response before it looks at the
+//! next frame, which is how Kafka keeps responses in request order (it mutes a channel
+//! while a request is in flight). Different connections run in parallel on the runtime's
+//! workers. A frame that cannot be decoded closes that connection only.
+//!
+//! # Limits (Kafka's names and defaults)
+//!
+//! 1. `max.connections`, `max.connections.per.ip`: checked at accept; a connection over
+//!    either is closed at once, before a byte is read (Kafka's acceptor does the same).
+//! 2. `socket.request.max.bytes` (100 MiB): the size prefix is checked as soon as its four
+//!    bytes are in, before anything of the frame is buffered; a negative or larger size
+//!    closes the connection. Until a connection has completed one request the cap is
+//!    `sasl.server.max.receive.size` (512 KiB), Kafka's limit for unauthenticated peers, so
+//!    that a stranger's first frame cannot make us reserve 100 MiB.
+//! 3. `queued.max.request.bytes` (100 MiB here; Kafka's default -1 means unbounded) and
+//!    `queued.max.requests` (500): a frame takes its size from a byte pool and one slot
+//!    from a request pool *before its body is read*, and gives both back when its request
+//!    has been handled. When a pool is empty the connection simply stops reading, so TCP
+//!    pushes back on the client; nothing is buffered beyond the pools.
+//! 4. `connections.max.idle.ms` (10 min): a connection that neither sends a byte nor
+//!    accepts one of its response for that long is closed (a read or a write that makes no
+//!    progress for that long ends the connection), which also bounds a slow-loris peer
+//!    to one byte per idle period on one task.
+//!
+//! The read buffer holds at most one frame plus [`READ_AHEAD_BYTES`]: reads are limited to
+//! the bytes the current frame still needs, or to the read-ahead while waiting for the next
+//! size prefix, so pipelined requests cannot pile up in memory either.
+//!
+//! Why this cannot deadlock: a connection holds at most one slot and one frame's bytes (its
+//! size clamped to the pool), acquires them in the same order (slot, then bytes) and
+//! releases both once [`Broker::handle`] returns, which never waits on another connection
+//! to read. A long-polling Fetch holds its slot for at most its `max_wait_ms` (itself
+//! capped), so a full request pool delays requests but cannot stop them.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
+use rill_protocol::frame::FRAME_PREFIX_LEN;
 use rill_protocol::{decode_frame, decode_request_header, FrameError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
-use crate::Broker;
+use crate::{Broker, BrokerConfig, BrokerError};
 
-/// Initial read buffer per connection; it grows to the largest frame seen, up to the cap.
-const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Bytes read past the current frame while waiting for the next size prefix: enough for a
+/// handful of pipelined small requests per read system call, small enough that thousands
+/// of idle connections cost little.
+pub const READ_AHEAD_BYTES: usize = 8 * 1024;
+
+/// A connection's buffer larger than this is dropped once empty, so that one large request
+/// does not pin its allocation for the rest of a long-lived connection.
+const KEEP_BUFFER_BYTES: usize = 64 * 1024;
+
+/// The connection-layer limits, read from the broker config under Kafka's names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// `socket.request.max.bytes`: largest frame once a connection has made one request.
+    pub socket_request_max_bytes: usize,
+    /// `sasl.server.max.receive.size`: largest frame before that.
+    pub first_request_max_bytes: usize,
+    /// `queued.max.request.bytes`: bytes all connections' frames may hold at once.
+    pub queued_max_request_bytes: usize,
+    /// `queued.max.requests`: requests being read or handled at once.
+    pub queued_max_requests: usize,
+    /// `max.connections`.
+    pub max_connections: usize,
+    /// `max.connections.per.ip`.
+    pub max_connections_per_ip: usize,
+    /// `connections.max.idle.ms`.
+    pub connections_max_idle: Duration,
+}
+
+impl Default for ConnectionLimits {
+    /// Kafka's defaults, except `queued.max.request.bytes` (Kafka: unbounded).
+    fn default() -> Self {
+        Self {
+            socket_request_max_bytes: 104_857_600,
+            first_request_max_bytes: 524_288,
+            queued_max_request_bytes: 104_857_600,
+            queued_max_requests: 500,
+            max_connections: i32::MAX as usize,
+            max_connections_per_ip: i32::MAX as usize,
+            connections_max_idle: Duration::from_millis(600_000),
+        }
+    }
+}
+
+impl ConnectionLimits {
+    /// Kafka's value for "no limit" in `max.connections*` is `Int.MaxValue`; -1 in
+    /// `queued.max.request.bytes` means unbounded. Both map to `usize::MAX` here, and any
+    /// non-positive count to "unbounded" too rather than to a server that serves nobody.
+    pub fn from_config(config: &BrokerConfig) -> Result<Self, BrokerError> {
+        let int = |key: &str, default: i64| -> Result<i64, BrokerError> {
+            match config.get(key) {
+                None => Ok(default),
+                Some(raw) => raw
+                    .trim()
+                    .parse::<i64>()
+                    .map_err(|_| BrokerError::Config(format!("{key}: cannot parse {raw:?}"))),
+            }
+        };
+        let bound = |v: i64| if v <= 0 { usize::MAX } else { v as usize };
+        let socket_request_max_bytes = int("socket.request.max.bytes", 104_857_600)?.max(0);
+        let first = int("sasl.server.max.receive.size", 524_288)?.max(0);
+        let idle_ms = int("connections.max.idle.ms", 600_000)?;
+        Ok(Self {
+            socket_request_max_bytes: socket_request_max_bytes as usize,
+            first_request_max_bytes: first.min(socket_request_max_bytes) as usize,
+            queued_max_request_bytes: bound(int("queued.max.request.bytes", -1)?),
+            queued_max_requests: bound(int("queued.max.requests", 500)?),
+            max_connections: bound(int("max.connections", i64::from(i32::MAX))?),
+            max_connections_per_ip: bound(int("max.connections.per.ip", i64::from(i32::MAX))?),
+            // Kafka treats -1 as "never close"; a huge duration does the same here.
+            connections_max_idle: if idle_ms < 0 {
+                Duration::from_secs(u64::from(u32::MAX))
+            } else {
+                Duration::from_millis(idle_ms as u64)
+            },
+        })
+    }
+}
+
+/// Raises this process's soft limit on open files (`RLIMIT_NOFILE`) to its hard limit, the
+/// way Kafka's start scripts expect the operator to; each connection costs a descriptor,
+/// and distributions default the soft limit to 1024. Returns the soft limit in force
+/// afterwards (`None` when it is unlimited). Call once at start-up, before serving.
+pub fn raise_fd_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if let (Some(current), Some(maximum)) = (limit.current, limit.maximum) {
+        if current < maximum {
+            let raised = Rlimit {
+                current: Some(maximum),
+                maximum: Some(maximum),
+            };
+            match setrlimit(Resource::Nofile, raised) {
+                Ok(()) => return Some(maximum),
+                Err(e) => {
+                    tracing::warn!(error = %e, current, maximum, "cannot raise RLIMIT_NOFILE")
+                }
+            }
+        }
+    }
+    limit.current
+}
+
+/// Counts open connections, in total and per peer address, for the accept-time limits.
+struct ConnectionQuotas {
+    total: usize,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+/// Releases a connection's place in [`ConnectionQuotas`] when the connection ends.
+struct ConnectionSlot {
+    quotas: Arc<Mutex<ConnectionQuotas>>,
+    ip: IpAddr,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut q = self.quotas.lock().unwrap_or_else(|e| e.into_inner());
+        q.total = q.total.saturating_sub(1);
+        if let Some(n) = q.per_ip.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                q.per_ip.remove(&self.ip);
+            }
+        }
+    }
+}
+
+fn admit(
+    quotas: &Arc<Mutex<ConnectionQuotas>>,
+    limits: &ConnectionLimits,
+    ip: IpAddr,
+) -> Result<ConnectionSlot, &'static str> {
+    let mut q = quotas.lock().unwrap_or_else(|e| e.into_inner());
+    if q.total >= limits.max_connections {
+        return Err("max.connections");
+    }
+    let from_ip = q.per_ip.get(&ip).copied().unwrap_or(0);
+    if from_ip >= limits.max_connections_per_ip {
+        return Err("max.connections.per.ip");
+    }
+    q.total += 1;
+    q.per_ip.insert(ip, from_ip + 1);
+    Ok(ConnectionSlot {
+        quotas: quotas.clone(),
+        ip,
+    })
+}
+
+/// The pools every connection draws from (limit 3 of the module docs).
+struct RequestPools {
+    requests: Semaphore,
+    bytes: Semaphore,
+    /// The byte pool's size in permits; a frame asks for at most this many.
+    bytes_cap: u32,
+}
+
+impl RequestPools {
+    fn new(limits: &ConnectionLimits) -> Self {
+        // Semaphores count in u32 per acquisition and up to usize::MAX >> 3 in total.
+        let bytes_cap = limits.queued_max_request_bytes.min(u32::MAX as usize) as u32;
+        let requests = limits.queued_max_requests.min(Semaphore::MAX_PERMITS);
+        Self {
+            requests: Semaphore::new(requests),
+            bytes: Semaphore::new(bytes_cap as usize),
+            bytes_cap,
+        }
+    }
+}
 
 /// Accepts connections until `shutdown` turns true.
 pub async fn serve(
@@ -28,14 +225,39 @@ pub async fn serve(
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let limits = ConnectionLimits::from_config(&broker.config).unwrap_or_else(|e| {
+        // `Server::start` does not validate these keys yet; keep Kafka's defaults rather
+        // than serve without limits.
+        tracing::error!(error = %e, "connection limits: using the defaults");
+        ConnectionLimits::default()
+    });
+    let limits = Arc::new(limits);
+    let pools = Arc::new(RequestPools::new(&limits));
+    let quotas = Arc::new(Mutex::new(ConnectionQuotas {
+        total: 0,
+        per_ip: HashMap::new(),
+    }));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let slot = match admit(&quotas, &limits, peer.ip()) {
+                        Ok(slot) => slot,
+                        Err(limit) => {
+                            tracing::debug!(%peer, limit, "connection refused");
+                            drop(stream);
+                            continue;
+                        }
+                    };
                     let broker = broker.clone();
                     let shutdown = shutdown.clone();
+                    let limits = limits.clone();
+                    let pools = pools.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = connection(stream, peer, broker, shutdown).await {
+                        let _slot = slot;
+                        let result =
+                            connection(stream, peer, broker, &limits, &pools, shutdown).await;
+                        if let Err(e) = result {
                             tracing::debug!(%peer, error = %e, "connection closed");
                         }
                     });
@@ -43,7 +265,7 @@ pub async fn serve(
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
             _ = shutdown.changed() => return,
@@ -57,47 +279,426 @@ enum ConnectionError {
     Io(#[from] std::io::Error),
     #[error("frame: {0}")]
     Frame(#[from] FrameError),
+    #[error("first frame of {size} bytes is over sasl.server.max.receive.size ({max})")]
+    FirstFrameTooLarge { size: usize, max: usize },
+    #[error("idle for {0:?} (connections.max.idle.ms)")]
+    Idle(Duration),
+    #[error("shutting down")]
+    Shutdown,
     #[error("{0}")]
     Protocol(String),
+}
+
+/// Reads frames off one connection, never buffering more than the frame being read plus
+/// [`READ_AHEAD_BYTES`].
+struct FrameReader<R> {
+    reader: R,
+    buf: BytesMut,
+    idle: Duration,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// One read of at most `limit` bytes; an error when it makes no progress within the
+    /// idle limit, `Ok(false)` at end of stream.
+    async fn fill(&mut self, limit: usize) -> Result<bool, ConnectionError> {
+        if self.buf.capacity() - self.buf.len() < limit {
+            self.buf.reserve(limit);
+        }
+        let mut limited = (&mut self.reader).take(limit as u64);
+        let read = limited.read_buf(&mut self.buf);
+        match tokio::time::timeout(self.idle, read).await {
+            Ok(n) => Ok(n? > 0),
+            Err(_) => Err(ConnectionError::Idle(self.idle)),
+        }
+    }
+
+    /// The size prefix of the next frame, `None` at a clean end of stream (between frames).
+    async fn next_size(&mut self) -> Result<Option<i32>, ConnectionError> {
+        if self.buf.is_empty() && self.buf.capacity() > KEEP_BUFFER_BYTES {
+            self.buf = BytesMut::new();
+        }
+        while self.buf.len() < FRAME_PREFIX_LEN {
+            if !self.fill(READ_AHEAD_BYTES).await? {
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                return Err(ConnectionError::Protocol(
+                    "end of stream inside a size prefix".into(),
+                ));
+            }
+        }
+        Ok(Some((&self.buf[..FRAME_PREFIX_LEN]).get_i32()))
+    }
+
+    /// Reads the rest of a frame whose size prefix is buffered and checked, and splits it
+    /// off (without the prefix). Reads stop at the frame's end.
+    async fn frame(&mut self, size: usize) -> Result<Bytes, ConnectionError> {
+        let total = FRAME_PREFIX_LEN + size;
+        while self.buf.len() < total {
+            let missing = total - self.buf.len();
+            if !self.fill(missing).await? {
+                return Err(ConnectionError::Protocol(format!(
+                    "end of stream {missing} bytes before the end of a frame"
+                )));
+            }
+        }
+        match decode_frame(&mut self.buf, size)? {
+            Some(frame) => Ok(frame.freeze()),
+            None => Err(ConnectionError::Protocol("frame incomplete".into())),
+        }
+    }
 }
 
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     broker: Arc<Broker>,
+    limits: &ConnectionLimits,
+    pools: &RequestPools,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ConnectionError> {
     stream.set_nodelay(true)?;
-    let (mut reader, writer) = stream.into_split();
+    let (reader, writer) = stream.into_split();
     let mut writer = BufWriter::new(writer);
-    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
-    let max_frame = broker.max_request_bytes;
+    let mut frames = FrameReader {
+        reader,
+        buf: BytesMut::new(),
+        idle: limits.connections_max_idle,
+    };
+    let mut served_one = false;
     loop {
-        while let Some(frame) = decode_frame(&mut buf, max_frame)? {
-            let frame: Bytes = frame.freeze();
-            let mut body = frame;
-            let (header, api_key) = decode_request_header(&mut body)
-                .map_err(|e| ConnectionError::Protocol(format!("request header: {e}")))?;
-            match broker.handle(&header, api_key, body, peer).await {
-                Ok(Some(response)) => writer.write_all(&response).await?,
-                Ok(None) => {}
-                Err(reason) => {
-                    writer.flush().await?;
-                    return Err(ConnectionError::Protocol(reason));
-                }
-            }
-        }
-        writer.flush().await?;
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(READ_BUFFER_BYTES);
-        }
-        tokio::select! {
-            n = reader.read_buf(&mut buf) => {
-                if n? == 0 {
-                    return Ok(());
-                }
-            }
+        let next = tokio::select! {
+            next = frames.next_size() => next?,
             _ = shutdown.changed() => return Ok(()),
+        };
+        let Some(size) = next else {
+            return Ok(());
+        };
+        let size = check_size(size, served_one, limits)?;
+        // Back-pressure: until both pools have room this connection reads nothing more.
+        let permits = tokio::select! {
+            permits = acquire(pools, size) => permits,
+            _ = shutdown.changed() => return Ok(()),
+        };
+        let Some(_permits) = permits else {
+            return Err(ConnectionError::Shutdown);
+        };
+        let frame = tokio::select! {
+            frame = frames.frame(size) => frame?,
+            _ = shutdown.changed() => return Ok(()),
+        };
+        let mut body = frame;
+        let (header, api_key) = decode_request_header(&mut body)
+            .map_err(|e| ConnectionError::Protocol(format!("request header: {e}")))?;
+        let response = broker.handle(&header, api_key, body, peer).await;
+        drop(_permits);
+        match response {
+            Ok(Some(response)) => {
+                served_one = true;
+                write_within(&mut writer, &response, limits.connections_max_idle).await?;
+            }
+            Ok(None) => served_one = true,
+            Err(reason) => {
+                let _ = tokio::time::timeout(limits.connections_max_idle, writer.flush()).await;
+                return Err(ConnectionError::Protocol(reason));
+            }
         }
+        // Pipelined requests already buffered are answered together with one flush.
+        if frames.buf.len() < FRAME_PREFIX_LEN || !frame_complete(&frames.buf) {
+            match tokio::time::timeout(limits.connections_max_idle, writer.flush()).await {
+                Ok(r) => r?,
+                Err(_) => return Err(ConnectionError::Idle(limits.connections_max_idle)),
+            }
+        }
+    }
+}
+
+/// Whether `buf` starts with a whole frame (the next request needs no read).
+fn frame_complete(buf: &[u8]) -> bool {
+    match buf.get(..FRAME_PREFIX_LEN) {
+        Some(p) => {
+            let size = i32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+            size >= 0 && buf.len() - FRAME_PREFIX_LEN >= size as usize
+        }
+        None => false,
+    }
+}
+
+/// Checks a size prefix against the cap that applies to this connection now.
+fn check_size(
+    size: i32,
+    served_one: bool,
+    limits: &ConnectionLimits,
+) -> Result<usize, ConnectionError> {
+    if size < 0 {
+        return Err(FrameError::NegativeSize(size).into());
+    }
+    let size = size as usize;
+    if !served_one && size > limits.first_request_max_bytes {
+        return Err(ConnectionError::FirstFrameTooLarge {
+            size,
+            max: limits.first_request_max_bytes,
+        });
+    }
+    if size > limits.socket_request_max_bytes {
+        return Err(FrameError::TooLarge {
+            size,
+            max: limits.socket_request_max_bytes,
+        }
+        .into());
+    }
+    Ok(size)
+}
+
+/// A request slot and `size` bytes (clamped to the pool) from the shared pools; `None` only
+/// if a pool was closed.
+async fn acquire(
+    pools: &RequestPools,
+    size: usize,
+) -> Option<(
+    tokio::sync::SemaphorePermit<'_>,
+    tokio::sync::SemaphorePermit<'_>,
+)> {
+    let slot = pools.requests.acquire().await.ok()?;
+    let want = (FRAME_PREFIX_LEN + size).min(pools.bytes_cap as usize) as u32;
+    let bytes = pools.bytes.acquire_many(want).await.ok()?;
+    Some((slot, bytes))
+}
+
+/// Writes a response; a peer that accepts none of it within the idle limit is closed.
+async fn write_within<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    data: &[u8],
+    idle: Duration,
+) -> Result<(), ConnectionError> {
+    let mut rest = data;
+    while !rest.is_empty() {
+        match tokio::time::timeout(idle, writer.write(rest)).await {
+            Ok(Ok(0)) => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),
+            Ok(Ok(n)) => rest = rest.get(n..).unwrap_or_default(),
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => return Err(ConnectionError::Idle(idle)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Server;
+    use bytes::BufMut;
+    use rill_protocol::generated::{ApiVersionsRequest, MetadataRequest, RequestHeader};
+    use rill_protocol::{encode_request_frame, ApiKey};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    async fn server(overrides: &[(&str, &str)]) -> (Server, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = BrokerConfig::default();
+        config.set("listeners", "127.0.0.1:0");
+        config.set("log.dirs", &dir.path().display().to_string());
+        for (k, v) in overrides {
+            config.set(k, v);
+        }
+        (Server::start(config).await.unwrap(), dir)
+    }
+
+    fn request<B: rill_protocol::Encodable>(
+        api: ApiKey,
+        version: i16,
+        id: i32,
+        body: &B,
+    ) -> BytesMut {
+        let header = RequestHeader {
+            request_api_key: api.as_i16(),
+            request_api_version: version,
+            correlation_id: id,
+            client_id: Some("network-test".into()),
+            ..Default::default()
+        };
+        let mut buf = BytesMut::new();
+        encode_request_frame(&mut buf, &header, body).unwrap();
+        buf
+    }
+
+    fn api_versions(id: i32) -> BytesMut {
+        request(ApiKey::ApiVersions, 0, id, &ApiVersionsRequest::default())
+    }
+
+    /// The correlation id of the next response, or `None` when the server closed.
+    async fn response(sock: &mut TcpStream) -> Option<i32> {
+        let read = async {
+            let size = sock.read_i32().await.ok()?;
+            let mut body = vec![0; usize::try_from(size).ok()?];
+            sock.read_exact(&mut body).await.ok()?;
+            Some(i32::from_be_bytes(body[..4].try_into().unwrap()))
+        };
+        tokio::time::timeout(WAIT, read)
+            .await
+            .expect("no answer and no close")
+    }
+
+    async fn closed(sock: &mut TcpStream) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(
+            tokio::time::timeout(WAIT, sock.read(&mut byte)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    #[tokio::test]
+    async fn huge_and_negative_prefixes_close_before_buffering() {
+        let (server, _dir) = server(&[]).await;
+        for prefix in [i32::MAX, i32::MIN, -1] {
+            let mut sock = TcpStream::connect(server.local_addr).await.unwrap();
+            sock.write_all(&prefix.to_be_bytes()).await.unwrap();
+            assert!(closed(&mut sock).await, "prefix {prefix}");
+        }
+        server.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn first_frame_over_the_pre_auth_limit_closes_later_ones_pass() {
+        let (server, _dir) = server(&[("sasl.server.max.receive.size", "1024")]).await;
+        let big = MetadataRequest {
+            topics: Some(
+                (0..40)
+                    .map(
+                        |i| rill_protocol::generated::metadata_request::MetadataRequestTopic {
+                            name: Some(format!("topic-with-a-long-name-{i:040}")),
+                            ..Default::default()
+                        },
+                    )
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        let big = request(ApiKey::Metadata, 1, 2, &big);
+        assert!(big.len() > 1024 + 4);
+
+        let mut sock = TcpStream::connect(server.local_addr).await.unwrap();
+        sock.write_all(&big).await.unwrap();
+        assert_eq!(
+            response(&mut sock).await,
+            None,
+            "first frame over the limit"
+        );
+
+        let mut sock = TcpStream::connect(server.local_addr).await.unwrap();
+        sock.write_all(&api_versions(1)).await.unwrap();
+        assert_eq!(response(&mut sock).await, Some(1));
+        sock.write_all(&big).await.unwrap();
+        assert_eq!(
+            response(&mut sock).await,
+            Some(2),
+            "limit lifted after one request"
+        );
+        server.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn pipelined_requests_are_answered_in_order() {
+        let (server, _dir) = server(&[]).await;
+        let mut sock = TcpStream::connect(server.local_addr).await.unwrap();
+        let mut all = BytesMut::new();
+        for id in 0..50 {
+            all.put(api_versions(id));
+        }
+        sock.write_all(&all).await.unwrap();
+        for id in 0..50 {
+            assert_eq!(response(&mut sock).await, Some(id));
+        }
+        server.shutdown().await;
+    }
+
+    async fn admitted(addr: SocketAddr) -> Option<TcpStream> {
+        let mut sock = TcpStream::connect(addr).await.ok()?;
+        sock.write_all(&api_versions(9)).await.ok()?;
+        (response(&mut sock).await == Some(9)).then_some(sock)
+    }
+
+    #[tokio::test]
+    async fn max_connections_refuses_at_accept() {
+        for key in ["max.connections", "max.connections.per.ip"] {
+            let (server, _dir) = server(&[(key, "2")]).await;
+            let a = admitted(server.local_addr).await.unwrap();
+            let _b = admitted(server.local_addr).await.unwrap();
+            assert!(
+                admitted(server.local_addr).await.is_none(),
+                "{key}: third admitted"
+            );
+            drop(a);
+            // The slot comes back when the server notices the close.
+            let mut again = None;
+            for _ in 0..50 {
+                again = admitted(server.local_addr).await;
+                if again.is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(again.is_some(), "{key}: slot not released");
+            server.shutdown().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn idle_and_stalled_connections_are_closed() {
+        let (server, _dir) = server(&[("connections.max.idle.ms", "200")]).await;
+        let mut idle = TcpStream::connect(server.local_addr).await.unwrap();
+        let mut stalled = TcpStream::connect(server.local_addr).await.unwrap();
+        // A frame that promises 100 bytes and delivers 3.
+        stalled.write_all(&[0, 0, 0, 100, 0, 18, 0]).await.unwrap();
+        let started = std::time::Instant::now();
+        assert!(closed(&mut idle).await);
+        assert!(closed(&mut stalled).await);
+        assert!(started.elapsed() < Duration::from_secs(3));
+        server.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn the_byte_pool_waits_and_clamps() {
+        let limits = ConnectionLimits {
+            queued_max_request_bytes: 100,
+            queued_max_requests: 2,
+            ..ConnectionLimits::default()
+        };
+        let pools = RequestPools::new(&limits);
+        // Larger than the pool: clamped, so it can still be served alone.
+        let first = acquire(&pools, 1_000).await.unwrap();
+        let second = acquire(&pools, 10);
+        tokio::pin!(second);
+        assert!(tokio::time::timeout(Duration::from_millis(50), &mut second)
+            .await
+            .is_err());
+        drop(first);
+        let _second = tokio::time::timeout(WAIT, second).await.unwrap().unwrap();
+        assert_eq!(pools.requests.available_permits(), 1);
+    }
+
+    #[test]
+    fn limits_parse_kafka_names() {
+        let mut config = BrokerConfig::default();
+        let defaults = ConnectionLimits::from_config(&config).unwrap();
+        assert_eq!(defaults, ConnectionLimits::default());
+        config.set("max.connections.per.ip", "7");
+        config.set("connections.max.idle.ms", "-1");
+        config.set("socket.request.max.bytes", "1000");
+        let l = ConnectionLimits::from_config(&config).unwrap();
+        assert_eq!(l.max_connections_per_ip, 7);
+        assert_eq!(l.first_request_max_bytes, 1000, "never above the frame cap");
+        assert!(l.connections_max_idle > Duration::from_secs(1 << 30));
+        config.set("max.connections", "lots");
+        assert!(ConnectionLimits::from_config(&config).is_err());
+    }
+
+    #[test]
+    fn fd_limit_is_raised_to_the_hard_limit() {
+        let soft = raise_fd_limit();
+        let now = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        assert_eq!(soft, now.current);
+        assert_eq!(now.current, now.maximum);
     }
 }
