@@ -390,6 +390,26 @@ impl BrokerConfig {
         self.parse("socket.request.max.bytes")
     }
 
+    /// The group coordinator's settings from `group.*` and `offsets.*` keys.
+    pub fn group_config(&self) -> Result<rill_group::GroupConfig, BrokerError> {
+        let defaults = rill_group::GroupConfig::default();
+        let partitions: i32 = self.parse("offsets.topic.num.partitions")?;
+        if !(1..=1000).contains(&partitions) {
+            return Err(BrokerError::Config(
+                "offsets.topic.num.partitions must be between 1 and 1000".into(),
+            ));
+        }
+        Ok(rill_group::GroupConfig {
+            offsets_topic_num_partitions: partitions,
+            group_min_session_timeout_ms: self.parse("group.min.session.timeout.ms")?,
+            group_max_session_timeout_ms: self.parse("group.max.session.timeout.ms")?,
+            group_initial_rebalance_delay_ms: self.parse("group.initial.rebalance.delay.ms")?,
+            group_max_size: self.parse("group.max.size")?,
+            offsets_retention_minutes: self.parse("offsets.retention.minutes")?,
+            ..defaults
+        })
+    }
+
     /// Checks every key this build reads, so that a typo fails at start-up, not later.
     pub fn validate(&self) -> Result<(), BrokerError> {
         self.node_id()?;
@@ -397,6 +417,7 @@ impl BrokerConfig {
         self.num_partitions()?;
         self.default_replication_factor()?;
         self.socket_request_max_bytes()?;
+        self.group_config()?;
         for d in TOPIC_CONFIGS {
             if let Some(v) = self.props.get(d.broker_key) {
                 validate_topic_config(d.name, v).map_err(BrokerError::Config)?;

@@ -9,6 +9,7 @@
 pub mod apis;
 pub mod config;
 pub mod error;
+pub mod group_coordinator;
 pub mod metadata_store;
 pub mod network;
 pub mod replica_manager;
@@ -22,6 +23,7 @@ use tokio::sync::watch;
 
 pub use config::BrokerConfig;
 pub use error::BrokerError;
+use group_coordinator::{GroupCoordinatorHandle, OFFSETS_TOPIC};
 use metadata_store::{MetadataStore, TopicMeta};
 use replica_manager::ReplicaManager;
 
@@ -34,7 +36,8 @@ pub struct Broker {
     pub advertised_port: i32,
     pub max_request_bytes: usize,
     metadata: Mutex<MetadataStore>,
-    pub replicas: ReplicaManager,
+    pub replicas: Arc<ReplicaManager>,
+    pub groups: GroupCoordinatorHandle,
 }
 
 impl Broker {
@@ -101,6 +104,25 @@ impl Broker {
         c
     }
 
+    /// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`) when it is
+    /// missing; the group coordinator keeps its records there.
+    fn ensure_offsets_topic(&self, partitions: i32) -> Result<(), BrokerError> {
+        if self.topic(OFFSETS_TOPIC).is_some() {
+            return Ok(());
+        }
+        let configs = [
+            ("cleanup.policy", "compact"),
+            ("compression.type", "producer"),
+            ("segment.bytes", "104857600"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        self.create_topic(OFFSETS_TOPIC, partitions, 1, configs, false)
+            .map(|_| ())
+            .map_err(|(code, m)| BrokerError::Metadata(format!("{}: {m}", code.name())))
+    }
+
     fn open_topic_partitions(&self, topic: &TopicMeta, from: i32) -> Result<(), BrokerError> {
         let config = self.log_config(topic);
         for p in from..topic.partitions {
@@ -141,18 +163,25 @@ impl Server {
             .get("advertised.host.name")
             .map(str::to_string)
             .unwrap_or_else(|| local_addr.ip().to_string());
-        let broker = Arc::new(Broker {
+        let replicas = Arc::new(ReplicaManager::new(&data_dir));
+        let group_config = config.group_config()?;
+        let topics: Vec<TopicMeta> = metadata.image().topics.values().cloned().collect();
+        let mut broker = Broker {
             node_id: config.node_id()?,
             max_request_bytes: config.socket_request_max_bytes()?,
             advertised_host,
             advertised_port: i32::from(local_addr.port()),
-            replicas: ReplicaManager::new(&data_dir),
+            replicas: replicas.clone(),
             metadata: Mutex::new(metadata),
             config,
-        });
-        for topic in broker.topics() {
-            broker.open_topic_partitions(&topic, 0)?;
+            groups: GroupCoordinatorHandle::detached(),
+        };
+        for topic in &topics {
+            broker.open_topic_partitions(topic, 0)?;
         }
+        broker.ensure_offsets_topic(group_config.offsets_topic_num_partitions)?;
+        broker.groups = group_coordinator::start(group_config, replicas);
+        let broker = Arc::new(broker);
         let (shutdown, rx) = watch::channel(false);
         let task = tokio::spawn(network::serve(listener, broker.clone(), rx));
         Ok(Self {

@@ -152,14 +152,21 @@ impl ReplicaManager {
         tp: &TopicPartition,
         records: &Bytes,
     ) -> Result<(LogAppendInfo, i64), ErrorCode> {
+        self.append_with_origin(tp, records, AppendOrigin::Client)
+    }
+
+    /// Appends as [`Self::append`] does, for a writer other than a client (the group
+    /// coordinator writes `__consumer_offsets` as `Coordinator`).
+    pub fn append_with_origin(
+        &self,
+        tp: &TopicPartition,
+        records: &Bytes,
+        origin: AppendOrigin,
+    ) -> Result<(LogAppendInfo, i64), ErrorCode> {
         let partition = self.get(tp).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
         let result = partition.with_log(|log| {
-            let info = log.append_as_leader(
-                records.clone(),
-                SINGLE_NODE_LEADER_EPOCH,
-                AppendOrigin::Client,
-                now_ms(),
-            )?;
+            let info =
+                log.append_as_leader(records.clone(), SINGLE_NODE_LEADER_EPOCH, origin, now_ms())?;
             let leo = log.log_end_offset();
             log.update_high_watermark(leo);
             Ok::<_, AppendError>((info, log.log_start_offset()))

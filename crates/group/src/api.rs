@@ -55,7 +55,8 @@ pub struct JoinGroupResponse {
 }
 
 impl JoinGroupResponse {
-    pub(crate) fn error(member_id: &str, error_code: i16) -> Self {
+    /// An answer carrying only an error (and the member id the request named).
+    pub fn error(member_id: &str, error_code: i16) -> Self {
         JoinGroupResponse {
             error_code,
             generation_id: -1,
@@ -92,7 +93,7 @@ pub struct SyncGroupResponse {
 }
 
 impl SyncGroupResponse {
-    pub(crate) fn error(error_code: i16) -> Self {
+    pub fn error(error_code: i16) -> Self {
         SyncGroupResponse {
             error_code,
             protocol_type: None,

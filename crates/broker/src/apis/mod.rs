@@ -8,6 +8,7 @@
 
 mod configs;
 mod data;
+mod groups;
 mod metadata;
 mod topics;
 
@@ -32,7 +33,15 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Fetch, 4, 17),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
+    (ApiKey::OffsetCommit, 0, 9),
+    (ApiKey::OffsetFetch, 0, 9),
     (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
@@ -41,6 +50,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DescribeCluster, 0, 1),
 ];
 
@@ -139,6 +150,21 @@ impl Broker {
                 respond!(self.handle_incremental_alter_configs(r))
             }
             RequestBody::DescribeCluster(r) => respond!(self.handle_describe_cluster(r)),
+            RequestBody::JoinGroup(r) => {
+                let client_id = header.client_id.as_deref().unwrap_or_default();
+                respond!(self.handle_join_group(r, version, client_id, peer).await)
+            }
+            RequestBody::SyncGroup(r) => respond!(self.handle_sync_group(r).await),
+            RequestBody::Heartbeat(r) => respond!(self.handle_heartbeat(r).await),
+            RequestBody::LeaveGroup(r) => respond!(self.handle_leave_group(r, version).await),
+            RequestBody::OffsetCommit(r) => respond!(self.handle_offset_commit(r, version).await),
+            RequestBody::OffsetFetch(r) => respond!(self.handle_offset_fetch(r, version).await),
+            RequestBody::OffsetDelete(r) => respond!(self.handle_offset_delete(r).await),
+            RequestBody::DescribeGroups(r) => {
+                respond!(self.handle_describe_groups(r, version).await)
+            }
+            RequestBody::ListGroups(r) => respond!(self.handle_list_groups(r).await),
+            RequestBody::DeleteGroups(r) => respond!(self.handle_delete_groups(r).await),
             _ => Err(format!("{} is not handled", api.name())),
         }
     }

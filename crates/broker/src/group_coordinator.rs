@@ -1,0 +1,588 @@
+//! The group coordinator's runtime: the pure `rill-group` state machine driven by one task,
+//! with its records kept in the internal topic `__consumer_offsets`.
+//!
+//! # Design note
+//!
+//! 1. One task owns the [`GroupCoordinator`]. Connections send it calls over a bounded
+//!    channel with a oneshot for the answer, so the state machine sees one event at a time
+//!    and needs no lock (the seeds' single-threaded event loop).
+//! 2. A call that parks (JoinGroup, SyncGroup) gets a responder id; its oneshot waits in
+//!    `pending` until an output names that id, possibly many calls or ticks later.
+//! 3. `Output::Persist` records are appended to their `__consumer_offsets` partitions
+//!    before the responses that depend on them are sent, in the order the outputs came, so
+//!    no client hears of a commit or an assignment that a crash could lose. A failed write
+//!    answers those requests with the mapped error and reloads the partition from the log,
+//!    which rebuilds exactly what was written.
+//! 4. Between events the task sleeps until [`GroupCoordinator::next_deadline`] and then
+//!    calls `tick` (session timeouts, rebalance timeouts, the initial delay, offset expiry).
+//! 5. At start-up every partition of `__consumer_offsets` is replayed before the first
+//!    call is served; this node leads all of them while it is alone.
+//!
+//! Records use Kafka's formats (`group-coordinator/*.json`): the key is a version-prefixed
+//! `OffsetCommitKey` (versions 0-1) or `GroupMetadataKey` (version 2), the value a
+//! version-prefixed value or null for a tombstone, so the topic could be read by Kafka's
+//! own tools.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use rill_group::{
+    GroupConfig, GroupCoordinator, GroupMetadataKey, GroupMetadataRecord, GroupMetadataValue,
+    MemberMetadata, OffsetCommitKey, OffsetCommitRecord, OffsetCommitValue, Output, Record,
+    Respond, Response,
+};
+use rill_protocol::generated::group_coordinator::{
+    group_metadata_key as gmk, group_metadata_value as gmv, offset_commit_key as ock,
+    offset_commit_value as ocv,
+};
+use rill_protocol::records::{CompressionType, RecordBatch, RecordBatchBuilder};
+use rill_protocol::{Decodable, Encodable, ErrorCode};
+use rill_storage::{AppendOrigin, TopicPartition};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::replica_manager::ReplicaManager;
+
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Calls waiting for the coordinator task; senders wait (back-pressure) beyond this.
+const CALL_QUEUE_DEPTH: usize = 1024;
+/// Largest batch of `__consumer_offsets` decoded while loading.
+const LOAD_MAX_DECOMPRESSED_BYTES: usize = 64 * 1024 * 1024;
+const LOAD_READ_BYTES: usize = 1024 * 1024;
+
+/// A request for the coordinator.
+pub enum GroupCall {
+    Join(rill_group::JoinGroupRequest),
+    Sync(rill_group::SyncGroupRequest),
+    Leave(rill_group::LeaveGroupRequest),
+    OffsetCommit(rill_group::OffsetCommitRequest),
+    OffsetDelete(rill_group::OffsetDeleteRequest),
+    DeleteGroups(rill_group::DeleteGroupsRequest),
+    Heartbeat(rill_group::HeartbeatRequest),
+    OffsetFetch(Vec<rill_group::OffsetFetchRequest>),
+    DescribeGroups(rill_group::DescribeGroupsRequest),
+    ListGroups(rill_group::ListGroupsRequest),
+}
+
+/// The coordinator's answer to a [`GroupCall`].
+pub enum GroupReply {
+    Response(Response),
+    Heartbeat(rill_group::HeartbeatResponse),
+    OffsetFetch(Vec<rill_group::OffsetFetchResponse>),
+    DescribeGroups(rill_group::DescribeGroupsResponse),
+    ListGroups(rill_group::ListGroupsResponse),
+}
+
+type Envelope = (GroupCall, oneshot::Sender<GroupReply>);
+
+/// Where connections send group calls.
+#[derive(Clone)]
+pub struct GroupCoordinatorHandle {
+    tx: mpsc::Sender<Envelope>,
+}
+
+impl GroupCoordinatorHandle {
+    /// A handle with no coordinator behind it (every call answers
+    /// COORDINATOR_NOT_AVAILABLE), used until the real one has loaded.
+    pub fn detached() -> Self {
+        let (tx, _) = mpsc::channel(1);
+        Self { tx }
+    }
+
+    /// Sends a call and waits for its answer. `Err` means the coordinator is gone
+    /// (shutting down): clients get COORDINATOR_NOT_AVAILABLE and retry elsewhere.
+    pub async fn call(&self, call: GroupCall) -> Result<GroupReply, ErrorCode> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send((call, reply))
+            .await
+            .map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
+        rx.await.map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+struct Runtime {
+    coordinator: GroupCoordinator,
+    replicas: Arc<ReplicaManager>,
+    num_partitions: i32,
+    pending: HashMap<u64, oneshot::Sender<GroupReply>>,
+    next_responder: u64,
+}
+
+/// Loads every `__consumer_offsets` partition and starts the coordinator task.
+pub fn start(config: GroupConfig, replicas: Arc<ReplicaManager>) -> GroupCoordinatorHandle {
+    let num_partitions = config.offsets_topic_num_partitions;
+    let seed = u64::from_le_bytes(
+        uuid::Uuid::new_v4().as_bytes()[..8]
+            .try_into()
+            .unwrap_or([7; 8]),
+    );
+    let mut runtime = Runtime {
+        coordinator: GroupCoordinator::new(config, seed),
+        replicas,
+        num_partitions,
+        pending: HashMap::new(),
+        next_responder: 1,
+    };
+    for p in 0..num_partitions {
+        runtime.load(p);
+    }
+    let (tx, rx) = mpsc::channel(CALL_QUEUE_DEPTH);
+    tokio::spawn(runtime.run(rx));
+    GroupCoordinatorHandle { tx }
+}
+
+impl Runtime {
+    async fn run(mut self, mut rx: mpsc::Receiver<Envelope>) {
+        loop {
+            let deadline = self.coordinator.next_deadline();
+            let sleep = async {
+                match deadline {
+                    Some(at) => {
+                        let wait = (at - now_ms()).max(0) as u64;
+                        tokio::time::sleep(std::time::Duration::from_millis(wait)).await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                call = rx.recv() => match call {
+                    Some((call, reply)) => self.dispatch(call, reply),
+                    None => return,
+                },
+                _ = sleep => {
+                    let outputs = self.coordinator.tick(now_ms());
+                    self.act(outputs);
+                }
+            }
+        }
+    }
+
+    fn responder(&mut self, reply: oneshot::Sender<GroupReply>) -> u64 {
+        let id = self.next_responder;
+        self.next_responder += 1;
+        self.pending.insert(id, reply);
+        id
+    }
+
+    fn dispatch(&mut self, call: GroupCall, reply: oneshot::Sender<GroupReply>) {
+        let now = now_ms();
+        let c = &mut self.coordinator;
+        // Immediate answers first; a dropped receiver (client gone) is not an error.
+        let immediate = match call {
+            GroupCall::Heartbeat(r) => Ok(GroupReply::Heartbeat(c.handle_heartbeat(r, now))),
+            GroupCall::OffsetFetch(groups) => Ok(GroupReply::OffsetFetch(
+                groups.iter().map(|g| c.handle_offset_fetch(g)).collect(),
+            )),
+            GroupCall::DescribeGroups(r) => {
+                Ok(GroupReply::DescribeGroups(c.handle_describe_groups(&r)))
+            }
+            GroupCall::ListGroups(r) => Ok(GroupReply::ListGroups(c.handle_list_groups(&r))),
+            other => Err(other),
+        };
+        let call = match immediate {
+            Ok(answer) => {
+                let _ = reply.send(answer);
+                return;
+            }
+            Err(call) => call,
+        };
+        let id = self.responder(reply);
+        let c = &mut self.coordinator;
+        let outputs = match call {
+            GroupCall::Join(r) => c.handle_join(r, now, id),
+            GroupCall::Sync(r) => c.handle_sync(r, now, id),
+            GroupCall::Leave(r) => c.handle_leave(r, now, id),
+            GroupCall::OffsetCommit(r) => c.handle_offset_commit(r, now, id),
+            GroupCall::OffsetDelete(r) => c.handle_offset_delete(r, now, id),
+            GroupCall::DeleteGroups(r) => c.handle_delete_groups(r, now, id),
+            _ => Vec::new(),
+        };
+        self.act(outputs);
+    }
+
+    fn send(&mut self, respond: Respond) {
+        if let Some(reply) = self.pending.remove(&respond.responder) {
+            let _ = reply.send(GroupReply::Response(respond.response));
+        }
+    }
+
+    fn act(&mut self, outputs: Vec<Output>) {
+        for output in outputs {
+            match output {
+                Output::Respond(r) => self.send(r),
+                Output::Persist { records, responses } => match self.persist(&records) {
+                    Ok(()) => responses.into_iter().for_each(|r| self.send(r)),
+                    Err((code, failed_partitions)) => {
+                        for r in responses {
+                            let response = r.response.failed(code.code());
+                            self.send(Respond {
+                                responder: r.responder,
+                                response,
+                            });
+                        }
+                        for p in failed_partitions {
+                            let outputs = self.coordinator.unload_partition(p);
+                            self.act(outputs);
+                            self.load(p);
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// Appends records to their partitions, one batch per partition.
+    fn persist(&self, records: &[(i32, Record)]) -> Result<(), (ErrorCode, Vec<i32>)> {
+        let mut by_partition: HashMap<i32, Vec<&Record>> = HashMap::new();
+        for (p, r) in records {
+            by_partition.entry(*p).or_default().push(r);
+        }
+        let now = now_ms();
+        let mut failed = Vec::new();
+        for (p, records) in by_partition {
+            let tp = TopicPartition {
+                topic: OFFSETS_TOPIC.to_string(),
+                partition: p,
+            };
+            let written = build_batch(&records, now).and_then(|batch| {
+                self.replicas
+                    .append_with_origin(&tp, &batch, AppendOrigin::Coordinator)
+                    .map_err(|code| format!("append: {}", code.name()))
+            });
+            if let Err(e) = written {
+                tracing::error!(%tp, error = %e, "writing group records failed");
+                failed.push(p);
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err((ErrorCode::COORDINATOR_NOT_AVAILABLE, failed))
+        }
+    }
+
+    /// Replays one partition of `__consumer_offsets` into the state machine.
+    fn load(&mut self, p: i32) {
+        if p >= self.num_partitions {
+            return;
+        }
+        let outputs = self.coordinator.load_partition_start(p);
+        self.act(outputs);
+        let tp = TopicPartition {
+            topic: OFFSETS_TOPIC.to_string(),
+            partition: p,
+        };
+        let mut offset = match self.replicas.offsets(&tp) {
+            Ok(o) => o.log_start_offset,
+            Err(_) => 0,
+        };
+        let mut replayed = 0usize;
+        loop {
+            let Ok(chunk) = self.replicas.read(&tp, offset, LOAD_READ_BYTES, true) else {
+                break;
+            };
+            if chunk.records.is_empty() {
+                break;
+            }
+            let before = offset;
+            for batch in RecordBatch::iter(chunk.records) {
+                let Ok(batch) = batch else { break };
+                offset = batch.next_offset();
+                if batch.is_control() {
+                    continue;
+                }
+                let Ok(records) = batch.records(LOAD_MAX_DECOMPRESSED_BYTES) else {
+                    tracing::warn!(%tp, base_offset = batch.base_offset(), "undecodable batch skipped");
+                    continue;
+                };
+                for r in records {
+                    let Some(record) = decode_record(r.key.as_deref(), r.value.as_deref()) else {
+                        continue;
+                    };
+                    if let Err(e) = self.coordinator.replay(p, &record) {
+                        tracing::warn!(%tp, offset = r.offset, error = %e, "record not replayed");
+                    }
+                    replayed += 1;
+                }
+            }
+            if offset <= before {
+                break;
+            }
+        }
+        self.coordinator.load_partition_done(p, now_ms());
+        if replayed > 0 {
+            tracing::info!(%tp, records = replayed, "loaded group coordinator partition");
+        }
+    }
+}
+
+fn build_batch(records: &[&Record], now: i64) -> Result<Bytes, String> {
+    let mut builder = RecordBatchBuilder::new(CompressionType::None, 0);
+    for r in records {
+        let (key, value) = encode_record(r).map_err(|e| format!("encode: {e}"))?;
+        builder
+            .append(now, Some(&key), value.as_deref(), &[])
+            .map_err(|e| format!("batch: {e}"))?;
+    }
+    builder.build().map_err(|e| format!("batch: {e}"))
+}
+
+/// Value versions written: the newest non-flexible ones, which every Kafka tool reads.
+const OFFSET_COMMIT_KEY_VERSION: i16 = 1;
+const GROUP_METADATA_KEY_VERSION: i16 = 2;
+const OFFSET_COMMIT_VALUE_VERSION: i16 = 3;
+/// OffsetCommitValue v1 is the only version with an explicit expire timestamp.
+const OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY: i16 = 1;
+const GROUP_METADATA_VALUE_VERSION: i16 = 3;
+
+fn encode_versioned<T: Encodable>(version: i16, body: &T) -> Result<Vec<u8>, String> {
+    let mut buf = BytesMut::with_capacity(2 + body.encoded_len(version));
+    buf.put_i16(version);
+    body.encode(&mut buf, version).map_err(|e| e.to_string())?;
+    Ok(buf.to_vec())
+}
+
+/// A record's key and value (None for a tombstone) in Kafka's `__consumer_offsets` format.
+pub fn encode_record(record: &Record) -> Result<(Vec<u8>, Option<Vec<u8>>), String> {
+    match record {
+        Record::OffsetCommit(r) => {
+            let key = ock::OffsetCommitKey {
+                group: r.key.group.clone(),
+                topic: r.key.topic.clone(),
+                partition: r.key.partition,
+            };
+            let key = encode_versioned(OFFSET_COMMIT_KEY_VERSION, &key)?;
+            let value = match &r.value {
+                None => None,
+                Some(v) => {
+                    let version = if v.expire_timestamp >= 0 {
+                        OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY
+                    } else {
+                        OFFSET_COMMIT_VALUE_VERSION
+                    };
+                    let value = ocv::OffsetCommitValue {
+                        offset: v.offset,
+                        leader_epoch: v.leader_epoch,
+                        metadata: v.metadata.clone(),
+                        commit_timestamp: v.commit_timestamp,
+                        expire_timestamp: v.expire_timestamp,
+                        ..Default::default()
+                    };
+                    Some(encode_versioned(version, &value)?)
+                }
+            };
+            Ok((key, value))
+        }
+        Record::GroupMetadata(r) => {
+            let key = gmk::GroupMetadataKey {
+                group: r.key.group.clone(),
+            };
+            let key = encode_versioned(GROUP_METADATA_KEY_VERSION, &key)?;
+            let value = match &r.value {
+                None => None,
+                Some(v) => {
+                    let value = gmv::GroupMetadataValue {
+                        protocol_type: v.protocol_type.clone(),
+                        generation: v.generation,
+                        protocol: v.protocol.clone(),
+                        leader: v.leader.clone(),
+                        current_state_timestamp: v.current_state_timestamp,
+                        members: v
+                            .members
+                            .iter()
+                            .map(|m| gmv::MemberMetadata {
+                                member_id: m.member_id.clone(),
+                                group_instance_id: m.group_instance_id.clone(),
+                                client_id: m.client_id.clone(),
+                                client_host: m.client_host.clone(),
+                                rebalance_timeout: m.rebalance_timeout,
+                                session_timeout: m.session_timeout,
+                                subscription: m.subscription.clone(),
+                                assignment: m.assignment.clone(),
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    };
+                    Some(encode_versioned(GROUP_METADATA_VALUE_VERSION, &value)?)
+                }
+            };
+            Ok((key, value))
+        }
+    }
+}
+
+fn split_version(bytes: &[u8]) -> Option<(i16, Bytes)> {
+    let mut b = Bytes::copy_from_slice(bytes);
+    if b.len() < 2 {
+        return None;
+    }
+    let version = b.get_i16();
+    Some((version, b))
+}
+
+/// Decodes a `__consumer_offsets` record; `None` for records this coordinator does not
+/// own (the new consumer protocol's, share groups') or cannot read.
+pub fn decode_record(key: Option<&[u8]>, value: Option<&[u8]>) -> Option<Record> {
+    let (key_version, mut key) = split_version(key?)?;
+    let value = match value {
+        Some(v) => Some(split_version(v)?),
+        None => None,
+    };
+    match key_version {
+        0 | 1 => {
+            let k = ock::OffsetCommitKey::decode(&mut key, key_version).ok()?;
+            let value = match value {
+                None => None,
+                Some((version, mut v)) => {
+                    let v = ocv::OffsetCommitValue::decode(&mut v, version).ok()?;
+                    Some(OffsetCommitValue {
+                        offset: v.offset,
+                        leader_epoch: v.leader_epoch,
+                        metadata: v.metadata,
+                        commit_timestamp: v.commit_timestamp,
+                        expire_timestamp: v.expire_timestamp,
+                    })
+                }
+            };
+            Some(Record::OffsetCommit(OffsetCommitRecord {
+                key: OffsetCommitKey {
+                    group: k.group,
+                    topic: k.topic,
+                    partition: k.partition,
+                },
+                value,
+            }))
+        }
+        2 => {
+            let k = gmk::GroupMetadataKey::decode(&mut key, key_version).ok()?;
+            let value = match value {
+                None => None,
+                Some((version, mut v)) => {
+                    let v = gmv::GroupMetadataValue::decode(&mut v, version).ok()?;
+                    Some(GroupMetadataValue {
+                        protocol_type: v.protocol_type,
+                        generation: v.generation,
+                        protocol: v.protocol,
+                        leader: v.leader,
+                        current_state_timestamp: v.current_state_timestamp,
+                        members: v
+                            .members
+                            .into_iter()
+                            .map(|m| MemberMetadata {
+                                member_id: m.member_id,
+                                group_instance_id: m.group_instance_id,
+                                client_id: m.client_id,
+                                client_host: m.client_host,
+                                rebalance_timeout: m.rebalance_timeout,
+                                session_timeout: m.session_timeout,
+                                subscription: m.subscription,
+                                assignment: m.assignment,
+                            })
+                            .collect(),
+                    })
+                }
+            };
+            Some(Record::GroupMetadata(GroupMetadataRecord {
+                key: GroupMetadataKey { group: k.group },
+                value,
+            }))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_through_kafka_formats() {
+        let records = vec![
+            Record::OffsetCommit(OffsetCommitRecord {
+                key: OffsetCommitKey {
+                    group: "g".into(),
+                    topic: "t".into(),
+                    partition: 3,
+                },
+                value: Some(OffsetCommitValue {
+                    offset: 42,
+                    leader_epoch: 1,
+                    metadata: "m".into(),
+                    commit_timestamp: 1000,
+                    expire_timestamp: -1,
+                }),
+            }),
+            Record::OffsetCommit(OffsetCommitRecord {
+                key: OffsetCommitKey {
+                    group: "g".into(),
+                    topic: "t".into(),
+                    partition: 3,
+                },
+                value: Some(OffsetCommitValue {
+                    offset: 7,
+                    leader_epoch: -1,
+                    metadata: String::new(),
+                    commit_timestamp: 1000,
+                    expire_timestamp: 2000,
+                }),
+            }),
+            Record::OffsetCommit(OffsetCommitRecord {
+                key: OffsetCommitKey {
+                    group: "g".into(),
+                    topic: "t".into(),
+                    partition: 3,
+                },
+                value: None,
+            }),
+            Record::GroupMetadata(GroupMetadataRecord {
+                key: GroupMetadataKey { group: "g".into() },
+                value: Some(GroupMetadataValue {
+                    protocol_type: "consumer".into(),
+                    generation: 5,
+                    protocol: Some("range".into()),
+                    leader: Some("m-1".into()),
+                    current_state_timestamp: 99,
+                    members: vec![MemberMetadata {
+                        member_id: "m-1".into(),
+                        group_instance_id: Some("i".into()),
+                        client_id: "c".into(),
+                        client_host: "/127.0.0.1".into(),
+                        rebalance_timeout: 60_000,
+                        session_timeout: 10_000,
+                        subscription: Bytes::from_static(b"sub"),
+                        assignment: Bytes::from_static(b"asg"),
+                    }],
+                }),
+            }),
+            Record::GroupMetadata(GroupMetadataRecord {
+                key: GroupMetadataKey { group: "g".into() },
+                value: None,
+            }),
+        ];
+        for r in records {
+            let (k, v) = encode_record(&r).unwrap();
+            assert_eq!(decode_record(Some(&k), v.as_deref()), Some(r));
+        }
+    }
+
+    #[test]
+    fn garbage_records_are_skipped_not_fatal() {
+        assert_eq!(decode_record(None, None), None);
+        assert_eq!(decode_record(Some(&[0]), None), None);
+        assert_eq!(decode_record(Some(&[0, 9, 1, 2]), None), None);
+        assert_eq!(
+            decode_record(Some(&[0, 1, 0xff, 0xff, 0xff]), Some(&[0, 3])),
+            None
+        );
+    }
+}
