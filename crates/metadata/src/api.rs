@@ -1,0 +1,289 @@
+//! The controller's inputs and outputs: one request type per event the active controller
+//! handles, and its answer.
+//!
+//! These are the fields the controller decides on, not the wire messages: the broker
+//! shell maps a Kafka request (whatever version it came in) onto one of these and maps
+//! the answer back, copying the error codes unchanged. Error codes are Kafka's
+//! ([`rill_protocol::ErrorCode`]).
+
+use rill_protocol::{ErrorCode, Uuid};
+
+use crate::image::Endpoint;
+use crate::record::MetadataRecord;
+
+/// One event for the controller's single-threaded loop.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ControllerEvent {
+    BrokerRegistration(BrokerRegistrationRequest),
+    BrokerHeartbeat(BrokerHeartbeatRequest),
+    CreateTopics(CreateTopicsRequest),
+    DeleteTopics(DeleteTopicsRequest),
+    CreatePartitions(CreatePartitionsRequest),
+    AlterPartition(AlterPartitionRequest),
+    ElectLeaders(ElectLeadersRequest),
+    AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
+    AllocateProducerIds(AllocateProducerIdsRequest),
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
+}
+
+/// What the controller decided: records to append to the metadata log (in this order,
+/// as one batch) and the answer to send once they are committed.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ControllerResult {
+    pub records: Vec<MetadataRecord>,
+    pub response: ControllerResponse,
+}
+
+/// The answer to a [`ControllerEvent`]; `None` for the timer ([`crate::QuorumController::tick`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum ControllerResponse {
+    #[default]
+    None,
+    BrokerRegistration(BrokerRegistrationResponse),
+    BrokerHeartbeat(BrokerHeartbeatResponse),
+    CreateTopics(Vec<CreatableTopicResult>),
+    DeleteTopics(Vec<DeletableTopicResult>),
+    CreatePartitions(Vec<CreatePartitionsTopicResult>),
+    AlterPartition(AlterPartitionResponse),
+    ElectLeaders(Vec<PartitionResult>),
+    AlterPartitionReassignments(Vec<PartitionResult>),
+    AllocateProducerIds(AllocateProducerIdsResponse),
+    IncrementalAlterConfigs(Vec<AlterConfigsResourceResult>),
+}
+
+/// A broker asks to join the cluster (Kafka's BrokerRegistrationRequest).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerRegistrationRequest {
+    /// The configured `node.id`, or -1 to have one generated above
+    /// `reserved.broker.max.id` (when `broker.id.generation.enable`).
+    pub broker_id: i32,
+    /// Unique per process start: a restart with the same id is told apart from a
+    /// second live broker claiming it.
+    pub incarnation_id: Uuid,
+    pub listeners: Vec<Endpoint>,
+    pub rack: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerRegistrationResponse {
+    pub error_code: ErrorCode,
+    pub broker_id: i32,
+    /// The broker's new epoch; the broker sends it with every heartbeat.
+    pub broker_epoch: i64,
+}
+
+/// A broker's periodic heartbeat (Kafka's BrokerHeartbeatRequest).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerHeartbeatRequest {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+    /// The offset of the last metadata record the broker has applied.
+    pub current_metadata_offset: i64,
+    /// The broker wants to stay fenced (it is still starting up).
+    pub want_fence: bool,
+    /// The broker wants to shut down: the controller moves its leaderships away first.
+    pub want_shut_down: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerHeartbeatResponse {
+    pub error_code: ErrorCode,
+    /// The broker has applied its own registration.
+    pub is_caught_up: bool,
+    pub is_fenced: bool,
+    /// Controlled shutdown is complete: the broker leads nothing and may exit.
+    pub should_shut_down: bool,
+}
+
+/// CreateTopics: one entry per topic.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CreateTopicsRequest {
+    pub topics: Vec<CreatableTopic>,
+    pub validate_only: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreatableTopic {
+    pub name: String,
+    /// -1 for `num.partitions`; must be -1 when `assignments` is given.
+    pub num_partitions: i32,
+    /// -1 for `default.replication.factor`; must be -1 when `assignments` is given.
+    pub replication_factor: i16,
+    /// Manual assignment: the replicas of partition 0, 1, … in order.
+    pub assignments: Vec<Vec<i32>>,
+    pub configs: Vec<(String, Option<String>)>,
+}
+
+impl CreatableTopic {
+    /// A topic with `num_partitions` partitions of `replication_factor` replicas, placed
+    /// by the controller.
+    pub fn new(name: &str, num_partitions: i32, replication_factor: i16) -> Self {
+        Self {
+            name: name.to_string(),
+            num_partitions,
+            replication_factor,
+            assignments: Vec::new(),
+            configs: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreatableTopicResult {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub error_code: ErrorCode,
+    pub error_message: Option<String>,
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeleteTopicsRequest {
+    pub names: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeletableTopicResult {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub error_code: ErrorCode,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CreatePartitionsRequest {
+    pub topics: Vec<CreatePartitionsTopic>,
+    pub validate_only: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreatePartitionsTopic {
+    pub name: String,
+    /// The new total partition count.
+    pub count: i32,
+    /// Replicas of each new partition, or empty to let the controller place them.
+    pub assignments: Vec<Vec<i32>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreatePartitionsTopicResult {
+    pub name: String,
+    pub error_code: ErrorCode,
+    pub error_message: Option<String>,
+}
+
+/// AlterPartition: a partition leader asks to change its ISR.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlterPartitionRequest {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+    pub partitions: Vec<AlterPartitionData>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlterPartitionData {
+    pub topic_id: Uuid,
+    pub partition_index: i32,
+    /// The leader epoch the leader believes is current.
+    pub leader_epoch: i32,
+    /// The partition epoch the leader last saw; a stale one is refused, so that two
+    /// concurrent changes cannot both apply.
+    pub partition_epoch: i32,
+    /// The proposed ISR: each member with the broker epoch the leader saw it at, or -1.
+    pub new_isr: Vec<(i32, i64)>,
+    pub leader_recovery_state: i8,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlterPartitionResponse {
+    /// Top-level error (STALE_BROKER_EPOCH, …): when set, no partition was changed.
+    pub error_code: ErrorCode,
+    pub partitions: Vec<AlterPartitionResult>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlterPartitionResult {
+    pub topic_id: Uuid,
+    pub partition_index: i32,
+    pub error_code: ErrorCode,
+    /// The partition's state after the change (or as it is, on error).
+    pub leader_id: i32,
+    pub leader_epoch: i32,
+    pub isr: Vec<i32>,
+    pub leader_recovery_state: i8,
+    pub partition_epoch: i32,
+}
+
+/// Kafka's `ElectionType`: preferred (0) or unclean (1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElectionType {
+    Preferred,
+    Unclean,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ElectLeadersRequest {
+    pub election_type: ElectionType,
+    /// `None`: every partition.
+    pub partitions: Option<Vec<(String, i32)>>,
+}
+
+/// One partition's outcome (ElectLeaders, AlterPartitionReassignments).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionResult {
+    pub topic: String,
+    pub partition: i32,
+    pub error_code: ErrorCode,
+    pub error_message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AlterPartitionReassignmentsRequest {
+    /// `(topic, partition, target replicas)`; `None` cancels the partition's
+    /// reassignment.
+    pub partitions: Vec<(String, i32, Option<Vec<i32>>)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocateProducerIdsRequest {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocateProducerIdsResponse {
+    pub error_code: ErrorCode,
+    pub producer_id_start: i64,
+    pub producer_id_len: i32,
+}
+
+/// Kafka's `AlterConfigOp.OpType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlterConfigOp {
+    Set,
+    Delete,
+    Append,
+    Subtract,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct IncrementalAlterConfigsRequest {
+    pub resources: Vec<AlterConfigsResource>,
+    pub validate_only: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlterConfigsResource {
+    /// [`crate::RESOURCE_TOPIC`] or [`crate::RESOURCE_BROKER`].
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub configs: Vec<(String, AlterConfigOp, Option<String>)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlterConfigsResourceResult {
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub error_code: ErrorCode,
+    pub error_message: Option<String>,
+}

@@ -1,0 +1,542 @@
+//! [`MetadataImage`]: the cluster metadata as the records of the metadata log build it.
+//!
+//! Every node (controller or broker) keeps one image and calls
+//! [`MetadataImage::apply`] with each committed record in log order; two nodes that
+//! applied the same records hold equal images. That is the whole replication contract,
+//! so the image holds nothing that is not in a record: broker heartbeats and leases are
+//! the active controller's private, in-memory business (as in Kafka's
+//! `BrokerHeartbeatManager`), and a controller that takes over starts every lease anew.
+//!
+//! Epochs follow Kafka's KRaft rules and are derived here, not carried by change
+//! records: a `PartitionChangeRecord` bumps the partition epoch always and the leader
+//! epoch whenever it names a leader (even the same one, which is how reassignment forces
+//! a new epoch). A broker's epoch is the offset of its `RegisterBrokerRecord`, so a
+//! broker has caught up with the log once it has applied its own registration.
+
+use std::collections::BTreeMap;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use rill_protocol::generated::metadata::register_broker_record::BrokerEndpoint;
+use rill_protocol::generated::metadata::{
+    ConfigRecord, FeatureLevelRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord,
+    TopicRecord,
+};
+use rill_protocol::Uuid;
+
+use crate::error::MetadataError;
+use crate::record::{decode_batch, encode_batch, MetadataRecord};
+
+/// `leader` value of a partition that has none (Kafka's `LeaderConstants.NO_LEADER`).
+pub const NO_LEADER: i32 = -1;
+/// `leader` value of a `PartitionChangeRecord` that leaves the leader as it is.
+pub const NO_LEADER_CHANGE: i32 = -2;
+/// `ConfigRecord.resource_type` of a topic (Kafka's `ConfigResource.Type.TOPIC`).
+pub const RESOURCE_TOPIC: i8 = 2;
+/// `ConfigRecord.resource_type` of a broker (Kafka's `ConfigResource.Type.BROKER`).
+pub const RESOURCE_BROKER: i8 = 4;
+
+/// One listener a broker registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    pub security_protocol: i16,
+}
+
+/// A registered broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerRegistration {
+    pub id: i32,
+    /// The offset of the `RegisterBrokerRecord` that registered this incarnation.
+    pub epoch: i64,
+    pub incarnation_id: Uuid,
+    pub endpoints: Vec<Endpoint>,
+    pub rack: Option<String>,
+    /// Fenced brokers lead nothing and are in no ISR (except as the last member kept so
+    /// that the partition's last leader can come back, see the controller).
+    pub fenced: bool,
+    pub in_controlled_shutdown: bool,
+}
+
+impl BrokerRegistration {
+    /// May lead and may join ISRs: registered, unfenced and not shutting down.
+    pub fn is_live(&self) -> bool {
+        !self.fenced && !self.in_controlled_shutdown
+    }
+}
+
+/// One partition's replicas, ISR and leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionRegistration {
+    /// In preferred order; during a reassignment the target replicas come first, then
+    /// those being removed.
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub removing_replicas: Vec<i32>,
+    pub adding_replicas: Vec<i32>,
+    /// [`NO_LEADER`] when the partition has none.
+    pub leader: i32,
+    /// 1 while a leader chosen by unclean election is recovering.
+    pub leader_recovery_state: i8,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+impl PartitionRegistration {
+    /// The preferred leader: the first replica.
+    pub fn preferred_leader(&self) -> Option<i32> {
+        self.replicas.first().copied()
+    }
+
+    /// A reassignment is in progress.
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+
+    /// The replicas a finished reassignment keeps: all but those being removed.
+    pub fn target_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.removing_replicas.contains(r))
+            .collect()
+    }
+}
+
+/// A topic and its partitions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicImage {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: BTreeMap<i32, PartitionRegistration>,
+}
+
+/// The resource a config belongs to: `(resource_type, resource_name)` as in
+/// `ConfigRecord` ([`RESOURCE_TOPIC`] with the topic name, [`RESOURCE_BROKER`] with the
+/// broker id, or `""` for the cluster-wide default).
+pub type ConfigResource = (i8, String);
+
+/// The cluster metadata, as built by applying records in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetadataImage {
+    /// How many records the image has applied: the offset the next record gets.
+    pub next_offset: i64,
+    pub brokers: BTreeMap<i32, BrokerRegistration>,
+    pub topics: BTreeMap<Uuid, TopicImage>,
+    pub topics_by_name: BTreeMap<String, Uuid>,
+    pub configs: BTreeMap<ConfigResource, BTreeMap<String, String>>,
+    /// The first producer id of the next block the controller hands out.
+    pub next_producer_id: i64,
+    pub features: BTreeMap<String, i16>,
+}
+
+impl MetadataImage {
+    /// An empty image: what a node holds before it has applied any record.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The offset of the last record applied, -1 before the first.
+    pub fn last_offset(&self) -> i64 {
+        self.next_offset - 1
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&TopicImage> {
+        self.topics_by_name
+            .get(name)
+            .and_then(|id| self.topics.get(id))
+    }
+
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionRegistration> {
+        self.topic(topic).and_then(|t| t.partitions.get(&partition))
+    }
+
+    pub fn broker(&self, id: i32) -> Option<&BrokerRegistration> {
+        self.brokers.get(&id)
+    }
+
+    /// The broker is registered, unfenced and not in controlled shutdown.
+    pub fn is_live(&self, id: i32) -> bool {
+        self.brokers
+            .get(&id)
+            .is_some_and(BrokerRegistration::is_live)
+    }
+
+    /// Ids of the live brokers, ascending.
+    pub fn live_brokers(&self) -> Vec<i32> {
+        self.brokers
+            .values()
+            .filter(|b| b.is_live())
+            .map(|b| b.id)
+            .collect()
+    }
+
+    /// A topic's config override, if set.
+    pub fn topic_config(&self, topic: &str, key: &str) -> Option<&str> {
+        self.configs
+            .get(&(RESOURCE_TOPIC, topic.to_string()))
+            .and_then(|c| c.get(key))
+            .map(String::as_str)
+    }
+
+    /// Applies one committed record. The offset advances even when the record does not
+    /// fit (the error says why), so that every replica agrees on offsets.
+    pub fn apply(&mut self, record: &MetadataRecord) -> Result<(), MetadataError> {
+        self.next_offset += 1;
+        match record {
+            MetadataRecord::RegisterBroker(r) => {
+                let endpoints = r
+                    .end_points
+                    .iter()
+                    .map(|e| Endpoint {
+                        name: e.name.clone(),
+                        host: e.host.clone(),
+                        port: e.port,
+                        security_protocol: e.security_protocol,
+                    })
+                    .collect();
+                self.brokers.insert(
+                    r.broker_id,
+                    BrokerRegistration {
+                        id: r.broker_id,
+                        epoch: r.broker_epoch,
+                        incarnation_id: r.incarnation_id,
+                        endpoints,
+                        rack: r.rack.clone(),
+                        fenced: r.fenced,
+                        in_controlled_shutdown: r.in_controlled_shutdown,
+                    },
+                );
+            }
+            MetadataRecord::UnregisterBroker(r) => {
+                self.brokers.remove(&r.broker_id);
+            }
+            MetadataRecord::Topic(r) => {
+                if self.topics_by_name.contains_key(&r.name)
+                    || self.topics.contains_key(&r.topic_id)
+                {
+                    return Err(inconsistent(format!("topic {} exists", r.name)));
+                }
+                self.topics_by_name.insert(r.name.clone(), r.topic_id);
+                self.topics.insert(
+                    r.topic_id,
+                    TopicImage {
+                        name: r.name.clone(),
+                        id: r.topic_id,
+                        partitions: BTreeMap::new(),
+                    },
+                );
+            }
+            MetadataRecord::Partition(r) => {
+                let topic = self.topics.get_mut(&r.topic_id).ok_or_else(|| {
+                    inconsistent(format!("partition of unknown topic {}", r.topic_id))
+                })?;
+                topic.partitions.insert(
+                    r.partition_id,
+                    PartitionRegistration {
+                        replicas: r.replicas.clone(),
+                        isr: r.isr.clone(),
+                        removing_replicas: r.removing_replicas.clone(),
+                        adding_replicas: r.adding_replicas.clone(),
+                        leader: r.leader,
+                        leader_recovery_state: r.leader_recovery_state,
+                        leader_epoch: r.leader_epoch,
+                        partition_epoch: r.partition_epoch,
+                    },
+                );
+            }
+            MetadataRecord::Config(r) => {
+                let key = (r.resource_type, r.resource_name.clone());
+                match &r.value {
+                    Some(value) => {
+                        self.configs
+                            .entry(key)
+                            .or_default()
+                            .insert(r.name.clone(), value.clone());
+                    }
+                    None => {
+                        if let Some(entries) = self.configs.get_mut(&key) {
+                            entries.remove(&r.name);
+                            if entries.is_empty() {
+                                self.configs.remove(&key);
+                            }
+                        }
+                    }
+                }
+            }
+            MetadataRecord::PartitionChange(r) => {
+                let p = self
+                    .topics
+                    .get_mut(&r.topic_id)
+                    .and_then(|t| t.partitions.get_mut(&r.partition_id))
+                    .ok_or_else(|| {
+                        inconsistent(format!(
+                            "change of unknown partition {}-{}",
+                            r.topic_id, r.partition_id
+                        ))
+                    })?;
+                if let Some(isr) = &r.isr {
+                    p.isr.clone_from(isr);
+                }
+                if let Some(replicas) = &r.replicas {
+                    p.replicas.clone_from(replicas);
+                }
+                if let Some(removing) = &r.removing_replicas {
+                    p.removing_replicas.clone_from(removing);
+                }
+                if let Some(adding) = &r.adding_replicas {
+                    p.adding_replicas.clone_from(adding);
+                }
+                if r.leader != NO_LEADER_CHANGE {
+                    p.leader = r.leader;
+                    p.leader_epoch += 1;
+                }
+                if r.leader_recovery_state != -1 {
+                    p.leader_recovery_state = r.leader_recovery_state;
+                }
+                p.partition_epoch += 1;
+            }
+            MetadataRecord::FenceBroker(r) => {
+                let b = self.brokers.get_mut(&r.id).ok_or_else(|| {
+                    inconsistent(format!("fence of unregistered broker {}", r.id))
+                })?;
+                if b.epoch != r.epoch {
+                    return Err(inconsistent(format!(
+                        "fence of broker {} epoch {} but it is at {}",
+                        r.id, r.epoch, b.epoch
+                    )));
+                }
+                b.fenced = true;
+            }
+            MetadataRecord::UnfenceBroker(r) => {
+                let b = self.brokers.get_mut(&r.id).ok_or_else(|| {
+                    inconsistent(format!("unfence of unregistered broker {}", r.id))
+                })?;
+                if b.epoch != r.epoch {
+                    return Err(inconsistent(format!(
+                        "unfence of broker {} epoch {} but it is at {}",
+                        r.id, r.epoch, b.epoch
+                    )));
+                }
+                b.fenced = false;
+            }
+            MetadataRecord::BrokerRegistrationChange(r) => {
+                let b = self.brokers.get_mut(&r.broker_id).ok_or_else(|| {
+                    inconsistent(format!("change of unregistered broker {}", r.broker_id))
+                })?;
+                match r.fenced {
+                    1 => b.fenced = true,
+                    -1 => b.fenced = false,
+                    _ => {}
+                }
+                if r.in_controlled_shutdown == 1 {
+                    b.in_controlled_shutdown = true;
+                }
+            }
+            MetadataRecord::RemoveTopic(r) => {
+                let topic = self.topics.remove(&r.topic_id).ok_or_else(|| {
+                    inconsistent(format!("removal of unknown topic {}", r.topic_id))
+                })?;
+                self.topics_by_name.remove(&topic.name);
+                self.configs.remove(&(RESOURCE_TOPIC, topic.name));
+            }
+            MetadataRecord::FeatureLevel(r) => {
+                self.features.insert(r.name.clone(), r.feature_level);
+            }
+            MetadataRecord::ProducerIds(r) => {
+                if r.next_producer_id < self.next_producer_id {
+                    return Err(inconsistent(format!(
+                        "producer id block going back from {} to {}",
+                        self.next_producer_id, r.next_producer_id
+                    )));
+                }
+                self.next_producer_id = r.next_producer_id;
+            }
+            MetadataRecord::NoOp(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Records that rebuild this image from empty (Kafka writes its snapshots the same
+    /// way), apart from [`MetadataImage::next_offset`], which the snapshot carries beside
+    /// them.
+    pub fn to_records(&self) -> Vec<MetadataRecord> {
+        let mut out = Vec::new();
+        for (name, level) in &self.features {
+            out.push(MetadataRecord::FeatureLevel(FeatureLevelRecord {
+                name: name.clone(),
+                feature_level: *level,
+                ..Default::default()
+            }));
+        }
+        for b in self.brokers.values() {
+            out.push(MetadataRecord::RegisterBroker(RegisterBrokerRecord {
+                broker_id: b.id,
+                incarnation_id: b.incarnation_id,
+                broker_epoch: b.epoch,
+                end_points: b
+                    .endpoints
+                    .iter()
+                    .map(|e| BrokerEndpoint {
+                        name: e.name.clone(),
+                        host: e.host.clone(),
+                        port: e.port,
+                        security_protocol: e.security_protocol,
+                        ..Default::default()
+                    })
+                    .collect(),
+                rack: b.rack.clone(),
+                fenced: b.fenced,
+                in_controlled_shutdown: b.in_controlled_shutdown,
+                ..Default::default()
+            }));
+        }
+        for t in self.topics.values() {
+            out.push(MetadataRecord::Topic(TopicRecord {
+                name: t.name.clone(),
+                topic_id: t.id,
+                ..Default::default()
+            }));
+            for (id, p) in &t.partitions {
+                out.push(MetadataRecord::Partition(PartitionRecord {
+                    partition_id: *id,
+                    topic_id: t.id,
+                    replicas: p.replicas.clone(),
+                    isr: p.isr.clone(),
+                    removing_replicas: p.removing_replicas.clone(),
+                    adding_replicas: p.adding_replicas.clone(),
+                    leader: p.leader,
+                    leader_recovery_state: p.leader_recovery_state,
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                    ..Default::default()
+                }));
+            }
+        }
+        for ((resource_type, resource_name), entries) in &self.configs {
+            for (name, value) in entries {
+                out.push(MetadataRecord::Config(ConfigRecord {
+                    resource_type: *resource_type,
+                    resource_name: resource_name.clone(),
+                    name: name.clone(),
+                    value: Some(value.clone()),
+                    ..Default::default()
+                }));
+            }
+        }
+        if self.next_producer_id > 0 {
+            out.push(MetadataRecord::ProducerIds(ProducerIdsRecord {
+                broker_id: -1,
+                broker_epoch: -1,
+                next_producer_id: self.next_producer_id,
+                ..Default::default()
+            }));
+        }
+        out
+    }
+
+    /// The image as snapshot bytes: `i64` big-endian next offset, then the batch of
+    /// [`MetadataImage::to_records`].
+    pub fn to_snapshot(&self) -> Result<Bytes, MetadataError> {
+        let batch = encode_batch(&self.to_records())?;
+        let mut buf = BytesMut::with_capacity(8 + batch.len());
+        buf.put_i64(self.next_offset);
+        buf.put_slice(&batch);
+        Ok(buf.freeze())
+    }
+
+    /// Rebuilds an image from [`MetadataImage::to_snapshot`] bytes.
+    pub fn from_snapshot(mut bytes: Bytes) -> Result<MetadataImage, MetadataError> {
+        if bytes.remaining() < 8 {
+            return Err(MetadataError::Corrupt {
+                reason: "metadata snapshot shorter than its header",
+            });
+        }
+        let next_offset = bytes.get_i64();
+        let mut image = MetadataImage::new();
+        for record in decode_batch(bytes)? {
+            image.apply(&record)?;
+        }
+        image.next_offset = next_offset;
+        Ok(image)
+    }
+}
+
+fn inconsistent(reason: String) -> MetadataError {
+    MetadataError::Inconsistent { reason }
+}
+
+/// A partition named the way the broker's replica manager names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+/// What one broker must do after its image moved from `old` to `new` (Kafka's
+/// `LocalReplicaChanges`): become leader, become follower, or stop and delete a replica.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalReplicaChanges {
+    /// Partitions this broker now leads, whose leader epoch or replica set changed.
+    pub leaders: Vec<(TopicPartition, Uuid, PartitionRegistration)>,
+    /// Partitions this broker now follows, whose leader or epoch changed.
+    pub followers: Vec<(TopicPartition, Uuid, PartitionRegistration)>,
+    /// Replicas this broker no longer hosts (topic deleted or reassigned away).
+    pub deletes: Vec<(TopicPartition, Uuid)>,
+}
+
+impl LocalReplicaChanges {
+    /// The changes for `broker_id` between two images.
+    pub fn between(old: &MetadataImage, new: &MetadataImage, broker_id: i32) -> Self {
+        let mut changes = LocalReplicaChanges::default();
+        for t in new.topics.values() {
+            for (id, p) in &t.partitions {
+                if !p.replicas.contains(&broker_id) {
+                    continue;
+                }
+                let before = old.topics.get(&t.id).and_then(|ot| ot.partitions.get(id));
+                let changed = before.is_none_or(|b| {
+                    b.leader != p.leader
+                        || b.leader_epoch != p.leader_epoch
+                        || b.replicas != p.replicas
+                        || b.isr != p.isr
+                });
+                if !changed {
+                    continue;
+                }
+                let tp = TopicPartition {
+                    topic: t.name.clone(),
+                    partition: *id,
+                };
+                if p.leader == broker_id {
+                    changes.leaders.push((tp, t.id, p.clone()));
+                } else {
+                    changes.followers.push((tp, t.id, p.clone()));
+                }
+            }
+        }
+        for t in old.topics.values() {
+            for (id, p) in &t.partitions {
+                if !p.replicas.contains(&broker_id) {
+                    continue;
+                }
+                let still = new
+                    .topics
+                    .get(&t.id)
+                    .and_then(|nt| nt.partitions.get(id))
+                    .is_some_and(|np| np.replicas.contains(&broker_id));
+                if !still {
+                    changes.deletes.push((
+                        TopicPartition {
+                            topic: t.name.clone(),
+                            partition: *id,
+                        },
+                        t.id,
+                    ));
+                }
+            }
+        }
+        changes
+    }
+}

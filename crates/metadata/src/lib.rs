@@ -1,0 +1,54 @@
+//! The replicated cluster metadata of Rill, with no I/O in its core.
+//!
+//! - [`record`]: [`MetadataRecord`], one entry of the metadata log (Kafka's metadata
+//!   record types, generated in `rill_protocol::generated::metadata`), and its bytes.
+//! - [`image`]: [`MetadataImage`], what applying the records in order builds; every node
+//!   holds one; [`LocalReplicaChanges`] is what a broker acts on after an update.
+//! - [`controller`]: [`QuorumController`], the active controller's decisions as a pure
+//!   function of an event, the image and the time ([`api`] holds its inputs and
+//!   outputs), and [`check_image_invariants`].
+//! - [`placement`]: rack-unaware replica placement.
+//! - [`quorum`]: the Raft quorum (openraft) that replicates the records among the
+//!   controller nodes; the only module that uses tokio, files and sockets.
+//!
+//! ```
+//! use rill_metadata::*;
+//!
+//! let mut image = MetadataImage::new();
+//! let mut controller = QuorumController::new(ControllerConfig::default());
+//! let register = ControllerEvent::BrokerRegistration(BrokerRegistrationRequest {
+//!     broker_id: 1,
+//!     incarnation_id: rill_protocol::Uuid::from_u64_pair(1, 1),
+//!     listeners: vec![],
+//!     rack: None,
+//! });
+//! let result = controller.handle(register, &image, 0);
+//! for record in &result.records {
+//!     image.apply(record).unwrap();
+//! }
+//! assert!(image.broker(1).unwrap().fenced); // until its first caught-up heartbeat
+//! ```
+
+pub mod api;
+pub mod controller;
+pub mod error;
+pub mod image;
+pub mod placement;
+pub mod quorum;
+pub mod record;
+
+#[cfg(test)]
+mod tests;
+
+pub use api::*;
+pub use controller::{
+    check_image_invariants, validate_topic_name, ControllerConfig, QuorumController,
+};
+pub use error::MetadataError;
+pub use image::{
+    BrokerRegistration, ConfigResource, Endpoint, LocalReplicaChanges, MetadataImage,
+    PartitionRegistration, TopicImage, TopicPartition, NO_LEADER, NO_LEADER_CHANGE,
+    RESOURCE_BROKER, RESOURCE_TOPIC,
+};
+pub use quorum::{parse_voters, CommittedRecords, MetadataQuorum, QuorumConfig};
+pub use record::{decode_batch, encode_batch, MetadataRecord};

@@ -1,0 +1,249 @@
+//! Raft RPCs between quorum voters over TCP.
+//!
+//! Each message is a frame: `u32` big-endian length, then the postcard encoding of an
+//! [`RpcRequest`] or [`RpcResponse`]. A client keeps one connection per peer and sends
+//! one request at a time on it (openraft drives each peer with one `&mut` network
+//! object), so responses need no correlation ids. Any I/O error drops the connection;
+//! the next call dials again. Frames above [`MAX_RPC_BYTES`] are refused before anything
+//! is allocated for them.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, Raft};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::TypeConfig;
+
+type NodeId = u64;
+
+/// The largest RPC frame accepted (snapshot chunks are far smaller).
+pub const MAX_RPC_BYTES: usize = 64 << 20;
+
+#[derive(Serialize, Deserialize)]
+pub(crate) enum RpcRequest {
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+}
+
+#[derive(Serialize, Deserialize)]
+pub(crate) enum RpcResponse {
+    AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    InstallSnapshot(
+        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    ),
+}
+
+async fn write_msg<T: Serialize>(stream: &mut TcpStream, msg: &T) -> io::Result<()> {
+    let payload = postcard::to_allocvec(msg).map_err(|e| io::Error::other(e.to_string()))?;
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|l| (*l as usize) <= MAX_RPC_BYTES)
+        .ok_or_else(|| io::Error::other("rpc frame too large"))?;
+    let mut buf = Vec::with_capacity(4 + payload.len());
+    buf.extend_from_slice(&len.to_be_bytes());
+    buf.extend_from_slice(&payload);
+    stream.write_all(&buf).await
+}
+
+async fn read_msg<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> io::Result<T> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).await?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_RPC_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "rpc frame too large",
+        ));
+    }
+    let mut payload = vec![0u8; len];
+    stream.read_exact(&mut payload).await?;
+    postcard::from_bytes(&payload)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+}
+
+/// Serves Raft RPCs from peers on `listener` until the task is aborted.
+pub(crate) async fn serve(listener: TcpListener, raft: Raft<TypeConfig>) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "quorum listener accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve_connection(stream, raft).await {
+                if e.kind() != io::ErrorKind::UnexpectedEof {
+                    tracing::debug!(%peer, error = %e, "quorum connection closed");
+                }
+            }
+        });
+    }
+}
+
+async fn serve_connection(mut stream: TcpStream, raft: Raft<TypeConfig>) -> io::Result<()> {
+    loop {
+        let request: RpcRequest = read_msg(&mut stream).await?;
+        let response = match request {
+            RpcRequest::AppendEntries(r) => {
+                RpcResponse::AppendEntries(raft.append_entries(r).await)
+            }
+            RpcRequest::Vote(r) => RpcResponse::Vote(raft.vote(r).await),
+            RpcRequest::InstallSnapshot(r) => {
+                RpcResponse::InstallSnapshot(raft.install_snapshot(r).await)
+            }
+        };
+        write_msg(&mut stream, &response).await?;
+    }
+}
+
+/// Dials peers by node id.
+#[derive(Clone)]
+pub struct TcpNetworkFactory {
+    pub(crate) voters: BTreeMap<NodeId, SocketAddr>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for TcpNetworkFactory {
+    type Network = TcpNetwork;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> TcpNetwork {
+        let addr = self
+            .voters
+            .get(&target)
+            .copied()
+            .or_else(|| node.addr.parse().ok());
+        TcpNetwork {
+            target,
+            addr,
+            stream: None,
+        }
+    }
+}
+
+/// One peer's connection.
+pub struct TcpNetwork {
+    target: NodeId,
+    addr: Option<SocketAddr>,
+    stream: Option<TcpStream>,
+}
+
+impl TcpNetwork {
+    async fn call(&mut self, request: &RpcRequest, ttl: Duration) -> io::Result<RpcResponse> {
+        let exchange = async {
+            if self.stream.is_none() {
+                let addr = self.addr.ok_or_else(|| {
+                    io::Error::other(format!("no address for node {}", self.target))
+                })?;
+                let s = TcpStream::connect(addr).await?;
+                s.set_nodelay(true)?;
+                self.stream = Some(s);
+            }
+            let stream = self
+                .stream
+                .as_mut()
+                .ok_or_else(|| io::Error::other("not connected"))?;
+            write_msg(stream, request).await?;
+            read_msg::<RpcResponse>(stream).await
+        };
+        let result = match tokio::time::timeout(ttl, exchange).await {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "rpc timed out")),
+        };
+        if result.is_err() {
+            // The stream may hold half a frame: never reuse it.
+            self.stream = None;
+        }
+        result
+    }
+}
+
+fn unexpected<E: std::error::Error>() -> RPCError<NodeId, BasicNode, E> {
+    RPCError::Network(NetworkError::new(&io::Error::other(
+        "unexpected rpc response",
+    )))
+}
+
+fn transport<E: std::error::Error>(e: io::Error) -> RPCError<NodeId, BasicNode, E> {
+    if matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
+    ) {
+        RPCError::Unreachable(Unreachable::new(&e))
+    } else {
+        RPCError::Network(NetworkError::new(&e))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for TcpNetwork {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        match self
+            .call(&RpcRequest::AppendEntries(rpc), option.hard_ttl())
+            .await
+        {
+            Ok(RpcResponse::AppendEntries(Ok(r))) => Ok(r),
+            Ok(RpcResponse::AppendEntries(Err(e))) => {
+                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            Ok(_) => Err(unexpected()),
+            Err(e) => Err(transport(e)),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        match self
+            .call(&RpcRequest::InstallSnapshot(rpc), option.hard_ttl())
+            .await
+        {
+            Ok(RpcResponse::InstallSnapshot(Ok(r))) => Ok(r),
+            Ok(RpcResponse::InstallSnapshot(Err(e))) => {
+                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            Ok(_) => Err(unexpected()),
+            Err(e) => Err(transport(e)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        match self.call(&RpcRequest::Vote(rpc), option.hard_ttl()).await {
+            Ok(RpcResponse::Vote(Ok(r))) => Ok(r),
+            Ok(RpcResponse::Vote(Err(e))) => {
+                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            Ok(_) => Err(unexpected()),
+            Err(e) => Err(transport(e)),
+        }
+    }
+}

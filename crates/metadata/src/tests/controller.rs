@@ -1,0 +1,885 @@
+//! Deterministic tests of every controller event, with the clock in the harness.
+
+use rill_protocol::{ErrorCode, Uuid};
+
+use super::Harness;
+use crate::*;
+
+#[test]
+fn registration_assigns_epoch_and_starts_fenced() {
+    let mut h = Harness::new();
+    let r = h.register(1);
+    assert_eq!(r.error_code, ErrorCode::NONE);
+    assert_eq!(
+        r.broker_epoch, 0,
+        "epoch is the offset of the registration record"
+    );
+    let b = h.image.broker(1).unwrap();
+    assert!(b.fenced);
+    assert_eq!(b.endpoints[0].port, 9092);
+    // A heartbeat from a broker that has not applied its registration keeps it fenced.
+    let epoch = h.epochs[&1];
+    let r = h.run(ControllerEvent::BrokerHeartbeat(BrokerHeartbeatRequest {
+        broker_id: 1,
+        broker_epoch: epoch,
+        current_metadata_offset: -1,
+        want_fence: false,
+        want_shut_down: false,
+    }));
+    let ControllerResponse::BrokerHeartbeat(resp) = r.response else {
+        panic!()
+    };
+    assert!(resp.is_fenced && !resp.is_caught_up);
+    // Caught up: unfenced.
+    let resp = h.heartbeat(1);
+    assert!(!resp.is_fenced && resp.is_caught_up);
+    assert!(!h.image.broker(1).unwrap().fenced);
+}
+
+#[test]
+fn duplicate_live_broker_id_is_refused() {
+    let mut h = Harness::new();
+    h.brokers(&[1]);
+    let r = h.register_with(1, 2);
+    assert_eq!(r.error_code, ErrorCode::DUPLICATE_BROKER_REGISTRATION);
+    // The same incarnation retrying is accepted, with a new epoch.
+    let old = h.epochs[&1];
+    let r = h.register_with(1, 1);
+    assert_eq!(r.error_code, ErrorCode::NONE);
+    assert!(r.broker_epoch > old);
+    // Once the lease lapses, another incarnation may take the id.
+    h.heartbeat(1);
+    h.now += 9_001;
+    let r = h.register_with(1, 3);
+    assert_eq!(r.error_code, ErrorCode::NONE);
+}
+
+#[test]
+fn restarted_broker_takes_its_replicas_back() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2]);
+    h.create_topic("t", 2, 2);
+    let p0 = h.partition("t", 0);
+    let leader = p0.leader;
+    // The leader dies and comes back with a new incarnation before its lease lapses:
+    // the new registration is fenced, so its leaderships move first.
+    let r = h.register_with(leader, 9);
+    assert_eq!(r.error_code, ErrorCode::DUPLICATE_BROKER_REGISTRATION);
+    h.now += 10_000;
+    let other = if leader == 1 { 2 } else { 1 };
+    h.heartbeat(other);
+    let r = h.register_with(leader, 9);
+    assert_eq!(r.error_code, ErrorCode::NONE);
+    let p = h.partition("t", 0);
+    assert_eq!(p.leader, other);
+    assert!(p.leader_epoch > p0.leader_epoch);
+    h.heartbeat(leader);
+    // It is a replica again; the leader re-admits it to the ISR, and a preferred
+    // election gives it back its leadership.
+    h.alter_isr("t", 0, &[other, leader]);
+    let r = h.run(ControllerEvent::ElectLeaders(ElectLeadersRequest {
+        election_type: ElectionType::Preferred,
+        partitions: Some(vec![("t".into(), 0)]),
+    }));
+    let ControllerResponse::ElectLeaders(v) = r.response else {
+        panic!()
+    };
+    assert_eq!(v[0].error_code, ErrorCode::NONE);
+    assert_eq!(h.partition("t", 0).leader, leader);
+}
+
+#[test]
+fn generated_ids_are_above_reserved_max() {
+    let mut h = Harness::new();
+    let a = h.register(-1);
+    let b = h.register(-1);
+    assert_eq!(a.broker_id, 1001);
+    assert_eq!(b.broker_id, 1002);
+    h.register(5);
+    assert_eq!(h.register(-1).broker_id, 1003);
+    let mut h = Harness::with_config(ControllerConfig {
+        broker_id_generation_enable: false,
+        ..Default::default()
+    });
+    assert_eq!(h.register(-1).error_code, ErrorCode::INVALID_REQUEST);
+}
+
+#[test]
+fn heartbeat_errors() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.heartbeat(7).error_code,
+        ErrorCode::BROKER_ID_NOT_REGISTERED
+    );
+    h.register(7);
+    h.epochs.insert(7, 12345);
+    assert_eq!(h.heartbeat(7).error_code, ErrorCode::STALE_BROKER_EPOCH);
+}
+
+#[test]
+fn lapsed_lease_fences_and_moves_leadership() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2, 3]);
+    h.create_topic("t", 3, 3);
+    let before: Vec<_> = (0..3).map(|p| h.partition("t", p)).collect();
+    // Brokers 2 and 3 keep heartbeating; 1 goes silent.
+    for _ in 0..3 {
+        h.now += 3_000;
+        h.heartbeat(2);
+        h.heartbeat(3);
+        assert!(h.tick().records.is_empty());
+    }
+    assert_eq!(h.controller.next_deadline(&h.image), Some(9_000));
+    h.now = 9_001;
+    let r = h.tick();
+    assert!(r
+        .records
+        .iter()
+        .any(|r| matches!(r, MetadataRecord::FenceBroker(f) if f.id == 1)));
+    assert!(h.image.broker(1).unwrap().fenced);
+    for (p, old) in before.iter().enumerate() {
+        let new = h.partition("t", p as i32);
+        assert!(!new.isr.contains(&1), "fenced broker leaves the ISR");
+        assert_ne!(new.leader, 1);
+        if old.leader == 1 {
+            assert_eq!(new.leader_epoch, old.leader_epoch + 1);
+            assert!(old.isr.contains(&new.leader));
+        } else {
+            assert_eq!(
+                new.leader_epoch, old.leader_epoch,
+                "no leader change, no epoch bump"
+            );
+        }
+        assert!(new.partition_epoch > old.partition_epoch);
+    }
+    // A second tick does nothing more.
+    assert!(h.tick().records.is_empty());
+    h.check_replay();
+}
+
+#[test]
+fn no_live_isr_member_means_no_leader_until_it_returns() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2]);
+    h.create_topic("t", 1, 2);
+    let p = h.partition("t", 0);
+    let (leader, follower) = (p.replicas[0], p.replicas[1]);
+    // The follower falls out of the ISR, then the leader dies.
+    h.alter_isr("t", 0, &[leader]);
+    h.now += 5_000;
+    h.heartbeat(follower);
+    h.now += 5_000;
+    h.tick();
+    let p = h.partition("t", 0);
+    assert_eq!(p.leader, NO_LEADER, "the out-of-sync follower may not lead");
+    assert_eq!(p.isr, vec![leader], "the ISR keeps its last member");
+    // The old leader comes back (new incarnation) and leads again once unfenced.
+    h.register_with(leader, 2);
+    h.heartbeat(leader);
+    let q = h.partition("t", 0);
+    assert_eq!(q.leader, leader);
+    assert!(q.leader_epoch > p.leader_epoch);
+}
+
+#[test]
+fn unclean_election_when_enabled_for_the_topic() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2]);
+    h.create_topic("t", 1, 2);
+    let p = h.partition("t", 0);
+    let (leader, follower) = (p.replicas[0], p.replicas[1]);
+    h.alter_isr("t", 0, &[leader]);
+    h.now += 5_000;
+    h.heartbeat(follower);
+    h.now += 5_000;
+    h.tick();
+    assert_eq!(h.partition("t", 0).leader, NO_LEADER);
+    // Turning unclean election on for the topic elects the out-of-sync follower.
+    let r = h.run(ControllerEvent::IncrementalAlterConfigs(
+        IncrementalAlterConfigsRequest {
+            resources: vec![AlterConfigsResource {
+                resource_type: RESOURCE_TOPIC,
+                resource_name: "t".into(),
+                configs: vec![(
+                    "unclean.leader.election.enable".into(),
+                    AlterConfigOp::Set,
+                    Some("true".into()),
+                )],
+            }],
+            validate_only: false,
+        },
+    ));
+    let ControllerResponse::IncrementalAlterConfigs(v) = r.response else {
+        panic!()
+    };
+    assert_eq!(v[0].error_code, ErrorCode::NONE);
+    let p = h.partition("t", 0);
+    assert_eq!(p.leader, follower);
+    assert_eq!(p.isr, vec![follower]);
+    assert_eq!(p.leader_recovery_state, 1);
+}
+
+#[test]
+fn unclean_election_from_cluster_default_and_elect_leaders() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2]);
+    h.create_topic("t", 1, 2);
+    let p = h.partition("t", 0);
+    let (leader, follower) = (p.replicas[0], p.replicas[1]);
+    h.alter_isr("t", 0, &[leader]);
+    h.now += 5_000;
+    h.heartbeat(follower);
+    h.now += 5_000;
+    h.tick();
+    let elect = |h: &mut Harness, t| {
+        let r = h.run(ControllerEvent::ElectLeaders(ElectLeadersRequest {
+            election_type: t,
+            partitions: Some(vec![("t".into(), 0)]),
+        }));
+        let ControllerResponse::ElectLeaders(v) = r.response else {
+            panic!()
+        };
+        v[0].error_code
+    };
+    assert_eq!(
+        elect(&mut h, ElectionType::Preferred),
+        ErrorCode::PREFERRED_LEADER_NOT_AVAILABLE
+    );
+    assert_eq!(elect(&mut h, ElectionType::Unclean), ErrorCode::NONE);
+    assert_eq!(h.partition("t", 0).leader, follower);
+    assert_eq!(
+        elect(&mut h, ElectionType::Unclean),
+        ErrorCode::ELECTION_NOT_NEEDED
+    );
+}
+
+#[test]
+fn create_topics_validation() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2]);
+    let create = |h: &mut Harness, t: CreatableTopic| {
+        let r = h.run(ControllerEvent::CreateTopics(CreateTopicsRequest {
+            topics: vec![t],
+            validate_only: false,
+        }));
+        let ControllerResponse::CreateTopics(v) = r.response else {
+            panic!()
+        };
+        v[0].error_code
+    };
+    assert_eq!(
+        create(&mut h, CreatableTopic::new("", 1, 1)),
+        ErrorCode::INVALID_TOPIC_EXCEPTION
+    );
+    assert_eq!(
+        create(&mut h, CreatableTopic::new("..", 1, 1)),
+        ErrorCode::INVALID_TOPIC_EXCEPTION
+    );
+    assert_eq!(
+        create(&mut h, CreatableTopic::new("a b", 1, 1)),
+        ErrorCode::INVALID_TOPIC_EXCEPTION
+    );
+    assert_eq!(
+        create(&mut h, CreatableTopic::new(&"x".repeat(250), 1, 1)),
+        ErrorCode::INVALID_TOPIC_EXCEPTION
+    );
+    assert_eq!(
+        create(&mut h, CreatableTopic::new("t", 0, 1)),
+        ErrorCode::INVALID_PARTITIONS
+    );
+    assert_eq!(
+        create(&mut h, CreatableTopic::new("t", 1, 0)),
+        ErrorCode::INVALID_REPLICATION_FACTOR
+    );
+    assert_eq!(
+        create(&mut h, CreatableTopic::new("t", 1, 3)),
+        ErrorCode::INVALID_REPLICATION_FACTOR
+    );
+    let mut bad_config = CreatableTopic::new("t", 1, 1);
+    bad_config.configs = vec![("no.such.config".into(), Some("1".into()))];
+    assert_eq!(create(&mut h, bad_config), ErrorCode::INVALID_CONFIG);
+    let mut bad_value = CreatableTopic::new("t", 1, 1);
+    bad_value.configs = vec![("min.insync.replicas".into(), Some("0".into()))];
+    assert_eq!(create(&mut h, bad_value), ErrorCode::INVALID_CONFIG);
+    let mut manual = CreatableTopic::new("m", -1, -1);
+    manual.assignments = vec![vec![1, 1]];
+    assert_eq!(
+        create(&mut h, manual.clone()),
+        ErrorCode::INVALID_REPLICA_ASSIGNMENT
+    );
+    manual.assignments = vec![vec![1, 9]];
+    assert_eq!(
+        create(&mut h, manual.clone()),
+        ErrorCode::INVALID_REPLICA_ASSIGNMENT
+    );
+    manual.assignments = vec![vec![2, 1], vec![1, 2]];
+    manual.num_partitions = 2;
+    assert_eq!(create(&mut h, manual.clone()), ErrorCode::INVALID_REQUEST);
+    manual.num_partitions = -1;
+    assert_eq!(create(&mut h, manual), ErrorCode::NONE);
+    assert_eq!(h.partition("m", 0).leader, 2);
+    assert_eq!(h.partition("m", 1).leader, 1);
+    assert_eq!(h.image.topics.len(), 1, "failed creations leave no records");
+    // Defaults, configs, and the name taken.
+    let mut t = CreatableTopic::new("t", -1, -1);
+    t.configs = vec![("retention.ms".into(), Some("1000".into()))];
+    assert_eq!(create(&mut h, t), ErrorCode::NONE);
+    assert_eq!(h.image.topic("t").unwrap().partitions.len(), 1);
+    assert_eq!(h.image.topic_config("t", "retention.ms"), Some("1000"));
+    assert_eq!(
+        create(&mut h, CreatableTopic::new("t", 1, 1)),
+        ErrorCode::TOPIC_ALREADY_EXISTS
+    );
+    // The same name twice in one request.
+    let r = h.run(ControllerEvent::CreateTopics(CreateTopicsRequest {
+        topics: vec![
+            CreatableTopic::new("d", 1, 1),
+            CreatableTopic::new("d", 1, 1),
+        ],
+        validate_only: false,
+    }));
+    let ControllerResponse::CreateTopics(v) = r.response else {
+        panic!()
+    };
+    assert!(v.iter().all(|t| t.error_code == ErrorCode::INVALID_REQUEST));
+    // validate_only writes nothing.
+    let r = h.run(ControllerEvent::CreateTopics(CreateTopicsRequest {
+        topics: vec![CreatableTopic::new("v", 3, 2)],
+        validate_only: true,
+    }));
+    assert!(r.records.is_empty());
+    let ControllerResponse::CreateTopics(v) = r.response else {
+        panic!()
+    };
+    assert_eq!(
+        (
+            v[0].error_code,
+            v[0].num_partitions,
+            v[0].replication_factor
+        ),
+        (ErrorCode::NONE, 3, 2)
+    );
+}
+
+#[test]
+fn fenced_brokers_get_no_replicas() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2]);
+    h.register(3); // registered, still fenced
+    let t = h.create_topic("t", 6, 2);
+    assert_eq!(t.error_code, ErrorCode::NONE);
+    for p in 0..6 {
+        assert!(!h.partition("t", p).replicas.contains(&3));
+    }
+    assert_eq!(
+        h.create_topic("u", 1, 3).error_code,
+        ErrorCode::INVALID_REPLICATION_FACTOR
+    );
+}
+
+#[test]
+fn placement_spreads_leaders() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2, 3]);
+    h.create_topic("t", 9, 3);
+    let mut per_broker = std::collections::BTreeMap::new();
+    for p in 0..9 {
+        let part = h.partition("t", p);
+        assert_eq!(part.leader, part.replicas[0], "the preferred replica leads");
+        assert_eq!(part.isr.len(), 3);
+        assert_eq!((part.leader_epoch, part.partition_epoch), (0, 0));
+        *per_broker.entry(part.leader).or_insert(0) += 1;
+    }
+    assert_eq!(
+        per_broker.values().copied().collect::<Vec<_>>(),
+        vec![3, 3, 3]
+    );
+}
+
+#[test]
+fn delete_topics() {
+    let mut h = Harness::new();
+    h.brokers(&[1]);
+    let id = h.create_topic("t", 2, 1).topic_id;
+    let r = h.run(ControllerEvent::DeleteTopics(DeleteTopicsRequest {
+        names: vec!["t".into(), "nope".into()],
+    }));
+    let ControllerResponse::DeleteTopics(v) = r.response else {
+        panic!()
+    };
+    assert_eq!((v[0].error_code, v[0].topic_id), (ErrorCode::NONE, id));
+    assert_eq!(v[1].error_code, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+    assert!(h.image.topic("t").is_none());
+    // The name can be used again, with a new id.
+    let again = h.create_topic("t", 1, 1);
+    assert_eq!(again.error_code, ErrorCode::NONE);
+    assert_ne!(again.topic_id, id);
+}
+
+#[test]
+fn create_partitions() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2, 3]);
+    h.create_topic("t", 2, 2);
+    let run = |h: &mut Harness, name: &str, count, assignments: Vec<Vec<i32>>| {
+        let r = h.run(ControllerEvent::CreatePartitions(CreatePartitionsRequest {
+            topics: vec![CreatePartitionsTopic {
+                name: name.into(),
+                count,
+                assignments,
+            }],
+            validate_only: false,
+        }));
+        let ControllerResponse::CreatePartitions(v) = r.response else {
+            panic!()
+        };
+        v[0].error_code
+    };
+    assert_eq!(
+        run(&mut h, "nope", 3, vec![]),
+        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+    );
+    assert_eq!(run(&mut h, "t", 1, vec![]), ErrorCode::INVALID_PARTITIONS);
+    assert_eq!(run(&mut h, "t", 2, vec![]), ErrorCode::INVALID_PARTITIONS);
+    assert_eq!(
+        run(&mut h, "t", 3, vec![vec![1, 2, 3]]),
+        ErrorCode::INVALID_REPLICA_ASSIGNMENT
+    );
+    assert_eq!(run(&mut h, "t", 3, vec![vec![3, 1]]), ErrorCode::NONE);
+    assert_eq!(h.partition("t", 2).replicas, vec![3, 1]);
+    assert_eq!(run(&mut h, "t", 6, vec![]), ErrorCode::NONE);
+    let t = h.image.topic("t").unwrap();
+    assert_eq!(t.partitions.len(), 6);
+    assert!(t
+        .partitions
+        .values()
+        .all(|p| p.replicas.len() == 2 && p.isr.len() == 2));
+}
+
+#[test]
+fn alter_partition_shrinks_and_expands_isr() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2, 3]);
+    h.create_topic("t", 1, 3);
+    let p = h.partition("t", 0);
+    let leader = p.leader;
+    let followers: Vec<i32> = p
+        .replicas
+        .iter()
+        .copied()
+        .filter(|b| *b != leader)
+        .collect();
+    // Shrink to the leader alone: allowed (min.insync.replicas is a produce-time rule).
+    let r = h.alter_isr("t", 0, &[leader]);
+    assert_eq!(r.partitions[0].error_code, ErrorCode::NONE);
+    let q = h.partition("t", 0);
+    assert_eq!(q.isr, vec![leader]);
+    assert_eq!(q.leader_epoch, p.leader_epoch);
+    assert_eq!(q.partition_epoch, p.partition_epoch + 1);
+    assert_eq!(r.partitions[0].partition_epoch, q.partition_epoch);
+    assert_eq!(r.partitions[0].isr, vec![leader]);
+    // Expand again.
+    let r = h.alter_isr("t", 0, &[leader, followers[0]]);
+    assert_eq!(r.partitions[0].error_code, ErrorCode::NONE);
+    assert_eq!(h.partition("t", 0).isr, vec![leader, followers[0]]);
+}
+
+#[test]
+fn alter_partition_is_fenced_by_epochs() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2, 3]);
+    h.create_topic("t", 1, 3);
+    let p = h.partition("t", 0);
+    let id = h.image.topic("t").unwrap().id;
+    let leader = p.leader;
+    let follower = p.replicas.iter().copied().find(|b| *b != leader).unwrap();
+    let code = |r: AlterPartitionResponse| r.partitions[0].error_code;
+    // Stale leader epoch.
+    let r = h.alter_isr_raw(
+        leader,
+        id,
+        0,
+        p.leader_epoch - 1,
+        p.partition_epoch,
+        &[leader],
+    );
+    assert_eq!(code(r), ErrorCode::FENCED_LEADER_EPOCH);
+    // Stale partition epoch.
+    let r = h.alter_isr_raw(
+        leader,
+        id,
+        0,
+        p.leader_epoch,
+        p.partition_epoch + 5,
+        &[leader],
+    );
+    assert_eq!(code(r), ErrorCode::INVALID_UPDATE_VERSION);
+    // Not the leader.
+    let r = h.alter_isr_raw(
+        follower,
+        id,
+        0,
+        p.leader_epoch,
+        p.partition_epoch,
+        &[follower],
+    );
+    assert_eq!(code(r), ErrorCode::NOT_LEADER_OR_FOLLOWER);
+    // ISR without the leader, or with a non-replica.
+    let r = h.alter_isr_raw(
+        leader,
+        id,
+        0,
+        p.leader_epoch,
+        p.partition_epoch,
+        &[follower],
+    );
+    assert_eq!(code(r), ErrorCode::INVALID_REQUEST);
+    let r = h.alter_isr_raw(
+        leader,
+        id,
+        0,
+        p.leader_epoch,
+        p.partition_epoch,
+        &[leader, 42],
+    );
+    assert_eq!(code(r), ErrorCode::INVALID_REQUEST);
+    // Unknown topic id / partition.
+    let r = h.alter_isr_raw(leader, Uuid::from_u64_pair(9, 9), 0, 0, 0, &[leader]);
+    assert_eq!(code(r), ErrorCode::UNKNOWN_TOPIC_ID);
+    let r = h.alter_isr_raw(leader, id, 7, 0, 0, &[leader]);
+    assert_eq!(code(r), ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+    // Stale broker epoch: top-level error.
+    let real = h.epochs[&leader];
+    h.epochs.insert(leader, real - 1);
+    let r = h.alter_isr_raw(leader, id, 0, p.leader_epoch, p.partition_epoch, &[leader]);
+    assert_eq!(r.error_code, ErrorCode::STALE_BROKER_EPOCH);
+    h.epochs.insert(leader, real);
+    assert_eq!(
+        h.partition("t", 0),
+        p,
+        "no refused request changed anything"
+    );
+    // Adding a fenced broker to the ISR: INELIGIBLE_REPLICA.
+    h.alter_isr("t", 0, &[leader]);
+    h.run(ControllerEvent::BrokerHeartbeat(BrokerHeartbeatRequest {
+        broker_id: follower,
+        broker_epoch: h.epochs[&follower],
+        current_metadata_offset: h.image.last_offset(),
+        want_fence: true,
+        want_shut_down: false,
+    }));
+    assert!(h.image.broker(follower).unwrap().fenced);
+    let r = h.alter_isr("t", 0, &[leader, follower]);
+    assert_eq!(code(r), ErrorCode::INELIGIBLE_REPLICA);
+}
+
+#[test]
+fn controlled_shutdown_moves_leadership_first() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2, 3]);
+    h.create_topic("t", 6, 3);
+    let led_by_1 = (0..6).filter(|p| h.partition("t", *p).leader == 1).count();
+    assert!(led_by_1 > 0);
+    let r = h.heartbeat_full(1, false, true);
+    assert!(r.should_shut_down, "it leads nothing any more");
+    assert!(h.image.broker(1).unwrap().in_controlled_shutdown);
+    for p in 0..6 {
+        let part = h.partition("t", p);
+        assert_ne!(part.leader, 1);
+        assert!(!part.isr.contains(&1));
+    }
+    // It cannot be made leader nor join an ISR while shutting down.
+    let r = h.alter_isr("t", 0, &[h.partition("t", 0).leader, 1]);
+    assert_eq!(r.partitions[0].error_code, ErrorCode::INELIGIBLE_REPLICA);
+    // Its lease lapses after it exits: fenced.
+    h.now += 9_001;
+    h.heartbeat(2);
+    h.heartbeat(3);
+    h.tick();
+    assert!(h.image.broker(1).unwrap().fenced);
+}
+
+#[test]
+fn controlled_shutdown_of_the_last_isr_member_leaves_no_leader() {
+    let mut h = Harness::new();
+    h.brokers(&[1]);
+    h.create_topic("t", 1, 1);
+    let r = h.heartbeat_full(1, false, true);
+    assert!(r.should_shut_down);
+    let p = h.partition("t", 0);
+    assert_eq!(p.leader, NO_LEADER);
+    assert_eq!(p.isr, vec![1]);
+}
+
+#[test]
+fn preferred_leader_election() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2]);
+    h.create_topic("t", 2, 2);
+    // Fence the preferred leader of partition 0, then let it come back.
+    let preferred = h.partition("t", 0).replicas[0];
+    let other = h.partition("t", 0).replicas[1];
+    h.run(ControllerEvent::BrokerHeartbeat(BrokerHeartbeatRequest {
+        broker_id: preferred,
+        broker_epoch: h.epochs[&preferred],
+        current_metadata_offset: h.image.last_offset(),
+        want_fence: true,
+        want_shut_down: false,
+    }));
+    assert_eq!(h.partition("t", 0).leader, other);
+    h.heartbeat(preferred);
+    let elect = |h: &mut Harness, partitions| {
+        let r = h.run(ControllerEvent::ElectLeaders(ElectLeadersRequest {
+            election_type: ElectionType::Preferred,
+            partitions,
+        }));
+        let ControllerResponse::ElectLeaders(v) = r.response else {
+            panic!()
+        };
+        v
+    };
+    // Not back in the ISR yet.
+    let v = elect(&mut h, Some(vec![("t".into(), 0)]));
+    assert_eq!(v[0].error_code, ErrorCode::PREFERRED_LEADER_NOT_AVAILABLE);
+    h.alter_isr("t", 0, &[other, preferred]);
+    h.alter_isr("t", 1, &h.partition("t", 1).replicas.clone());
+    // All partitions: only those that needed it are reported.
+    let before = h.partition("t", 0).leader_epoch;
+    let v = elect(&mut h, None);
+    assert!(v.iter().all(|r| r.error_code == ErrorCode::NONE), "{v:?}");
+    assert_eq!(h.partition("t", 0).leader, preferred);
+    assert_eq!(h.partition("t", 0).leader_epoch, before + 1);
+    let v = elect(&mut h, Some(vec![("t".into(), 0), ("nope".into(), 0)]));
+    assert_eq!(v[0].error_code, ErrorCode::ELECTION_NOT_NEEDED);
+    assert_eq!(v[1].error_code, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+}
+
+fn reassign(h: &mut Harness, topic: &str, p: i32, target: Option<Vec<i32>>) -> ErrorCode {
+    let r = h.run(ControllerEvent::AlterPartitionReassignments(
+        AlterPartitionReassignmentsRequest {
+            partitions: vec![(topic.into(), p, target)],
+        },
+    ));
+    let ControllerResponse::AlterPartitionReassignments(v) = r.response else {
+        panic!()
+    };
+    v[0].error_code
+}
+
+#[test]
+fn reassignment_adds_first_and_removes_after_isr_join() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2, 3, 4]);
+    let mut t = CreatableTopic::new("t", -1, -1);
+    t.assignments = vec![vec![1, 2]];
+    h.run(ControllerEvent::CreateTopics(CreateTopicsRequest {
+        topics: vec![t],
+        validate_only: false,
+    }));
+    let start = h.partition("t", 0);
+    assert_eq!(reassign(&mut h, "t", 0, Some(vec![3, 4])), ErrorCode::NONE);
+    let p = h.partition("t", 0);
+    assert_eq!(p.replicas, vec![3, 4, 1, 2]);
+    assert_eq!(p.adding_replicas, vec![3, 4]);
+    assert_eq!(p.removing_replicas, vec![1, 2]);
+    assert_eq!(p.isr, vec![1, 2]);
+    assert_eq!(
+        p.leader, 1,
+        "the old leader keeps leading while the new replicas catch up"
+    );
+    // One new replica joins: not complete.
+    h.alter_isr("t", 0, &[1, 2, 3]);
+    assert!(h.partition("t", 0).is_reassigning());
+    // The second joins: the reassignment completes in the same step.
+    h.alter_isr("t", 0, &[1, 2, 3, 4]);
+    let p = h.partition("t", 0);
+    assert!(!p.is_reassigning());
+    assert_eq!(p.replicas, vec![3, 4]);
+    assert_eq!(p.isr, vec![3, 4]);
+    assert_eq!(p.leader, 3);
+    assert!(p.leader_epoch > start.leader_epoch);
+    assert_eq!(
+        reassign(&mut h, "t", 0, None),
+        ErrorCode::NO_REASSIGNMENT_IN_PROGRESS
+    );
+}
+
+#[test]
+fn reassignment_cancel_pure_removal_and_validation() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2, 3]);
+    let mut t = CreatableTopic::new("t", -1, -1);
+    t.assignments = vec![vec![1, 2]];
+    h.run(ControllerEvent::CreateTopics(CreateTopicsRequest {
+        topics: vec![t],
+        validate_only: false,
+    }));
+    assert_eq!(
+        reassign(&mut h, "t", 0, Some(vec![])),
+        ErrorCode::INVALID_REPLICA_ASSIGNMENT
+    );
+    assert_eq!(
+        reassign(&mut h, "t", 0, Some(vec![1, 1])),
+        ErrorCode::INVALID_REPLICA_ASSIGNMENT
+    );
+    assert_eq!(
+        reassign(&mut h, "t", 0, Some(vec![1, 9])),
+        ErrorCode::INVALID_REPLICA_ASSIGNMENT
+    );
+    assert_eq!(
+        reassign(&mut h, "x", 0, Some(vec![1])),
+        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+    );
+    // Start, then cancel: back to the original replicas.
+    assert_eq!(reassign(&mut h, "t", 0, Some(vec![3, 2])), ErrorCode::NONE);
+    assert!(h.partition("t", 0).is_reassigning());
+    assert_eq!(reassign(&mut h, "t", 0, None), ErrorCode::NONE);
+    let p = h.partition("t", 0);
+    assert!(!p.is_reassigning());
+    // As in Kafka, the original replicas come back, though not in their first order.
+    let mut replicas = p.replicas.clone();
+    replicas.sort_unstable();
+    assert_eq!(replicas, vec![1, 2]);
+    // A pure removal completes at once; removing the leader moves leadership.
+    assert_eq!(reassign(&mut h, "t", 0, Some(vec![2])), ErrorCode::NONE);
+    let p = h.partition("t", 0);
+    assert_eq!(
+        (p.replicas.clone(), p.isr.clone(), p.leader),
+        (vec![2], vec![2], 2)
+    );
+}
+
+#[test]
+fn allocate_producer_ids_in_blocks() {
+    let mut h = Harness::new();
+    h.brokers(&[1]);
+    let alloc = |h: &mut Harness, epoch| {
+        let r = h.run(ControllerEvent::AllocateProducerIds(
+            AllocateProducerIdsRequest {
+                broker_id: 1,
+                broker_epoch: epoch,
+            },
+        ));
+        let ControllerResponse::AllocateProducerIds(a) = r.response else {
+            panic!()
+        };
+        a
+    };
+    let e = h.epochs[&1];
+    let a = alloc(&mut h, e);
+    assert_eq!(
+        (a.error_code, a.producer_id_start, a.producer_id_len),
+        (ErrorCode::NONE, 0, 1000)
+    );
+    let b = alloc(&mut h, e);
+    assert_eq!(b.producer_id_start, 1000);
+    assert_eq!(
+        alloc(&mut h, e + 100).error_code,
+        ErrorCode::STALE_BROKER_EPOCH
+    );
+    assert_eq!(h.image.next_producer_id, 2000);
+    h.check_replay();
+}
+
+#[test]
+fn incremental_alter_configs() {
+    let mut h = Harness::new();
+    h.brokers(&[1]);
+    h.create_topic("t", 1, 1);
+    let alter = |h: &mut Harness,
+                 name: &str,
+                 configs: Vec<(String, AlterConfigOp, Option<String>)>,
+                 validate_only| {
+        let r = h.run(ControllerEvent::IncrementalAlterConfigs(
+            IncrementalAlterConfigsRequest {
+                resources: vec![AlterConfigsResource {
+                    resource_type: RESOURCE_TOPIC,
+                    resource_name: name.into(),
+                    configs,
+                }],
+                validate_only,
+            },
+        ));
+        let ControllerResponse::IncrementalAlterConfigs(v) = r.response else {
+            panic!()
+        };
+        v[0].error_code
+    };
+    let set = |k: &str, v: &str| (k.to_string(), AlterConfigOp::Set, Some(v.to_string()));
+    assert_eq!(
+        alter(&mut h, "nope", vec![set("retention.ms", "1")], false),
+        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+    );
+    assert_eq!(
+        alter(&mut h, "t", vec![set("bogus", "1")], false),
+        ErrorCode::INVALID_CONFIG
+    );
+    assert_eq!(
+        alter(&mut h, "t", vec![set("retention.ms", "soon")], false),
+        ErrorCode::INVALID_CONFIG
+    );
+    assert_eq!(
+        alter(&mut h, "t", vec![set("retention.ms", "5")], true),
+        ErrorCode::NONE
+    );
+    assert_eq!(
+        h.image.topic_config("t", "retention.ms"),
+        None,
+        "validate_only"
+    );
+    assert_eq!(
+        alter(
+            &mut h,
+            "t",
+            vec![set("retention.ms", "5"), set("cleanup.policy", "delete")],
+            false
+        ),
+        ErrorCode::NONE
+    );
+    assert_eq!(h.image.topic_config("t", "retention.ms"), Some("5"));
+    let append = (
+        "cleanup.policy".to_string(),
+        AlterConfigOp::Append,
+        Some("compact".to_string()),
+    );
+    assert_eq!(alter(&mut h, "t", vec![append], false), ErrorCode::NONE);
+    assert_eq!(
+        h.image.topic_config("t", "cleanup.policy"),
+        Some("delete,compact")
+    );
+    let subtract = (
+        "cleanup.policy".to_string(),
+        AlterConfigOp::Subtract,
+        Some("delete".to_string()),
+    );
+    assert_eq!(alter(&mut h, "t", vec![subtract], false), ErrorCode::NONE);
+    assert_eq!(h.image.topic_config("t", "cleanup.policy"), Some("compact"));
+    let bad_append = (
+        "retention.ms".to_string(),
+        AlterConfigOp::Append,
+        Some("1".to_string()),
+    );
+    assert_eq!(
+        alter(&mut h, "t", vec![bad_append], false),
+        ErrorCode::INVALID_CONFIG
+    );
+    let delete = ("retention.ms".to_string(), AlterConfigOp::Delete, None);
+    assert_eq!(alter(&mut h, "t", vec![delete], false), ErrorCode::NONE);
+    assert_eq!(h.image.topic_config("t", "retention.ms"), None);
+    h.check_replay();
+}
+
+#[test]
+fn new_controller_gives_every_broker_a_fresh_lease() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2]);
+    h.now = 100_000;
+    // A controller that takes over knows no lease: nobody is fenced at once.
+    h.controller = QuorumController::new(ControllerConfig::default());
+    assert!(h.tick().records.is_empty());
+    h.now += 9_001;
+    h.heartbeat(2);
+    h.tick();
+    assert!(h.image.broker(1).unwrap().fenced);
+    assert!(!h.image.broker(2).unwrap().fenced);
+}

@@ -1,0 +1,266 @@
+//! Three quorum nodes on loopback inside one test: election, replication, failover,
+//! and a restarted node catching up from its disk.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rill_protocol::Uuid;
+
+use crate::quorum::{CommittedRecords, MetadataQuorum, QuorumConfig};
+use crate::*;
+
+fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+fn fast() -> QuorumConfig {
+    QuorumConfig {
+        heartbeat_interval_ms: 50,
+        election_timeout_min_ms: 300,
+        election_timeout_max_ms: 600,
+        // Small, so that snapshots and log purges happen during the test.
+        snapshot_every_entries: 10,
+    }
+}
+
+async fn start(id: u64, voters: &BTreeMap<u64, SocketAddr>, dir: &Path) -> MetadataQuorum {
+    MetadataQuorum::start_with(id, voters.clone(), dir.join(id.to_string()), fast())
+        .await
+        .unwrap()
+}
+
+async fn wait_leader(nodes: &[&MetadataQuorum]) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let leaders: Vec<u64> = nodes
+            .iter()
+            .filter(|n| n.is_leader())
+            .map(|n| n.node_id())
+            .collect();
+        if leaders.len() == 1 {
+            let id = leaders[0];
+            if nodes.iter().all(|n| n.leader_id() == Some(id)) {
+                return id;
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader elected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The active controller's loop, once: decide against the leader's image, propose.
+async fn decide(
+    leader: &MetadataQuorum,
+    controller: &mut QuorumController,
+    event: ControllerEvent,
+) -> ControllerResult {
+    let image = leader.leader_image().await.unwrap();
+    let result = controller.handle(event, &image, 0);
+    if !result.records.is_empty() {
+        let offset = leader.propose(result.records.clone()).await.unwrap();
+        assert_eq!(offset, image.next_offset);
+    }
+    result
+}
+
+fn register(id: i32) -> ControllerEvent {
+    ControllerEvent::BrokerRegistration(BrokerRegistrationRequest {
+        broker_id: id,
+        incarnation_id: Uuid::from_u64_pair(id as u64, 1),
+        listeners: vec![],
+        rack: None,
+    })
+}
+
+/// A broker following the log: applies what `read_committed` hands it.
+fn follow(node: &MetadataQuorum, image: &mut MetadataImage) {
+    match node.read_committed(image.next_offset) {
+        CommittedRecords::Records(rs) => {
+            for (offset, r) in rs {
+                assert_eq!(offset, image.next_offset);
+                image.apply(&r).unwrap();
+            }
+        }
+        CommittedRecords::Image(i) => *image = i,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_elect_replicate_fail_over_and_catch_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let voters: BTreeMap<u64, SocketAddr> = (1..=3).map(|id| (id, free_addr())).collect();
+    let mut n1 = Some(start(1, &voters, dir.path()).await);
+    let mut n2 = Some(start(2, &voters, dir.path()).await);
+    let mut n3 = Some(start(3, &voters, dir.path()).await);
+    let leader_id = wait_leader(&[
+        n1.as_ref().unwrap(),
+        n2.as_ref().unwrap(),
+        n3.as_ref().unwrap(),
+    ])
+    .await;
+    let nodes = [&mut n1, &mut n2, &mut n3];
+    let idx = (leader_id - 1) as usize;
+    let leader = nodes[idx].as_ref().unwrap();
+
+    // A follower refuses proposals and names the leader.
+    let follower = nodes[(idx + 1) % 3].as_ref().unwrap();
+    match follower.propose(vec![]).await {
+        Err(MetadataError::NotController { leader_id: l }) => assert_eq!(l, Some(leader_id)),
+        other => panic!("{other:?}"),
+    }
+
+    // The controller registers brokers and creates topics through the quorum.
+    let mut controller = QuorumController::new(ControllerConfig::default());
+    for b in 1..=3 {
+        decide(leader, &mut controller, register(b)).await;
+    }
+    let image = leader.leader_image().await.unwrap();
+    for b in 1..=3 {
+        let epoch = image.broker(b).unwrap().epoch;
+        decide(
+            leader,
+            &mut controller,
+            ControllerEvent::BrokerHeartbeat(BrokerHeartbeatRequest {
+                broker_id: b,
+                broker_epoch: epoch,
+                current_metadata_offset: image.last_offset(),
+                want_fence: false,
+                want_shut_down: false,
+            }),
+        )
+        .await;
+    }
+    for t in 0..15 {
+        let r = decide(
+            leader,
+            &mut controller,
+            ControllerEvent::CreateTopics(CreateTopicsRequest {
+                topics: vec![CreatableTopic::new(&format!("t{t}"), 3, 3)],
+                validate_only: false,
+            }),
+        )
+        .await;
+        let ControllerResponse::CreateTopics(v) = r.response else {
+            panic!()
+        };
+        assert_eq!(v[0].error_code, rill_protocol::ErrorCode::NONE);
+    }
+    let committed = leader.committed_offset();
+    assert!(committed > 60);
+    for n in nodes.iter() {
+        let n = n.as_ref().unwrap();
+        assert!(
+            n.wait_for_offset(committed, Duration::from_secs(10)).await,
+            "node {} behind",
+            n.node_id()
+        );
+    }
+    let reference = leader.image();
+    check_image_invariants(&reference).unwrap();
+    assert_eq!(reference.topics.len(), 15);
+    for n in nodes.iter() {
+        let n = n.as_ref().unwrap();
+        assert_eq!(n.image(), reference);
+        // A broker following the log from offset 0 rebuilds the same image.
+        let mut mine = MetadataImage::new();
+        follow(n, &mut mine);
+        assert_eq!(mine, reference);
+    }
+
+    // Kill the leader: the others elect a new one, which still has every record.
+    let old = nodes[idx].take().unwrap();
+    old.shutdown().await.unwrap();
+    let survivors: Vec<&MetadataQuorum> = nodes.iter().filter_map(|n| n.as_ref()).collect();
+    let new_leader_id = wait_leader(&survivors).await;
+    assert_ne!(new_leader_id, leader_id);
+    let new_leader = survivors
+        .iter()
+        .find(|n| n.node_id() == new_leader_id)
+        .unwrap();
+    assert!(new_leader.controller_epoch() > 0);
+    let image = new_leader.leader_image().await.unwrap();
+    assert_eq!(
+        image.topics, reference.topics,
+        "committed records survive the failover"
+    );
+    let mut controller = QuorumController::new(ControllerConfig::default());
+    decide(
+        new_leader,
+        &mut controller,
+        ControllerEvent::CreateTopics(CreateTopicsRequest {
+            topics: vec![CreatableTopic::new("after-failover", 1, 2)],
+            validate_only: false,
+        }),
+    )
+    .await;
+    let committed = new_leader.committed_offset();
+    for n in &survivors {
+        assert!(n.wait_for_offset(committed, Duration::from_secs(10)).await);
+    }
+
+    // Restart the old leader from its directory: it catches up.
+    let restarted = start(leader_id, &voters, dir.path()).await;
+    assert!(
+        restarted
+            .wait_for_offset(committed, Duration::from_secs(20))
+            .await,
+        "restarted node stuck at {}",
+        restarted.committed_offset()
+    );
+    let final_image = new_leader.image();
+    assert!(final_image.topic("after-failover").is_some());
+    // Give the restarted node a moment to apply the same entry the leader has.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while restarted.image() != final_image {
+        assert!(Instant::now() < deadline, "restarted node diverged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    restarted.shutdown().await.unwrap();
+    for n in nodes.into_iter() {
+        if let Some(n) = n.take() {
+            n.shutdown().await.unwrap();
+        }
+    }
+}
+
+#[test]
+fn voters_parse() {
+    let v = crate::quorum::parse_voters("1@127.0.0.1:9093, 2@127.0.0.1:9094").unwrap();
+    assert_eq!(v.len(), 2);
+    assert_eq!(v[&2].port(), 9094);
+    assert!(crate::quorum::parse_voters("").is_err());
+    assert!(crate::quorum::parse_voters("x@127.0.0.1:1").is_err());
+    assert!(crate::quorum::parse_voters("1@nohost").is_err());
+    assert!(crate::quorum::parse_voters("1@127.0.0.1:1,1@127.0.0.1:2").is_err());
+}
+
+#[test]
+fn log_store_survives_a_torn_tail() {
+    use openraft::storage::RaftLogStorage;
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut store = crate::quorum::LogStore::open(dir.path()).unwrap();
+        let vote = openraft::Vote::new(3, 1);
+        store.save_vote(&vote).await.unwrap();
+        drop(store);
+        // Append garbage (a torn frame) to the log file.
+        std::fs::write(dir.path().join("raft.log"), [0u8, 0, 0, 9, 1, 2]).unwrap();
+        let mut store = crate::quorum::LogStore::open(dir.path()).unwrap();
+        assert_eq!(store.read_vote().await.unwrap(), Some(vote));
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, None);
+        assert_eq!(
+            std::fs::metadata(dir.path().join("raft.log"))
+                .unwrap()
+                .len(),
+            0
+        );
+    });
+}
