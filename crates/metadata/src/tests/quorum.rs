@@ -160,6 +160,17 @@ async fn three_nodes_elect_replicate_fail_over_and_catch_up() {
     }
     let reference = leader.image();
     check_image_invariants(&reference).unwrap();
+    // More entries than snapshot_every_entries: a snapshot was taken and the log purged.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !dir
+        .path()
+        .join(leader_id.to_string())
+        .join("snapshot")
+        .exists()
+    {
+        assert!(Instant::now() < deadline, "no snapshot written");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(reference.topics.len(), 15);
     for n in nodes.iter() {
         let n = n.as_ref().unwrap();

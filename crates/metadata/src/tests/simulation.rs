@@ -210,7 +210,16 @@ impl World {
     }
 }
 
-fn run_seed(seed: u64, steps: usize) {
+/// What a run did, so that the test can tell it exercised the interesting paths.
+#[derive(Default, Debug)]
+struct Coverage {
+    fences: usize,
+    leader_changes: usize,
+    no_leader: usize,
+    reassignments_done: usize,
+}
+
+fn run_seed(seed: u64, steps: usize) -> Coverage {
     let unclean = seed.is_multiple_of(4);
     let mut world = World {
         h: Harness::with_config(ControllerConfig {
@@ -231,6 +240,25 @@ fn run_seed(seed: u64, steps: usize) {
     world.h.check_replay();
     let snapshot = MetadataImage::from_snapshot(world.h.image.to_snapshot().unwrap()).unwrap();
     assert_eq!(snapshot, world.h.image);
+    let mut c = Coverage::default();
+    for r in &world.h.log {
+        match r {
+            MetadataRecord::FenceBroker(_) => c.fences += 1,
+            MetadataRecord::PartitionChange(p) => {
+                if p.leader == NO_LEADER {
+                    c.no_leader += 1;
+                } else if p.leader != NO_LEADER_CHANGE {
+                    c.leader_changes += 1;
+                }
+                if p.adding_replicas.as_ref().is_some_and(|a| a.is_empty()) && p.replicas.is_some()
+                {
+                    c.reassignments_done += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    c
 }
 
 #[test]
@@ -239,10 +267,21 @@ fn simulation() {
         Ok(s) => vec![s.parse().expect("RILL_SEED is a number")],
         Err(_) => (0..64).map(|i| 0xC0FFEE + i).collect(),
     };
+    let mut total = Coverage::default();
     for seed in seeds {
-        let outcome = catch_unwind(AssertUnwindSafe(|| run_seed(seed, 400)));
-        if outcome.is_err() {
-            panic!("controller simulation failed; replay with RILL_SEED={seed}");
+        match catch_unwind(AssertUnwindSafe(|| run_seed(seed, 400))) {
+            Ok(c) => {
+                total.fences += c.fences;
+                total.leader_changes += c.leader_changes;
+                total.no_leader += c.no_leader;
+                total.reassignments_done += c.reassignments_done;
+            }
+            Err(_) => panic!("controller simulation failed; replay with RILL_SEED={seed}"),
         }
+    }
+    eprintln!("simulation coverage: {total:?}");
+    if std::env::var("RILL_SEED").is_err() {
+        assert!(total.fences > 0 && total.leader_changes > 0 && total.no_leader > 0);
+        assert!(total.reassignments_done > 0);
     }
 }
