@@ -1,0 +1,629 @@
+//! The admin client: topics, partitions, configs, consumer groups and their offsets,
+//! partition offsets and the cluster.
+//!
+//! Topic and config changes go to the controller when metadata names one (any broker
+//! otherwise: a KRaft broker forwards them); group requests go to the group's
+//! coordinator, found with FindCoordinator; `list_groups` asks every broker, since each
+//! knows only the groups it coordinates.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rill_protocol::generated::create_partitions_request::CreatePartitionsTopic;
+use rill_protocol::generated::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use rill_protocol::generated::delete_topics_request::DeleteTopicState;
+use rill_protocol::generated::describe_configs_request::DescribeConfigsResource;
+use rill_protocol::generated::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use rill_protocol::generated::{
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    IncrementalAlterConfigsRequest, ListGroupsRequest,
+};
+use rill_protocol::{ErrorCode, Request};
+
+use crate::assignor::{decode_assignment, decode_subscription};
+use crate::config::ClientConfig;
+use crate::error::{check, Error, Result};
+use crate::network::{BrokerMetadata, ClusterMetadata, NetworkClient, TopicMetadata};
+use crate::ops;
+use crate::types::{OffsetSpec, TopicPartition};
+
+const CREATE_TOPICS_VERSION: i16 = 7;
+const DELETE_TOPICS_VERSION: i16 = 5;
+const CREATE_PARTITIONS_VERSION: i16 = 3;
+const DESCRIBE_CONFIGS_VERSION: i16 = 4;
+const INCREMENTAL_ALTER_CONFIGS_VERSION: i16 = 1;
+const DESCRIBE_CLUSTER_VERSION: i16 = 1;
+const LIST_GROUPS_VERSION: i16 = 4;
+const DESCRIBE_GROUPS_VERSION: i16 = 5;
+const DELETE_GROUPS_VERSION: i16 = 2;
+
+/// A topic to create.
+///
+/// ```
+/// use rill_client::NewTopic;
+/// let topic = NewTopic::new("orders", 6).config("retention.ms", "86400000");
+/// assert_eq!(topic.replication_factor, -1);
+/// ```
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    /// -1 for the broker's `num.partitions`.
+    pub num_partitions: i32,
+    /// -1 for the broker's `default.replication.factor`.
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+}
+
+impl NewTopic {
+    pub fn new(name: impl Into<String>, num_partitions: i32) -> Self {
+        Self {
+            name: name.into(),
+            num_partitions,
+            replication_factor: -1,
+            configs: BTreeMap::new(),
+        }
+    }
+
+    pub fn replication_factor(mut self, rf: i16) -> Self {
+        self.replication_factor = rf;
+        self
+    }
+
+    pub fn config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.configs.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// A request to grow a topic to `total_count` partitions.
+#[derive(Debug, Clone)]
+pub struct NewPartitions {
+    pub topic: String,
+    pub total_count: i32,
+}
+
+/// The kind of thing configs belong to (Kafka's `ConfigResource.Type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigResourceType {
+    Topic,
+    Broker,
+}
+
+impl ConfigResourceType {
+    fn wire(self) -> i8 {
+        match self {
+            ConfigResourceType::Topic => 2,
+            ConfigResourceType::Broker => 4,
+        }
+    }
+}
+
+/// A topic or broker whose configs are described or altered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigResource {
+    pub resource_type: ConfigResourceType,
+    /// Topic name, or broker id as a string.
+    pub name: String,
+}
+
+impl ConfigResource {
+    pub fn topic(name: impl Into<String>) -> Self {
+        Self {
+            resource_type: ConfigResourceType::Topic,
+            name: name.into(),
+        }
+    }
+
+    pub fn broker(id: i32) -> Self {
+        Self {
+            resource_type: ConfigResourceType::Broker,
+            name: id.to_string(),
+        }
+    }
+}
+
+/// One config and its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEntry {
+    pub name: String,
+    pub value: Option<String>,
+    pub is_default: bool,
+    pub read_only: bool,
+    pub is_sensitive: bool,
+}
+
+/// One incremental config change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlterConfigOp {
+    Set(String, String),
+    Delete(String),
+}
+
+/// A group as `ListGroups` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupListing {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: String,
+    pub coordinator: i32,
+}
+
+/// A member of a described group, with its assignment decoded when the group is a
+/// consumer group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topics: Vec<String>,
+    pub assignment: Vec<TopicPartition>,
+}
+
+/// A group as `DescribeGroups` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDescription {
+    pub group_id: String,
+    pub state: String,
+    pub protocol_type: String,
+    /// The assignor in use (`range`, ...).
+    pub protocol: String,
+    pub members: Vec<MemberDescription>,
+    pub coordinator: BrokerMetadata,
+}
+
+/// Cluster administration.
+///
+/// ```no_run
+/// use rill_client::{Admin, ClientConfig, NewTopic};
+///
+/// # async fn run() -> rill_client::Result<()> {
+/// let admin = Admin::new(ClientConfig::new("127.0.0.1:9092"))?;
+/// admin.create_topics(&[NewTopic::new("orders", 6)]).await?;
+/// for topic in admin.list_topics(false).await? {
+///     println!("{} ({} partitions)", topic.name, topic.partitions.len());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Admin {
+    net: Arc<NetworkClient>,
+}
+
+impl Admin {
+    /// Creates an admin client; nothing is connected until the first call.
+    pub fn new(config: ClientConfig) -> Result<Self> {
+        Ok(Self {
+            net: NetworkClient::new(config)?,
+        })
+    }
+
+    fn timeout_ms(&self) -> i32 {
+        i32::try_from(self.net.config.request_timeout.as_millis()).unwrap_or(i32::MAX)
+    }
+
+    async fn send_controller<R: Request>(&self, request: &R, ours: i16) -> Result<R::Response> {
+        let md = match self.net.metadata() {
+            m if m.brokers.is_empty() => {
+                self.net.refresh_metadata(Some(&[])).await?;
+                self.net.metadata()
+            }
+            m => m,
+        };
+        if md.brokers.contains_key(&md.controller_id) {
+            self.net.send_to(md.controller_id, request, ours).await
+        } else {
+            self.net.send_any(request, ours).await
+        }
+    }
+
+    /// Creates topics; fails on the first topic the broker refused.
+    pub async fn create_topics(&self, topics: &[NewTopic]) -> Result<()> {
+        let request = CreateTopicsRequest {
+            topics: topics
+                .iter()
+                .map(|t| CreatableTopic {
+                    name: t.name.clone(),
+                    num_partitions: t.num_partitions,
+                    replication_factor: t.replication_factor,
+                    configs: t
+                        .configs
+                        .iter()
+                        .map(|(k, v)| CreatableTopicConfig {
+                            name: k.clone(),
+                            value: Some(v.clone()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            timeout_ms: self.timeout_ms(),
+            validate_only: false,
+            ..Default::default()
+        };
+        let response = self
+            .send_controller(&request, CREATE_TOPICS_VERSION)
+            .await?;
+        for t in response.topics {
+            let code = ErrorCode::from_code(t.error_code);
+            if !code.is_ok() {
+                return Err(Error::kafka_msg(
+                    code,
+                    format!("creating topic {}", t.name),
+                    t.error_message,
+                ));
+            }
+        }
+        self.net.invalidate_metadata();
+        Ok(())
+    }
+
+    /// Deletes topics by name.
+    pub async fn delete_topics(&self, names: &[String]) -> Result<()> {
+        let request = DeleteTopicsRequest {
+            topics: names
+                .iter()
+                .map(|n| DeleteTopicState {
+                    name: Some(n.clone()),
+                    ..Default::default()
+                })
+                .collect(),
+            topic_names: names.to_vec(),
+            timeout_ms: self.timeout_ms(),
+            ..Default::default()
+        };
+        let response = self
+            .send_controller(&request, DELETE_TOPICS_VERSION)
+            .await?;
+        for t in response.responses {
+            let code = ErrorCode::from_code(t.error_code);
+            if !code.is_ok() {
+                let name = t.name.unwrap_or_default();
+                return Err(Error::kafka_msg(
+                    code,
+                    format!("deleting topic {name}"),
+                    t.error_message,
+                ));
+            }
+        }
+        self.net.invalidate_metadata();
+        Ok(())
+    }
+
+    /// Every topic (internal ones only when asked), sorted by name.
+    pub async fn list_topics(&self, include_internal: bool) -> Result<Vec<TopicMetadata>> {
+        self.net.refresh_metadata(None).await?;
+        Ok(self
+            .net
+            .metadata()
+            .topics
+            .values()
+            .filter(|t| include_internal || !t.is_internal)
+            .cloned()
+            .collect())
+    }
+
+    /// The named topics; [`Error::UnknownTopic`] for one that does not exist.
+    pub async fn describe_topics(&self, names: &[String]) -> Result<Vec<TopicMetadata>> {
+        let mut net_config = self.net.config.clone();
+        // Describing must not create.
+        net_config.allow_auto_create_topics = false;
+        let net = NetworkClient::new(net_config)?;
+        net.refresh_metadata(Some(names)).await?;
+        let md = net.metadata();
+        names
+            .iter()
+            .map(|n| {
+                md.topics
+                    .get(n)
+                    .cloned()
+                    .ok_or_else(|| Error::UnknownTopic(n.clone()))
+            })
+            .collect()
+    }
+
+    /// Grows topics to the given partition counts.
+    pub async fn create_partitions(&self, changes: &[NewPartitions]) -> Result<()> {
+        let request = CreatePartitionsRequest {
+            topics: changes
+                .iter()
+                .map(|c| CreatePartitionsTopic {
+                    name: c.topic.clone(),
+                    count: c.total_count,
+                    assignments: None,
+                    ..Default::default()
+                })
+                .collect(),
+            timeout_ms: self.timeout_ms(),
+            validate_only: false,
+            ..Default::default()
+        };
+        let response = self
+            .send_controller(&request, CREATE_PARTITIONS_VERSION)
+            .await?;
+        for r in response.results {
+            let code = ErrorCode::from_code(r.error_code);
+            if !code.is_ok() {
+                return Err(Error::kafka_msg(
+                    code,
+                    format!("adding partitions to {}", r.name),
+                    r.error_message,
+                ));
+            }
+        }
+        self.net.invalidate_metadata();
+        Ok(())
+    }
+
+    /// The configs of a topic or broker.
+    pub async fn describe_configs(&self, resource: &ConfigResource) -> Result<Vec<ConfigEntry>> {
+        let request = DescribeConfigsRequest {
+            resources: vec![DescribeConfigsResource {
+                resource_type: resource.resource_type.wire(),
+                resource_name: resource.name.clone(),
+                configuration_keys: None,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let response = match resource.resource_type {
+            ConfigResourceType::Broker => {
+                let id = resource
+                    .name
+                    .parse::<i32>()
+                    .map_err(|_| Error::InvalidConfig(format!("broker id {}", resource.name)))?;
+                self.net
+                    .send_to(id, &request, DESCRIBE_CONFIGS_VERSION)
+                    .await?
+            }
+            ConfigResourceType::Topic => {
+                self.net
+                    .send_any(&request, DESCRIBE_CONFIGS_VERSION)
+                    .await?
+            }
+        };
+        let mut out = Vec::new();
+        for r in response.results {
+            let code = ErrorCode::from_code(r.error_code);
+            if !code.is_ok() {
+                return Err(Error::kafka_msg(
+                    code,
+                    format!("describing configs of {}", r.resource_name),
+                    r.error_message,
+                ));
+            }
+            for c in r.configs {
+                out.push(ConfigEntry {
+                    is_default: c.is_default || c.config_source == 5,
+                    name: c.name,
+                    value: c.value,
+                    read_only: c.read_only,
+                    is_sensitive: c.is_sensitive,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Sets or deletes configs of one resource (IncrementalAlterConfigs).
+    pub async fn alter_configs(
+        &self,
+        resource: &ConfigResource,
+        ops: &[AlterConfigOp],
+    ) -> Result<()> {
+        let request = IncrementalAlterConfigsRequest {
+            resources: vec![AlterConfigsResource {
+                resource_type: resource.resource_type.wire(),
+                resource_name: resource.name.clone(),
+                configs: ops
+                    .iter()
+                    .map(|op| match op {
+                        AlterConfigOp::Set(k, v) => AlterableConfig {
+                            name: k.clone(),
+                            config_operation: 0,
+                            value: Some(v.clone()),
+                            ..Default::default()
+                        },
+                        AlterConfigOp::Delete(k) => AlterableConfig {
+                            name: k.clone(),
+                            config_operation: 1,
+                            value: None,
+                            ..Default::default()
+                        },
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            validate_only: false,
+            ..Default::default()
+        };
+        let response = self
+            .send_controller(&request, INCREMENTAL_ALTER_CONFIGS_VERSION)
+            .await?;
+        for r in response.responses {
+            let code = ErrorCode::from_code(r.error_code);
+            if !code.is_ok() {
+                return Err(Error::kafka_msg(
+                    code,
+                    format!("altering configs of {}", r.resource_name),
+                    r.error_message,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Cluster id, controller and brokers.
+    pub async fn describe_cluster(&self) -> Result<ClusterMetadata> {
+        let request = DescribeClusterRequest::default();
+        match self.net.send_any(&request, DESCRIBE_CLUSTER_VERSION).await {
+            Ok(r) => {
+                check(r.error_code, || "DescribeCluster".into())?;
+                Ok(ClusterMetadata {
+                    cluster_id: Some(r.cluster_id),
+                    controller_id: r.controller_id,
+                    brokers: r
+                        .brokers
+                        .into_iter()
+                        .map(|b| {
+                            (
+                                b.broker_id,
+                                BrokerMetadata {
+                                    node_id: b.broker_id,
+                                    host: b.host,
+                                    port: b.port,
+                                    rack: b.rack,
+                                },
+                            )
+                        })
+                        .collect(),
+                    topics: BTreeMap::new(),
+                })
+            }
+            // Older brokers: Metadata says the same.
+            Err(Error::UnsupportedVersion { .. }) => {
+                self.net.refresh_metadata(Some(&[])).await?;
+                let mut md = (*self.net.metadata()).clone();
+                md.topics.clear();
+                Ok(md)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every group of every broker, sorted by id.
+    pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
+        self.net.refresh_metadata(Some(&[])).await?;
+        let md = self.net.metadata();
+        let mut out = Vec::new();
+        for id in md.brokers.keys() {
+            let response = self
+                .net
+                .send_to(*id, &ListGroupsRequest::default(), LIST_GROUPS_VERSION)
+                .await?;
+            check(response.error_code, || format!("ListGroups on broker {id}"))?;
+            out.extend(response.groups.into_iter().map(|g| GroupListing {
+                group_id: g.group_id,
+                protocol_type: g.protocol_type,
+                state: g.group_state,
+                coordinator: *id,
+            }));
+        }
+        out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        Ok(out)
+    }
+
+    /// Describes groups: state, assignor and members with their assignments.
+    pub async fn describe_groups(&self, groups: &[String]) -> Result<Vec<GroupDescription>> {
+        let mut out = Vec::new();
+        for group in groups {
+            let coordinator = ops::find_coordinator(&self.net, group).await?;
+            let conn = self.net.connection(&coordinator.addr()).await?;
+            let request = DescribeGroupsRequest {
+                groups: vec![group.clone()],
+                ..Default::default()
+            };
+            let response = conn.send(&request, DESCRIBE_GROUPS_VERSION).await?;
+            for g in response.groups {
+                check(g.error_code, || format!("describing group {}", g.group_id))?;
+                let consumer = g.protocol_type == "consumer";
+                let members = g
+                    .members
+                    .into_iter()
+                    .map(|m| {
+                        let (subscribed_topics, assignment) = if consumer {
+                            (
+                                decode_subscription(&m.member_id, None, &m.member_metadata)
+                                    .map(|s| s.topics)
+                                    .unwrap_or_default(),
+                                decode_assignment(&m.member_assignment).unwrap_or_default(),
+                            )
+                        } else {
+                            (Vec::new(), Vec::new())
+                        };
+                        MemberDescription {
+                            member_id: m.member_id,
+                            group_instance_id: m.group_instance_id,
+                            client_id: m.client_id,
+                            client_host: m.client_host,
+                            subscribed_topics,
+                            assignment,
+                        }
+                    })
+                    .collect();
+                out.push(GroupDescription {
+                    group_id: g.group_id,
+                    state: g.group_state,
+                    protocol_type: g.protocol_type,
+                    protocol: g.protocol_data,
+                    members,
+                    coordinator: coordinator.clone(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes groups (which must be empty).
+    pub async fn delete_groups(&self, groups: &[String]) -> Result<()> {
+        for group in groups {
+            let coordinator = ops::find_coordinator(&self.net, group).await?;
+            let conn = self.net.connection(&coordinator.addr()).await?;
+            let request = DeleteGroupsRequest {
+                groups_names: vec![group.clone()],
+                ..Default::default()
+            };
+            let response = conn.send(&request, DELETE_GROUPS_VERSION).await?;
+            for r in response.results {
+                check(r.error_code, || format!("deleting group {}", r.group_id))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The committed offsets of `group` (all partitions it committed when `partitions`
+    /// is `None`).
+    pub async fn list_group_offsets(
+        &self,
+        group: &str,
+        partitions: Option<&[TopicPartition]>,
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
+        ops::fetch_committed(&self.net, group, partitions).await
+    }
+
+    /// Overwrites committed offsets of `group`; the group must have no active members.
+    pub async fn alter_group_offsets(
+        &self,
+        group: &str,
+        offsets: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<()> {
+        ops::commit_offsets(&self.net, group, -1, "", None, offsets).await
+    }
+
+    /// The offsets `spec` names for each partition.
+    pub async fn list_offsets(
+        &self,
+        partitions: &[TopicPartition],
+        spec: OffsetSpec,
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
+        ops::list_offsets(&self.net, partitions, spec).await
+    }
+
+    /// Every partition of `topic`, from metadata.
+    pub async fn partitions_of(&self, topic: &str) -> Result<Vec<TopicPartition>> {
+        let t = self.describe_topics(&[topic.to_string()]).await?;
+        Ok(t.into_iter()
+            .flat_map(|t| {
+                let name = t.name;
+                t.partitions
+                    .into_iter()
+                    .map(move |p| TopicPartition::new(name.clone(), p.partition))
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,369 @@
+//! One TCP connection to one broker, with pipelined requests.
+//!
+//! A connection is opened, then asks `ApiVersions` before anything else (v3, falling back
+//! to v0 when the broker answers `UNSUPPORTED_VERSION`, as Kafka's clients do) and keeps
+//! the broker's version ranges, so each request goes out at the highest version both sides
+//! know ([`BrokerConnection::version`]).
+//!
+//! Pipelining: any number of tasks may call [`BrokerConnection::send`] at once. Each call
+//! takes the next correlation id, registers a one-shot slot for it, and writes its frame
+//! under the writer lock; one reader task per connection reads frames and completes the
+//! slot whose correlation id the frame carries. Kafka answers a connection's requests in
+//! order, but matching by id makes the order irrelevant here.
+//!
+//! Failure: every request has a deadline. When it passes, the connection is closed (the
+//! broker may be stopped, or the answer lost) and every other waiting request fails with
+//! [`Error::Disconnected`]; the owner then opens a new connection. A request therefore
+//! never waits longer than its timeout, whatever the broker does.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use rill_protocol::generated::{
+    ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+};
+use rill_protocol::{decode_frame, encode_request_frame, ApiKey, Decodable, ErrorCode, Request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::error::{Error, Result};
+
+/// Largest response frame accepted; a Fetch response is bounded by `fetch.max.bytes`
+/// (50 MiB by default), so this leaves room without letting a bad prefix make us buffer
+/// gigabytes.
+const MAX_RESPONSE_BYTES: usize = 128 << 20;
+
+type Slot = oneshot::Sender<Result<Bytes>>;
+
+#[derive(Default)]
+struct Pending {
+    slots: HashMap<i32, Slot>,
+    /// Why the connection is closed, once it is.
+    closed: Option<String>,
+}
+
+struct Shared {
+    addr: String,
+    pending: Mutex<Pending>,
+}
+
+impl Shared {
+    fn close(&self, why: &str) {
+        let slots = {
+            let Ok(mut p) = self.pending.lock() else {
+                return;
+            };
+            if p.closed.is_none() {
+                p.closed = Some(why.to_string());
+            }
+            std::mem::take(&mut p.slots)
+        };
+        for (_, slot) in slots {
+            let _ = slot.send(Err(Error::Disconnected {
+                addr: self.addr.clone(),
+                message: why.to_string(),
+            }));
+        }
+    }
+}
+
+/// An open connection to one broker.
+pub(crate) struct BrokerConnection {
+    shared: Arc<Shared>,
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    next_correlation_id: AtomicI32,
+    client_id: String,
+    request_timeout: Duration,
+    versions: OnceLock<HashMap<i16, (i16, i16)>>,
+    reader: JoinHandle<()>,
+}
+
+impl Drop for BrokerConnection {
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.shared.close("connection dropped");
+    }
+}
+
+impl BrokerConnection {
+    /// Opens a connection and negotiates api versions; both steps bounded by
+    /// `connect_timeout` and `request_timeout`.
+    pub(crate) async fn connect(
+        addr: &str,
+        client_id: &str,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Result<Arc<Self>> {
+        let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                return Err(Error::Connect {
+                    addr: addr.to_string(),
+                    message: e.to_string(),
+                })
+            }
+            Err(_) => {
+                return Err(Error::Timeout {
+                    what: format!("connecting to {addr}"),
+                    after: connect_timeout,
+                })
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (read, write) = stream.into_split();
+        let shared = Arc::new(Shared {
+            addr: addr.to_string(),
+            pending: Mutex::new(Pending::default()),
+        });
+        let reader = tokio::spawn(read_loop(read, shared.clone()));
+        let conn = Arc::new(BrokerConnection {
+            shared,
+            writer: tokio::sync::Mutex::new(write),
+            next_correlation_id: AtomicI32::new(1),
+            client_id: client_id.to_string(),
+            request_timeout,
+            versions: OnceLock::new(),
+            reader,
+        });
+        let mut response = conn.api_versions(3).await?;
+        if ErrorCode::from_code(response.error_code) == ErrorCode::UNSUPPORTED_VERSION {
+            response = conn.api_versions(0).await?;
+        }
+        crate::error::check(response.error_code, || format!("ApiVersions to {addr}"))?;
+        let versions = response
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect();
+        let _ = conn.versions.set(versions);
+        Ok(conn)
+    }
+
+    async fn api_versions(&self, version: i16) -> Result<ApiVersionsResponse> {
+        let request = ApiVersionsRequest {
+            client_software_name: "rill-client".into(),
+            client_software_version: env!("CARGO_PKG_VERSION").into(),
+            ..Default::default()
+        };
+        self.send_at(&request, version, self.request_timeout).await
+    }
+
+    /// The broker's address, as dialled.
+    pub(crate) fn addr(&self) -> &str {
+        &self.shared.addr
+    }
+
+    /// Requests sent and not yet answered.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.shared
+            .pending
+            .lock()
+            .map(|p| p.slots.len())
+            .unwrap_or(0)
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shared
+            .pending
+            .lock()
+            .map(|p| p.closed.is_some())
+            .unwrap_or(true)
+    }
+
+    pub(crate) fn close(&self, why: &str) {
+        self.shared.close(why);
+    }
+
+    /// The version to send `api` at: the highest both the broker and `ours` (the highest
+    /// this client implements) support.
+    pub(crate) fn version(&self, api: ApiKey, ours: i16) -> Result<i16> {
+        let unsupported = || Error::UnsupportedVersion {
+            addr: self.addr().to_string(),
+            api,
+            min: 0,
+            max: ours,
+        };
+        let Some(&(lo, hi)) = self.versions.get().and_then(|v| v.get(&api.as_i16())) else {
+            return Err(unsupported());
+        };
+        let v = hi.min(ours);
+        if v < lo {
+            return Err(unsupported());
+        }
+        Ok(v)
+    }
+
+    /// Sends `request` at the negotiated version (at most `ours`) and waits for its
+    /// response, at most the connection's request timeout.
+    pub(crate) async fn send<R: Request>(&self, request: &R, ours: i16) -> Result<R::Response> {
+        self.send_with_timeout(request, ours, self.request_timeout)
+            .await
+    }
+
+    /// [`Self::send`] with an explicit deadline (JoinGroup waits for a rebalance, Fetch
+    /// for its max wait).
+    pub(crate) async fn send_with_timeout<R: Request>(
+        &self,
+        request: &R,
+        ours: i16,
+        timeout: Duration,
+    ) -> Result<R::Response> {
+        let api = api_key::<R>()?;
+        let version = self.version(api, ours)?;
+        self.send_at(request, version, timeout).await
+    }
+
+    async fn send_at<R: Request>(
+        &self,
+        request: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<R::Response> {
+        let api = api_key::<R>()?;
+        let (correlation_id, frame) = self.encode(request, version)?;
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut p = self.shared.pending.lock().map_err(|_| Error::Closed)?;
+            if let Some(why) = &p.closed {
+                return Err(Error::Disconnected {
+                    addr: self.addr().to_string(),
+                    message: why.clone(),
+                });
+            }
+            p.slots.insert(correlation_id, tx);
+        }
+        self.write(&frame, timeout).await?;
+        let bytes = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(_)) => {
+                return Err(Error::Disconnected {
+                    addr: self.addr().to_string(),
+                    message: "reader stopped".into(),
+                })
+            }
+            Err(_) => {
+                // The broker may be stopped or wedged: nothing else on this connection will
+                // be answered in time either, so fail them all now and reconnect later.
+                self.close("request timed out");
+                return Err(Error::Timeout {
+                    what: format!("{} request to {}", api.name(), self.addr()),
+                    after: timeout,
+                });
+            }
+        };
+        let mut bytes = bytes;
+        let result = ResponseHeader::decode(&mut bytes, api.response_header_version(version))
+            .and_then(|_| R::Response::decode(&mut bytes, version));
+        match result {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                self.close("undecodable response");
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Writes a request that gets no response (Produce with acks=0).
+    pub(crate) async fn send_no_response<R: Request>(&self, request: &R, ours: i16) -> Result<()> {
+        let api = api_key::<R>()?;
+        let version = self.version(api, ours)?;
+        let (_, frame) = self.encode(request, version)?;
+        if let Ok(p) = self.shared.pending.lock() {
+            if let Some(why) = &p.closed {
+                return Err(Error::Disconnected {
+                    addr: self.addr().to_string(),
+                    message: why.clone(),
+                });
+            }
+        }
+        self.write(&frame, self.request_timeout).await
+    }
+
+    fn encode<R: Request>(&self, request: &R, version: i16) -> Result<(i32, BytesMut)> {
+        let correlation_id = self
+            .next_correlation_id
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                Some(if c == i32::MAX { 1 } else { c + 1 })
+            })
+            .unwrap_or(1);
+        let header = RequestHeader {
+            request_api_key: R::API_KEY,
+            request_api_version: version,
+            correlation_id,
+            client_id: Some(self.client_id.clone()),
+            ..Default::default()
+        };
+        let mut frame = BytesMut::with_capacity(request.encoded_len(version) + 64);
+        encode_request_frame(&mut frame, &header, request)?;
+        Ok((correlation_id, frame))
+    }
+
+    async fn write(&self, frame: &[u8], timeout: Duration) -> Result<()> {
+        let result = tokio::time::timeout(timeout, async {
+            let mut w = self.writer.lock().await;
+            w.write_all(frame).await
+        })
+        .await;
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                self.close(&e.to_string());
+                Err(Error::Disconnected {
+                    addr: self.addr().to_string(),
+                    message: e.to_string(),
+                })
+            }
+            Err(_) => {
+                self.close("write timed out");
+                Err(Error::Timeout {
+                    what: format!("writing to {}", self.addr()),
+                    after: timeout,
+                })
+            }
+        }
+    }
+}
+
+fn api_key<R: Request>() -> Result<ApiKey> {
+    ApiKey::from_i16(R::API_KEY).ok_or(Error::Encode(rill_protocol::EncodeError::UnknownApiKey(
+        R::API_KEY,
+    )))
+}
+
+async fn read_loop(mut read: tokio::net::tcp::OwnedReadHalf, shared: Arc<Shared>) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let why = loop {
+        match decode_frame(&mut buf, MAX_RESPONSE_BYTES) {
+            Ok(Some(frame)) => {
+                if frame.len() < 4 {
+                    break "response shorter than its header".to_string();
+                }
+                let correlation_id = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
+                let slot = shared
+                    .pending
+                    .lock()
+                    .ok()
+                    .and_then(|mut p| p.slots.remove(&correlation_id));
+                if let Some(slot) = slot {
+                    let _ = slot.send(Ok(frame.freeze()));
+                }
+                // A response nobody waits for (its request timed out) is dropped.
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => break e.to_string(),
+        }
+        match read.read_buf(&mut buf).await {
+            Ok(0) => break "closed by broker".to_string(),
+            Ok(_) => {}
+            Err(e) => break e.to_string(),
+        }
+    };
+    shared.close(&why);
+}

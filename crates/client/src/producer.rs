@@ -1,0 +1,1013 @@
+//! The producer: batching, compression, idempotence and per-record delivery futures.
+//!
+//! How a record travels (Kafka's `RecordAccumulator` + `Sender`, in tasks):
+//!
+//! 1. [`Producer::send`] picks the partition (explicit, murmur2 of the key, or the
+//!    topic's sticky partition), reserves `buffer.memory`, and appends the record to the
+//!    last open batch of that partition, or starts a batch when it is full
+//!    (`batch.size`). It returns a [`DeliveryFuture`] at once.
+//! 2. The sender task takes a partition's first batch when it is full, older than
+//!    `linger.ms`, or a flush/close is waiting, and while the partition has fewer than
+//!    `max.in.flight.requests.per.connection` batches in flight. With idempotence it then
+//!    stamps the batch with the producer id, epoch and the partition's next sequence number.
+//!    Batches for the same leader go out in one Produce request, compressed by
+//!    `RecordBatchBuilder`.
+//! 3. The answer completes each record's future with its offset. A retriable error puts
+//!    the batch back at the head of its partition, in sequence order, with its sequence
+//!    kept, so that the broker drops a duplicate instead of writing it twice; such retried
+//!    batches go out one at a time. A batch is failed once `delivery.timeout.ms` has passed
+//!    since it was created, or on a non-retriable error.
+//!
+//! Why the order holds: one partition's batches go to one connection in sequence order,
+//! and a retried batch is only resent when nothing else of its partition is in flight.
+
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use rill_protocol::generated::produce_request::{PartitionProduceData, TopicProduceData};
+use rill_protocol::generated::{InitProducerIdRequest, ProduceRequest, ProduceResponse};
+use rill_protocol::records::{CompressionType, Header, RecordBatchBuilder};
+use rill_protocol::ErrorCode;
+use tokio::sync::{oneshot, Notify, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::config::ClientConfig;
+use crate::error::{Error, Result};
+use crate::network::NetworkClient;
+use crate::partitioner::partition_for_key;
+use crate::types::TopicPartition;
+
+const PRODUCE_VERSION: i16 = 11;
+const INIT_PRODUCER_ID_VERSION: i16 = 4;
+
+/// `acks`: how many replicas must have a record before the broker answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acks {
+    /// `acks=0`: no answer at all; offsets are unknown (-1).
+    None,
+    /// `acks=1`: the leader has it.
+    Leader,
+    /// `acks=all` (-1): every in-sync replica has it.
+    All,
+}
+
+impl Acks {
+    fn wire(self) -> i16 {
+        match self {
+            Acks::None => 0,
+            Acks::Leader => 1,
+            Acks::All => -1,
+        }
+    }
+}
+
+impl std::str::FromStr for Acks {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "0" => Ok(Acks::None),
+            "1" => Ok(Acks::Leader),
+            "all" | "-1" => Ok(Acks::All),
+            other => Err(Error::InvalidConfig(format!("acks={other}"))),
+        }
+    }
+}
+
+/// Producer settings, with the Java client's defaults.
+///
+/// ```
+/// use std::time::Duration;
+/// use rill_client::{ClientConfig, ProducerConfig};
+/// use rill_client::records::CompressionType;
+///
+/// let config = ProducerConfig::new(ClientConfig::new("127.0.0.1:9092"))
+///     .compression(CompressionType::Zstd)
+///     .linger(Duration::from_millis(10));
+/// assert!(config.enable_idempotence);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    pub client: ClientConfig,
+    /// `acks` (default all). Idempotence needs `all`; with another value it is off.
+    pub acks: Acks,
+    /// `batch.size` in bytes (uncompressed).
+    pub batch_size: usize,
+    /// `linger.ms`.
+    pub linger: Duration,
+    /// `compression.type`.
+    pub compression: CompressionType,
+    /// `enable.idempotence` (default on).
+    pub enable_idempotence: bool,
+    /// `max.in.flight.requests.per.connection` (at most 5 with idempotence).
+    pub max_in_flight: usize,
+    /// `delivery.timeout.ms`: a record not acknowledged by then fails.
+    pub delivery_timeout: Duration,
+    /// `buffer.memory`: bytes of records waiting to be sent before `send` waits.
+    pub buffer_memory: usize,
+    /// `max.request.size`: the largest record accepted.
+    pub max_request_size: usize,
+    /// `max.block.ms`: how long `send` waits for metadata of a new topic.
+    pub max_block: Duration,
+}
+
+impl ProducerConfig {
+    pub fn new(client: ClientConfig) -> Self {
+        Self {
+            client,
+            acks: Acks::All,
+            batch_size: 16 * 1024,
+            linger: Duration::from_millis(5),
+            compression: CompressionType::None,
+            enable_idempotence: true,
+            max_in_flight: 5,
+            delivery_timeout: Duration::from_secs(120),
+            buffer_memory: 32 << 20,
+            max_request_size: 1 << 20,
+            max_block: Duration::from_secs(60),
+        }
+    }
+
+    pub fn acks(mut self, acks: Acks) -> Self {
+        self.acks = acks;
+        self
+    }
+
+    pub fn compression(mut self, compression: CompressionType) -> Self {
+        self.compression = compression;
+        self
+    }
+
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
+    }
+
+    pub fn batch_size(mut self, bytes: usize) -> Self {
+        self.batch_size = bytes;
+        self
+    }
+
+    pub fn idempotence(mut self, on: bool) -> Self {
+        self.enable_idempotence = on;
+        self
+    }
+
+    pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
+        self.delivery_timeout = timeout;
+        self
+    }
+
+    fn idempotent(&self) -> bool {
+        self.enable_idempotence && self.acks == Acks::All
+    }
+}
+
+/// A record to send.
+///
+/// ```
+/// use rill_client::ProducerRecord;
+/// let record = ProducerRecord::new("orders", "{\"id\":1}")
+///     .key("customer-7")
+///     .header("source", "web");
+/// assert_eq!(record.partition, None);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ProducerRecord {
+    pub topic: String,
+    /// Explicit partition; otherwise chosen from the key.
+    pub partition: Option<i32>,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<Header>,
+    /// Create time in ms since the epoch; now when `None`.
+    pub timestamp: Option<i64>,
+}
+
+impl ProducerRecord {
+    pub fn new(topic: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        Self {
+            topic: topic.into(),
+            value: Some(value.into()),
+            ..Default::default()
+        }
+    }
+
+    /// A record with a null value (a tombstone, once it has a key).
+    pub fn tombstone(topic: impl Into<String>) -> Self {
+        Self {
+            topic: topic.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    pub fn partition(mut self, partition: i32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+
+    pub fn header(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        self.headers.push(Header {
+            key: key.into(),
+            value: Some(value.into()),
+        });
+        self
+    }
+
+    pub fn timestamp(mut self, ms: i64) -> Self {
+        self.timestamp = Some(ms);
+        self
+    }
+
+    fn size_estimate(&self) -> usize {
+        32 + self.key.as_ref().map_or(0, Bytes::len)
+            + self.value.as_ref().map_or(0, Bytes::len)
+            + self
+                .headers
+                .iter()
+                .map(|h| 8 + h.key.len() + h.value.as_ref().map_or(0, Bytes::len))
+                .sum::<usize>()
+    }
+}
+
+/// Where a record was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMetadata {
+    pub topic: String,
+    pub partition: i32,
+    /// The record's offset; -1 with `acks=0` or for a retried duplicate.
+    pub offset: i64,
+    /// Create time, or the broker's append time when the topic uses `LogAppendTime`.
+    pub timestamp: i64,
+}
+
+/// Resolves when the broker has acknowledged (or refused) one record.
+pub struct DeliveryFuture {
+    rx: oneshot::Receiver<Result<RecordMetadata>>,
+}
+
+impl Future for DeliveryFuture {
+    type Output = Result<RecordMetadata>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match Pin::new(&mut self.rx).poll(cx) {
+            Poll::Ready(Ok(r)) => Poll::Ready(r),
+            Poll::Ready(Err(_)) => Poll::Ready(Err(Error::Closed)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+struct Delivery {
+    tx: oneshot::Sender<Result<RecordMetadata>>,
+    timestamp: i64,
+}
+
+struct ProducerBatch {
+    tp: TopicPartition,
+    builder: RecordBatchBuilder,
+    created: Instant,
+    deliveries: Vec<Delivery>,
+    memory: usize,
+    /// Set when the batch is first drained (idempotence), kept across retries.
+    base_sequence: Option<i32>,
+    encoded: Option<Bytes>,
+    retry_after: Option<Instant>,
+    full: bool,
+}
+
+#[derive(Default)]
+struct PartitionQueue {
+    batches: VecDeque<ProducerBatch>,
+    in_flight: usize,
+    next_sequence: i32,
+}
+
+struct Accumulator {
+    queues: HashMap<TopicPartition, PartitionQueue>,
+    sticky: HashMap<String, i32>,
+    flushing: usize,
+    closed: bool,
+    producer_id: i64,
+    producer_epoch: i16,
+    /// Records appended and not yet completed.
+    pending: usize,
+    rng: u64,
+}
+
+impl Accumulator {
+    fn random(&mut self) -> u64 {
+        // xorshift64: enough to spread sticky partitions, no dependency needed.
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x
+    }
+}
+
+struct ProducerInner {
+    net: Arc<NetworkClient>,
+    config: ProducerConfig,
+    state: Mutex<Accumulator>,
+    wake: Notify,
+    idle: Notify,
+    memory: Semaphore,
+}
+
+/// An asynchronous, batching, idempotent producer.
+///
+/// ```no_run
+/// use rill_client::{ClientConfig, Producer, ProducerConfig, ProducerRecord};
+///
+/// # async fn run() -> rill_client::Result<()> {
+/// let producer = Producer::new(ProducerConfig::new(ClientConfig::new("127.0.0.1:9092")))?;
+/// let delivery = producer.send(ProducerRecord::new("orders", "hello").key("k1")).await?;
+/// let metadata = delivery.await?;
+/// println!("written at {}-{}@{}", metadata.topic, metadata.partition, metadata.offset);
+/// producer.close().await?;
+/// # Ok(()) }
+/// ```
+pub struct Producer {
+    inner: Arc<ProducerInner>,
+    sender: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Producer {
+    /// Creates a producer and starts its sender task; call from within a tokio runtime.
+    /// Nothing is connected until the first record is sent.
+    pub fn new(config: ProducerConfig) -> Result<Self> {
+        if config.batch_size == 0 {
+            return Err(Error::InvalidConfig("batch.size must be positive".into()));
+        }
+        if config.idempotent() && config.max_in_flight > 5 {
+            return Err(Error::InvalidConfig(
+                "max.in.flight.requests.per.connection must be at most 5 with idempotence".into(),
+            ));
+        }
+        let net = NetworkClient::new(config.client.clone())?;
+        let seed = RandomState::new().build_hasher().finish() | 1;
+        let inner = Arc::new(ProducerInner {
+            net,
+            memory: Semaphore::new(config.buffer_memory.min(Semaphore::MAX_PERMITS)),
+            config,
+            state: Mutex::new(Accumulator {
+                queues: HashMap::new(),
+                sticky: HashMap::new(),
+                flushing: 0,
+                closed: false,
+                producer_id: -1,
+                producer_epoch: -1,
+                pending: 0,
+                rng: seed,
+            }),
+            wake: Notify::new(),
+            idle: Notify::new(),
+        });
+        let sender = tokio::spawn(run_sender(inner.clone()));
+        Ok(Self {
+            inner,
+            sender: Mutex::new(Some(sender)),
+        })
+    }
+
+    /// Queues `record` and returns a future of its delivery. Waits only for metadata of
+    /// a topic not seen before (at most `max.block.ms`) and for buffer space.
+    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        let inner = &self.inner;
+        if inner.lock()?.closed {
+            return Err(Error::Closed);
+        }
+        let size = record.size_estimate();
+        if size > inner.config.max_request_size {
+            return Err(Error::InvalidConfig(format!(
+                "record of {size} bytes exceeds max.request.size {}",
+                inner.config.max_request_size
+            )));
+        }
+        let partition_count = self.partition_count(&record.topic).await?;
+        if let Some(p) = record.partition {
+            if p < 0 || p as usize >= partition_count {
+                return Err(Error::UnknownPartition {
+                    topic: record.topic.clone(),
+                    partition: p,
+                });
+            }
+        }
+        let permits = u32::try_from(size).unwrap_or(u32::MAX);
+        inner
+            .memory
+            .acquire_many(permits)
+            .await
+            .map_err(|_| Error::Closed)?
+            .forget();
+        let timestamp = record.timestamp.unwrap_or_else(now_ms);
+        let (tx, rx) = oneshot::channel();
+        let mut wake = false;
+        {
+            let mut state = inner.lock()?;
+            if state.closed {
+                inner.memory.add_permits(permits as usize);
+                return Err(Error::Closed);
+            }
+            let partition = match (record.partition, &record.key) {
+                (Some(p), _) => p,
+                (None, Some(key)) => partition_for_key(key, partition_count),
+                (None, None) => sticky_partition(
+                    &mut state,
+                    &record.topic,
+                    partition_count,
+                    inner.config.batch_size,
+                ),
+            };
+            let tp = TopicPartition::new(record.topic.clone(), partition);
+            let queue = state.queues.entry(tp.clone()).or_default();
+            let needs_new = match queue.batches.back() {
+                Some(b) => {
+                    b.full
+                        || b.base_sequence.is_some()
+                        || b.builder.size_in_bytes() + size > inner.config.batch_size
+                }
+                None => true,
+            };
+            if needs_new {
+                if let Some(last) = queue.batches.back_mut() {
+                    if !last.full {
+                        last.full = true;
+                        wake = true;
+                    }
+                }
+                queue.batches.push_back(ProducerBatch {
+                    tp,
+                    builder: RecordBatchBuilder::new(inner.config.compression, 0),
+                    created: Instant::now(),
+                    deliveries: Vec::new(),
+                    memory: 0,
+                    base_sequence: None,
+                    encoded: None,
+                    retry_after: None,
+                    full: false,
+                });
+            }
+            let Some(batch) = queue.batches.back_mut() else {
+                return Err(Error::IllegalState("no open batch".into()));
+            };
+            if let Err(e) = batch.builder.append(
+                timestamp,
+                record.key.as_deref(),
+                record.value.as_deref(),
+                &record.headers,
+            ) {
+                inner.memory.add_permits(permits as usize);
+                return Err(e.into());
+            }
+            batch.memory += permits as usize;
+            batch.deliveries.push(Delivery { tx, timestamp });
+            if batch.builder.size_in_bytes() >= inner.config.batch_size {
+                batch.full = true;
+                wake = true;
+            }
+            let first = state.pending == 0;
+            state.pending += 1;
+            wake |= first;
+        }
+        if wake {
+            inner.wake.notify_one();
+        }
+        Ok(DeliveryFuture { rx })
+    }
+
+    /// Sends `record` and waits for its delivery.
+    pub async fn send_and_wait(&self, record: ProducerRecord) -> Result<RecordMetadata> {
+        self.send(record).await?.await
+    }
+
+    /// Sends everything queued now, and waits until every record sent so far is
+    /// acknowledged or failed.
+    pub async fn flush(&self) -> Result<()> {
+        self.inner.lock()?.flushing += 1;
+        self.inner.wake.notify_one();
+        let result = self.wait_idle().await;
+        if let Ok(mut s) = self.inner.lock() {
+            s.flushing -= 1;
+        }
+        result
+    }
+
+    async fn wait_idle(&self) -> Result<()> {
+        loop {
+            let notified = self.inner.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.inner.lock()?.pending == 0 {
+                return Ok(());
+            }
+            // The sender may have stopped (a bug or a panic); do not wait forever on it.
+            if self
+                .sender
+                .lock()
+                .map(|s| s.as_ref().is_none_or(|h| h.is_finished()))
+                .unwrap_or(true)
+            {
+                return Err(Error::Closed);
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(500), notified).await;
+        }
+    }
+
+    /// Flushes, stops the sender task and closes the connections.
+    pub async fn close(&self) -> Result<()> {
+        let flushed = self.flush().await;
+        self.inner.lock()?.closed = true;
+        self.inner.wake.notify_one();
+        let handle = self.sender.lock().ok().and_then(|mut s| s.take());
+        if let Some(h) = handle {
+            let _ = h.await;
+        }
+        self.inner.net.close();
+        flushed
+    }
+
+    /// Partitions of `topic`, fetching its metadata if need be (auto-creating it when
+    /// the broker allows).
+    pub async fn partitions_for(&self, topic: &str) -> Result<usize> {
+        self.partition_count(topic).await
+    }
+
+    async fn partition_count(&self, topic: &str) -> Result<usize> {
+        let deadline = Instant::now() + self.inner.config.max_block;
+        let topics = [topic.to_string()];
+        loop {
+            let md = match self.inner.net.ensure_topics(&topics).await {
+                Ok(md) => Some(md),
+                Err(e) if e.is_retriable() && Instant::now() < deadline => None,
+                Err(e) => return Err(e),
+            };
+            if let Some(n) = md.as_ref().and_then(|m| m.partition_count(topic)) {
+                if n > 0 {
+                    return Ok(n);
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::UnknownTopic(topic.to_string()));
+            }
+            // An auto-created topic may take a moment to show up.
+            tokio::time::sleep(self.inner.config.client.retry_backoff).await;
+            self.inner.net.invalidate_metadata();
+        }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.inner.state.lock() {
+            s.closed = true;
+        }
+        self.inner.wake.notify_one();
+    }
+}
+
+impl ProducerInner {
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Accumulator>> {
+        self.state
+            .lock()
+            .map_err(|_| Error::IllegalState("producer state poisoned".into()))
+    }
+
+    fn complete(&self, batch: ProducerBatch, result: Result<(i64, i64)>) {
+        let n = batch.deliveries.len();
+        for (i, d) in batch.deliveries.into_iter().enumerate() {
+            let r = match &result {
+                Ok((base, append_time)) => Ok(RecordMetadata {
+                    topic: batch.tp.topic.clone(),
+                    partition: batch.tp.partition,
+                    offset: if *base >= 0 { base + i as i64 } else { -1 },
+                    timestamp: if *append_time >= 0 {
+                        *append_time
+                    } else {
+                        d.timestamp
+                    },
+                }),
+                Err(e) => Err(e.clone()),
+            };
+            let _ = d.tx.send(r);
+        }
+        self.memory.add_permits(batch.memory);
+        if let Ok(mut s) = self.state.lock() {
+            s.pending = s.pending.saturating_sub(n);
+            if let Some(q) = s.queues.get_mut(&batch.tp) {
+                q.in_flight = q.in_flight.saturating_sub(1);
+            }
+        }
+        self.idle.notify_waiters();
+        self.wake.notify_one();
+    }
+
+    /// Puts a batch that failed with a retriable error back at the head of its queue,
+    /// or fails it once its delivery timeout has passed.
+    fn retry(&self, mut batch: ProducerBatch, error: Error) {
+        if batch.created.elapsed() >= self.config.delivery_timeout {
+            self.complete(batch, Err(error));
+            return;
+        }
+        tracing::debug!(partition = %batch.tp, %error, "retrying batch");
+        batch.retry_after = Some(Instant::now() + self.config.client.retry_backoff);
+        batch.full = true;
+        if let Ok(mut s) = self.state.lock() {
+            let q = s.queues.entry(batch.tp.clone()).or_default();
+            q.in_flight = q.in_flight.saturating_sub(1);
+            // Keep sequence order among batches that already have one.
+            let pos = q
+                .batches
+                .iter()
+                .position(|b| match (b.base_sequence, batch.base_sequence) {
+                    (Some(other), Some(mine)) => other > mine,
+                    _ => true,
+                })
+                .unwrap_or(q.batches.len());
+            q.batches.insert(pos, batch);
+        }
+        self.wake.notify_one();
+    }
+
+    /// Takes the batches that may be sent now; returns them and when to look again.
+    fn drain(&self) -> (Vec<ProducerBatch>, Option<Instant>, bool) {
+        let Ok(mut s) = self.state.lock() else {
+            return (Vec::new(), None, true);
+        };
+        let now = Instant::now();
+        let linger = self.config.linger;
+        let urgent = s.flushing > 0 || s.closed;
+        let max_in_flight = self.config.max_in_flight.max(1);
+        let idempotent = self.config.idempotent();
+        let (pid, epoch) = (s.producer_id, s.producer_epoch);
+        let mut ready = Vec::new();
+        let mut next: Option<Instant> = None;
+        let mut expired = Vec::new();
+        for q in s.queues.values_mut() {
+            while let Some(front) = q.batches.front() {
+                if front.deliveries.is_empty() {
+                    q.batches.pop_front();
+                    continue;
+                }
+                if front.base_sequence.is_none()
+                    && front.created.elapsed() >= self.config.delivery_timeout
+                {
+                    if let Some(b) = q.batches.pop_front() {
+                        expired.push(b);
+                    }
+                    continue;
+                }
+                let retried = front.base_sequence.is_some();
+                if q.in_flight >= max_in_flight || (retried && q.in_flight > 0) {
+                    break;
+                }
+                if let Some(at) = front.retry_after {
+                    if at > now {
+                        next = Some(next.map_or(at, |n: Instant| n.min(at)));
+                        break;
+                    }
+                }
+                let due = front.created + linger;
+                let is_ready = front.full || urgent || q.batches.len() > 1 || due <= now || retried;
+                if !is_ready {
+                    next = Some(next.map_or(due, |n: Instant| n.min(due)));
+                    break;
+                }
+                let Some(mut batch) = q.batches.pop_front() else {
+                    break;
+                };
+                if idempotent && batch.base_sequence.is_none() {
+                    if pid < 0 {
+                        q.batches.push_front(batch);
+                        break;
+                    }
+                    let seq = q.next_sequence;
+                    q.next_sequence = seq.wrapping_add(batch.deliveries.len() as i32) & i32::MAX;
+                    batch.base_sequence = Some(seq);
+                    let builder = std::mem::replace(
+                        &mut batch.builder,
+                        RecordBatchBuilder::new(CompressionType::None, 0),
+                    );
+                    batch.builder = builder.producer(pid, epoch, seq);
+                }
+                q.in_flight += 1;
+                ready.push(batch);
+                if !idempotent && retried {
+                    break;
+                }
+            }
+        }
+        let done = s.closed && s.pending == 0;
+        drop(s);
+        for b in expired {
+            // Counted as in flight by `complete`'s bookkeeping; balance it.
+            if let Ok(mut s) = self.state.lock() {
+                s.queues.entry(b.tp.clone()).or_default().in_flight += 1;
+            }
+            let after = self.config.delivery_timeout;
+            self.complete(
+                b,
+                Err(Error::Timeout {
+                    what: "record delivery".into(),
+                    after,
+                }),
+            );
+        }
+        (ready, next, done)
+    }
+}
+
+fn sticky_partition(
+    state: &mut Accumulator,
+    topic: &str,
+    partition_count: usize,
+    batch_size: usize,
+) -> i32 {
+    let n = partition_count.max(1) as u64;
+    let current = state.sticky.get(topic).copied();
+    if let Some(p) = current {
+        let open = state
+            .queues
+            .get(&TopicPartition::new(topic, p))
+            .and_then(|q| q.batches.back())
+            .is_some_and(|b| {
+                !b.full && b.base_sequence.is_none() && b.builder.size_in_bytes() < batch_size
+            });
+        let any_batch = state
+            .queues
+            .get(&TopicPartition::new(topic, p))
+            .is_some_and(|q| !q.batches.is_empty());
+        // Stay while the sticky partition's batch is still being filled (or none was
+        // started yet); move on once it has been closed, like KIP-480.
+        if (open || !any_batch) && (p as u64) < n {
+            return p;
+        }
+    }
+    let mut p = (state.random() % n) as i32;
+    if n > 1 && Some(p) == current {
+        p = ((p as u64 + 1) % n) as i32;
+    }
+    state.sticky.insert(topic.to_string(), p);
+    p
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+async fn run_sender(inner: Arc<ProducerInner>) {
+    loop {
+        let needs_pid = inner.config.idempotent()
+            && inner
+                .state
+                .lock()
+                .map(|s| s.producer_id < 0 && s.pending > 0)
+                .unwrap_or(false);
+        if needs_pid {
+            if let Err(e) = init_producer_id(&inner).await {
+                tracing::warn!(error = %e, "InitProducerId failed, retrying");
+                let closed = inner.state.lock().map(|s| s.closed).unwrap_or(true);
+                if closed {
+                    fail_all(&inner, e);
+                    return;
+                }
+                tokio::time::sleep(inner.config.client.retry_backoff).await;
+                continue;
+            }
+        }
+        let notified = inner.wake.notified();
+        let (ready, next, done) = inner.drain();
+        if done {
+            return;
+        }
+        if !ready.is_empty() {
+            dispatch(&inner, ready).await;
+        }
+        let wait = next
+            .map(|at| at.saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::from_millis(200));
+        let _ = tokio::time::timeout(wait, notified).await;
+    }
+}
+
+fn fail_all(inner: &ProducerInner, error: Error) {
+    let batches: Vec<ProducerBatch> = match inner.state.lock() {
+        Ok(mut s) => s
+            .queues
+            .values_mut()
+            .flat_map(|q| {
+                q.in_flight += q.batches.len();
+                q.batches.drain(..).collect::<Vec<_>>()
+            })
+            .collect(),
+        Err(_) => return,
+    };
+    for b in batches {
+        inner.complete(b, Err(error.clone()));
+    }
+}
+
+async fn init_producer_id(inner: &ProducerInner) -> Result<()> {
+    let request = InitProducerIdRequest {
+        transactional_id: None,
+        transaction_timeout_ms: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        ..Default::default()
+    };
+    let response = inner
+        .net
+        .send_any(&request, INIT_PRODUCER_ID_VERSION)
+        .await?;
+    crate::error::check(response.error_code, || "InitProducerId".into())?;
+    let mut s = inner.lock()?;
+    s.producer_id = response.producer_id;
+    s.producer_epoch = response.producer_epoch;
+    for q in s.queues.values_mut() {
+        q.next_sequence = 0;
+    }
+    Ok(())
+}
+
+/// Groups ready batches by leader and sends one Produce request per leader, each on its
+/// own task so a slow broker does not hold up the others.
+async fn dispatch(inner: &Arc<ProducerInner>, ready: Vec<ProducerBatch>) {
+    let md = inner.net.metadata();
+    let mut by_leader: BTreeMap<i32, Vec<ProducerBatch>> = BTreeMap::new();
+    let mut leaderless = Vec::new();
+    for mut batch in ready {
+        if batch.encoded.is_none() {
+            match batch.builder.build() {
+                Ok(bytes) => batch.encoded = Some(bytes),
+                Err(e) => {
+                    inner.complete(batch, Err(e.into()));
+                    continue;
+                }
+            }
+        }
+        let leader = md
+            .topics
+            .get(&batch.tp.topic)
+            .and_then(|t| {
+                t.partitions
+                    .iter()
+                    .find(|p| p.partition == batch.tp.partition)
+            })
+            .map(|p| p.leader)
+            .filter(|l| *l >= 0 && md.brokers.contains_key(l));
+        match leader {
+            Some(l) => by_leader.entry(l).or_default().push(batch),
+            None => leaderless.push(batch),
+        }
+    }
+    if !leaderless.is_empty() {
+        let topics: Vec<String> = leaderless.iter().map(|b| b.tp.topic.clone()).collect();
+        inner.net.invalidate_metadata();
+        let net = inner.net.clone();
+        tokio::spawn(async move {
+            let _ = net.refresh_metadata(Some(&topics)).await;
+        });
+        for b in leaderless {
+            let error = Error::kafka(
+                ErrorCode::LEADER_NOT_AVAILABLE,
+                format!("producing to {}", b.tp),
+            );
+            inner.retry(b, error);
+        }
+    }
+    for (leader, batches) in by_leader {
+        let inner = inner.clone();
+        tokio::spawn(async move { send_produce(inner, leader, batches).await });
+    }
+}
+
+/// Error, base offset, log append time and message of one partition's answer.
+type PartitionResult = (ErrorCode, i64, i64, Option<String>);
+
+async fn send_produce(inner: Arc<ProducerInner>, leader: i32, batches: Vec<ProducerBatch>) {
+    let mut topics: BTreeMap<&str, Vec<PartitionProduceData>> = BTreeMap::new();
+    for b in &batches {
+        topics
+            .entry(&b.tp.topic)
+            .or_default()
+            .push(PartitionProduceData {
+                index: b.tp.partition,
+                records: b.encoded.clone(),
+                ..Default::default()
+            });
+    }
+    let request = ProduceRequest {
+        transactional_id: None,
+        acks: inner.config.acks.wire(),
+        timeout_ms: i32::try_from(inner.config.client.request_timeout.as_millis())
+            .unwrap_or(i32::MAX),
+        topic_data: topics
+            .into_iter()
+            .map(|(name, partition_data)| TopicProduceData {
+                name: name.to_string(),
+                partition_data,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let conn = match inner.net.node_connection(leader).await {
+        Ok(c) => c,
+        Err(e) => {
+            inner.net.invalidate_metadata();
+            for b in batches {
+                inner.retry(b, e.clone());
+            }
+            return;
+        }
+    };
+    if inner.config.acks == Acks::None {
+        let result = conn.send_no_response(&request, PRODUCE_VERSION).await;
+        for b in batches {
+            inner.complete(b, result.clone().map(|()| (-1, -1)));
+        }
+        return;
+    }
+    let response: ProduceResponse = match conn.send(&request, PRODUCE_VERSION).await {
+        Ok(r) => r,
+        Err(e) => {
+            if e.is_retriable() {
+                inner.net.invalidate_metadata();
+                for b in batches {
+                    inner.retry(b, e.clone());
+                }
+            } else {
+                for b in batches {
+                    inner.complete(b, Err(e.clone()));
+                }
+            }
+            return;
+        }
+    };
+    let mut results: HashMap<(String, i32), PartitionResult> = HashMap::new();
+    for t in response.responses {
+        for p in t.partition_responses {
+            results.insert(
+                (t.name.clone(), p.index),
+                (
+                    ErrorCode::from_code(p.error_code),
+                    p.base_offset,
+                    p.log_append_time_ms,
+                    p.error_message,
+                ),
+            );
+        }
+    }
+    for b in batches {
+        let key = (b.tp.topic.clone(), b.tp.partition);
+        let Some((code, base, append_time, message)) = results.remove(&key) else {
+            let e = Error::kafka(
+                ErrorCode::UNKNOWN_SERVER_ERROR,
+                format!("no answer for {}", b.tp),
+            );
+            inner.retry(b, e);
+            continue;
+        };
+        let context = format!("producing to {}", b.tp);
+        match code {
+            c if c.is_ok() => inner.complete(b, Ok((base, append_time))),
+            ErrorCode::DUPLICATE_SEQUENCE_NUMBER => inner.complete(b, Ok((base, append_time))),
+            ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER => {
+                // An earlier batch of this partition failed; ours comes back after it.
+                inner.retry(b, Error::kafka_msg(code, context, message));
+            }
+            c if c.is_retriable() => {
+                if matches!(
+                    c,
+                    ErrorCode::NOT_LEADER_OR_FOLLOWER
+                        | ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                        | ErrorCode::LEADER_NOT_AVAILABLE
+                ) {
+                    inner.net.invalidate_metadata();
+                    let net = inner.net.clone();
+                    let topic = b.tp.topic.clone();
+                    tokio::spawn(async move {
+                        let _ = net.refresh_metadata(Some(&[topic])).await;
+                    });
+                }
+                inner.retry(b, Error::kafka_msg(c, context, message));
+            }
+            c => inner.complete(b, Err(Error::kafka_msg(c, context, message))),
+        }
+    }
+}
