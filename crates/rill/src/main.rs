@@ -1,7 +1,11 @@
 //! `rill`: the one binary — server, command line and benchmark.
 //!
 //! `rill server` with no arguments starts a single-node cluster (controller and broker in
-//! one process) on 127.0.0.1:9092 with its data in `./rill-data`.
+//! one process) on 127.0.0.1:9092 with its data in `./rill-data`. The other subcommands
+//! (`topic`, `produce`, `consume`, `group`, `cluster`) are clients of a running cluster,
+//! built on `rill-client` (see `cli/`).
+
+mod cli;
 
 use std::path::PathBuf;
 
@@ -20,6 +24,41 @@ struct Cli {
 enum Command {
     /// Run a broker (with its controller) until SIGINT or SIGTERM.
     Server(ServerArgs),
+    /// Create, list, describe, delete and alter topics.
+    Topic {
+        #[command(flatten)]
+        common: cli::Common,
+        #[command(subcommand)]
+        command: cli::topic::TopicCommand,
+    },
+    /// Write stdin, one record per line, to a topic.
+    Produce {
+        #[command(flatten)]
+        common: cli::Common,
+        #[command(flatten)]
+        args: cli::produce::ProduceArgs,
+    },
+    /// Print a topic's records, in a consumer group or from chosen partitions.
+    Consume {
+        #[command(flatten)]
+        common: cli::Common,
+        #[command(flatten)]
+        args: cli::consume::ConsumeArgs,
+    },
+    /// List, describe (with lag), delete consumer groups and reset their offsets.
+    Group {
+        #[command(flatten)]
+        common: cli::Common,
+        #[command(subcommand)]
+        command: cli::group::GroupCommand,
+    },
+    /// Describe the cluster: id, controller, brokers.
+    Cluster {
+        #[command(flatten)]
+        common: cli::Common,
+        #[command(subcommand)]
+        command: cli::cluster::ClusterCommand,
+    },
 }
 
 #[derive(clap::Args)]
@@ -42,20 +81,57 @@ struct ServerArgs {
 }
 
 fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // The server logs its life at info; client commands only say what went wrong, so
+    // that their stdout and stderr stay scriptable.
+    let default_level = if matches!(cli.command, Command::Server(_)) {
+        "info"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RILL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Server(args) => server(args),
+    let client_command = match cli.command {
+        Command::Server(args) => return server(args),
+        other => other,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(async move {
+        match client_command {
+            Command::Server(_) => Ok(()),
+            Command::Topic { common, command } => cli::topic::run(&common, command).await,
+            Command::Produce { common, args } => cli::produce::run(&common, args).await,
+            Command::Consume { common, args } => cli::consume::run(&common, args).await,
+            Command::Group { common, command } => cli::group::run(&common, command).await,
+            Command::Cluster { common, command } => cli::cluster::run(&common, command).await,
+        }
+    });
+    // Background tasks (heartbeats, the producer's sender) must not keep the process
+    // alive once the command is done.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    if let Err(e) = result {
+        // One line, the Kafka tools' way: the error and its causes.
+        let mut line = format!("error: {e}");
+        for cause in e.chain().skip(1) {
+            line.push_str(&format!(": {cause}"));
+        }
+        eprintln!("{line}");
+        std::process::exit(1);
     }
+    Ok(())
 }
 
 fn server(args: ServerArgs) -> anyhow::Result<()> {
+    // Many clients mean many sockets: lift the soft fd limit to the hard one first.
+    rill_broker::network::raise_fd_limit();
     let mut config = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)

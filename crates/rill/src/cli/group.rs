@@ -1,0 +1,296 @@
+//! `rill group list|describe|delete|reset-offsets`.
+//!
+//! `describe` joins three answers the way `kafka-consumer-groups.sh --describe` does:
+//! DescribeGroups (members and their assignments), OffsetFetch (committed offsets) and
+//! ListOffsets (log end offsets); lag is end minus committed, and a partition without a
+//! committed offset shows `-` for both.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use clap::Subcommand;
+use rill_client::{Admin, GroupDescription, OffsetSpec, TopicPartition};
+use serde_json::json;
+
+use super::{print_json, table, Common};
+
+#[derive(Subcommand, Debug)]
+pub enum GroupCommand {
+    /// List groups.
+    List,
+    /// Members, assignment, committed offset, end offset and lag per partition.
+    Describe {
+        #[arg(required = true)]
+        groups: Vec<String>,
+    },
+    /// Delete groups (they must have no members).
+    Delete {
+        #[arg(required = true)]
+        groups: Vec<String>,
+    },
+    /// Move a group's committed offsets (the group must have no members).
+    ResetOffsets {
+        group: String,
+        /// Topic whose partitions to reset (every partition with a committed offset
+        /// when left out).
+        #[arg(long, short = 't')]
+        topic: Option<String>,
+        /// Reset to the earliest offset.
+        #[arg(long, conflicts_with_all = ["to_latest", "to_offset", "shift_by"])]
+        to_earliest: bool,
+        /// Reset to the log end offset.
+        #[arg(long, conflicts_with_all = ["to_offset", "shift_by"])]
+        to_latest: bool,
+        /// Reset to this offset.
+        #[arg(long, conflicts_with = "shift_by")]
+        to_offset: Option<i64>,
+        /// Move the committed offset by this many (negative goes back).
+        #[arg(long, allow_hyphen_values = true)]
+        shift_by: Option<i64>,
+        /// Print what would change without committing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+pub async fn run(common: &Common, command: GroupCommand) -> anyhow::Result<()> {
+    let admin = Admin::new(common.client())?;
+    match command {
+        GroupCommand::List => {
+            let groups = admin.list_groups().await?;
+            if common.json() {
+                print_json(&json!(groups
+                    .iter()
+                    .map(|g| json!({
+                        "group": g.group_id, "state": g.state,
+                        "protocol_type": g.protocol_type, "coordinator": g.coordinator,
+                    }))
+                    .collect::<Vec<_>>()));
+            } else {
+                let rows: Vec<Vec<String>> = groups
+                    .iter()
+                    .map(|g| {
+                        vec![
+                            g.group_id.clone(),
+                            g.state.clone(),
+                            g.protocol_type.clone(),
+                            g.coordinator.to_string(),
+                        ]
+                    })
+                    .collect();
+                table::print(&["GROUP", "STATE", "PROTOCOL-TYPE", "COORDINATOR"], &rows);
+            }
+        }
+        GroupCommand::Describe { groups } => {
+            let mut json_out = Vec::new();
+            for (i, group) in groups.iter().enumerate() {
+                let description = admin
+                    .describe_groups(std::slice::from_ref(group))
+                    .await?
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("group {group} was not described"))?;
+                let rows = lag_rows(&admin, group, &description).await?;
+                if common.json() {
+                    json_out.push(json!({
+                        "group": group,
+                        "state": description.state,
+                        "protocol": description.protocol,
+                        "coordinator": description.coordinator.node_id,
+                        "members": description.members.iter().map(|m| json!({
+                            "member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                            "client_id": m.client_id, "host": m.client_host,
+                            "assignment": m.assignment.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                        })).collect::<Vec<_>>(),
+                        "partitions": rows.iter().map(|r| json!({
+                            "topic": r.tp.topic, "partition": r.tp.partition,
+                            "committed": r.committed, "end": r.end, "lag": r.lag(),
+                            "member_id": r.member,
+                        })).collect::<Vec<_>>(),
+                    }));
+                } else {
+                    if i > 0 {
+                        println!();
+                    }
+                    println!(
+                        "Group: {group}  State: {}  Assignor: {}  Members: {}  Coordinator: {}",
+                        or_dash(&description.state),
+                        or_dash(&description.protocol),
+                        description.members.len(),
+                        description.coordinator.node_id
+                    );
+                    let table_rows: Vec<Vec<String>> = rows
+                        .iter()
+                        .map(|r| {
+                            vec![
+                                r.tp.topic.clone(),
+                                r.tp.partition.to_string(),
+                                r.committed.map_or_else(|| "-".into(), |o| o.to_string()),
+                                r.end.map_or_else(|| "-".into(), |o| o.to_string()),
+                                r.lag().map_or_else(|| "-".into(), |o| o.to_string()),
+                                r.member.clone().unwrap_or_else(|| "-".into()),
+                                r.client_id.clone().unwrap_or_else(|| "-".into()),
+                            ]
+                        })
+                        .collect();
+                    table::print(
+                        &[
+                            "TOPIC",
+                            "PARTITION",
+                            "CURRENT-OFFSET",
+                            "LOG-END-OFFSET",
+                            "LAG",
+                            "MEMBER-ID",
+                            "CLIENT-ID",
+                        ],
+                        &table_rows,
+                    );
+                }
+            }
+            if common.json() {
+                print_json(&json!(json_out));
+            }
+        }
+        GroupCommand::Delete { groups } => {
+            admin.delete_groups(&groups).await?;
+            if common.json() {
+                print_json(&json!({ "deleted": groups }));
+            } else {
+                for g in groups {
+                    println!("Deleted group {g}.");
+                }
+            }
+        }
+        GroupCommand::ResetOffsets {
+            group,
+            topic,
+            to_earliest,
+            to_latest,
+            to_offset,
+            shift_by,
+            dry_run,
+        } => {
+            let committed = admin.list_group_offsets(&group, None).await?;
+            let partitions: Vec<TopicPartition> = match &topic {
+                Some(t) => admin.partitions_of(t).await?,
+                None => committed.keys().cloned().collect(),
+            };
+            if partitions.is_empty() {
+                anyhow::bail!("group {group} has no committed offsets; name a --topic");
+            }
+            let earliest = admin
+                .list_offsets(&partitions, OffsetSpec::Earliest)
+                .await?;
+            let latest = admin.list_offsets(&partitions, OffsetSpec::Latest).await?;
+            let mut target = BTreeMap::new();
+            for tp in &partitions {
+                let lo = earliest.get(tp).copied().unwrap_or(0);
+                let hi = latest.get(tp).copied().unwrap_or(lo);
+                let wanted = if to_earliest {
+                    lo
+                } else if to_latest {
+                    hi
+                } else if let Some(o) = to_offset {
+                    o
+                } else if let Some(by) = shift_by {
+                    committed.get(tp).copied().unwrap_or(lo).saturating_add(by)
+                } else {
+                    anyhow::bail!(
+                        "say where to: --to-earliest, --to-latest, --to-offset N or --shift-by N"
+                    );
+                };
+                // Kafka's tool clamps into the log as well: an offset outside it would
+                // only be reset again by the consumer's auto.offset.reset.
+                target.insert(tp.clone(), wanted.clamp(lo, hi));
+            }
+            if !dry_run {
+                admin.alter_group_offsets(&group, &target).await?;
+            }
+            if common.json() {
+                print_json(&json!({
+                    "group": group,
+                    "dry_run": dry_run,
+                    "offsets": target.iter().map(|(tp, o)| json!({
+                        "topic": tp.topic, "partition": tp.partition, "offset": o,
+                    })).collect::<Vec<_>>(),
+                }));
+            } else {
+                let rows: Vec<Vec<String>> = target
+                    .iter()
+                    .map(|(tp, o)| vec![tp.topic.clone(), tp.partition.to_string(), o.to_string()])
+                    .collect();
+                table::print(&["TOPIC", "PARTITION", "NEW-OFFSET"], &rows);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() {
+        "-"
+    } else {
+        s
+    }
+}
+
+struct LagRow {
+    tp: TopicPartition,
+    committed: Option<i64>,
+    end: Option<i64>,
+    member: Option<String>,
+    client_id: Option<String>,
+}
+
+impl LagRow {
+    fn lag(&self) -> Option<i64> {
+        Some((self.end? - self.committed?).max(0))
+    }
+}
+
+/// One row per partition that is assigned to a member or has a committed offset.
+async fn lag_rows(
+    admin: &Admin,
+    group: &str,
+    description: &GroupDescription,
+) -> anyhow::Result<Vec<LagRow>> {
+    let committed = admin.list_group_offsets(group, None).await?;
+    let mut owners: BTreeMap<TopicPartition, (String, String)> = BTreeMap::new();
+    for m in &description.members {
+        for tp in &m.assignment {
+            owners.insert(tp.clone(), (m.member_id.clone(), m.client_id.clone()));
+        }
+    }
+    let partitions: BTreeSet<TopicPartition> =
+        committed.keys().chain(owners.keys()).cloned().collect();
+    let partitions: Vec<TopicPartition> = partitions.into_iter().collect();
+    // A deleted topic leaves committed offsets behind: show them without an end offset
+    // instead of failing the whole description.
+    let ends = match admin.list_offsets(&partitions, OffsetSpec::Latest).await {
+        Ok(e) => e,
+        Err(_) => {
+            let mut ends = BTreeMap::new();
+            for tp in &partitions {
+                if let Ok(e) = admin
+                    .list_offsets(std::slice::from_ref(tp), OffsetSpec::Latest)
+                    .await
+                {
+                    ends.extend(e);
+                }
+            }
+            ends
+        }
+    };
+    Ok(partitions
+        .into_iter()
+        .map(|tp| {
+            let owner = owners.get(&tp);
+            LagRow {
+                committed: committed.get(&tp).copied(),
+                end: ends.get(&tp).copied(),
+                member: owner.map(|o| o.0.clone()),
+                client_id: owner.map(|o| o.1.clone()),
+                tp,
+            }
+        })
+        .collect())
+}
