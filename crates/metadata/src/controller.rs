@@ -67,6 +67,11 @@ pub struct ControllerConfig {
     pub unclean_leader_election_enable: bool,
     /// Producer ids handed out per AllocateProducerIds (Kafka's block size, 1000).
     pub producer_id_block_size: i64,
+    /// `auto.leader.rebalance.enable`: [`QuorumController::tick`] moves leadership
+    /// back to preferred replicas that are live and in sync.
+    pub auto_leader_rebalance_enable: bool,
+    /// `leader.imbalance.check.interval.seconds`, in ms.
+    pub leader_imbalance_check_interval_ms: i64,
     /// Seeds topic ids and placement, so tests are reproducible.
     pub seed: u64,
 }
@@ -81,6 +86,8 @@ impl Default for ControllerConfig {
             default_replication_factor: 1,
             unclean_leader_election_enable: false,
             producer_id_block_size: 1_000,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_ms: 300_000,
             seed: 0x5eed,
         }
     }
@@ -131,6 +138,8 @@ pub struct QuorumController {
     config: ControllerConfig,
     /// Last heartbeat (or registration) per broker, in ms.
     last_contact_ms: BTreeMap<i32, i64>,
+    /// When [`QuorumController::tick`] last checked for leader imbalance.
+    last_rebalance_ms: Option<i64>,
     rng: u64,
 }
 
@@ -406,6 +415,7 @@ impl QuorumController {
         Self {
             config,
             last_contact_ms: BTreeMap::new(),
+            last_rebalance_ms: None,
             rng,
         }
     }
@@ -450,6 +460,15 @@ impl QuorumController {
             .filter(|b| !b.fenced)
             .filter_map(|b| self.last_contact_ms.get(&b.id))
             .map(|t| t + self.config.broker_session_timeout_ms)
+            .chain(
+                self.config
+                    .auto_leader_rebalance_enable
+                    .then(|| {
+                        self.last_rebalance_ms
+                            .map(|t| t + self.config.leader_imbalance_check_interval_ms)
+                    })
+                    .flatten(),
+            )
             .min()
     }
 
@@ -496,7 +515,50 @@ impl QuorumController {
                 }));
             }
         }
+        if self.config.auto_leader_rebalance_enable {
+            let due = self
+                .last_rebalance_ms
+                .is_none_or(|t| now_ms - t >= self.config.leader_imbalance_check_interval_ms);
+            if due {
+                self.last_rebalance_ms = Some(now_ms);
+                self.elect_preferred_where_possible(&mut s);
+            }
+        }
         s.finish(ControllerResponse::None)
+    }
+
+    /// Moves leadership to each partition's preferred replica where it is live, in the
+    /// ISR and not already leading (Kafka's automatic preferred-leader election), so that
+    /// a broker that came back gets its share of leaders again.
+    fn elect_preferred_where_possible(&self, s: &mut Scratch<'_>) {
+        let mut changes = Vec::new();
+        {
+            let image = s.image();
+            let eligible = |b: i32| image.is_live(b);
+            for t in image.topics.values() {
+                for (pid, p) in &t.partitions {
+                    let Some(preferred) = p.preferred_leader() else {
+                        continue;
+                    };
+                    if preferred == p.leader || !p.isr.contains(&preferred) || !eligible(preferred)
+                    {
+                        continue;
+                    }
+                    let election = Election {
+                        preferred: true,
+                        ..REGULAR
+                    };
+                    if let Some(r) =
+                        change_record(t.id, *pid, p, Target::from(p), &eligible, election)
+                    {
+                        changes.push(r);
+                    }
+                }
+            }
+        }
+        for r in changes {
+            s.emit(MetadataRecord::PartitionChange(r));
+        }
     }
 
     /// Takes `broker` out of every ISR (keeping it when it is the last member) and

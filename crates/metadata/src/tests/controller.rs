@@ -883,3 +883,55 @@ fn new_controller_gives_every_broker_a_fresh_lease() {
     assert!(h.image.broker(1).unwrap().fenced);
     assert!(!h.image.broker(2).unwrap().fenced);
 }
+
+#[test]
+fn automatic_preferred_leader_election_after_a_broker_returns() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2]);
+    h.create_topic("t", 2, 2);
+    let preferred = h.partition("t", 0).replicas[0];
+    let other = h.partition("t", 0).replicas[1];
+    h.tick(); // starts the imbalance check clock
+    h.run(ControllerEvent::BrokerHeartbeat(BrokerHeartbeatRequest {
+        broker_id: preferred,
+        broker_epoch: h.epochs[&preferred],
+        current_metadata_offset: h.image.last_offset(),
+        want_fence: true,
+        want_shut_down: false,
+    }));
+    assert_eq!(h.partition("t", 0).leader, other);
+    h.heartbeat(preferred);
+    h.alter_isr("t", 0, &[other, preferred]);
+    // Not before the check interval.
+    h.now += 1_000;
+    h.heartbeat(1);
+    h.heartbeat(2);
+    h.tick();
+    assert_eq!(h.partition("t", 0).leader, other);
+    h.now = 300_000;
+    h.heartbeat(1);
+    h.heartbeat(2);
+    assert_eq!(h.controller.next_deadline(&h.image), Some(300_000));
+    h.tick();
+    assert_eq!(h.partition("t", 0).leader, preferred);
+    // Disabled: nothing moves.
+    let mut h = Harness::with_config(ControllerConfig {
+        auto_leader_rebalance_enable: false,
+        ..Default::default()
+    });
+    h.brokers(&[1, 2]);
+    h.create_topic("t", 1, 2);
+    let preferred = h.partition("t", 0).replicas[0];
+    h.run(ControllerEvent::BrokerHeartbeat(BrokerHeartbeatRequest {
+        broker_id: preferred,
+        broker_epoch: h.epochs[&preferred],
+        current_metadata_offset: h.image.last_offset(),
+        want_fence: true,
+        want_shut_down: false,
+    }));
+    h.heartbeat(preferred);
+    let leader = h.partition("t", 0).leader;
+    h.alter_isr("t", 0, &[leader, preferred]);
+    h.tick();
+    assert_eq!(h.partition("t", 0).leader, leader);
+}
