@@ -19,6 +19,7 @@ use rill_protocol::generated::produce_response::{
 use rill_protocol::ErrorCode;
 use rill_storage::TopicPartition;
 
+use crate::group_coordinator::OFFSETS_TOPIC;
 use crate::replica_manager::SINGLE_NODE_LEADER_EPOCH;
 use crate::Broker;
 
@@ -58,6 +59,10 @@ impl Broker {
                 };
                 let outcome = if !acks_valid {
                     Err(ErrorCode::INVALID_REQUIRED_ACKS)
+                } else if tp.topic == OFFSETS_TOPIC {
+                    // Only the group coordinator writes its topic; a client's bytes there
+                    // would be replayed as group state.
+                    Err(ErrorCode::INVALID_TOPIC_EXCEPTION)
                 } else if request.transactional_id.is_some() {
                     // Transactions need the transaction coordinator, which is not built yet.
                     Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
