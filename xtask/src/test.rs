@@ -458,12 +458,7 @@ fn pytest(
     let started = Instant::now();
     let mut command = Command::new(python);
     command.args(["-m", "pytest"]);
-    // Without a path of their own (`tests/e2e/test_kcat.py::test_x`), pytest runs the suite.
-    let names_a_path = extra.iter().any(|arg| {
-        let path = arg.split("::").next().unwrap_or(arg);
-        let looks_like_path = path.ends_with(".py") || path.starts_with("tests/");
-        !arg.starts_with('-') && looks_like_path && root.join(path).exists()
-    });
+    let names_a_path = names_a_test_path(root, extra);
     if !names_a_path {
         command.arg("tests/e2e");
     }
@@ -500,6 +495,16 @@ fn pytest(
         Some(5) => bail!("pytest collected no tests (check the -k/path arguments)"),
         _ => bail!("pytest failed ({status})"),
     }
+}
+
+/// Whether the pytest arguments name tests by path (`tests/e2e/test_kcat.py::test_x`);
+/// without one, the whole suite under `tests/e2e` is collected.
+fn names_a_test_path(root: &Path, extra: &[String]) -> bool {
+    extra.iter().any(|arg| {
+        let path = arg.split("::").next().unwrap_or(arg);
+        let looks_like_path = path.ends_with(".py") || path.starts_with("tests/");
+        !arg.starts_with('-') && looks_like_path && root.join(path).exists()
+    })
 }
 
 /// pytest's closing line, e.g. `==== 2 failed, 10 passed, 1 skipped in 12.3s ====`.
@@ -548,6 +553,20 @@ mod tests {
         assert!(Options::parse(&strings(&["--rust-only", "--e2e-only"])).is_err());
         assert!(Options::parse(&strings(&["--bogus"])).is_err());
         assert!(Options::parse(&strings(&["--rust-only", "--", "-x"])).is_err());
+    }
+
+    #[test]
+    fn test_paths_replace_the_suite_path_but_filters_do_not() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let named = |args: &[&str]| names_a_test_path(root, &strings(args));
+        assert!(named(&["tests/e2e/test_harness.py"]));
+        assert!(named(&[
+            "-x",
+            "tests/e2e/test_harness.py::test_free_port_is_bindable"
+        ]));
+        assert!(!named(&["-k", "tests"]));
+        assert!(!named(&["-k", "produce", "-x"]));
+        assert!(!named(&["tests/e2e/no_such_file.py"]));
     }
 
     #[test]

@@ -16,12 +16,18 @@
 //!    closes the connection. Until a connection has completed one request the cap is
 //!    `sasl.server.max.receive.size` (512 KiB), Kafka's limit for unauthenticated peers, so
 //!    that a stranger's first frame cannot make us reserve 100 MiB.
-//! 3. `queued.max.request.bytes` (100 MiB here; Kafka's default -1 means unbounded) and
-//!    `queued.max.requests` (500): a frame takes its size from a byte pool and one slot
-//!    from a request pool *before its body is read*, and gives both back when its request
-//!    has been handled. When a pool is empty the connection simply stops reading, so TCP
-//!    pushes back on the client; nothing is buffered beyond the pools.
-//! 4. `connections.max.idle.ms` (10 min): a connection that neither sends a byte nor
+//! 3. `queued.max.request.bytes` (100 MiB here; Kafka's default -1 means unbounded): once
+//!    a connection has completed a request, each frame takes its size (clamped to the
+//!    pool) from a byte pool *before its body is read*, as Kafka's memory pool does, and
+//!    gives it back when its request has been handled. When the pool is empty the
+//!    connection simply stops reading, so TCP pushes back on the client. A first frame is
+//!    not charged: it is at most 512 KiB (limit 2) and costs memory only as its bytes
+//!    arrive, and charging it would let strangers that send a size prefix and stall hold
+//!    the pool (200 of them would hold 100 MiB) until their idle timeout.
+//! 4. `queued.max.requests` (500): a request takes a slot once its frame is complete and
+//!    holds it while it is handled. Taking the slot only then matters: connections that
+//!    stall half-way into a frame must not hold slots (500 of them would stop the broker).
+//! 5. `connections.max.idle.ms` (10 min): a connection that neither sends a byte nor
 //!    accepts one of its response for that long is closed (a read or a write that makes no
 //!    progress for that long ends the connection), which also bounds a slow-loris peer
 //!    to one byte per idle period on one task.
@@ -30,10 +36,10 @@
 //! the bytes the current frame still needs, or to the read-ahead while waiting for the next
 //! size prefix, so pipelined requests cannot pile up in memory either.
 //!
-//! Why this cannot deadlock: a connection holds at most one slot and one frame's bytes (its
-//! size clamped to the pool), acquires them in the same order (slot, then bytes) and
-//! releases both once [`Broker::handle`] returns, which never waits on another connection
-//! to read. A long-polling Fetch holds its slot for at most its `max_wait_ms` (itself
+//! Why this cannot deadlock: a connection holds at most one frame's bytes (its size
+//! clamped to the pool) and one slot, acquires them in the same order (bytes, then slot)
+//! and releases both once [`Broker::handle`] returns; a slot holder is handling a request
+//! and never waits for bytes or for another connection to read. A long-polling Fetch holds its slot for at most its `max_wait_ms` (itself
 //! capped), so a full request pool delays requests but cannot stop them.
 
 use std::collections::HashMap;
@@ -375,23 +381,29 @@ async fn connection(
             return Ok(());
         };
         let size = check_size(size, served_one, limits)?;
-        // Back-pressure: until both pools have room this connection reads nothing more.
-        let permits = tokio::select! {
-            permits = acquire(pools, size) => permits,
-            _ = shutdown.changed() => return Ok(()),
-        };
-        let Some(_permits) = permits else {
-            return Err(ConnectionError::Shutdown);
+        // Back-pressure: until the byte pool has room this connection reads nothing more.
+        let bytes = if served_one {
+            let permit = tokio::select! {
+                permit = acquire_bytes(pools, size) => permit,
+                _ = shutdown.changed() => return Ok(()),
+            };
+            Some(permit.ok_or(ConnectionError::Shutdown)?)
+        } else {
+            None
         };
         let frame = tokio::select! {
             frame = frames.frame(size) => frame?,
+            _ = shutdown.changed() => return Ok(()),
+        };
+        let slot = tokio::select! {
+            slot = pools.requests.acquire() => slot.map_err(|_| ConnectionError::Shutdown)?,
             _ = shutdown.changed() => return Ok(()),
         };
         let mut body = frame;
         let (header, api_key) = decode_request_header(&mut body)
             .map_err(|e| ConnectionError::Protocol(format!("request header: {e}")))?;
         let response = broker.handle(&header, api_key, body, peer).await;
-        drop(_permits);
+        drop((slot, bytes));
         match response {
             Ok(Some(response)) => {
                 served_one = true;
@@ -450,19 +462,14 @@ fn check_size(
     Ok(size)
 }
 
-/// A request slot and `size` bytes (clamped to the pool) from the shared pools; `None` only
-/// if a pool was closed.
-async fn acquire(
+/// A frame's `size` bytes (clamped to the pool) from the byte pool; `None` only if the
+/// pool was closed.
+async fn acquire_bytes(
     pools: &RequestPools,
     size: usize,
-) -> Option<(
-    tokio::sync::SemaphorePermit<'_>,
-    tokio::sync::SemaphorePermit<'_>,
-)> {
-    let slot = pools.requests.acquire().await.ok()?;
+) -> Option<tokio::sync::SemaphorePermit<'_>> {
     let want = (FRAME_PREFIX_LEN + size).min(pools.bytes_cap as usize) as u32;
-    let bytes = pools.bytes.acquire_many(want).await.ok()?;
-    Some((slot, bytes))
+    pools.bytes.acquire_many(want).await.ok()
 }
 
 /// Writes a response; a peer that accepts none of it within the idle limit is closed.
@@ -667,15 +674,31 @@ mod tests {
         };
         let pools = RequestPools::new(&limits);
         // Larger than the pool: clamped, so it can still be served alone.
-        let first = acquire(&pools, 1_000).await.unwrap();
-        let second = acquire(&pools, 10);
+        let first = acquire_bytes(&pools, 1_000).await.unwrap();
+        let second = acquire_bytes(&pools, 10);
         tokio::pin!(second);
         assert!(tokio::time::timeout(Duration::from_millis(50), &mut second)
             .await
             .is_err());
         drop(first);
         let _second = tokio::time::timeout(WAIT, second).await.unwrap().unwrap();
-        assert_eq!(pools.requests.available_permits(), 1);
+        assert_eq!(pools.bytes.available_permits(), 100 - 14);
+    }
+
+    #[tokio::test]
+    async fn stalled_frames_hold_no_request_slot() {
+        let (server, _dir) = server(&[("queued.max.requests", "2")]).await;
+        let mut stalled = Vec::new();
+        for _ in 0..4 {
+            let mut sock = TcpStream::connect(server.local_addr).await.unwrap();
+            sock.write_all(&api_versions(1)).await.unwrap();
+            assert_eq!(response(&mut sock).await, Some(1));
+            // A frame that promises 50 bytes and delivers 2.
+            sock.write_all(&[0, 0, 0, 50, 0, 18]).await.unwrap();
+            stalled.push(sock);
+        }
+        assert!(admitted(server.local_addr).await.is_some());
+        server.shutdown().await;
     }
 
     #[test]

@@ -57,7 +57,7 @@
 //!    6. the `cleaner-offset-checkpoint` becomes the end offset and the manifest is
 //!       removed.
 //!
-//!    Recovery at open ([`recover_swap`]): without a manifest, any `.cleaned` and
+//!    Recovery at open (`recover_swap`, called by `UnifiedLog::open`): without a manifest, any `.cleaned` and
 //!    `.swap` files are deleted and the old segments, untouched, stand. With one, steps
 //!    3–6 are redone for what remains (each is idempotent: a rename whose source is
 //!    gone already happened, a delete of a missing file already happened). Since a
@@ -803,7 +803,9 @@ impl UnifiedLog {
     /// Swaps the cleaned segments in (under the log's lock; quick: renames, unlinks and
     /// fsyncs, no data copied). `Ok(None)` when the log's non-active segments changed
     /// since [`Self::prepare_clean`] (retention, truncation): the cleaned files are
-    /// discarded and the next clean starts over.
+    /// discarded and the next clean starts over. An `Err` means the disk failed in the
+    /// middle of the swap: the log must be taken offline (fail-stop) and reopened, which
+    /// finishes the swap.
     pub fn apply_clean(
         &mut self,
         cleaned: CleanedSegments,

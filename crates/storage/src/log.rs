@@ -9,11 +9,15 @@
 //! - `<base offset, 20 digits>.log|.index|.timeindex`: the segments (see [`segment`]).
 //! - `leader-epoch-checkpoint`: the leader epoch cache (see [`epoch`]).
 //! - `log-start-offset`, `high-watermark`: single-offset checkpoints.
+//! - `cleaner-offset-checkpoint`: the first offset the cleaner has not cleaned yet.
+//! - `*.cleaned`, `*.swap`, `cleaner-swap`: a clean in progress, finished or rolled back
+//!   at open (see [`cleaner`]).
 //! - `.clean_shutdown`: written by [`UnifiedLog::close`] after everything was fsynced and
 //!   removed by [`UnifiedLog::open`]; when it is absent at open, the previous run did
 //!   not close the log and the active segment is recovered.
 //!
 //! [`segment`]: crate::segment
+//! [`cleaner`]: crate::cleaner
 //! [`epoch`]: crate::epoch
 
 use std::collections::BTreeMap;
