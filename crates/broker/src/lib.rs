@@ -10,6 +10,7 @@ pub mod apis;
 pub mod config;
 pub mod error;
 pub mod group_coordinator;
+pub mod log_manager;
 pub mod metadata_store;
 pub mod network;
 pub mod replica_manager;
@@ -97,6 +98,23 @@ impl Broker {
         }
         if let Some(v) = int("retention.bytes") {
             c.retention_bytes = v;
+        }
+        if let Ok(policy) = get("cleanup.policy").parse() {
+            c.cleanup_policy = policy;
+        }
+        if let Some(v) = int("delete.retention.ms") {
+            c.delete_retention_ms = v;
+        }
+        if let Ok(v) = get("min.cleanable.dirty.ratio").trim().parse::<f64>() {
+            if v.is_finite() {
+                c.min_cleanable_dirty_ratio = v.clamp(0.0, 1.0);
+            }
+        }
+        if let Some(v) = int("min.compaction.lag.ms") {
+            c.min_compaction_lag_ms = v;
+        }
+        if let Some(v) = int("max.compaction.lag.ms") {
+            c.max_compaction_lag_ms = v;
         }
         if get("message.timestamp.type") == "LogAppendTime" {
             c.message_timestamp_type = rill_storage::MessageTimestampType::LogAppendTime;
@@ -213,6 +231,11 @@ impl Server {
         broker.groups = group_coordinator::start(group_config, replicas);
         let broker = Arc::new(broker);
         let (shutdown, rx) = watch::channel(false);
+        log_manager::start(
+            broker.replicas.clone(),
+            broker.config.log_manager_config()?,
+            rx.clone(),
+        );
         let task = tokio::spawn(network::serve(listener, broker.clone(), rx));
         Ok(Self {
             local_addr,
