@@ -285,7 +285,9 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("group.max.size", "2147483647"),
     ("group.min.session.timeout.ms", "6000"),
     ("listeners", "PLAINTEXT://127.0.0.1:9092"),
+    ("log.cleaner.backoff.ms", "15000"),
     ("log.dirs", "./rill-data"),
+    ("log.retention.check.interval.ms", "300000"),
     ("node.id", "1"),
     ("num.partitions", "1"),
     ("offsets.retention.minutes", "10080"),
@@ -390,6 +392,16 @@ impl BrokerConfig {
         self.parse("socket.request.max.bytes")
     }
 
+    /// Intervals of the background log maintenance.
+    pub fn log_manager_config(&self) -> Result<crate::log_manager::LogManagerConfig, BrokerError> {
+        let retention: u64 = self.parse("log.retention.check.interval.ms")?;
+        let backoff: u64 = self.parse("log.cleaner.backoff.ms")?;
+        Ok(crate::log_manager::LogManagerConfig {
+            retention_check_interval: std::time::Duration::from_millis(retention.max(10)),
+            cleaner_backoff: std::time::Duration::from_millis(backoff.max(10)),
+        })
+    }
+
     /// The group coordinator's settings from `group.*` and `offsets.*` keys.
     pub fn group_config(&self) -> Result<rill_group::GroupConfig, BrokerError> {
         let defaults = rill_group::GroupConfig::default();
@@ -418,6 +430,7 @@ impl BrokerConfig {
         self.default_replication_factor()?;
         self.socket_request_max_bytes()?;
         self.group_config()?;
+        self.log_manager_config()?;
         for d in TOPIC_CONFIGS {
             if let Some(v) = self.props.get(d.broker_key) {
                 validate_topic_config(d.name, v).map_err(BrokerError::Config)?;

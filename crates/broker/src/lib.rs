@@ -10,6 +10,7 @@ pub mod apis;
 pub mod config;
 pub mod error;
 pub mod group_coordinator;
+pub mod log_manager;
 pub mod metadata_store;
 pub mod network;
 pub mod replica_manager;
@@ -98,6 +99,23 @@ impl Broker {
         if let Some(v) = int("retention.bytes") {
             c.retention_bytes = v;
         }
+        if let Ok(policy) = get("cleanup.policy").parse() {
+            c.cleanup_policy = policy;
+        }
+        if let Some(v) = int("delete.retention.ms") {
+            c.delete_retention_ms = v;
+        }
+        if let Ok(v) = get("min.cleanable.dirty.ratio").trim().parse::<f64>() {
+            if v.is_finite() {
+                c.min_cleanable_dirty_ratio = v.clamp(0.0, 1.0);
+            }
+        }
+        if let Some(v) = int("min.compaction.lag.ms") {
+            c.min_compaction_lag_ms = v;
+        }
+        if let Some(v) = int("max.compaction.lag.ms") {
+            c.max_compaction_lag_ms = v;
+        }
         if get("message.timestamp.type") == "LogAppendTime" {
             c.message_timestamp_type = rill_storage::MessageTimestampType::LogAppendTime;
         }
@@ -137,6 +155,30 @@ impl Broker {
     }
 }
 
+/// Deletes partition directories that no topic owns: what a crash between forgetting a
+/// topic (or shrinking nothing — partitions only grow) and removing its logs leaves behind.
+/// Directories whose names are not partition names are left alone.
+fn remove_stray_partitions(data_dir: &std::path::Path, topics: &[TopicMeta]) {
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(tp) = rill_storage::parse_partition_dir_name(&name) else {
+            continue;
+        };
+        let owned = topics
+            .iter()
+            .any(|t| t.name == tp.topic && tp.partition < t.partitions);
+        if !owned && entry.path().is_dir() {
+            tracing::warn!(dir = %entry.path().display(), "removing the log of a deleted topic");
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::error!(dir = %entry.path().display(), error = %e, "removal failed");
+            }
+        }
+    }
+}
+
 /// A running server; dropping it does not stop it, [`Server::shutdown`] does.
 pub struct Server {
     pub local_addr: SocketAddr,
@@ -166,6 +208,7 @@ impl Server {
         let replicas = Arc::new(ReplicaManager::new(&data_dir));
         let group_config = config.group_config()?;
         let topics: Vec<TopicMeta> = metadata.image().topics.values().cloned().collect();
+        let metadata_created = metadata.created;
         let mut broker = Broker {
             node_id: config.node_id()?,
             max_request_bytes: config.socket_request_max_bytes()?,
@@ -176,6 +219,11 @@ impl Server {
             config,
             groups: GroupCoordinatorHandle::detached(),
         };
+        // Only with metadata that existed before: a lost metadata file must not turn every
+        // log into a "stray" one.
+        if !metadata_created {
+            remove_stray_partitions(&data_dir, &topics);
+        }
         for topic in &topics {
             broker.open_topic_partitions(topic, 0)?;
         }
@@ -183,6 +231,11 @@ impl Server {
         broker.groups = group_coordinator::start(group_config, replicas);
         let broker = Arc::new(broker);
         let (shutdown, rx) = watch::channel(false);
+        log_manager::start(
+            broker.replicas.clone(),
+            broker.config.log_manager_config()?,
+            rx.clone(),
+        );
         let task = tokio::spawn(network::serve(listener, broker.clone(), rx));
         Ok(Self {
             local_addr,

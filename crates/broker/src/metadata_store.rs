@@ -51,6 +51,8 @@ pub struct MetadataStore {
     path: PathBuf,
     image: MetadataImage,
     next_producer_id: i64,
+    /// Whether `open` found no metadata and started a new cluster.
+    pub created: bool,
 }
 
 impl MetadataStore {
@@ -58,13 +60,17 @@ impl MetadataStore {
         let dir = data_dir.join("__cluster_metadata");
         fs::create_dir_all(&dir).map_err(|e| BrokerError::io(dir.display(), e))?;
         let path = dir.join("metadata.json");
+        let mut created = false;
         let image = match fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map_err(|e| BrokerError::Metadata(format!("{}: {e}", path.display())))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => MetadataImage {
-                cluster_id: random_uuid().to_string(),
-                ..MetadataImage::default()
-            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                created = true;
+                MetadataImage {
+                    cluster_id: random_uuid().to_string(),
+                    ..MetadataImage::default()
+                }
+            }
             Err(e) => return Err(BrokerError::io(path.display(), e)),
         };
         let next_producer_id = image.producer_id_block_end;
@@ -72,6 +78,7 @@ impl MetadataStore {
             path,
             image,
             next_producer_id,
+            created,
         };
         store.persist()?;
         Ok(store)

@@ -32,7 +32,7 @@ pub struct Partition {
 impl Partition {
     /// Runs `f` with the log locked. A poisoned lock means an earlier holder panicked in
     /// the middle of a log operation: the log may be inconsistent, so it is not used again.
-    fn with_log<T>(&self, f: impl FnOnce(&mut UnifiedLog) -> T) -> Result<T, ErrorCode> {
+    pub(crate) fn with_log<T>(&self, f: impl FnOnce(&mut UnifiedLog) -> T) -> Result<T, ErrorCode> {
         match self.log.lock() {
             Ok(mut log) => Ok(f(&mut log)),
             Err(_) => Err(ErrorCode::KAFKA_STORAGE_ERROR),
@@ -108,6 +108,33 @@ impl ReplicaManager {
         });
         self.write_map().insert(tp, partition);
         Ok(())
+    }
+
+    /// Every hosted partition, for background maintenance.
+    pub fn partitions(&self) -> Vec<(TopicPartition, Arc<Partition>)> {
+        self.read_map()
+            .iter()
+            .map(|(tp, p)| (tp.clone(), p.clone()))
+            .collect()
+    }
+
+    /// DeleteRecords: moves the log start offset up to `offset` (-1: the high watermark)
+    /// and returns the new low watermark.
+    pub fn delete_records(&self, tp: &TopicPartition, offset: i64) -> Result<i64, ErrorCode> {
+        let partition = self.get(tp).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+        match partition.with_log(|log| log.delete_records_before(offset))? {
+            Ok(result) => Ok(result.log_start_offset),
+            Err(rill_storage::DeleteRecordsError::OffsetOutOfRange { .. }) => {
+                Err(ErrorCode::OFFSET_OUT_OF_RANGE)
+            }
+            Err(rill_storage::DeleteRecordsError::PolicyViolation) => {
+                Err(ErrorCode::POLICY_VIOLATION)
+            }
+            Err(e) => {
+                tracing::error!(%tp, error = %e, "delete records failed");
+                Err(ErrorCode::KAFKA_STORAGE_ERROR)
+            }
+        }
     }
 
     pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Partition>> {

@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+use rill_protocol::generated::delete_records_request::DeleteRecordsRequest;
+use rill_protocol::generated::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsResponse, DeleteRecordsTopicResult,
+};
 use rill_protocol::generated::fetch_request::FetchRequest;
 use rill_protocol::generated::fetch_response::{
     FetchResponse, FetchableTopicResponse, PartitionData,
@@ -19,6 +23,7 @@ use rill_protocol::generated::produce_response::{
 use rill_protocol::ErrorCode;
 use rill_storage::TopicPartition;
 
+use crate::group_coordinator::OFFSETS_TOPIC;
 use crate::replica_manager::SINGLE_NODE_LEADER_EPOCH;
 use crate::Broker;
 
@@ -58,6 +63,10 @@ impl Broker {
                 };
                 let outcome = if !acks_valid {
                     Err(ErrorCode::INVALID_REQUIRED_ACKS)
+                } else if tp.topic == OFFSETS_TOPIC {
+                    // Only the group coordinator writes its topic; a client's bytes there
+                    // would be replayed as group state.
+                    Err(ErrorCode::INVALID_TOPIC_EXCEPTION)
                 } else if request.transactional_id.is_some() {
                     // Transactions need the transaction coordinator, which is not built yet.
                     Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
@@ -145,6 +154,8 @@ impl Broker {
                     last_stable_offset: -1,
                     log_start_offset: -1,
                     preferred_read_replica: -1,
+                    // Never null: librdkafka refuses a null record set even beside an error.
+                    records: Some(bytes::Bytes::new()),
                     ..Default::default()
                 };
                 let Some(name) = &name else {
@@ -327,5 +338,48 @@ impl Broker {
             }
         }
         resp
+    }
+
+    /// DeleteRecords: advances each partition's log start offset (its low watermark).
+    pub(crate) fn handle_delete_records(
+        &self,
+        request: DeleteRecordsRequest,
+    ) -> DeleteRecordsResponse {
+        let topics = request
+            .topics
+            .into_iter()
+            .map(|t| DeleteRecordsTopicResult {
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let tp = TopicPartition {
+                            topic: t.name.clone(),
+                            partition: p.partition_index,
+                        };
+                        let (low_watermark, error_code) = if tp.topic == OFFSETS_TOPIC {
+                            (-1, ErrorCode::INVALID_TOPIC_EXCEPTION.code())
+                        } else {
+                            match self.replicas.delete_records(&tp, p.offset) {
+                                Ok(low) => (low, 0),
+                                Err(code) => (-1, code.code()),
+                            }
+                        };
+                        DeleteRecordsPartitionResult {
+                            partition_index: p.partition_index,
+                            low_watermark,
+                            error_code,
+                            ..Default::default()
+                        }
+                    })
+                    .collect(),
+                name: t.name,
+                ..Default::default()
+            })
+            .collect();
+        DeleteRecordsResponse {
+            topics,
+            ..Default::default()
+        }
     }
 }

@@ -23,6 +23,7 @@ use rill_protocol::ErrorCode;
 use rill_storage::TopicPartition;
 
 use crate::config::{self, ConfigSource};
+use crate::group_coordinator::OFFSETS_TOPIC;
 use crate::metadata_store::{random_uuid, uuid_to_hex, TopicMeta};
 use crate::Broker;
 
@@ -234,6 +235,10 @@ impl Broker {
 
     /// Deletes a topic: forgets it in the metadata first, then removes its logs.
     pub fn delete_topic(&self, name: &str) -> Result<TopicMeta, ErrorCode> {
+        if name == OFFSETS_TOPIC {
+            // The group coordinator's state lives there; Kafka refuses this too.
+            return Err(ErrorCode::INVALID_TOPIC_EXCEPTION);
+        }
         let removed = {
             let mut store = self.metadata();
             if !store.image().topics.contains_key(name) {

@@ -1,0 +1,153 @@
+//! Background log maintenance: time-based rolls and retention (`cleanup.policy=delete`),
+//! and the log cleaner (`cleanup.policy=compact`), as Kafka's `LogManager` and
+//! `LogCleaner` threads do.
+//!
+//! Neither blocks produce or fetch for long: retention takes each partition's lock only to
+//! roll and unlink whole segments; the cleaner takes it to prepare a clean and to swap the
+//! result in, and rewrites the segments on a blocking thread with no lock held (the
+//! segments it reads are immutable, see `rill_storage::cleaner`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rill_storage::CleanerConfig;
+use tokio::sync::watch;
+
+use crate::replica_manager::ReplicaManager;
+
+/// How often the two loops run (`log.retention.check.interval.ms`, `log.cleaner.backoff.ms`).
+#[derive(Debug, Clone, Copy)]
+pub struct LogManagerConfig {
+    pub retention_check_interval: Duration,
+    pub cleaner_backoff: Duration,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Starts the retention and cleaner loops; they stop when `shutdown` turns true.
+pub fn start(
+    replicas: Arc<ReplicaManager>,
+    config: LogManagerConfig,
+    shutdown: watch::Receiver<bool>,
+) {
+    tokio::spawn(retention_loop(
+        replicas.clone(),
+        config.retention_check_interval,
+        shutdown.clone(),
+    ));
+    tokio::spawn(cleaner_loop(replicas, config.cleaner_backoff, shutdown));
+}
+
+async fn retention_loop(
+    replicas: Arc<ReplicaManager>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.changed() => return,
+        }
+        let now = now_ms();
+        for (tp, partition) in replicas.partitions() {
+            let outcome = partition.with_log(|log| {
+                log.maybe_roll(now)?;
+                let result = if log.config().cleanup_policy.is_delete() {
+                    Some(log.delete_old_segments(now)?)
+                } else {
+                    None
+                };
+                log.checkpoint_high_watermark()?;
+                Ok::<_, rill_storage::StorageError>(result)
+            });
+            match outcome {
+                Ok(Ok(Some(r))) if r.deleted_segments > 0 => tracing::info!(
+                    %tp,
+                    segments = r.deleted_segments,
+                    bytes = r.deleted_bytes,
+                    log_start_offset = r.log_start_offset,
+                    "retention deleted segments"
+                ),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::error!(%tp, error = %e, "retention failed"),
+                Err(_) => tracing::error!(%tp, "log lock poisoned"),
+            }
+        }
+    }
+}
+
+async fn cleaner_loop(
+    replicas: Arc<ReplicaManager>,
+    backoff: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let cleaner = CleanerConfig::default();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.changed() => return,
+        }
+        // Clean logs one at a time, dirtiest first, until none needs it.
+        loop {
+            let now = now_ms();
+            let dirtiest = replicas
+                .partitions()
+                .into_iter()
+                .filter_map(|(tp, p)| {
+                    let ratio = p
+                        .with_log(|log| {
+                            (log.config().cleanup_policy.is_compact() && log.needs_cleaning(now))
+                                .then(|| log.dirty_ratio(now))
+                        })
+                        .ok()
+                        .flatten()?;
+                    Some((ratio, tp, p))
+                })
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            let Some((_, tp, partition)) = dirtiest else {
+                break;
+            };
+            let Ok(Some(task)) = partition.with_log(|log| log.prepare_clean(now, &cleaner)) else {
+                break;
+            };
+            let ran = tokio::task::spawn_blocking(move || task.run()).await;
+            let applied = match ran {
+                Ok(Ok(cleaned)) => partition.with_log(|log| log.apply_clean(cleaned)),
+                Ok(Err(e)) => {
+                    tracing::error!(%tp, error = %e, "cleaning failed");
+                    let _ = partition.with_log(|log| log.abort_clean());
+                    break;
+                }
+                Err(e) => {
+                    tracing::error!(%tp, error = %e, "cleaner task panicked");
+                    let _ = partition.with_log(|log| log.abort_clean());
+                    break;
+                }
+            };
+            match applied {
+                Ok(Ok(Some(stats))) => tracing::info!(
+                    %tp,
+                    bytes_read = stats.bytes_read,
+                    bytes_written = stats.bytes_written,
+                    records_retained = stats.records_retained,
+                    "cleaned log"
+                ),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => {
+                    // The swap failed on disk: reopening the log finishes or rolls it back.
+                    tracing::error!(%tp, error = %e, "swapping in cleaned segments failed");
+                    break;
+                }
+                Err(_) => break,
+            }
+            if *shutdown.borrow() {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,149 @@
+"""Log lifecycle against the real broker: compaction keeps the latest value per key,
+DeleteRecords and a live retention.ms change take effect without a restart, and a consumer
+whose offset fell below the log start resets as configured."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+from kafka_helpers import create_topic, read_all, unique_topic, wait_for
+
+FAST_MAINTENANCE = {
+    "log.retention.check.interval.ms": "200",
+    "log.cleaner.backoff.ms": "200",
+}
+
+
+def partition_bytes(data_dir: Path, topic: str) -> int:
+    return sum(f.stat().st_size for f in (data_dir / f"{topic}-0").glob("*.log"))
+
+
+def produce(bootstrap: str, topic: str, records) -> None:
+    # Batches must fit the small segments these tests use: Kafka refuses a batch larger
+    # than segment.bytes (RECORD_LIST_TOO_LARGE).
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all", "batch.size": 16384}
+    )
+    errors = []
+
+    def report(error, _message):
+        if error is not None:
+            errors.append(error)
+
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, partition=0, on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(120) == 0
+    assert errors == [], f"{len(errors)} deliveries failed, first: {errors[:3]}"
+
+
+def test_compaction_keeps_the_latest_value_per_key(rill_factory):
+    rill = rill_factory(overrides=FAST_MAINTENANCE)
+    topic = unique_topic("compacted")
+    create_topic(
+        rill.bootstrap,
+        topic,
+        1,
+        {
+            "cleanup.policy": "compact",
+            "segment.bytes": "65536",
+            "segment.ms": "1000",
+            "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "0",
+        },
+    )
+    keys = 1000
+    total = 100_000
+    records = [(f"key-{i % keys}".encode(), f"value-{i}".encode()) for i in range(total)]
+    produce(rill.bootstrap, topic, records)
+    latest = {}
+    for offset, (key, value) in enumerate(records):
+        latest[key] = (offset, value)
+    before = partition_bytes(rill.data_dir, topic)
+
+    def compacted():
+        got = read_all(rill.bootstrap, topic, 1)[0]
+        return len(got) == keys and got
+
+    got = wait_for(compacted, 120, "the log to hold one record per key", interval_s=1.0)
+    for offset, record in got.items():
+        expected_offset, expected_value = latest[record.key]
+        assert offset == expected_offset, "compaction must keep original offsets"
+        assert record.value == expected_value
+    after = partition_bytes(rill.data_dir, topic)
+    print(f"\ncompaction: {before} bytes -> {after} bytes")
+    assert after < before / 5
+
+
+def test_delete_records_and_live_retention(rill_factory):
+    rill = rill_factory(overrides=FAST_MAINTENANCE)
+    topic = unique_topic("retention")
+    admin = create_topic(rill.bootstrap, topic, 1, {"segment.bytes": "16384"})
+    produce(rill.bootstrap, topic, [(None, f"v{i}".encode() * 10) for i in range(5000)])
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": rill.bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        assert (low, high) == (0, 5000)
+
+        # DeleteRecords moves the low watermark at once.
+        result = admin.delete_records([TopicPartition(topic, 0, 1200)])
+        deleted = result[TopicPartition(topic, 0, 1200)].result(timeout=30)
+        assert deleted.low_watermark == 1200
+        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
+        assert low == 1200
+
+        # A consumer positioned below the log start resets by its policy (earliest).
+        consumer.assign([TopicPartition(topic, 0, 10)])
+        first = None
+        deadline = time.monotonic() + 30
+        while first is None and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                first = message.offset()
+        assert first == 1200
+
+        # A live retention.ms change deletes every closed segment without a restart.
+        resource = ConfigResource(
+            ResourceType.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
+            ],
+        )
+        admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+        described = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
+        entries = list(described.values())[0].result(timeout=30)
+        assert entries["retention.ms"].value == "1"
+
+        def trimmed():
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, 0), timeout=10, cached=False
+            )
+            return low > 4000 and high == 5000
+
+        wait_for(trimmed, 60, "retention to delete the old segments")
+    finally:
+        consumer.close()
+    assert isinstance(admin, AdminClient)
