@@ -10,6 +10,8 @@
 //!    `kcat` from Debian's packages when it is not on `PATH`.
 //! 4. `pytest tests/e2e` with the venv's interpreter; arguments after `--` go to pytest
 //!    (`cargo xtask test --e2e-only -- -k produce`). Steps 2-4 are skipped by `--rust-only`.
+//! 5. Every `cargo fuzz` target for `RILL_FUZZ_SECONDS` (15) seconds when a nightly
+//!    toolchain is present (`fuzz/run.sh`).
 //!
 //! The last line printed is a tally in the plain `N passed, N failed, N skipped` form, so
 //! that a reader (or CI) sees at once what ran; the exit code is non-zero on any failure.
@@ -83,6 +85,43 @@ fn run_steps(root: &Path, options: &Options, tally: &mut Tally) -> anyhow::Resul
         let python = ensure_venv(root)?;
         let kcat = ensure_kcat()?;
         pytest(root, &python, &rill_bin, kcat, &options.pytest_args, tally)?;
+    }
+    if options.rust {
+        fuzz(root)?;
+    }
+    Ok(())
+}
+
+/// Seconds each fuzz target runs for in the test command (`RILL_FUZZ_SECONDS`, 0 skips):
+/// short, to catch a decoder that regressed on the committed seeds and what a few seconds
+/// of mutation find; long runs are `fuzz/run.sh` by hand.
+const FUZZ_SECONDS_DEFAULT: u64 = 15;
+
+/// Runs every fuzz target briefly; `fuzz/run.sh` skips with a message when no nightly
+/// toolchain is present.
+fn fuzz(root: &Path) -> anyhow::Result<()> {
+    let seconds = match std::env::var("RILL_FUZZ_SECONDS") {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .context("RILL_FUZZ_SECONDS must be a number of seconds")?,
+        Err(_) => FUZZ_SECONDS_DEFAULT,
+    };
+    if seconds == 0 {
+        println!("fuzz: skipped (RILL_FUZZ_SECONDS=0)");
+        return Ok(());
+    }
+    banner(&format!("fuzz/run.sh {seconds}"));
+    let started = Instant::now();
+    let status = Command::new("bash")
+        .arg(root.join("fuzz/run.sh"))
+        .arg(seconds.to_string())
+        .current_dir(root)
+        .status()
+        .context("could not start fuzz/run.sh")?;
+    println!("    (fuzz: {:.1}s)", started.elapsed().as_secs_f64());
+    if !status.success() {
+        bail!("a fuzz target found a crash ({status}); see fuzz/artifacts/");
     }
     Ok(())
 }

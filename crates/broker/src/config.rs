@@ -279,6 +279,7 @@ pub struct BrokerConfig {
 pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("auto.create.topics.enable", "true"),
     ("broker.id.generation.enable", "true"),
+    ("connections.max.idle.ms", "600000"),
     ("default.replication.factor", "1"),
     ("group.initial.rebalance.delay.ms", "3000"),
     ("group.max.session.timeout.ms", "1800000"),
@@ -288,6 +289,8 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("log.cleaner.backoff.ms", "15000"),
     ("log.dirs", "./rill-data"),
     ("log.retention.check.interval.ms", "300000"),
+    ("max.connections", "2147483647"),
+    ("max.connections.per.ip", "2147483647"),
     ("node.id", "1"),
     ("num.partitions", "1"),
     ("offsets.retention.minutes", "10080"),
@@ -296,6 +299,7 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("process.roles", "broker,controller"),
     ("queued.max.request.bytes", "104857600"),
     ("queued.max.requests", "500"),
+    ("sasl.server.max.receive.size", "524288"),
     ("socket.request.max.bytes", "104857600"),
 ];
 
@@ -431,6 +435,7 @@ impl BrokerConfig {
         self.socket_request_max_bytes()?;
         self.group_config()?;
         self.log_manager_config()?;
+        crate::network::ConnectionLimits::from_config(self)?;
         for d in TOPIC_CONFIGS {
             if let Some(v) = self.props.get(d.broker_key) {
                 validate_topic_config(d.name, v).map_err(BrokerError::Config)?;

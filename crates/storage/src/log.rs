@@ -133,6 +133,35 @@ fn corrupt_to_append_error(e: BatchError) -> AppendError {
     }
 }
 
+/// Largest decompressed record payload a produced batch may expand to. Kafka bounds only
+/// the compressed size; a bound here keeps a decompression bomb from costing more memory
+/// than this per request being validated.
+pub const MAX_DECOMPRESSED_BATCH_BYTES: usize = 64 * 1024 * 1024;
+
+/// Decodes every record of a client's batch, as Kafka's `LogValidator` does, so that no
+/// garbage behind a valid CRC is stored and served: each record must parse, offset deltas
+/// must run 0, 1, 2, …, and a compacted topic needs a key on every record.
+fn validate_records(batch: &RecordBatch, require_keys: bool) -> Result<(), AppendError> {
+    let records = batch
+        .record_iter(MAX_DECOMPRESSED_BATCH_BYTES)
+        .map_err(corrupt_to_append_error)?;
+    for (i, record) in records.enumerate() {
+        let record = record.map_err(corrupt_to_append_error)?;
+        if i64::from(record.offset_delta) != i as i64 {
+            return Err(AppendError::InvalidRecord(format!(
+                "record {i} of the batch has offset delta {}",
+                record.offset_delta
+            )));
+        }
+        if require_keys && record.key.is_none() {
+            return Err(AppendError::InvalidRecord(
+                "compacted topic cannot accept a record without a key".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl UnifiedLog {
     /// Opens the log in `dir`, creating it when absent and recovering it when the last
     /// run did not [`close`](Self::close) it.
@@ -437,6 +466,7 @@ impl UnifiedLog {
                 if batch.record_count() <= 0 {
                     return Err(AppendError::InvalidRecord("batch holds no records".into()));
                 }
+                validate_records(&batch, self.config.cleanup_policy.is_compact())?;
                 if batch.producer_id() >= 0 && batch.base_sequence() < 0 {
                     return Err(AppendError::InvalidRecord(format!(
                         "invalid sequence number {} for producer {}",
