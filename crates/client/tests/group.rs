@@ -177,26 +177,27 @@ async fn three_members_settle_and_rebalance(assignor: Assignor) {
         m.stop.store(true, Ordering::Relaxed);
         m.task.await.unwrap();
     }
-    let s = seen.lock().unwrap();
-    assert!(
-        s.duplicates.is_empty(),
-        "records read twice: {:?}",
-        s.duplicates
-    );
-    assert_eq!(s.records.len(), 1800);
-    // Every offset of every partition, with no gap.
-    let mut per_partition: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
-    for (p, o) in s.records.keys() {
-        per_partition.entry(*p).or_default().push(*o);
-    }
-    for (p, offsets) in per_partition {
-        assert_eq!(
-            offsets,
-            (0..offsets.len() as i64).collect::<Vec<_>>(),
-            "partition {p}"
+    {
+        let s = seen.lock().unwrap();
+        assert!(
+            s.duplicates.is_empty(),
+            "records read twice: {:?}",
+            s.duplicates
         );
+        assert_eq!(s.records.len(), 1800);
+        // Every offset of every partition, with no gap.
+        let mut per_partition: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+        for (p, o) in s.records.keys() {
+            per_partition.entry(*p).or_default().push(*o);
+        }
+        for (p, offsets) in per_partition {
+            assert_eq!(
+                offsets,
+                (0..offsets.len() as i64).collect::<Vec<_>>(),
+                "partition {p}"
+            );
+        }
     }
-    drop(s);
 
     // The group's committed offsets are the log end offsets.
     let admin = Admin::new(client(&server)).unwrap();
