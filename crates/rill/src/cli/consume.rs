@@ -6,7 +6,7 @@
 //! it reads every partition (or `--partition`) from `--offset`, `--from-beginning`, or
 //! the end.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -125,6 +125,9 @@ async fn consume(
     let stdout = std::io::stdout();
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
+    // Partitions with records fetched but not printed (the batch --max-messages cut):
+    // their position is ahead of what was consumed.
+    let mut unprinted: BTreeSet<TopicPartition> = BTreeSet::new();
     while printed < max {
         let records = tokio::select! {
             r = consumer.poll(Duration::from_millis(500)) => r?,
@@ -151,12 +154,26 @@ async fn consume(
         }
         out.flush()?;
         drop(out);
+        for r in &records[take..] {
+            unprinted.insert(TopicPartition::new(r.topic.clone(), r.partition));
+        }
         printed += take as u64;
         if args.group.is_some() {
             // Auto-commit is off: only printed records count as consumed (the loop ends
             // right after a batch cut short by --max-messages).
             consumer.commit_offsets(&commit).await?;
         }
+    }
+    if args.group.is_some() {
+        // Every other assigned partition is consumed up to its position, including the
+        // ones that had nothing to read, so that `rill group describe` shows them all.
+        let rest: BTreeMap<TopicPartition, i64> = consumer
+            .assignment()
+            .into_iter()
+            .filter(|tp| !unprinted.contains(tp))
+            .filter_map(|tp| consumer.position(&tp).map(|o| (tp, o)))
+            .collect();
+        consumer.commit_offsets(&rest).await?;
     }
     Ok(())
 }
