@@ -23,6 +23,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let topic = args.get(2).map_or("rill-throughput", String::as_str);
     let count: usize = args.get(3).map_or(Ok(100_000), |s| s.parse())?;
     let size: usize = args.get(4).map_or(Ok(1024), |s| s.parse())?;
+    let batch_size: usize = args.get(5).map_or(Ok(1 << 20), |s| s.parse())?;
     let client = ClientConfig::new(bootstrap);
     let admin = Admin::new(client.clone())?;
     if let Err(e) = admin.create_topics(&[NewTopic::new(topic, 1)]).await {
@@ -32,7 +33,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let producer = Producer::new(
         ProducerConfig::new(client.clone())
             .linger(Duration::from_millis(5))
-            .batch_size(1 << 20),
+            .batch_size(batch_size),
     )?;
     let value = bytes::Bytes::from(vec![b'x'; size]);
     let started = Instant::now();

@@ -225,6 +225,35 @@ impl BrokerConnection {
         version: i16,
         timeout: Duration,
     ) -> Result<R::Response> {
+        self.write_at(request, version, timeout)
+            .await?
+            .response()
+            .await
+    }
+
+    /// Writes `request` now and returns the wait for its answer, so that a caller can
+    /// put several requests on the wire in a chosen order (the producer: one partition's
+    /// batches in sequence order) and wait for their answers elsewhere.
+    pub(crate) async fn write_request<R: Request>(
+        self: &Arc<Self>,
+        request: &R,
+        ours: i16,
+    ) -> Result<InFlight<R>> {
+        let api = api_key::<R>()?;
+        let version = self.version(api, ours)?;
+        let mut in_flight = self
+            .write_at(request, version, self.request_timeout)
+            .await?;
+        in_flight.conn = Some(self.clone());
+        Ok(in_flight)
+    }
+
+    async fn write_at<R: Request>(
+        &self,
+        request: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<InFlight<R>> {
         let api = api_key::<R>()?;
         let (correlation_id, frame) = self.encode(request, version)?;
         let (tx, rx) = oneshot::channel();
@@ -239,34 +268,15 @@ impl BrokerConnection {
             p.slots.insert(correlation_id, tx);
         }
         self.write(&frame, timeout).await?;
-        let bytes = match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(r)) => r?,
-            Ok(Err(_)) => {
-                return Err(Error::Disconnected {
-                    addr: self.addr().to_string(),
-                    message: "reader stopped".into(),
-                })
-            }
-            Err(_) => {
-                // The broker may be stopped or wedged: nothing else on this connection will
-                // be answered in time either, so fail them all now and reconnect later.
-                self.close("request timed out");
-                return Err(Error::Timeout {
-                    what: format!("{} request to {}", api.name(), self.addr()),
-                    after: timeout,
-                });
-            }
-        };
-        let mut bytes = bytes;
-        let result = ResponseHeader::decode(&mut bytes, api.response_header_version(version))
-            .and_then(|_| R::Response::decode(&mut bytes, version));
-        match result {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                self.close("undecodable response");
-                Err(e.into())
-            }
-        }
+        Ok(InFlight {
+            rx,
+            api,
+            version,
+            timeout,
+            shared: self.shared.clone(),
+            conn: None,
+            _response: std::marker::PhantomData,
+        })
     }
 
     /// Writes a request that gets no response (Produce with acks=0).
@@ -325,6 +335,56 @@ impl BrokerConnection {
                     what: format!("writing to {}", self.addr()),
                     after: timeout,
                 })
+            }
+        }
+    }
+}
+
+/// A request on the wire, waiting for its answer.
+pub(crate) struct InFlight<R: Request> {
+    rx: oneshot::Receiver<Result<Bytes>>,
+    api: ApiKey,
+    version: i16,
+    timeout: Duration,
+    shared: Arc<Shared>,
+    /// Keeps the connection (and its reader task) alive while the answer is awaited.
+    conn: Option<Arc<BrokerConnection>>,
+    _response: std::marker::PhantomData<fn() -> R>,
+}
+
+impl<R: Request> InFlight<R> {
+    /// Waits for the answer, at most the request timeout; on timeout the connection is
+    /// closed, as in [`BrokerConnection::send`].
+    pub(crate) async fn response(self) -> Result<R::Response> {
+        let addr = self.shared.addr.clone();
+        let bytes = match tokio::time::timeout(self.timeout, self.rx).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(_)) => {
+                return Err(Error::Disconnected {
+                    addr,
+                    message: "reader stopped".into(),
+                })
+            }
+            Err(_) => {
+                // The broker may be stopped or wedged: nothing else on this connection will
+                // be answered in time either, so fail them all now and reconnect later.
+                self.shared.close("request timed out");
+                return Err(Error::Timeout {
+                    what: format!("{} request to {addr}", self.api.name()),
+                    after: self.timeout,
+                });
+            }
+        };
+        drop(self.conn);
+        let mut bytes = bytes;
+        let result =
+            ResponseHeader::decode(&mut bytes, self.api.response_header_version(self.version))
+                .and_then(|_| R::Response::decode(&mut bytes, self.version));
+        match result {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                self.shared.close("undecodable response");
+                Err(e.into())
             }
         }
     }

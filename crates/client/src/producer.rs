@@ -10,7 +10,8 @@
 //!    `linger.ms`, or a flush/close is waiting, and while the partition has fewer than
 //!    `max.in.flight.requests.per.connection` batches in flight. With idempotence it then
 //!    stamps the batch with the producer id, epoch and the partition's next sequence number.
-//!    Batches for the same leader go out in one Produce request, compressed by
+//!    Batches for the same leader share Produce requests, at most one batch per
+//!    partition in each (answers are keyed by partition), compressed by
 //!    `RecordBatchBuilder`.
 //! 3. The answer completes each record's future with its offset. A retriable error puts
 //!    the batch back at the head of its partition, in sequence order, with its sequence
@@ -18,8 +19,10 @@
 //!    batches go out one at a time. A batch is failed once `delivery.timeout.ms` has passed
 //!    since it was created, or on a non-retriable error.
 //!
-//! Why the order holds: one partition's batches go to one connection in sequence order,
-//! and a retried batch is only resent when nothing else of its partition is in flight.
+//! Why the order holds: the sender task writes every Produce request itself, one after
+//! the other, so one partition's batches reach its connection in sequence order (only the
+//! answers are awaited on other tasks); and a retried batch is only resent when nothing
+//! else of its partition is in flight.
 
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -891,15 +894,33 @@ async fn dispatch(inner: &Arc<ProducerInner>, ready: Vec<ProducerBatch>) {
         }
     }
     for (leader, batches) in by_leader {
-        let inner = inner.clone();
-        tokio::spawn(async move { send_produce(inner, leader, batches).await });
+        // One batch per partition per request (Kafka's rule: answers are keyed by
+        // partition), so the i-th batch of every partition goes in the i-th request.
+        let mut rounds: Vec<Vec<ProducerBatch>> = Vec::new();
+        let mut next_round: HashMap<TopicPartition, usize> = HashMap::new();
+        for b in batches {
+            let round = next_round.entry(b.tp.clone()).or_insert(0);
+            if rounds.len() <= *round {
+                rounds.push(Vec::new());
+            }
+            if let Some(r) = rounds.get_mut(*round) {
+                r.push(b);
+            }
+            *round += 1;
+        }
+        for round in rounds {
+            send_produce(inner, leader, round).await;
+        }
     }
 }
 
 /// Error, base offset, log append time and message of one partition's answer.
 type PartitionResult = (ErrorCode, i64, i64, Option<String>);
 
-async fn send_produce(inner: Arc<ProducerInner>, leader: i32, batches: Vec<ProducerBatch>) {
+/// Writes one Produce request on the sender task, so that requests reach the broker in
+/// the order the sender took the batches (one partition's batches in sequence order),
+/// and awaits its answer on a task of its own.
+async fn send_produce(inner: &Arc<ProducerInner>, leader: i32, batches: Vec<ProducerBatch>) {
     let mut topics: BTreeMap<&str, Vec<PartitionProduceData>> = BTreeMap::new();
     for b in &batches {
         topics
@@ -943,22 +964,41 @@ async fn send_produce(inner: Arc<ProducerInner>, leader: i32, batches: Vec<Produ
         }
         return;
     }
-    let response: ProduceResponse = match conn.send(&request, PRODUCE_VERSION).await {
-        Ok(r) => r,
+    let in_flight = match conn.write_request(&request, PRODUCE_VERSION).await {
+        Ok(f) => f,
         Err(e) => {
-            if e.is_retriable() {
-                inner.net.invalidate_metadata();
-                for b in batches {
-                    inner.retry(b, e.clone());
-                }
-            } else {
-                for b in batches {
-                    inner.complete(b, Err(e.clone()));
-                }
-            }
+            fail_request(inner, batches, e);
             return;
         }
     };
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        match in_flight.response().await {
+            Ok(response) => handle_produce_response(&inner, batches, response),
+            Err(e) => fail_request(&inner, batches, e),
+        }
+    });
+}
+
+/// A request that got no answer: retry its batches if that may help.
+fn fail_request(inner: &ProducerInner, batches: Vec<ProducerBatch>, e: Error) {
+    if e.is_retriable() {
+        inner.net.invalidate_metadata();
+        for b in batches {
+            inner.retry(b, e.clone());
+        }
+    } else {
+        for b in batches {
+            inner.complete(b, Err(e.clone()));
+        }
+    }
+}
+
+fn handle_produce_response(
+    inner: &ProducerInner,
+    batches: Vec<ProducerBatch>,
+    response: ProduceResponse,
+) {
     let mut results: HashMap<(String, i32), PartitionResult> = HashMap::new();
     for t in response.responses {
         for p in t.partition_responses {

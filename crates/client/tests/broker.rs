@@ -283,3 +283,37 @@ async fn a_stopped_broker_is_a_timeout_not_a_hang() {
         .unwrap();
     assert!(md.offset >= 1);
 }
+
+/// Many small batches of one partition in flight at once: each request carries at most
+/// one batch per partition, the batches arrive in sequence order, and every delivery
+/// reports its own offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_batches_of_one_partition_keep_order_and_offsets() {
+    let Some(server) = RillServer::start() else {
+        return;
+    };
+    let admin = Admin::new(client(&server)).unwrap();
+    admin
+        .create_topics(&[NewTopic::new("one", 1)])
+        .await
+        .unwrap();
+    let producer = Producer::new(ProducerConfig::new(client(&server)).batch_size(1024)).unwrap();
+    let mut deliveries = Vec::new();
+    for i in 0..5000 {
+        deliveries.push(
+            producer
+                .send(ProducerRecord::new("one", format!("{i:0>100}")))
+                .await
+                .unwrap(),
+        );
+    }
+    for (i, d) in deliveries.into_iter().enumerate() {
+        assert_eq!(d.await.unwrap().offset, i as i64);
+    }
+    producer.close().await.unwrap();
+    let records = read_all(client(&server), "one", 1, 5000).await;
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.offset, i as i64);
+        assert_eq!(r.value.as_deref().unwrap(), format!("{i:0>100}").as_bytes());
+    }
+}
