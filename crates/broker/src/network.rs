@@ -36,6 +36,15 @@
 //! the bytes the current frame still needs, or to the read-ahead while waiting for the next
 //! size prefix, so pipelined requests cannot pile up in memory either.
 //!
+//! # Zero-copy Fetch
+//!
+//! A Fetch is answered as [`ResponseChunk`]s: encoded bytes interleaved with ranges of
+//! segment files. The bytes go through the connection's buffer; before each file range the
+//! buffer is flushed and the range goes out with `sendfile`, so record bytes never pass
+//! through user space (DESIGN.md §3). A socket `sendfile` refuses falls back to reading
+//! the range and writing it; a file that turns out shorter than its range (truncated
+//! under the response) closes the connection rather than send a short frame.
+//!
 //! Why this cannot deadlock: a connection holds at most one frame's bytes (its size
 //! clamped to the pool) and one slot, acquires them in the same order (bytes, then slot)
 //! and releases both once [`Broker::handle`] returns; a slot holder is handling a request
@@ -43,14 +52,17 @@
 //! capped), so a full request pool delays requests but cannot stop them.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use rill_protocol::frame::FRAME_PREFIX_LEN;
-use rill_protocol::{decode_frame, decode_request_header, FrameError};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use rill_protocol::{decode_frame, decode_request_header, ApiKey, FrameError};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter, Interest};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
@@ -64,6 +76,20 @@ pub const READ_AHEAD_BYTES: usize = 8 * 1024;
 /// A connection's buffer larger than this is dropped once empty, so that one large request
 /// does not pin its allocation for the rest of a long-lived connection.
 const KEEP_BUFFER_BYTES: usize = 64 * 1024;
+
+/// One piece of a response frame: encoded bytes, or a range of a segment file that the
+/// connection sends with `sendfile` so that record bytes never pass through user space
+/// (DESIGN.md §3). The `Arc<File>` keeps the inode alive if retention deletes the segment
+/// while the response is in flight.
+#[derive(Debug, Clone)]
+pub enum ResponseChunk {
+    Bytes(Bytes),
+    File {
+        file: Arc<File>,
+        offset: u64,
+        len: usize,
+    },
+}
 
 /// The connection-layer limits, read from the broker config under Kafka's names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -402,12 +428,17 @@ async fn connection(
         let mut body = frame;
         let (header, api_key) = decode_request_header(&mut body)
             .map_err(|e| ConnectionError::Protocol(format!("request header: {e}")))?;
-        let response = broker.handle(&header, api_key, body, peer).await;
+        let response = if api_key == Some(ApiKey::Fetch) {
+            broker.handle_fetch_chunks(&header, body, peer).await
+        } else {
+            let response = broker.handle(&header, api_key, body, peer).await;
+            response.map(|r| r.map(|b| vec![ResponseChunk::Bytes(b.freeze())]))
+        };
         drop((slot, bytes));
         match response {
             Ok(Some(response)) => {
                 served_one = true;
-                write_within(&mut writer, &response, limits.connections_max_idle).await?;
+                write_chunks(&mut writer, &response, limits.connections_max_idle).await?;
             }
             Ok(None) => served_one = true,
             Err(reason) => {
@@ -470,6 +501,96 @@ async fn acquire_bytes(
 ) -> Option<tokio::sync::SemaphorePermit<'_>> {
     let want = (FRAME_PREFIX_LEN + size).min(pools.bytes_cap as usize) as u32;
     pools.bytes.acquire_many(want).await.ok()
+}
+
+/// Writes a response made of chunks: bytes through the buffer, file ranges with
+/// `sendfile` straight from the page cache once the bytes before them are flushed.
+async fn write_chunks(
+    writer: &mut BufWriter<OwnedWriteHalf>,
+    chunks: &[ResponseChunk],
+    idle: Duration,
+) -> Result<(), ConnectionError> {
+    for chunk in chunks {
+        match chunk {
+            ResponseChunk::Bytes(b) => write_within(writer, b, idle).await?,
+            ResponseChunk::File { file, offset, len } => {
+                match tokio::time::timeout(idle, writer.flush()).await {
+                    Ok(r) => r?,
+                    Err(_) => return Err(ConnectionError::Idle(idle)),
+                }
+                let end = offset.saturating_add(*len as u64);
+                let sent = send_file(writer.get_ref().as_ref(), file, *offset, end, idle).await?;
+                if sent < end {
+                    copy_file(writer, file, sent, end, idle).await?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sends `[offset, end)` of `file` with `sendfile`, handling partial writes and a full
+/// socket buffer. Returns where it stopped: `end`, or earlier when the kernel cannot
+/// `sendfile` to this socket (EINVAL, ENOSYS before any byte went), for the copying path.
+/// A file that ends early (it was truncated under us) closes the connection: a short
+/// frame would desynchronise the peer.
+async fn send_file(
+    socket: &TcpStream,
+    file: &File,
+    mut offset: u64,
+    end: u64,
+    idle: Duration,
+) -> Result<u64, ConnectionError> {
+    let start = offset;
+    while offset < end {
+        match tokio::time::timeout(idle, socket.writable()).await {
+            Ok(r) => r?,
+            Err(_) => return Err(ConnectionError::Idle(idle)),
+        }
+        // Linux sends at most 0x7ffff000 bytes per call.
+        let count = (end - offset).min(0x7fff_f000) as usize;
+        let sent = socket.try_io(Interest::WRITABLE, || {
+            rustix::fs::sendfile(socket, file, Some(&mut offset), count).map_err(Into::into)
+        });
+        match sent {
+            Ok(0) => {
+                return Err(ConnectionError::Protocol(format!(
+                    "segment file ended {} bytes early under a fetch response",
+                    end - offset
+                )))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if offset == start && unsupported(&e) => return Ok(offset),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(offset)
+}
+
+fn unsupported(e: &std::io::Error) -> bool {
+    let raw = e.raw_os_error();
+    raw == Some(rustix::io::Errno::INVAL.raw_os_error())
+        || raw == Some(rustix::io::Errno::NOSYS.raw_os_error())
+}
+
+/// The fallback for sockets `sendfile` refuses: the range read in pieces and written.
+async fn copy_file<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    file: &File,
+    mut offset: u64,
+    end: u64,
+    idle: Duration,
+) -> Result<(), ConnectionError> {
+    let mut buf = vec![0u8; 64 * 1024];
+    while offset < end {
+        let n = ((end - offset) as usize).min(buf.len());
+        let piece = buf.get_mut(..n).unwrap_or_default();
+        file.read_exact_at(piece, offset)?;
+        write_within(writer, piece, idle).await?;
+        offset += n as u64;
+    }
+    Ok(())
 }
 
 /// Writes a response; a peer that accepts none of it within the idle limit is closed.
@@ -698,6 +819,123 @@ mod tests {
             stalled.push(sock);
         }
         assert!(admitted(server.local_addr).await.is_some());
+        server.shutdown().await;
+    }
+
+    /// The body of the next response frame, without its size prefix.
+    async fn response_body(sock: &mut TcpStream) -> Bytes {
+        let size = tokio::time::timeout(WAIT, sock.read_i32())
+            .await
+            .unwrap()
+            .unwrap();
+        let mut body = vec![0; usize::try_from(size).unwrap()];
+        tokio::time::timeout(WAIT, sock.read_exact(&mut body))
+            .await
+            .unwrap()
+            .unwrap();
+        Bytes::from(body)
+    }
+
+    #[tokio::test]
+    async fn fetch_sends_records_from_the_segment_files() {
+        use rill_protocol::generated::create_topics_request::{
+            CreatableTopic, CreateTopicsRequest,
+        };
+        use rill_protocol::generated::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+        use rill_protocol::generated::fetch_response::FetchResponse;
+        use rill_protocol::generated::produce_request::{
+            PartitionProduceData, ProduceRequest, TopicProduceData,
+        };
+        use rill_protocol::records::{CompressionType, RecordBatchBuilder};
+        use rill_protocol::Decodable;
+
+        let (server, _dir) = server(&[]).await;
+        let mut sock = TcpStream::connect(server.local_addr).await.unwrap();
+        let create = CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: "zc".into(),
+                num_partitions: 1,
+                replication_factor: 1,
+                ..Default::default()
+            }],
+            timeout_ms: 5_000,
+            ..Default::default()
+        };
+        sock.write_all(&request(ApiKey::CreateTopics, 4, 1, &create))
+            .await
+            .unwrap();
+        response_body(&mut sock).await;
+        // Batches larger than a socket buffer, so that sendfile writes partially.
+        let mut sent = Vec::new();
+        for i in 0..6u8 {
+            let mut builder = RecordBatchBuilder::new(CompressionType::None, 0);
+            for j in 0..4u8 {
+                let value = vec![i ^ j; 150_000];
+                builder.append(0, None, Some(&value), &[]).unwrap();
+            }
+            let batch = builder.build().unwrap();
+            let produce = ProduceRequest {
+                acks: 1,
+                timeout_ms: 5_000,
+                topic_data: vec![TopicProduceData {
+                    name: "zc".into(),
+                    partition_data: vec![PartitionProduceData {
+                        index: 0,
+                        records: Some(batch.clone()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            sock.write_all(&request(ApiKey::Produce, 3, 2, &produce))
+                .await
+                .unwrap();
+            response_body(&mut sock).await;
+            sent.push(batch);
+        }
+        for version in [4i16, 11, 12] {
+            let fetch = FetchRequest {
+                replica_id: -1,
+                max_wait_ms: 0,
+                max_bytes: 50 << 20,
+                topics: vec![FetchTopic {
+                    topic: "zc".into(),
+                    partitions: vec![FetchPartition {
+                        partition: 0,
+                        fetch_offset: 0,
+                        partition_max_bytes: 50 << 20,
+                        current_leader_epoch: -1,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            sock.write_all(&request(ApiKey::Fetch, version, 3, &fetch))
+                .await
+                .unwrap();
+            let mut body = response_body(&mut sock).await;
+            assert_eq!(body.get_i32(), 3);
+            if version >= 12 {
+                assert_eq!(body.get_u8(), 0, "no header tagged fields");
+            }
+            let response = FetchResponse::decode(&mut body, version).unwrap();
+            assert!(body.is_empty());
+            let p = &response.responses[0].partitions[0];
+            assert_eq!(p.error_code, 0);
+            let mut records = p.records.clone().unwrap();
+            for batch in &sent {
+                let got = records.split_to(batch.len());
+                // The broker sets the offsets and leader epoch; from the magic byte on
+                // the batch is as produced.
+                assert_eq!(got[16..], batch[16..], "version {version}");
+            }
+            assert!(records.is_empty());
+        }
+        // The connection is still in step.
+        sock.write_all(&api_versions(4)).await.unwrap();
+        assert_eq!(response(&mut sock).await, Some(4));
         server.shutdown().await;
     }
 

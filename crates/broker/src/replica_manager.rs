@@ -14,8 +14,8 @@ use bytes::Bytes;
 use rill_protocol::primitives::Uuid;
 use rill_protocol::ErrorCode;
 use rill_storage::{
-    partition_dir_name, AppendError, AppendOrigin, FetchDataInfo, LogAppendInfo, LogConfig,
-    ReadError, TopicPartition, UnifiedLog,
+    partition_dir_name, AppendError, AppendOrigin, FetchDataInfo, FileRange, LogAppendInfo,
+    LogConfig, ReadError, TopicPartition, UnifiedLog,
 };
 use tokio::sync::Notify;
 
@@ -50,7 +50,20 @@ pub struct PartitionOffsets {
 
 pub struct FetchResult {
     pub offsets: PartitionOffsets,
+    /// The records; empty when read with `zero_copy`, where `file_range` holds them.
     pub records: Bytes,
+    /// Where the records lie in their segment file (`None` when there are none).
+    pub file_range: Option<FileRange>,
+}
+
+impl FetchResult {
+    /// The record bytes this result answers with, however they are held.
+    pub fn byte_len(&self) -> usize {
+        match &self.file_range {
+            Some(r) if self.records.is_empty() => r.len as usize,
+            _ => self.records.len(),
+        }
+    }
 }
 
 pub struct ReplicaManager {
@@ -224,6 +237,19 @@ impl ReplicaManager {
         max_bytes: usize,
         min_one_message: bool,
     ) -> Result<FetchResult, (ErrorCode, Option<PartitionOffsets>)> {
+        self.read_maybe_zero_copy(tp, offset, max_bytes, min_one_message, false)
+    }
+
+    /// As [`ReplicaManager::read`], but with `zero_copy` the records are not read: only
+    /// their file range is returned, for the connection to send with `sendfile`.
+    pub fn read_maybe_zero_copy(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+        max_bytes: usize,
+        min_one_message: bool,
+        zero_copy: bool,
+    ) -> Result<FetchResult, (ErrorCode, Option<PartitionOffsets>)> {
         let partition = self
             .get(tp)
             .ok_or((ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, None))?;
@@ -234,8 +260,12 @@ impl ReplicaManager {
                     high_watermark: log.high_watermark(),
                     log_end_offset: log.log_end_offset(),
                 };
-                let data: Result<FetchDataInfo, ReadError> =
-                    log.read(offset, max_bytes, offsets.high_watermark, min_one_message);
+                let hw = offsets.high_watermark;
+                let data: Result<FetchDataInfo, ReadError> = if zero_copy {
+                    log.read_file_range(offset, max_bytes, hw, min_one_message)
+                } else {
+                    log.read(offset, max_bytes, hw, min_one_message)
+                };
                 (offsets, data)
             })
             .map_err(|code| (code, None))?;
@@ -243,6 +273,7 @@ impl ReplicaManager {
             (offsets, Ok(data)) => Ok(FetchResult {
                 offsets,
                 records: data.records,
+                file_range: data.file_range,
             }),
             (offsets, Err(ReadError::OffsetOutOfRange { .. })) => {
                 Err((ErrorCode::OFFSET_OUT_OF_RANGE, Some(offsets)))

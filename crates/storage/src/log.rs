@@ -814,6 +814,29 @@ impl UnifiedLog {
         max_offset: i64,
         min_one_message: bool,
     ) -> Result<FetchDataInfo, ReadError> {
+        self.read_inner(start_offset, max_bytes, max_offset, min_one_message, true)
+    }
+
+    /// As [`UnifiedLog::read`] but without reading the records: `records` is empty and
+    /// `file_range` alone says which bytes of which segment file to send (zero-copy fetch).
+    pub fn read_file_range(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+    ) -> Result<FetchDataInfo, ReadError> {
+        self.read_inner(start_offset, max_bytes, max_offset, min_one_message, false)
+    }
+
+    fn read_inner(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+        load: bool,
+    ) -> Result<FetchDataInfo, ReadError> {
         let log_end = self.log_end_offset();
         if start_offset < self.log_start_offset || start_offset > log_end {
             return Err(ReadError::OffsetOutOfRange {
@@ -830,9 +853,12 @@ impl UnifiedLog {
         if start_offset < log_end && start_offset < max_offset {
             if let Some(floor) = floor {
                 for seg in self.segments.range(floor..).map(|(_, s)| s) {
-                    if let Some(info) =
+                    let info = if load {
                         seg.read(start_offset, max_bytes, max_offset, min_one_message)?
-                    {
+                    } else {
+                        seg.read_range(start_offset, max_bytes, max_offset, min_one_message)?
+                    };
+                    if let Some(info) = info {
                         return Ok(info);
                     }
                 }
@@ -1089,3 +1115,55 @@ impl UnifiedLog {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod file_range_tests {
+    //! `read_file_range` must name exactly the bytes `read` returns.
+
+    use super::*;
+    use crate::test_util::TestBatch;
+
+    const T0: i64 = 1_700_000_000_000;
+
+    #[test]
+    fn file_range_reads_name_the_same_bytes_as_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes: 2_000,
+            index_interval_bytes: 256,
+            ..LogConfig::default()
+        };
+        let mut log = UnifiedLog::open(dir.path(), config, T0).unwrap();
+        for i in 0..40usize {
+            let b = TestBatch::new(1 + i % 3, T0).value_len(20 + i * 3);
+            log.append_as_leader(b.bytes(), 0, AppendOrigin::Client, T0)
+                .unwrap();
+        }
+        let end = log.log_end_offset();
+        for offset in 0..=end {
+            for max_bytes in [0, 1, 150, 700, 5_000] {
+                for max_offset in [end / 2, end, i64::MAX] {
+                    for min_one in [false, true] {
+                        let read = log.read(offset, max_bytes, max_offset, min_one).unwrap();
+                        let range = log
+                            .read_file_range(offset, max_bytes, max_offset, min_one)
+                            .unwrap();
+                        assert!(range.records.is_empty());
+                        assert_eq!(read.fetch_offset_metadata, range.fetch_offset_metadata);
+                        let bytes = range.file_range.map(|r| {
+                            let mut buf = vec![0u8; r.len as usize];
+                            std::os::unix::fs::FileExt::read_exact_at(
+                                &*r.file, &mut buf, r.position,
+                            )
+                            .unwrap();
+                            buf
+                        });
+                        let want = (!read.records.is_empty()).then(|| read.records.to_vec());
+                        assert_eq!(bytes, want, "{offset} {max_bytes} {max_offset} {min_one}");
+                    }
+                }
+            }
+        }
+        assert!(log.read_file_range(end + 1, 100, i64::MAX, true).is_err());
+    }
+}

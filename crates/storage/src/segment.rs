@@ -566,6 +566,29 @@ impl LogSegment {
         max_offset: i64,
         min_one_message: bool,
     ) -> Result<Option<FetchDataInfo>, StorageError> {
+        self.read_inner(start_offset, max_bytes, max_offset, min_one_message, true)
+    }
+
+    /// As [`Segment::read`] but leaves `records` empty: only `file_range` is filled, found by
+    /// reading batch headers alone, for callers that send the range straight from the file.
+    pub(crate) fn read_range(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+    ) -> Result<Option<FetchDataInfo>, StorageError> {
+        self.read_inner(start_offset, max_bytes, max_offset, min_one_message, false)
+    }
+
+    fn read_inner(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+        load: bool,
+    ) -> Result<Option<FetchDataInfo>, StorageError> {
         let Some((start_pos, first)) = self.translate_offset(start_offset)? else {
             return Ok(None);
         };
@@ -579,6 +602,29 @@ impl LogSegment {
         }
         let want = want.min(self.size - start_pos);
         if want < first.size() {
+            return Ok(Some(info));
+        }
+        if !load {
+            // One small read per batch header; the batch bodies are never read here.
+            let mut end = 0u64;
+            while end + HEADER_LEN as u64 <= want {
+                let Some(h) = self.read_header(start_pos + end)? else {
+                    break;
+                };
+                let size = h.size();
+                if size < HEADER_LEN as u64 || end + size > want || h.last_offset() >= max_offset {
+                    break;
+                }
+                end += size;
+            }
+            if end > 0 {
+                info.file_range = Some(FileRange {
+                    file: Arc::clone(&self.log),
+                    path: self.log_path.clone(),
+                    position: start_pos,
+                    len: end,
+                });
+            }
             return Ok(Some(info));
         }
         // One read of up to `want` bytes, then trimmed to whole batches below max_offset.

@@ -1,6 +1,10 @@
 //! The data path: Produce, Fetch, ListOffsets and InitProducerId.
 
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
 use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
 
 use rill_protocol::generated::delete_records_request::DeleteRecordsRequest;
 use rill_protocol::generated::delete_records_response::{
@@ -20,10 +24,18 @@ use rill_protocol::generated::produce_request::ProduceRequest;
 use rill_protocol::generated::produce_response::{
     PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
-use rill_protocol::ErrorCode;
-use rill_storage::TopicPartition;
+use rill_protocol::generated::request_header::RequestHeader;
+use rill_protocol::generated::response_header::ResponseHeader;
+use rill_protocol::generated::ApiKey;
+use rill_protocol::primitives::{
+    put_unsigned_varint, write_array_len, write_nullable_bytes, write_string, write_tagged_count,
+    Decodable, Encodable,
+};
+use rill_protocol::{EncodeError, ErrorCode};
+use rill_storage::{FileRange, TopicPartition};
 
 use crate::group_coordinator::OFFSETS_TOPIC;
+use crate::network::ResponseChunk;
 use crate::replica_manager::SINGLE_NODE_LEADER_EPOCH;
 use crate::Broker;
 
@@ -105,6 +117,47 @@ impl Broker {
     }
 
     pub(crate) async fn handle_fetch(&self, request: FetchRequest, version: i16) -> FetchResponse {
+        self.fetch_wait(&request, version, false).await.0
+    }
+
+    /// Answers a Fetch as a frame of chunks whose record sets are ranges of segment files,
+    /// for the connection to send with `sendfile` (DESIGN.md §3): the records never pass
+    /// through user space. Same answers as [`Broker::handle`] otherwise.
+    pub async fn handle_fetch_chunks(
+        &self,
+        header: &RequestHeader,
+        mut body: Bytes,
+        peer: SocketAddr,
+    ) -> Result<Option<Vec<ResponseChunk>>, String> {
+        let version = header.request_api_version;
+        let supported = super::supported_range(ApiKey::Fetch)
+            .is_some_and(|(lo, hi)| (lo..=hi).contains(&version));
+        if !supported {
+            let response = self.handle(header, Some(ApiKey::Fetch), body, peer).await?;
+            return Ok(response.map(|b| vec![ResponseChunk::Bytes(b.freeze())]));
+        }
+        let request = FetchRequest::decode(&mut body, version)
+            .map_err(|e| format!("Fetch v{version} from {peer}: {e}"))?;
+        let (mut response, ranges) = self.fetch_wait(&request, version, true).await;
+        let correlation_id = header.correlation_id;
+        if let Some(chunks) = encode_fetch_chunks(correlation_id, version, &response, &ranges)? {
+            return Ok(Some(chunks));
+        }
+        // A response the chunk encoder does not cover: read the ranges, encode as usual.
+        fill_records(&mut response, &ranges).map_err(|e| format!("reading records: {e}"))?;
+        let frame = super::encode_response(correlation_id, ApiKey::Fetch, version, &response)?;
+        Ok(Some(vec![ResponseChunk::Bytes(frame.freeze())]))
+    }
+
+    /// Reads until `min_bytes` are there, a partition fails or the wait is over. With
+    /// `zero_copy` the records stay in their files: the second value holds, for each
+    /// partition in response order, the file range that stands for its (empty) records.
+    async fn fetch_wait(
+        &self,
+        request: &FetchRequest,
+        version: i16,
+        zero_copy: bool,
+    ) -> (FetchResponse, Vec<Option<FileRange>>) {
         let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
         let deadline = tokio::time::Instant::now() + max_wait;
         let min_bytes = request.min_bytes.max(0) as usize;
@@ -114,9 +167,9 @@ impl Broker {
             let appended = self.replicas.appended();
             tokio::pin!(appended);
             appended.as_mut().enable();
-            let (response, bytes, errored) = self.read_fetch(&request, version);
+            let (response, ranges, bytes, errored) = self.read_fetch(request, version, zero_copy);
             if bytes >= min_bytes || errored || tokio::time::Instant::now() >= deadline {
-                return response;
+                return (response, ranges);
             }
             tokio::select! {
                 _ = appended => {}
@@ -127,7 +180,13 @@ impl Broker {
 
     /// One pass over the fetch's partitions: the response, the record bytes in it, and
     /// whether any partition failed (which answers the fetch at once).
-    fn read_fetch(&self, request: &FetchRequest, version: i16) -> (FetchResponse, usize, bool) {
+    fn read_fetch(
+        &self,
+        request: &FetchRequest,
+        version: i16,
+        zero_copy: bool,
+    ) -> (FetchResponse, Vec<Option<FileRange>>, usize, bool) {
+        let mut ranges = Vec::new();
         let mut remaining = if request.max_bytes > 0 {
             request.max_bytes as usize
         } else {
@@ -161,6 +220,7 @@ impl Broker {
                 let Some(name) = &name else {
                     data.error_code = ErrorCode::UNKNOWN_TOPIC_ID.code();
                     errored = true;
+                    ranges.push(None);
                     partitions.push(data);
                     continue;
                 };
@@ -171,18 +231,32 @@ impl Broker {
                 if p.current_leader_epoch > SINGLE_NODE_LEADER_EPOCH {
                     data.error_code = ErrorCode::UNKNOWN_LEADER_EPOCH.code();
                     errored = true;
+                    ranges.push(None);
                     partitions.push(data);
                     continue;
                 }
                 let max = (p.partition_max_bytes.max(0) as usize).min(remaining);
-                match self.replicas.read(&tp, p.fetch_offset, max, total == 0) {
+                let read = self.replicas.read_maybe_zero_copy(
+                    &tp,
+                    p.fetch_offset,
+                    max,
+                    total == 0,
+                    zero_copy,
+                );
+                let mut range = None;
+                match read {
                     Ok(result) => {
                         data.high_watermark = result.offsets.high_watermark;
                         data.last_stable_offset = result.offsets.high_watermark;
                         data.log_start_offset = result.offsets.log_start_offset;
-                        total += result.records.len();
-                        remaining = remaining.saturating_sub(result.records.len());
-                        data.records = Some(result.records);
+                        let len = result.byte_len();
+                        total += len;
+                        remaining = remaining.saturating_sub(len);
+                        if zero_copy {
+                            range = result.file_range;
+                        } else {
+                            data.records = Some(result.records);
+                        }
                     }
                     Err((code, offsets)) => {
                         if let Some(o) = offsets {
@@ -197,6 +271,7 @@ impl Broker {
                 if request.isolation_level == 1 {
                     data.aborted_transactions = Some(Vec::new());
                 }
+                ranges.push(range);
                 partitions.push(data);
             }
             responses.push(FetchableTopicResponse {
@@ -211,7 +286,7 @@ impl Broker {
             responses,
             ..Default::default()
         };
-        (response, total, errored)
+        (response, ranges, total, errored)
     }
 
     pub(crate) fn handle_list_offsets(
@@ -381,5 +456,284 @@ impl Broker {
             topics,
             ..Default::default()
         }
+    }
+}
+
+/// The chunk encoder covers what `read_fetch` builds: no tagged field of any kind set.
+/// Anything else returns `Ok(None)` and takes the generated encoder's path instead.
+fn chunkable(response: &FetchResponse, ranges: &[Option<FileRange>]) -> bool {
+    let partitions: usize = response.responses.iter().map(|t| t.partitions.len()).sum();
+    partitions == ranges.len()
+        && response.unknown_tagged_fields.is_empty()
+        && response.node_endpoints.is_empty()
+        && response.responses.iter().all(|t| {
+            t.unknown_tagged_fields.is_empty()
+                && t.partitions.iter().all(|p| {
+                    p.unknown_tagged_fields.is_empty()
+                        && p.diverging_epoch == Default::default()
+                        && p.current_leader == Default::default()
+                        && p.snapshot_id == Default::default()
+                })
+        })
+}
+
+/// Encodes a whole Fetch response frame (size prefix, header, body) as chunks, byte for
+/// byte what the generated encoder writes once each partition's records are those of its
+/// file range (`ranges` holds one entry per partition in response order; a `None` entry
+/// keeps the partition's own `records`). Versions 4 to 17, the ones the broker serves.
+fn encode_fetch_chunks(
+    correlation_id: i32,
+    version: i16,
+    response: &FetchResponse,
+    ranges: &[Option<FileRange>],
+) -> Result<Option<Vec<ResponseChunk>>, String> {
+    if !(4..=17).contains(&version) || !chunkable(response, ranges) {
+        return Ok(None);
+    }
+    let err = |e: EncodeError| format!("encoding Fetch: {e}");
+    let flexible = version >= 12;
+    let mut chunks = Vec::new();
+    let mut total = 0usize;
+    let mut buf = BytesMut::with_capacity(256);
+    ResponseHeader {
+        correlation_id,
+        ..Default::default()
+    }
+    .encode(&mut buf, ApiKey::Fetch.response_header_version(version))
+    .map_err(err)?;
+    buf.put_i32(response.throttle_time_ms);
+    if version >= 7 {
+        buf.put_i16(response.error_code);
+        buf.put_i32(response.session_id);
+    }
+    write_array_len(&mut buf, flexible, Some(response.responses.len())).map_err(err)?;
+    let mut ranges = ranges.iter();
+    for topic in &response.responses {
+        if version <= 12 {
+            write_string(&mut buf, flexible, &topic.topic).map_err(err)?;
+        } else {
+            buf.put_slice(topic.topic_id.as_bytes());
+        }
+        write_array_len(&mut buf, flexible, Some(topic.partitions.len())).map_err(err)?;
+        for p in &topic.partitions {
+            buf.put_i32(p.partition_index);
+            buf.put_i16(p.error_code);
+            buf.put_i64(p.high_watermark);
+            buf.put_i64(p.last_stable_offset);
+            if version >= 5 {
+                buf.put_i64(p.log_start_offset);
+            }
+            match &p.aborted_transactions {
+                Some(v) => {
+                    write_array_len(&mut buf, flexible, Some(v.len())).map_err(err)?;
+                    for a in v {
+                        a.encode(&mut buf, version).map_err(err)?;
+                    }
+                }
+                None => write_array_len(&mut buf, flexible, None).map_err(err)?,
+            }
+            if version >= 11 {
+                buf.put_i32(p.preferred_read_replica);
+            }
+            match ranges.next().and_then(Option::as_ref) {
+                Some(range) => {
+                    let len = usize::try_from(range.len).map_err(|_| "records too large")?;
+                    let prefix = u32::try_from(len)
+                        .ok()
+                        .filter(|l| *l < i32::MAX as u32)
+                        .ok_or("records too large")?;
+                    if flexible {
+                        put_unsigned_varint(&mut buf, prefix + 1);
+                    } else {
+                        buf.put_i32(prefix as i32);
+                    }
+                    total += buf.len() + len;
+                    chunks.push(ResponseChunk::Bytes(buf.split().freeze()));
+                    chunks.push(ResponseChunk::File {
+                        file: range.file.clone(),
+                        offset: range.position,
+                        len,
+                    });
+                }
+                None => {
+                    write_nullable_bytes(&mut buf, flexible, true, p.records.as_deref(), "Records")
+                        .map_err(err)?
+                }
+            }
+            if flexible {
+                write_tagged_count(&mut buf, 0).map_err(err)?;
+            }
+        }
+        if flexible {
+            write_tagged_count(&mut buf, 0).map_err(err)?;
+        }
+    }
+    if flexible {
+        write_tagged_count(&mut buf, 0).map_err(err)?;
+    }
+    total += buf.len();
+    chunks.push(ResponseChunk::Bytes(buf.freeze()));
+    let size = i32::try_from(total).map_err(|_| format!("Fetch response of {total} bytes"))?;
+    chunks.insert(
+        0,
+        ResponseChunk::Bytes(Bytes::copy_from_slice(&size.to_be_bytes())),
+    );
+    Ok(Some(chunks))
+}
+
+/// Reads each partition's file range into its `records` (the path without `sendfile`).
+fn fill_records(response: &mut FetchResponse, ranges: &[Option<FileRange>]) -> std::io::Result<()> {
+    let partitions = response
+        .responses
+        .iter_mut()
+        .flat_map(|t| t.partitions.iter_mut());
+    for (p, range) in partitions.zip(ranges) {
+        if let Some(r) = range {
+            let mut buf = vec![0u8; r.len as usize];
+            r.file.read_exact_at(&mut buf, r.position)?;
+            p.records = Some(Bytes::from(buf));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rill_protocol::generated::fetch_response::AbortedTransaction;
+    use rill_protocol::Uuid;
+    use std::io::Write;
+    use std::sync::Arc;
+
+    fn materialise(chunks: &[ResponseChunk]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for c in chunks {
+            match c {
+                ResponseChunk::Bytes(b) => out.extend_from_slice(b),
+                ResponseChunk::File { file, offset, len } => {
+                    let mut buf = vec![0u8; *len];
+                    file.read_exact_at(&mut buf, *offset).unwrap();
+                    out.extend_from_slice(&buf);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn chunks_match_the_generated_encoder_for_every_version() {
+        let mut file = tempfile::tempfile().unwrap();
+        // 200 bytes of "records" after 17 bytes of something else; a second set of 300.
+        let junk = vec![0xEEu8; 17];
+        let a: Vec<u8> = (0..200u32).map(|i| i as u8).collect();
+        let b: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+        file.write_all(&junk).unwrap();
+        file.write_all(&a).unwrap();
+        file.write_all(&b).unwrap();
+        let file = Arc::new(file);
+        let range = |position: u64, len: u64| FileRange {
+            file: file.clone(),
+            path: "segment".into(),
+            position,
+            len,
+        };
+        let partition = |index: i32, records: Option<Bytes>, aborted| PartitionData {
+            partition_index: index,
+            error_code: if index == 2 { 1 } else { 0 },
+            high_watermark: 1000 + i64::from(index),
+            last_stable_offset: 999,
+            log_start_offset: 3,
+            aborted_transactions: aborted,
+            preferred_read_replica: -1,
+            records,
+            ..Default::default()
+        };
+        for version in 4..=17i16 {
+            let topic = |name: &str, id: u8, partitions| FetchableTopicResponse {
+                topic: if version <= 12 {
+                    name.into()
+                } else {
+                    String::new()
+                },
+                topic_id: if version >= 13 {
+                    Uuid::from_bytes([id; 16])
+                } else {
+                    Uuid::default()
+                },
+                partitions,
+                ..Default::default()
+            };
+            let txn = AbortedTransaction {
+                producer_id: 7,
+                first_offset: 8,
+                ..Default::default()
+            };
+            let build = |filled: bool| FetchResponse {
+                throttle_time_ms: 5,
+                error_code: 0,
+                session_id: 0,
+                responses: vec![
+                    topic(
+                        "alpha",
+                        1,
+                        vec![
+                            partition(
+                                0,
+                                Some(if filled {
+                                    Bytes::from(a.clone())
+                                } else {
+                                    Bytes::new()
+                                }),
+                                None,
+                            ),
+                            partition(
+                                1,
+                                Some(Bytes::from_static(b"inline")),
+                                Some(vec![txn.clone()]),
+                            ),
+                        ],
+                    ),
+                    topic(
+                        "beta",
+                        2,
+                        vec![
+                            partition(2, Some(Bytes::new()), Some(Vec::new())),
+                            partition(
+                                3,
+                                Some(if filled {
+                                    Bytes::from(b.clone())
+                                } else {
+                                    Bytes::new()
+                                }),
+                                None,
+                            ),
+                        ],
+                    ),
+                ],
+                ..Default::default()
+            };
+            let ranges = vec![Some(range(17, 200)), None, None, Some(range(217, 300))];
+            let chunks = encode_fetch_chunks(42, version, &build(false), &ranges)
+                .unwrap()
+                .unwrap();
+            let expected =
+                super::super::encode_response(42, ApiKey::Fetch, version, &build(true)).unwrap();
+            assert_eq!(materialise(&chunks), expected.to_vec(), "version {version}");
+            let mut filled = build(false);
+            fill_records(&mut filled, &ranges).unwrap();
+            let again = super::super::encode_response(42, ApiKey::Fetch, version, &filled).unwrap();
+            assert_eq!(again, expected, "fill_records, version {version}");
+        }
+    }
+
+    #[test]
+    fn tagged_fields_fall_back() {
+        let response = FetchResponse {
+            node_endpoints: vec![Default::default()],
+            ..Default::default()
+        };
+        assert!(encode_fetch_chunks(1, 16, &response, &[])
+            .unwrap()
+            .is_none());
     }
 }
