@@ -214,6 +214,27 @@ impl Broker {
         Ok(())
     }
 
+    /// Applies a change to one resource's configs and returns the response's error fields.
+    fn alter_resource(
+        &self,
+        resource_type: i8,
+        name: &str,
+        change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), ConfigError>,
+        validate_only: bool,
+    ) -> (i16, Option<String>) {
+        let outcome = match resource_type {
+            RESOURCE_TOPIC => self.set_topic_configs(name, change, validate_only),
+            _ => Err((
+                ErrorCode::INVALID_REQUEST,
+                "only topic configs can be altered".into(),
+            )),
+        };
+        match outcome {
+            Ok(()) => (0, None),
+            Err((code, m)) => (code.code(), Some(m)),
+        }
+    }
+
     pub(crate) fn handle_alter_configs(
         &self,
         request: AlterConfigsRequest,
@@ -223,30 +244,18 @@ impl Broker {
             .resources
             .into_iter()
             .map(|r| {
-                let outcome = match r.resource_type {
-                    RESOURCE_TOPIC => self.set_topic_configs(
-                        &r.resource_name,
-                        |configs| {
-                            // AlterConfigs replaces the whole set of overrides.
-                            configs.clear();
-                            for c in &r.configs {
-                                if let Some(v) = &c.value {
-                                    configs.insert(c.name.clone(), v.clone());
-                                }
-                            }
-                            Ok(())
-                        },
-                        validate_only,
-                    ),
-                    _ => Err((
-                        ErrorCode::INVALID_REQUEST,
-                        "only topic configs can be altered".into(),
-                    )),
+                let change = |configs: &mut BTreeMap<String, String>| {
+                    // AlterConfigs replaces the whole set of overrides.
+                    configs.clear();
+                    for c in &r.configs {
+                        if let Some(v) = &c.value {
+                            configs.insert(c.name.clone(), v.clone());
+                        }
+                    }
+                    Ok(())
                 };
-                let (error_code, error_message) = match outcome {
-                    Ok(()) => (0, None),
-                    Err((code, m)) => (code.code(), Some(m)),
-                };
+                let (error_code, error_message) =
+                    self.alter_resource(r.resource_type, &r.resource_name, change, validate_only);
                 AlterConfigsResourceResponse {
                     error_code,
                     error_message,
@@ -271,31 +280,15 @@ impl Broker {
             .resources
             .into_iter()
             .map(|r| {
-                let outcome = match r.resource_type {
-                    RESOURCE_TOPIC => self.set_topic_configs(
-                        &r.resource_name,
-                        |configs| {
-                            for c in &r.configs {
-                                apply_incremental(
-                                    configs,
-                                    &c.name,
-                                    c.config_operation,
-                                    c.value.as_deref(),
-                                )?;
-                            }
-                            Ok(())
-                        },
-                        validate_only,
-                    ),
-                    _ => Err((
-                        ErrorCode::INVALID_REQUEST,
-                        "only topic configs can be altered".into(),
-                    )),
+                let change = |configs: &mut BTreeMap<String, String>| {
+                    for c in &r.configs {
+                        let value = c.value.as_deref();
+                        apply_incremental(configs, &c.name, c.config_operation, value)?;
+                    }
+                    Ok(())
                 };
-                let (error_code, error_message) = match outcome {
-                    Ok(()) => (0, None),
-                    Err((code, m)) => (code.code(), Some(m)),
-                };
+                let (error_code, error_message) =
+                    self.alter_resource(r.resource_type, &r.resource_name, change, validate_only);
                 inc::AlterConfigsResourceResponse {
                     error_code,
                     error_message,
