@@ -56,6 +56,11 @@ impl Broker {
         self.metadata().image().topics.get(name).cloned()
     }
 
+    /// The name of the topic with this id.
+    pub fn topic_name_by_id(&self, id: &rill_protocol::Uuid) -> Option<String> {
+        self.metadata().topic_name(id).map(str::to_string)
+    }
+
     pub fn topics(&self) -> Vec<TopicMeta> {
         self.metadata().image().topics.values().cloned().collect()
     }

@@ -6,7 +6,7 @@
 //! [`MetadataStore::update`], which persists before it returns, so a topic that a client
 //! saw created survives `kill -9`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -53,6 +53,9 @@ pub struct MetadataStore {
     next_producer_id: i64,
     /// Whether `open` found no metadata and started a new cluster.
     pub created: bool,
+    /// Topic names by id, rebuilt on every change, so that Fetch v13+ and Metadata v10+
+    /// resolve ids without scanning (changes are rare, lookups are on the data path).
+    names_by_id: HashMap<Uuid, String>,
 }
 
 impl MetadataStore {
@@ -74,11 +77,13 @@ impl MetadataStore {
             Err(e) => return Err(BrokerError::io(path.display(), e)),
         };
         let next_producer_id = image.producer_id_block_end;
+        let names_by_id = index_ids(&image);
         let store = Self {
             path,
             image,
             next_producer_id,
             created,
+            names_by_id,
         };
         store.persist()?;
         Ok(store)
@@ -101,7 +106,13 @@ impl MetadataStore {
             self.image = previous;
             return Err(e);
         }
+        self.names_by_id = index_ids(&self.image);
         Ok(out)
+    }
+
+    /// The name of the topic with this id.
+    pub fn topic_name(&self, id: &Uuid) -> Option<&str> {
+        self.names_by_id.get(id).map(String::as_str)
     }
 
     pub fn next_producer_id(&mut self) -> Result<i64, BrokerError> {
@@ -130,6 +141,14 @@ impl MetadataStore {
         };
         write().map_err(|e| BrokerError::io(self.path.display(), e))
     }
+}
+
+fn index_ids(image: &MetadataImage) -> HashMap<Uuid, String> {
+    image
+        .topics
+        .values()
+        .map(|t| (t.topic_id(), t.name.clone()))
+        .collect()
 }
 
 /// A random (version 4) id, as Kafka makes topic and cluster ids.
@@ -176,6 +195,9 @@ mod tests {
                 )
             })
             .unwrap();
+        let id = store.image().topics["t"].topic_id();
+        assert_eq!(store.topic_name(&id), Some("t"));
+        assert_eq!(store.topic_name(&random_uuid()), None);
         let first = store.next_producer_id().unwrap();
         let second = store.next_producer_id().unwrap();
         assert_eq!(second, first + 1);

@@ -198,10 +198,7 @@ impl Broker {
         let mut responses = Vec::with_capacity(request.topics.len());
         for topic in &request.topics {
             let name = if by_id {
-                self.topics()
-                    .into_iter()
-                    .find(|t| t.topic_id() == topic.topic_id)
-                    .map(|t| t.name)
+                self.topic_name_by_id(&topic.topic_id)
             } else {
                 Some(topic.topic.clone())
             };

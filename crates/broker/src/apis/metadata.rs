@@ -71,9 +71,8 @@ impl Broker {
                     let found = match &req.name {
                         Some(name) => self.topic(name),
                         None => self
-                            .topics()
-                            .into_iter()
-                            .find(|t| t.topic_id() == req.topic_id),
+                            .topic_name_by_id(&req.topic_id)
+                            .and_then(|name| self.topic(&name)),
                     };
                     if let Some(t) = found {
                         return self.metadata_topic(&t);

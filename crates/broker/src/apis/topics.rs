@@ -286,12 +286,7 @@ impl Broker {
         let responses = targets
             .into_iter()
             .map(|(name, id)| {
-                let name = name.or_else(|| {
-                    self.topics()
-                        .into_iter()
-                        .find(|t| t.topic_id() == id)
-                        .map(|t| t.name)
-                });
+                let name = name.or_else(|| self.topic_name_by_id(&id));
                 let mut result = DeletableTopicResult {
                     name: name.clone(),
                     topic_id: id,
