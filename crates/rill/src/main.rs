@@ -2,7 +2,7 @@
 //!
 //! `rill server` with no arguments starts a single-node cluster (controller and broker in
 //! one process) on 127.0.0.1:9092 with its data in `./rill-data`. The other subcommands
-//! (`topic`, `produce`, `consume`, `group`, `cluster`) are clients of a running cluster,
+//! (`topic`, `produce`, `consume`, `group`, `cluster`, `bench`) are clients of a running cluster,
 //! built on `rill-client` (see `cli/`).
 
 mod cli;
@@ -59,6 +59,13 @@ enum Command {
         #[command(subcommand)]
         command: cli::cluster::ClusterCommand,
     },
+    /// Measure produce (throughput, delivery latency) and consume throughput.
+    Bench {
+        #[command(flatten)]
+        common: cli::Common,
+        #[command(subcommand)]
+        command: cli::bench::BenchCommand,
+    },
 }
 
 #[derive(clap::Args)]
@@ -112,6 +119,7 @@ fn main() -> anyhow::Result<()> {
             Command::Consume { common, args } => cli::consume::run(&common, args).await,
             Command::Group { common, command } => cli::group::run(&common, command).await,
             Command::Cluster { common, command } => cli::cluster::run(&common, command).await,
+            Command::Bench { common, command } => cli::bench::run(&common, command).await,
         }
     });
     // Background tasks (heartbeats, the producer's sender) must not keep the process

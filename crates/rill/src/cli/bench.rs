@@ -1,0 +1,367 @@
+//! `rill bench produce` and `rill bench consume`: throughput and latency of `rill-client`
+//! against a running cluster, in the spirit of Kafka's `kafka-producer-perf-test` and
+//! `kafka-consumer-perf-test`.
+//!
+//! The producer side measures each record from `send` to its delivery acknowledgement.
+//! Latencies are kept as microseconds in a vector and sorted at the end: exact
+//! percentiles for the record counts a benchmark run uses (4 bytes a record), without a
+//! histogram dependency.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::{Args, Subcommand};
+use rill_client::{
+    Acks, Admin, AutoOffsetReset, Consumer, ConsumerConfig, NewTopic, OffsetSpec, Producer,
+    ProducerConfig, ProducerRecord,
+};
+use serde_json::json;
+
+use super::produce::parse_compression;
+use super::{print_json, Common};
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Send records as fast as allowed; report records/s, MB/s and delivery latency.
+    Produce(ProduceBench),
+    /// Read a topic from the beginning; report records/s and MB/s.
+    Consume(ConsumeBench),
+}
+
+#[derive(Args, Debug)]
+pub struct ProduceBench {
+    #[arg(long)]
+    pub topic: String,
+    /// Records to send in all.
+    #[arg(long, default_value_t = 100_000)]
+    pub records: u64,
+    /// Bytes of random value per record.
+    #[arg(long, default_value_t = 1024)]
+    pub record_size: usize,
+    /// `acks`: 0, 1 or all.
+    #[arg(long, default_value = "1")]
+    pub acks: String,
+    /// Upper bound on records/s over all producers (none when absent).
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// Producers (each with its own connections) sharing the records.
+    #[arg(long, default_value_t = 1)]
+    pub producers: u64,
+    #[arg(long, default_value = "none")]
+    pub compression: String,
+    /// `batch.size` in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub batch_size: usize,
+    /// `linger.ms`.
+    #[arg(long, default_value_t = 5)]
+    pub linger_ms: u64,
+    /// Partitions of the topic when it has to be created.
+    #[arg(long, default_value_t = 6)]
+    pub partitions: i32,
+}
+
+#[derive(Args, Debug)]
+pub struct ConsumeBench {
+    #[arg(long)]
+    pub topic: String,
+    /// Records to read (default: everything up to the end offsets at the start).
+    #[arg(long)]
+    pub records: Option<u64>,
+    /// Read in this consumer group (subscribe) instead of assigning every partition.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Give up when no record arrives for this long.
+    #[arg(long, default_value_t = 30_000)]
+    pub idle_timeout_ms: u64,
+}
+
+pub async fn run(common: &Common, command: BenchCommand) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Produce(args) => produce(common, args).await,
+        BenchCommand::Consume(args) => consume(common, args).await,
+    }
+}
+
+fn parse_acks(s: &str) -> anyhow::Result<Acks> {
+    Ok(match s {
+        "0" => Acks::None,
+        "1" => Acks::Leader,
+        "all" | "-1" => Acks::All,
+        other => anyhow::bail!("unknown acks {other:?} (0, 1, all)"),
+    })
+}
+
+/// Counters the progress line reads while the run goes on.
+#[derive(Default)]
+struct Progress {
+    records: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// Prints records/s and MB/s of the last second on stderr until aborted.
+fn spawn_progress(progress: Arc<Progress>, what: &'static str) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.tick().await;
+        let (mut last_records, mut last_bytes) = (0u64, 0u64);
+        let mut last = Instant::now();
+        loop {
+            tick.tick().await;
+            let records = progress.records.load(Ordering::Relaxed);
+            let bytes = progress.bytes.load(Ordering::Relaxed);
+            let secs = last.elapsed().as_secs_f64().max(1e-9);
+            eprintln!(
+                "{what}: {records} records, {:.0} records/s, {:.2} MB/s",
+                (records - last_records) as f64 / secs,
+                (bytes - last_bytes) as f64 / secs / 1e6
+            );
+            (last_records, last_bytes, last) = (records, bytes, Instant::now());
+        }
+    })
+}
+
+/// A buffer of pseudo-random bytes (xorshift) that records are sliced from, so that
+/// compression sees data as incompressible as a real random payload.
+fn random_pool(len: usize) -> Bytes {
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15 ^ u64::from(std::process::id());
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(len);
+    Bytes::from(out)
+}
+
+/// Value at quantile `q` of sorted microseconds, in ms.
+fn percentile_ms(sorted_us: &[u32], q: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted_us.len() as f64).ceil() as usize).clamp(1, sorted_us.len());
+    f64::from(sorted_us[rank - 1]) / 1000.0
+}
+
+async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
+    let acks = parse_acks(&args.acks)?;
+    let compression = parse_compression(&args.compression)?;
+    anyhow::ensure!(args.producers >= 1, "--producers must be at least 1");
+    let admin = Admin::new(common.client())?;
+    match admin
+        .create_topics(&[NewTopic::new(&args.topic, args.partitions)])
+        .await
+    {
+        Ok(()) => {}
+        Err(e) if e.code() == Some(rill_protocol::ErrorCode::TOPIC_ALREADY_EXISTS) => {}
+        Err(e) => return Err(e).context("creating the topic"),
+    }
+
+    const POOL: usize = 1 << 20;
+    let pool = random_pool(POOL + args.record_size);
+    let progress = Arc::new(Progress::default());
+    let reporter = spawn_progress(progress.clone(), "produce");
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for w in 0..args.producers {
+        let count = args.records / args.producers + u64::from(w < args.records % args.producers);
+        let config = ProducerConfig::new(common.client())
+            .acks(acks)
+            .compression(compression)
+            .batch_size(args.batch_size)
+            .linger(Duration::from_millis(args.linger_ms))
+            // Idempotence needs acks=all; other acks are a plain producer, as in Kafka.
+            .idempotence(acks == Acks::All);
+        let producer = Producer::new(config)?;
+        let rate = args.rate.map(|r| r as f64 / args.producers as f64);
+        let (topic, size, pool, progress) = (
+            args.topic.clone(),
+            args.record_size,
+            pool.clone(),
+            progress.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            // Deliveries are awaited in send order on their own task, so sending never
+            // waits for an answer; with one batch in flight per partition they complete
+            // nearly in order, so the latency measured here is the acknowledgement's.
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let collector = tokio::spawn({
+                let progress = progress.clone();
+                async move {
+                    let mut latencies: Vec<u32> = Vec::new();
+                    while let Some((sent, delivery)) = rx.recv().await {
+                        let delivery: rill_client::DeliveryFuture = delivery;
+                        let sent: Instant = sent;
+                        delivery.await?;
+                        let us = sent.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+                        latencies.push(us);
+                        progress.records.fetch_add(1, Ordering::Relaxed);
+                        progress.bytes.fetch_add(size as u64, Ordering::Relaxed);
+                    }
+                    anyhow::Ok(latencies)
+                }
+            });
+            let begin = Instant::now();
+            for i in 0..count {
+                if let Some(rate) = rate {
+                    let due = begin + Duration::from_secs_f64(i as f64 / rate);
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                let offset = ((i as usize).wrapping_mul(7919) ^ (w as usize * 104_729)) % POOL;
+                let value = pool.slice(offset..offset + size);
+                let sent = Instant::now();
+                let delivery = producer.send(ProducerRecord::new(&topic, value)).await?;
+                if tx.send((sent, delivery)).is_err() {
+                    break;
+                }
+            }
+            drop(tx);
+            producer.flush().await?;
+            let latencies = collector.await??;
+            producer.close().await?;
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut latencies = Vec::with_capacity(args.records as usize);
+    for worker in workers {
+        latencies.extend(worker.await??);
+    }
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    reporter.abort();
+    latencies.sort_unstable();
+    let records = latencies.len() as u64;
+    let bytes = records * args.record_size as u64;
+    let (p50, p99, p999) = (
+        percentile_ms(&latencies, 0.50),
+        percentile_ms(&latencies, 0.99),
+        percentile_ms(&latencies, 0.999),
+    );
+    let max = latencies.last().map_or(0.0, |&us| f64::from(us) / 1000.0);
+    let avg = if latencies.is_empty() {
+        0.0
+    } else {
+        latencies.iter().map(|&us| f64::from(us)).sum::<f64>() / latencies.len() as f64 / 1000.0
+    };
+    let records_per_sec = records as f64 / secs;
+    let mb_per_sec = bytes as f64 / secs / 1e6;
+    if common.json() {
+        print_json(&json!({
+            "records": records,
+            "record_size": args.record_size,
+            "seconds": secs,
+            "records_per_sec": records_per_sec,
+            "mb_per_sec": mb_per_sec,
+            "latency_ms": { "avg": avg, "p50": p50, "p99": p99, "p999": p999, "max": max },
+        }));
+    } else {
+        println!(
+            "{records} records sent in {secs:.2} s: {records_per_sec:.0} records/s, \
+             {mb_per_sec:.2} MB/s; latency avg {avg:.2} ms, p50 {p50:.2} ms, \
+             p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms"
+        );
+    }
+    Ok(())
+}
+
+async fn consume(common: &Common, args: ConsumeBench) -> anyhow::Result<()> {
+    let admin = Admin::new(common.client())?;
+    let partitions = admin.partitions_of(&args.topic).await?;
+    anyhow::ensure!(
+        !partitions.is_empty(),
+        "topic {} has no partitions",
+        args.topic
+    );
+    let target = match args.records {
+        Some(n) => n,
+        None => {
+            let start = admin
+                .list_offsets(&partitions, OffsetSpec::Earliest)
+                .await?;
+            let end = admin.list_offsets(&partitions, OffsetSpec::Latest).await?;
+            end.iter()
+                .map(|(tp, &e)| (e - start.get(tp).copied().unwrap_or(0)).max(0) as u64)
+                .sum()
+        }
+    };
+    let mut config =
+        ConsumerConfig::new(common.client()).auto_offset_reset(AutoOffsetReset::Earliest);
+    if let Some(group) = &args.group {
+        config = config.group_id(group);
+    }
+    let mut consumer = Consumer::new(config)?;
+    if args.group.is_some() {
+        consumer.subscribe(&[args.topic.as_str()])?;
+    } else {
+        consumer.assign(&partitions)?;
+        consumer.seek_to(&partitions, OffsetSpec::Earliest).await?;
+    }
+    let progress = Arc::new(Progress::default());
+    let reporter = spawn_progress(progress.clone(), "consume");
+    let idle = Duration::from_millis(args.idle_timeout_ms);
+    let started = Instant::now();
+    let (mut records, mut bytes) = (0u64, 0u64);
+    let mut last_record = Instant::now();
+    while records < target {
+        let batch = consumer.poll(Duration::from_millis(500)).await?;
+        if batch.is_empty() {
+            if last_record.elapsed() > idle {
+                reporter.abort();
+                anyhow::bail!("no record for {idle:?} after {records} of {target} records");
+            }
+            continue;
+        }
+        last_record = Instant::now();
+        for r in &batch {
+            bytes += (r.value.as_ref().map_or(0, Bytes::len) + r.key.as_ref().map_or(0, Bytes::len))
+                as u64;
+        }
+        records += batch.len() as u64;
+        progress.records.store(records, Ordering::Relaxed);
+        progress.bytes.store(bytes, Ordering::Relaxed);
+    }
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    reporter.abort();
+    consumer.close().await?;
+    let records_per_sec = records as f64 / secs;
+    let mb_per_sec = bytes as f64 / secs / 1e6;
+    if common.json() {
+        print_json(&json!({
+            "records": records,
+            "bytes": bytes,
+            "seconds": secs,
+            "records_per_sec": records_per_sec,
+            "mb_per_sec": mb_per_sec,
+        }));
+    } else {
+        println!(
+            "{records} records ({bytes} bytes) read in {secs:.2} s: \
+             {records_per_sec:.0} records/s, {mb_per_sec:.2} MB/s"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_by_rank() {
+        let v: Vec<u32> = (1..=1000).map(|i| i * 1000).collect();
+        assert_eq!(percentile_ms(&v, 0.5), 500.0);
+        assert_eq!(percentile_ms(&v, 0.99), 990.0);
+        assert_eq!(percentile_ms(&v, 0.999), 999.0);
+        assert_eq!(percentile_ms(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn acks_names() {
+        assert_eq!(parse_acks("all").ok(), Some(Acks::All));
+        assert_eq!(parse_acks("0").ok(), Some(Acks::None));
+        assert!(parse_acks("2").is_err());
+    }
+}

@@ -1,0 +1,120 @@
+//! `rill bench produce` and `rill bench consume` against a real `rill server`: the JSON
+//! they print reports every record and positive rates.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test harness: a failure is a test failure
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const RILL: &str = env!("CARGO_BIN_EXE_rill");
+
+/// Kills the server however the test ends.
+struct ServerGuard(Child);
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A data directory removed at the end (no dev-dependency for one directory).
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let path =
+            std::env::temp_dir().join(format!("rill-bench-test-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn bench(bootstrap: &str, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(RILL)
+        .arg("bench")
+        .args(args)
+        .args(["-b", bootstrap, "--output", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "rill bench {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+#[test]
+fn bench_produce_then_consume() {
+    let dir = TempDir::new();
+    let port = free_port();
+    let bootstrap = format!("127.0.0.1:{port}");
+    let _server = ServerGuard(
+        Command::new(RILL)
+            .args(["server", "--listen", &bootstrap, "--data-dir"])
+            .arg(&dir.0)
+            .args(["--override", "group.initial.rebalance.delay.ms=0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(&bootstrap).is_err() {
+        assert!(Instant::now() < deadline, "server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let produced = bench(
+        &bootstrap,
+        &[
+            "produce",
+            "--topic",
+            "bench",
+            "--records",
+            "2000",
+            "--record-size",
+            "100",
+            "--acks",
+            "1",
+        ],
+    );
+    assert_eq!(produced["records"], 2000, "{produced}");
+    assert!(produced["records_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(produced["mb_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(produced["latency_ms"]["max"].as_f64().unwrap() > 0.0);
+    assert!(
+        produced["latency_ms"]["p50"].as_f64().unwrap()
+            <= produced["latency_ms"]["max"].as_f64().unwrap()
+    );
+
+    let consumed = bench(
+        &bootstrap,
+        &["consume", "--topic", "bench", "--records", "2000"],
+    );
+    assert_eq!(consumed["records"], 2000, "{consumed}");
+    assert_eq!(consumed["bytes"], 200_000, "{consumed}");
+    assert!(consumed["records_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(consumed["mb_per_sec"].as_f64().unwrap() > 0.0);
+}
