@@ -271,6 +271,10 @@ struct GroupState {
     rejoin_needed: bool,
     /// The member was fenced: its partitions are lost, not revoked.
     lost: bool,
+    /// Another live member took our `group.instance.id` (FENCED_INSTANCE_ID): fatal, as
+    /// in Kafka. Rejoining would fence that member in turn, and the two would take the
+    /// partitions from each other forever.
+    fenced: bool,
     joining: bool,
     last_poll: Instant,
     closed: bool,
@@ -348,6 +352,7 @@ impl Consumer {
                 coordinator: None,
                 rejoin_needed: true,
                 lost: false,
+                fenced: false,
                 joining: false,
                 last_poll: Instant::now(),
                 closed: false,
@@ -599,6 +604,7 @@ impl Consumer {
     /// `ensureActiveGroup`: returns false when the budget ran out before the member is in
     /// a stable generation.
     async fn ensure_active_group(&mut self, deadline: Instant) -> Result<bool> {
+        self.check_fenced()?;
         self.check_pattern().await?;
         loop {
             let (coordinator_known, rejoin) = {
@@ -675,6 +681,20 @@ impl Consumer {
                 Err(_) => return Ok(false),
             }
         }
+    }
+
+    /// Errors with FENCED_INSTANCE_ID once another member has taken our instance id.
+    fn check_fenced(&self) -> Result<()> {
+        if self.group.lock().map(|g| g.fenced).unwrap_or(false) {
+            return Err(Error::kafka(
+                ErrorCode::FENCED_INSTANCE_ID,
+                format!(
+                    "group.instance.id {} is used by another member",
+                    self.config.group_instance_id.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn mark_coordinator_unknown(&self) {
@@ -828,7 +848,12 @@ impl Consumer {
                 }
                 return Err(Error::kafka(code, format!("JoinGroup {group}")));
             }
-            c => return Err(Error::kafka(c, format!("JoinGroup {group}"))),
+            c => {
+                if c == ErrorCode::FENCED_INSTANCE_ID {
+                    self.mark_fenced();
+                }
+                return Err(Error::kafka(c, format!("JoinGroup {group}")));
+            }
         }
         let generation = response.generation_id;
         let my_id = response.member_id.clone();
@@ -890,12 +915,23 @@ impl Consumer {
                     g.generation = -1;
                 }
             }
+            if code == ErrorCode::FENCED_INSTANCE_ID {
+                self.mark_fenced();
+            }
             return Err(Error::kafka(code, format!("SyncGroup {group}")));
         }
         let new: Vec<TopicPartition> = decode_assignment(&response.assignment)?;
         self.protocol = Some(assignor);
         self.on_join_complete(new, assignor);
         Ok(())
+    }
+
+    fn mark_fenced(&self) {
+        if let Ok(mut g) = self.group.lock() {
+            g.fenced = true;
+            g.member_id.clear();
+            g.generation = -1;
+        }
     }
 
     fn on_join_complete(&mut self, new: Vec<TopicPartition>, assignor: Assignor) {
@@ -1136,9 +1172,12 @@ impl Consumer {
     /// Commits (with auto-commit on), leaves the group and stops the heartbeat task.
     pub async fn close(&mut self) -> Result<()> {
         let mut result = Ok(());
+        // A fenced member's partitions belong to the member that took its id.
+        let fenced = self.group.lock().map(|g| g.fenced).unwrap_or(false);
         if self.config.enable_auto_commit
             && self.config.group_id.is_some()
             && !self.assignment.is_empty()
+            && !fenced
         {
             result = self.commit_positions().await;
         }
@@ -1471,7 +1510,14 @@ async fn heartbeat_loop(
                 ErrorCode::REBALANCE_IN_PROGRESS | ErrorCode::ILLEGAL_GENERATION => {
                     g.rejoin_needed = true
                 }
-                ErrorCode::UNKNOWN_MEMBER_ID | ErrorCode::FENCED_INSTANCE_ID => {
+                ErrorCode::FENCED_INSTANCE_ID => {
+                    // Not a rejoin: that would fence the member that took our id.
+                    g.fenced = true;
+                    g.member_id.clear();
+                    g.generation = -1;
+                    return;
+                }
+                ErrorCode::UNKNOWN_MEMBER_ID => {
                     g.member_id.clear();
                     g.generation = -1;
                     g.rejoin_needed = true;
