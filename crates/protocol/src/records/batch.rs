@@ -226,10 +226,10 @@ impl RecordBatch {
         be_i64(&self.bytes, BASE_OFFSET)
     }
     pub fn last_offset(&self) -> i64 {
-        self.base_offset() + i64::from(self.last_offset_delta())
+        self.base_offset().saturating_add(i64::from(self.last_offset_delta()))
     }
     pub fn next_offset(&self) -> i64 {
-        self.last_offset() + 1
+        self.last_offset().saturating_add(1)
     }
     pub fn batch_length(&self) -> i32 {
         be_i32(&self.bytes, BATCH_LENGTH)
@@ -399,6 +399,19 @@ mod tests {
         assert_eq!(batch.compression().unwrap(), CompressionType::None);
         assert_eq!(batch.timestamp_type(), TimestampType::CreateTime);
         assert_eq!(batch.producer_id(), -1);
+    }
+
+    /// A client may send any base offset (the broker overwrites it); reading the header
+    /// of such a batch must not overflow (found by the record_batch fuzz target).
+    #[test]
+    fn offsets_near_i64_max_saturate() {
+        let mut raw = one_record_batch();
+        set_base_offset(&mut raw, i64::MAX);
+        raw[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4].copy_from_slice(&i32::MAX.to_be_bytes());
+        let batch = RecordBatch::new(Bytes::from(raw)).unwrap();
+        assert_eq!(batch.last_offset(), i64::MAX);
+        assert_eq!(batch.next_offset(), i64::MAX);
+        assert!(batch.validate().is_err());
     }
 
     #[test]
