@@ -12,6 +12,16 @@ use std::path::PathBuf;
 
 use crate::error::BrokerError;
 
+/// The listener name of the controller quorum in `listeners`.
+pub const CONTROLLER_LISTENER: &str = "CONTROLLER";
+
+/// What `process.roles` asks this node to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessRoles {
+    pub broker: bool,
+    pub controller: bool,
+}
+
 /// Kafka's `ConfigType` as DescribeConfigs v3+ reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigType {
@@ -278,13 +288,20 @@ pub struct BrokerConfig {
 /// Broker keys with their defaults, as DescribeConfigs on the broker resource lists them.
 pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("auto.create.topics.enable", "true"),
+    ("auto.leader.rebalance.enable", "true"),
+    ("broker.heartbeat.interval.ms", "2000"),
     ("broker.id.generation.enable", "true"),
+    ("broker.session.timeout.ms", "9000"),
     ("connections.max.idle.ms", "600000"),
+    ("controlled.shutdown.enable", "true"),
+    ("controller.quorum.election.timeout.ms", "1000"),
+    ("controller.quorum.voters", ""),
     ("default.replication.factor", "1"),
     ("group.initial.rebalance.delay.ms", "3000"),
     ("group.max.session.timeout.ms", "1800000"),
     ("group.max.size", "2147483647"),
     ("group.min.session.timeout.ms", "6000"),
+    ("leader.imbalance.check.interval.seconds", "300"),
     ("listeners", "PLAINTEXT://127.0.0.1:9092"),
     ("log.cleaner.backoff.ms", "15000"),
     ("log.dirs", "./rill-data"),
@@ -293,12 +310,16 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("max.connections.per.ip", "2147483647"),
     ("node.id", "1"),
     ("num.partitions", "1"),
+    ("num.replica.fetchers", "1"),
     ("offsets.retention.minutes", "10080"),
     ("offsets.topic.num.partitions", "50"),
     ("offsets.topic.replication.factor", "1"),
     ("process.roles", "broker,controller"),
     ("queued.max.request.bytes", "104857600"),
     ("queued.max.requests", "500"),
+    ("replica.fetch.max.bytes", "1048576"),
+    ("replica.fetch.wait.max.ms", "500"),
+    ("replica.lag.time.max.ms", "10000"),
     ("sasl.server.max.receive.size", "524288"),
     ("socket.request.max.bytes", "104857600"),
 ];
@@ -364,15 +385,132 @@ impl BrokerConfig {
         self.parse("node.id")
     }
 
-    /// The address to listen on, from `listeners` (`PLAINTEXT://host:port` or `host:port`).
-    pub fn listen_addr(&self) -> Result<SocketAddr, BrokerError> {
+    /// The entries of `listeners` as `(name, host:port)`; a bare `host:port` is PLAINTEXT.
+    fn listeners(&self) -> Vec<(String, String)> {
         let raw = self.get("listeners").unwrap_or_default();
-        let first = raw.split(',').next().unwrap_or_default().trim();
-        let hostport = first.split_once("://").map_or(first, |(_, rest)| rest);
+        raw.split(',')
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(|l| match l.split_once("://") {
+                Some((name, rest)) => (name.to_ascii_uppercase(), rest.to_string()),
+                None => ("PLAINTEXT".to_string(), l.to_string()),
+            })
+            .collect()
+    }
+
+    fn parse_addr(key: &str, hostport: &str) -> Result<SocketAddr, BrokerError> {
         let hostport = hostport.replace("localhost", "127.0.0.1");
+        let hostport = if hostport.starts_with(':') {
+            format!("0.0.0.0{hostport}")
+        } else {
+            hostport
+        };
         hostport
             .parse()
-            .map_err(|_| BrokerError::Config(format!("listeners: cannot parse {raw:?}")))
+            .map_err(|_| BrokerError::Config(format!("{key}: cannot parse {hostport:?}")))
+    }
+
+    /// The address clients connect to: the first of `listeners` that is not the
+    /// controller listener (`PLAINTEXT://host:port` or `host:port`).
+    pub fn listen_addr(&self) -> Result<SocketAddr, BrokerError> {
+        let (_, hostport) = self
+            .listeners()
+            .into_iter()
+            .find(|(name, _)| name != CONTROLLER_LISTENER)
+            .ok_or_else(|| BrokerError::Config("listeners: no client listener".into()))?;
+        Self::parse_addr("listeners", &hostport)
+    }
+
+    /// The controller listener (`CONTROLLER://host:port` in `listeners`), where the Raft
+    /// quorum and controller requests are served; `None` when not configured.
+    pub fn controller_listen_addr(&self) -> Result<Option<SocketAddr>, BrokerError> {
+        self.listeners()
+            .into_iter()
+            .find(|(name, _)| name == CONTROLLER_LISTENER)
+            .map(|(_, hp)| Self::parse_addr("listeners", &hp))
+            .transpose()
+    }
+
+    /// The host and port clients are told to use: `advertised.listeners`, else the
+    /// address bound.
+    pub fn advertised_listener(&self) -> Result<Option<(String, u16)>, BrokerError> {
+        let Some(raw) = self.props.get("advertised.listeners") else {
+            return Ok(None);
+        };
+        let first = raw.split(',').next().unwrap_or_default().trim();
+        let hostport = first.split_once("://").map_or(first, |(_, rest)| rest);
+        let bad = || BrokerError::Config(format!("advertised.listeners: cannot parse {raw:?}"));
+        let (host, port) = hostport.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        Ok(Some((host.trim_matches(['[', ']']).to_string(), port)))
+    }
+
+    /// `process.roles`: whether this node is a controller (a quorum voter) and a broker.
+    pub fn process_roles(&self) -> Result<ProcessRoles, BrokerError> {
+        let raw = self.get("process.roles").unwrap_or_default();
+        let mut roles = ProcessRoles {
+            broker: false,
+            controller: false,
+        };
+        for r in raw.split(',').map(str::trim).filter(|r| !r.is_empty()) {
+            match r {
+                "broker" => roles.broker = true,
+                "controller" => roles.controller = true,
+                other => {
+                    return Err(BrokerError::Config(format!(
+                        "process.roles: unknown role {other:?}"
+                    )))
+                }
+            }
+        }
+        if !roles.broker {
+            return Err(BrokerError::Config(
+                "process.roles: controller-only nodes are not supported yet; use broker,controller"
+                    .into(),
+            ));
+        }
+        Ok(roles)
+    }
+
+    /// `controller.quorum.voters` (`1@host:port,2@host:port,…`); empty means a
+    /// single-node quorum of this node alone, on the controller listener (or any free
+    /// loopback port when none is configured).
+    pub fn quorum_voters(&self) -> Result<BTreeMap<u64, SocketAddr>, BrokerError> {
+        let raw = self.get("controller.quorum.voters").unwrap_or_default();
+        let node_id = self.node_id()?;
+        if raw.trim().is_empty() {
+            let addr = self
+                .controller_listen_addr()?
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+            let id = u64::try_from(node_id)
+                .map_err(|_| BrokerError::Config("node.id must not be negative".into()))?;
+            return Ok(BTreeMap::from([(id, addr)]));
+        }
+        rill_metadata::parse_voters(raw).map_err(|e| BrokerError::Config(e.to_string()))
+    }
+
+    /// A duration key in milliseconds.
+    pub fn duration_ms(&self, key: &str) -> Result<std::time::Duration, BrokerError> {
+        let ms: u64 = self.parse(key)?;
+        Ok(std::time::Duration::from_millis(ms))
+    }
+
+    /// The active controller's settings, from the broker keys Kafka's controller reads.
+    pub fn controller_config(&self) -> Result<rill_metadata::ControllerConfig, BrokerError> {
+        let defaults = rill_metadata::ControllerConfig::default();
+        let imbalance_s: i64 = self.parse("leader.imbalance.check.interval.seconds")?;
+        Ok(rill_metadata::ControllerConfig {
+            broker_session_timeout_ms: self.parse("broker.session.timeout.ms")?,
+            broker_id_generation_enable: self.get("broker.id.generation.enable") == Some("true"),
+            num_partitions: self.num_partitions()?,
+            default_replication_factor: self.default_replication_factor()?,
+            unclean_leader_election_enable: self.get("unclean.leader.election.enable")
+                == Some("true"),
+            auto_leader_rebalance_enable: self.get("auto.leader.rebalance.enable") == Some("true"),
+            leader_imbalance_check_interval_ms: imbalance_s.saturating_mul(1000),
+            seed: u64::from_le_bytes(*uuid::Uuid::new_v4().as_bytes().first_chunk().unwrap_or(&[7; 8])),
+            ..defaults
+        })
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -430,6 +568,19 @@ impl BrokerConfig {
     pub fn validate(&self) -> Result<(), BrokerError> {
         self.node_id()?;
         self.listen_addr()?;
+        self.controller_listen_addr()?;
+        self.advertised_listener()?;
+        self.process_roles()?;
+        self.quorum_voters()?;
+        self.controller_config()?;
+        for key in [
+            "broker.heartbeat.interval.ms",
+            "replica.lag.time.max.ms",
+            "replica.fetch.wait.max.ms",
+            "controller.quorum.election.timeout.ms",
+        ] {
+            self.duration_ms(key)?;
+        }
         self.num_partitions()?;
         self.default_replication_factor()?;
         self.socket_request_max_bytes()?;

@@ -15,8 +15,12 @@
 //!    which rebuilds exactly what was written.
 //! 4. Between events the task sleeps until [`GroupCoordinator::next_deadline`] and then
 //!    calls `tick` (session timeouts, rebalance timeouts, the initial delay, offset expiry).
-//! 5. At start-up every partition of `__consumer_offsets` is replayed before the first
-//!    call is served; this node leads all of them while it is alone.
+//! 5. The coordinator serves the groups of the `__consumer_offsets` partitions this broker
+//!    leads: when the metadata publisher makes it a partition's leader, the partition is
+//!    replayed from the log ([`GroupCoordinatorHandle::elect`]) before its groups are
+//!    served; when leadership moves away its groups are dropped
+//!    ([`GroupCoordinatorHandle::resign`]) and their clients told NOT_COORDINATOR, so that
+//!    they find the new coordinator, which replays the same records.
 //!
 //! Records use Kafka's formats (`group-coordinator/*.json`): the key is a version-prefixed
 //! `OffsetCommitKey` (versions 0-1) or `GroupMetadataKey` (version 2), the value a
@@ -63,6 +67,10 @@ pub enum GroupCall {
     OffsetFetch(Vec<rill_group::OffsetFetchRequest>),
     DescribeGroups(rill_group::DescribeGroupsRequest),
     ListGroups(rill_group::ListGroupsRequest),
+    /// This broker became the leader of the partition: load its groups.
+    Elect(i32),
+    /// This broker no longer leads the partition: drop its groups.
+    Resign(i32),
 }
 
 /// The coordinator's answer to a [`GroupCall`].
@@ -72,6 +80,7 @@ pub enum GroupReply {
     OffsetFetch(Vec<rill_group::OffsetFetchResponse>),
     DescribeGroups(rill_group::DescribeGroupsResponse),
     ListGroups(rill_group::ListGroupsResponse),
+    Done,
 }
 
 type Envelope = (GroupCall, oneshot::Sender<GroupReply>);
@@ -100,6 +109,16 @@ impl GroupCoordinatorHandle {
             .map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
         rx.await.map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)
     }
+
+    /// Loads a partition's groups (this broker now leads it); returns once loaded.
+    pub async fn elect(&self, partition: i32) {
+        let _ = self.call(GroupCall::Elect(partition)).await;
+    }
+
+    /// Drops a partition's groups (this broker no longer leads it).
+    pub async fn resign(&self, partition: i32) {
+        let _ = self.call(GroupCall::Resign(partition)).await;
+    }
 }
 
 fn now_ms() -> i64 {
@@ -117,7 +136,7 @@ struct Runtime {
     next_responder: u64,
 }
 
-/// Loads every `__consumer_offsets` partition and starts the coordinator task.
+/// Starts the coordinator task; it serves no partition until [`GroupCoordinatorHandle::elect`].
 pub fn start(config: GroupConfig, replicas: Arc<ReplicaManager>) -> GroupCoordinatorHandle {
     let num_partitions = config.offsets_topic_num_partitions;
     let seed = u64::from_le_bytes(
@@ -125,16 +144,13 @@ pub fn start(config: GroupConfig, replicas: Arc<ReplicaManager>) -> GroupCoordin
             .try_into()
             .unwrap_or([7; 8]),
     );
-    let mut runtime = Runtime {
+    let runtime = Runtime {
         coordinator: GroupCoordinator::new(config, seed),
         replicas,
         num_partitions,
         pending: HashMap::new(),
         next_responder: 1,
     };
-    for p in 0..num_partitions {
-        runtime.load(p);
-    }
     let (tx, rx) = mpsc::channel(CALL_QUEUE_DEPTH);
     tokio::spawn(runtime.run(rx));
     GroupCoordinatorHandle { tx }
@@ -186,6 +202,15 @@ impl Runtime {
                 Ok(GroupReply::DescribeGroups(c.handle_describe_groups(&r)))
             }
             GroupCall::ListGroups(r) => Ok(GroupReply::ListGroups(c.handle_list_groups(&r))),
+            GroupCall::Elect(p) => {
+                self.load(p);
+                Ok(GroupReply::Done)
+            }
+            GroupCall::Resign(p) => {
+                let outputs = self.coordinator.unload_partition(p);
+                self.act(outputs);
+                Ok(GroupReply::Done)
+            }
             other => Err(other),
         };
         let call = match immediate {

@@ -1,82 +1,153 @@
 //! The Rill server: listeners, connections, request dispatch and the replica manager.
 //!
-//! [`Server::start`] opens the data directory (metadata, then every partition log, with
-//! recovery), binds the listener and serves until [`Server::shutdown`]. The [`Broker`] is
-//! the state every connection shares; its request handlers live in [`apis`], one module
-//! per group of APIs. This crate is the thin shell that does the I/O: record validation,
-//! offsets and recovery live in `rill-storage`, the codec in `rill-protocol`.
+//! [`Server::start`] joins (or forms) the controller quorum, registers this broker with
+//! the active controller, follows the metadata log into its own [`MetadataImage`] (see
+//! [`metadata_publisher`]), binds the client listener and serves until
+//! [`Server::shutdown`]. The [`Broker`] is the state every connection shares; its request
+//! handlers live in [`apis`], one module per group of APIs. This crate is the thin shell
+//! that does the I/O: record validation, offsets and recovery live in `rill-storage`,
+//! the controller's decisions in `rill-metadata`, the group state machine in `rill-group`,
+//! the codec in `rill-protocol`.
 
 pub mod apis;
+pub mod broker_lifecycle;
 pub mod config;
 pub mod error;
 pub mod group_coordinator;
 pub mod log_manager;
-pub mod metadata_store;
+pub mod meta_properties;
+pub mod metadata_publisher;
 pub mod network;
+pub mod replica_fetcher;
 pub mod replica_manager;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
-use rill_storage::{LogConfig, TopicPartition};
+use rill_metadata::{
+    ControllerEvent, ControllerResponse, MetadataImage, MetadataQuorum, QuorumConfig,
+    TopicImage, RESOURCE_TOPIC,
+};
+use rill_protocol::ErrorCode;
+use rill_storage::LogConfig;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use config::BrokerConfig;
 pub use error::BrokerError;
-use group_coordinator::{GroupCoordinatorHandle, OFFSETS_TOPIC};
-use metadata_store::{MetadataStore, TopicMeta};
+use group_coordinator::GroupCoordinatorHandle;
 use replica_manager::ReplicaManager;
+
+/// How long an admin request waits for the controller (Kafka's request timeouts are of
+/// this order; clients retry after it).
+pub const CONTROLLER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// State shared by every connection.
 pub struct Broker {
     pub config: BrokerConfig,
     pub node_id: i32,
+    pub cluster_id: String,
     /// Host and port that clients are told to connect to.
     pub advertised_host: String,
     pub advertised_port: i32,
     pub max_request_bytes: usize,
-    metadata: Mutex<MetadataStore>,
+    /// The controller quorum this node votes in; controller requests go through it.
+    pub quorum: Arc<MetadataQuorum>,
+    /// The metadata image this broker has applied and acted on.
+    image: RwLock<Arc<MetadataImage>>,
+    /// The `next_offset` of the published image, for waiting on a controller decision.
+    published: watch::Sender<i64>,
+    /// This broker's epoch from its registration (-1 before it registered).
+    broker_epoch: AtomicI64,
     pub replicas: Arc<ReplicaManager>,
     pub groups: GroupCoordinatorHandle,
+    producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
+}
+
+/// The block of producer ids the controller gave this broker.
+#[derive(Default)]
+struct ProducerIdBlock {
+    next: i64,
+    end: i64,
 }
 
 impl Broker {
-    /// Locks the metadata store. Changes are applied whole by `MetadataStore::update`, so a
-    /// lock poisoned by a panicking reader still guards a consistent image.
-    fn metadata(&self) -> std::sync::MutexGuard<'_, MetadataStore> {
-        self.metadata.lock().unwrap_or_else(|e| e.into_inner())
+    /// The metadata image as last published.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        // A panic while holding the lock cannot tear an `Arc` swap, so a poisoned lock
+        // still guards a whole image.
+        self.image.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    pub fn cluster_id(&self) -> String {
-        self.metadata().image().cluster_id.clone()
-    }
-
-    pub fn topic(&self, name: &str) -> Option<TopicMeta> {
-        self.metadata().image().topics.get(name).cloned()
+    pub fn topic(&self, name: &str) -> Option<TopicImage> {
+        self.image().topic(name).cloned()
     }
 
     /// The name of the topic with this id.
     pub fn topic_name_by_id(&self, id: &rill_protocol::Uuid) -> Option<String> {
-        self.metadata().topic_name(id).map(str::to_string)
+        self.image().topics.get(id).map(|t| t.name.clone())
     }
 
-    pub fn topics(&self) -> Vec<TopicMeta> {
-        self.metadata().image().topics.values().cloned().collect()
+    pub fn broker_epoch(&self) -> i64 {
+        self.broker_epoch.load(Ordering::Acquire)
+    }
+
+    /// Sends an event to the active controller, wherever it runs, and waits until this
+    /// broker has applied the records it decided on, so that the caller's next read of
+    /// the image sees the change.
+    pub async fn controller_call(
+        &self,
+        event: ControllerEvent,
+    ) -> Result<ControllerResponse, ErrorCode> {
+        let result = self
+            .quorum
+            .submit(event, CONTROLLER_REQUEST_TIMEOUT)
+            .await
+            .map_err(|e| {
+                tracing::debug!(error = %e, "controller request failed");
+                match e {
+                    rill_metadata::MetadataError::NotController { .. } => {
+                        ErrorCode::NOT_CONTROLLER
+                    }
+                    _ => ErrorCode::REQUEST_TIMED_OUT,
+                }
+            })?;
+        self.wait_published(result.next_offset, CONTROLLER_REQUEST_TIMEOUT)
+            .await;
+        Ok(result.response)
+    }
+
+    /// Waits until the published image has applied records up to `offset`.
+    pub async fn wait_published(&self, offset: i64, timeout: Duration) -> bool {
+        let mut rx = self.published.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|next| *next >= offset))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// The value of a topic config: the topic's override, else the broker's default.
-    pub fn topic_config_value(&self, topic: &TopicMeta, name: &str) -> Option<String> {
-        if let Some(v) = topic.configs.get(name) {
-            return Some(v.clone());
+    pub fn topic_config_value(&self, image: &MetadataImage, topic: &str, name: &str) -> Option<String> {
+        if let Some(v) = image.topic_config(topic, name) {
+            return Some(v.to_string());
         }
         let def = config::topic_config_def(name)?;
         self.config.get(def.broker_key).map(str::to_string)
     }
 
+    /// A topic's config overrides.
+    pub fn topic_overrides(image: &MetadataImage, topic: &str) -> std::collections::BTreeMap<String, String> {
+        image
+            .configs
+            .get(&(RESOURCE_TOPIC, topic.to_string()))
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// The storage settings of a topic, from its configs and the broker's defaults.
-    pub fn log_config(&self, topic: &TopicMeta) -> LogConfig {
-        let get = |name: &str| self.topic_config_value(topic, name).unwrap_or_default();
+    pub fn log_config(&self, image: &MetadataImage, topic: &str) -> LogConfig {
+        let get = |name: &str| self.topic_config_value(image, topic, name).unwrap_or_default();
         let int = |name: &str| get(name).trim().parse::<i64>().ok();
         let mut c = LogConfig::default();
         if let Some(v) = int("segment.bytes") {
@@ -127,78 +198,56 @@ impl Broker {
         c
     }
 
-    /// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`) when it is
-    /// missing; the group coordinator keeps its records there.
-    fn ensure_offsets_topic(&self, partitions: i32) -> Result<(), BrokerError> {
-        if self.topic(OFFSETS_TOPIC).is_some() {
-            return Ok(());
-        }
-        let configs = [
-            ("cleanup.policy", "compact"),
-            ("compression.type", "producer"),
-            ("segment.bytes", "104857600"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        self.create_topic(OFFSETS_TOPIC, partitions, 1, configs, false)
-            .map(|_| ())
-            .map_err(|(code, m)| BrokerError::Metadata(format!("{}: {m}", code.name())))
-    }
-
-    fn open_topic_partitions(&self, topic: &TopicMeta, from: i32) -> Result<(), BrokerError> {
-        let config = self.log_config(topic);
-        for p in from..topic.partitions {
-            let tp = TopicPartition {
-                topic: topic.name.clone(),
-                partition: p,
-            };
-            self.replicas
-                .open_partition(tp, topic.topic_id(), config.clone())?;
-        }
-        Ok(())
-    }
-}
-
-/// Deletes partition directories that no topic owns: what a crash between forgetting a
-/// topic (or shrinking nothing — partitions only grow) and removing its logs leaves behind.
-/// Directories whose names are not partition names are left alone.
-fn remove_stray_partitions(data_dir: &std::path::Path, topics: &[TopicMeta]) {
-    let Ok(entries) = std::fs::read_dir(data_dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Ok(tp) = rill_storage::parse_partition_dir_name(&name) else {
-            continue;
-        };
-        let owned = topics
-            .iter()
-            .any(|t| t.name == tp.topic && tp.partition < t.partitions);
-        if !owned && entry.path().is_dir() {
-            tracing::warn!(dir = %entry.path().display(), "removing the log of a deleted topic");
-            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
-                tracing::error!(dir = %entry.path().display(), error = %e, "removal failed");
-            }
-        }
-    }
 }
 
 /// A running server; dropping it does not stop it, [`Server::shutdown`] does.
 pub struct Server {
     pub local_addr: SocketAddr,
+    /// Where the controller quorum listens on this node.
+    pub controller_addr: SocketAddr,
     pub broker: Arc<Broker>,
     shutdown: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    lifecycle: broker_lifecycle::LifecycleHandle,
 }
 
 impl Server {
-    /// Opens the data directory, recovers every log, binds the listener and starts serving.
+    /// Joins the controller quorum, binds the client listener, recovers the logs this
+    /// broker hosts as the metadata log names them, registers with the controller and
+    /// starts serving. Returns once the controller has unfenced this broker (or after
+    /// `broker.session.timeout.ms` × 3, serving anyway so that clients can retry).
     pub async fn start(config: BrokerConfig) -> Result<Self, BrokerError> {
         config.validate()?;
+        let roles = config.process_roles()?;
+        let node_id = config.node_id()?;
         let data_dir = config.data_dir();
         std::fs::create_dir_all(&data_dir).map_err(|e| BrokerError::io(data_dir.display(), e))?;
-        let metadata = MetadataStore::open(&data_dir)?;
+        let voters = config.quorum_voters()?;
+        let own_id = u64::try_from(node_id)
+            .map_err(|_| BrokerError::Config("node.id must not be negative".into()))?;
+        if !roles.controller || !voters.contains_key(&own_id) {
+            return Err(BrokerError::Config(format!(
+                "node {node_id} must be a controller listed in controller.quorum.voters: \
+                 broker-only nodes are not supported yet"
+            )));
+        }
+        let cluster_id = meta_properties::load_or_create(&data_dir, &config, node_id, &voters)?;
+        let election_ms = config.duration_ms("controller.quorum.election.timeout.ms")?;
+        let election_ms = u64::try_from(election_ms.as_millis()).unwrap_or(1000).max(50);
+        let quorum_config = QuorumConfig {
+            heartbeat_interval_ms: (election_ms / 5).max(10),
+            election_timeout_min_ms: election_ms / 2,
+            election_timeout_max_ms: election_ms,
+            controller: config.controller_config()?,
+            ..QuorumConfig::default()
+        };
+        let quorum_dir = data_dir.join(metadata_publisher::METADATA_LOG_DIR);
+        let quorum = MetadataQuorum::start_with(own_id, voters, &quorum_dir, quorum_config)
+            .await
+            .map_err(|e| BrokerError::Metadata(e.to_string()))?;
+        let controller_addr = quorum.local_addr();
+        let quorum = Arc::new(quorum);
+
         let addr = config.listen_addr()?;
         let listener = TcpListener::bind(addr)
             .await
@@ -206,52 +255,72 @@ impl Server {
         let local_addr = listener
             .local_addr()
             .map_err(|e| BrokerError::io(addr, e))?;
-        let advertised_host = config
-            .get("advertised.host.name")
-            .map(str::to_string)
-            .unwrap_or_else(|| local_addr.ip().to_string());
-        let replicas = Arc::new(ReplicaManager::new(&data_dir));
+        let (advertised_host, advertised_port) = match config.advertised_listener()? {
+            Some((host, port)) => (host, port),
+            None => {
+                let ip = local_addr.ip();
+                let host = if ip.is_unspecified() {
+                    "127.0.0.1".to_string()
+                } else {
+                    ip.to_string()
+                };
+                (host, local_addr.port())
+            }
+        };
+        let fetcher_config = replica_fetcher::FetcherConfig {
+            local_id: node_id,
+            max_wait: config.duration_ms("replica.fetch.wait.max.ms")?,
+            partition_max_bytes: config
+                .get("replica.fetch.max.bytes")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(1 << 20),
+        };
+        let replicas = Arc::new(ReplicaManager::new(&data_dir, fetcher_config));
         let group_config = config.group_config()?;
-        let topics: Vec<TopicMeta> = metadata.image().topics.values().cloned().collect();
-        let metadata_created = metadata.created;
-        let mut broker = Broker {
-            node_id: config.node_id()?,
+        let groups = group_coordinator::start(group_config, replicas.clone());
+        let (published, _) = watch::channel(0);
+        let broker = Arc::new(Broker {
+            node_id,
+            cluster_id,
             max_request_bytes: config.socket_request_max_bytes()?,
             advertised_host,
-            advertised_port: i32::from(local_addr.port()),
+            advertised_port: i32::from(advertised_port),
+            quorum: quorum.clone(),
+            image: RwLock::new(Arc::new(MetadataImage::new())),
+            published,
+            broker_epoch: AtomicI64::new(-1),
             replicas: replicas.clone(),
-            metadata: Mutex::new(metadata),
+            groups,
+            producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             config,
-            groups: GroupCoordinatorHandle::detached(),
-        };
-        // Only with metadata that existed before: a lost metadata file must not turn every
-        // log into a "stray" one.
-        if !metadata_created {
-            remove_stray_partitions(&data_dir, &topics);
-        }
-        for topic in &topics {
-            broker.open_topic_partitions(topic, 0)?;
-        }
-        broker.ensure_offsets_topic(group_config.offsets_topic_num_partitions)?;
-        broker.groups = group_coordinator::start(group_config, replicas);
-        let broker = Arc::new(broker);
+        });
         let (shutdown, rx) = watch::channel(false);
+        metadata_publisher::start(broker.clone(), rx.clone());
         log_manager::start(
             broker.replicas.clone(),
             broker.config.log_manager_config()?,
             rx.clone(),
         );
-        let task = tokio::spawn(network::serve(listener, broker.clone(), rx));
+        let task = tokio::spawn(network::serve(listener, broker.clone(), rx.clone()));
+        let lifecycle = broker_lifecycle::start(broker.clone(), rx);
+        lifecycle.wait_unfenced().await;
         Ok(Self {
             local_addr,
+            controller_addr,
             broker,
             shutdown,
             task,
+            lifecycle,
         })
     }
 
-    /// Stops accepting, closes connections and flushes every log.
+    /// Controlled shutdown: asks the controller to move this broker's leaderships away
+    /// (bounded by `broker.session.timeout.ms`), then stops accepting, closes
+    /// connections, flushes every log and leaves the quorum.
     pub async fn shutdown(self) {
+        if self.broker.config.get("controlled.shutdown.enable") == Some("true") {
+            self.lifecycle.controlled_shutdown().await;
+        }
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
         self.broker.replicas.shutdown();

@@ -1,10 +1,14 @@
 //! The replica manager: the partitions this broker hosts, and produce and fetch on them.
 //!
-//! On a single node every partition is led here and its ISR is this node alone, so the
-//! high watermark moves to the log end offset as soon as an append returns; `acks=all` is
-//! then the local append. Each partition's log sits behind its own lock, held only for
-//! the append or the read itself, never across an `.await`. Fetches that found too few
-//! bytes park on [`ReplicaManager::wait_for_append`] until new data or their max wait.
+//! The metadata publisher tells it which partitions this broker leads and which it
+//! follows ([`ReplicaManager::become_leader`], [`ReplicaManager::become_follower`]); only
+//! the leader appends client data (stamped with its leader epoch) and serves client
+//! reads, everything else gets NOT_LEADER_OR_FOLLOWER so that clients refresh their
+//! metadata. When the ISR is the leader alone, the high watermark moves to the log end
+//! offset as soon as an append returns. Each partition's log sits behind its own lock,
+//! held only for the append or the read itself, never across an `.await`. Fetches that
+//! found too few bytes park on [`ReplicaManager::appended`] until new data or their max
+//! wait.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,16 +24,49 @@ use rill_storage::{
 use tokio::sync::Notify;
 
 use crate::error::BrokerError;
+use crate::replica_fetcher::{FetcherConfig, ReplicaFetcherManager};
 
-/// The leader epoch of every partition while this broker is the only one.
-pub const SINGLE_NODE_LEADER_EPOCH: i32 = 0;
+/// What the metadata log says of a partition, as this broker acts on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    /// The leader's broker id (-1: none).
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+impl PartitionState {
+    fn from_registration(p: &rill_metadata::PartitionRegistration) -> Self {
+        Self {
+            leader: p.leader,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            replicas: p.replicas.clone(),
+            isr: p.isr.clone(),
+        }
+    }
+}
 
 pub struct Partition {
     pub topic_id: Uuid,
     log: Mutex<UnifiedLog>,
+    state: Mutex<PartitionState>,
 }
 
 impl Partition {
+    /// The partition's metadata state as last applied.
+    pub fn state(&self) -> PartitionState {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The leader epoch, when `local_id` leads the partition.
+    fn leader_epoch_if_leader(&self, local_id: i32) -> Option<i32> {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        (st.leader == local_id).then_some(st.leader_epoch)
+    }
+
     /// Runs `f` with the log locked. A poisoned lock means an earlier holder panicked in
     /// the middle of a log operation: the log may be inconsistent, so it is not used again.
     pub(crate) fn with_log<T>(&self, f: impl FnOnce(&mut UnifiedLog) -> T) -> Result<T, ErrorCode> {
@@ -68,6 +105,10 @@ impl FetchResult {
 
 pub struct ReplicaManager {
     data_dir: PathBuf,
+    /// The fetchers of the partitions this broker follows.
+    fetchers: ReplicaFetcherManager,
+    /// This broker's id.
+    local_id: i32,
     partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
     appended: Notify,
 }
@@ -80,9 +121,12 @@ fn now_ms() -> i64 {
 }
 
 impl ReplicaManager {
-    pub fn new(data_dir: &Path) -> Self {
+    pub fn new(data_dir: &Path, fetcher_config: FetcherConfig) -> Self {
+        let local_id = fetcher_config.local_id;
         Self {
             data_dir: data_dir.to_path_buf(),
+            fetchers: ReplicaFetcherManager::new(fetcher_config),
+            local_id,
             partitions: RwLock::new(HashMap::new()),
             appended: Notify::new(),
         }
@@ -100,27 +144,228 @@ impl ReplicaManager {
         self.partitions.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Opens (recovering if needed) or creates the log of a partition and starts hosting it.
-    pub fn open_partition(
+    /// The partition's hosted replica, opening (recovering if needed) or creating its log
+    /// on first use.
+    fn ensure_open(
         &self,
-        tp: TopicPartition,
+        tp: &TopicPartition,
         topic_id: Uuid,
-        config: LogConfig,
-    ) -> Result<(), BrokerError> {
+        state: &PartitionState,
+        config: &LogConfig,
+    ) -> Result<Arc<Partition>, BrokerError> {
+        if let Some(p) = self.get(tp) {
+            if p.topic_id == topic_id {
+                return Ok(p);
+            }
+            // A topic deleted and created again under the same name: the old log goes.
+            self.delete_partition(tp)?;
+        }
         let dir = self
             .data_dir
             .join(partition_dir_name(&tp.topic, tp.partition));
-        let mut log = UnifiedLog::open(&dir, config, now_ms())?;
-        // Alone, this node is the whole ISR: everything its log recovered was committed, so
-        // the high watermark is the log end (its checkpoint may lag after a crash).
-        let leo = log.log_end_offset();
-        log.update_high_watermark(leo);
+        let log = UnifiedLog::open(&dir, config.clone(), now_ms())?;
         let partition = Arc::new(Partition {
             topic_id,
             log: Mutex::new(log),
+            state: Mutex::new(state.clone()),
         });
-        self.write_map().insert(tp, partition);
+        self.write_map().insert(tp.clone(), partition.clone());
+        Ok(partition)
+    }
+
+    /// This broker now leads the partition (new leader epoch, or a changed ISR or
+    /// replica set). With an ISR of this broker alone, everything in its log is committed.
+    pub fn become_leader(
+        &self,
+        tp: &TopicPartition,
+        topic_id: Uuid,
+        registration: &rill_metadata::PartitionRegistration,
+        config: &LogConfig,
+    ) -> Result<(), BrokerError> {
+        self.fetchers.remove_partition(tp);
+        let state = PartitionState::from_registration(registration);
+        let partition = self.ensure_open(tp, topic_id, &state, config)?;
+        let alone = state.isr == [self.local_id];
+        let epoch = state.leader_epoch;
+        *partition.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+        let _ = partition.with_log(|log| {
+            let leo = log.log_end_offset();
+            // KIP-101: the new epoch starts at this log's end, so that followers asking
+            // for the end of the previous epoch get where this leader's history diverges.
+            if log.latest_epoch().is_none_or(|e| e < epoch) {
+                if let Err(e) = log.assign_epoch_start_offset(epoch, leo) {
+                    tracing::warn!(%tp, error = %e, "recording the leader epoch failed");
+                }
+            }
+            if alone {
+                log.update_high_watermark(leo);
+            }
+        });
+        self.appended.notify_waiters();
         Ok(())
+    }
+
+    /// This broker now follows the partition: it stops accepting client writes and reads
+    /// and fetches from the leader at `leader_addr` (none: the partition has no leader
+    /// now, or its address is unknown; the next metadata update brings one).
+    pub fn become_follower(
+        self: &Arc<Self>,
+        tp: &TopicPartition,
+        topic_id: Uuid,
+        registration: &rill_metadata::PartitionRegistration,
+        config: &LogConfig,
+        leader_addr: Option<std::net::SocketAddr>,
+    ) -> Result<(), BrokerError> {
+        let state = PartitionState::from_registration(registration);
+        let partition = self.ensure_open(tp, topic_id, &state, config)?;
+        let epoch = state.leader_epoch;
+        let leader = state.leader;
+        *partition.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+        match leader_addr {
+            Some(addr) if leader >= 0 && leader != self.local_id => {
+                self.fetchers
+                    .add_partition(self, leader, addr, tp, topic_id, epoch)
+            }
+            _ => self.fetchers.remove_partition(tp),
+        }
+        self.appended.notify_waiters();
+        Ok(())
+    }
+
+    /// The partition when this broker follows it in `leader_epoch`.
+    fn follower_partition(&self, tp: &TopicPartition, leader_epoch: i32) -> Option<Arc<Partition>> {
+        let p = self.get(tp)?;
+        let st = p.state();
+        (st.leader != self.local_id && st.leader_epoch == leader_epoch).then_some(p)
+    }
+
+    /// The latest epoch in a followed partition's log (`None` inside: an empty epoch
+    /// cache); `None` when the partition is not hosted.
+    pub(crate) fn follower_latest_epoch(&self, tp: &TopicPartition) -> Option<Option<i32>> {
+        let p = self.get(tp)?;
+        p.with_log(|log| log.latest_epoch()).ok()
+    }
+
+    /// `(log end offset, log start offset)` of a followed partition: where to fetch from.
+    pub(crate) fn follower_fetch_position(&self, tp: &TopicPartition) -> Option<(i64, i64)> {
+        let p = self.get(tp)?;
+        p.with_log(|log| (log.log_end_offset(), log.log_start_offset()))
+            .ok()
+    }
+
+    /// KIP-279 truncation: the leader answered `(answered_epoch, end_offset)` for the
+    /// follower's latest epoch `asked_epoch`. Truncates to the end offset when the leader
+    /// knows that epoch, else to the lesser of the leader's end offset and this log's own
+    /// end of `answered_epoch`; an undefined answer (-1) falls back to the high watermark.
+    pub(crate) fn truncate_to_leader_epoch(
+        &self,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+        asked_epoch: i32,
+        answered_epoch: i32,
+        end_offset: i64,
+    ) -> Result<(), String> {
+        let p = self
+            .follower_partition(tp, leader_epoch)
+            .ok_or_else(|| "no longer a follower in this epoch".to_string())?;
+        p.with_log(|log| {
+            let leo = log.log_end_offset();
+            let target = if answered_epoch < 0 || end_offset < 0 {
+                log.high_watermark()
+            } else if answered_epoch == asked_epoch {
+                end_offset.min(leo)
+            } else {
+                let (_, own_end) = log.end_offset_for_epoch(answered_epoch);
+                let own_end = if own_end < 0 { leo } else { own_end };
+                end_offset.min(own_end).min(leo)
+            };
+            if target < leo {
+                tracing::info!(%tp, from = leo, to = target, "truncating follower log by leader epoch");
+                log.truncate_to(target, now_ms()).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        })
+        .map_err(|code| code.name().to_string())?
+    }
+
+    /// Appends records fetched from the leader, then adopts the leader's high watermark
+    /// (up to this log's end) and log start offset.
+    pub(crate) fn append_as_follower(
+        &self,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+        records: Bytes,
+        leader_high_watermark: i64,
+        leader_log_start_offset: i64,
+    ) -> Result<(), ErrorCode> {
+        let p = self
+            .follower_partition(tp, leader_epoch)
+            .ok_or(ErrorCode::NOT_LEADER_OR_FOLLOWER)?;
+        p.with_log(|log| {
+            if !records.is_empty() {
+                log.append_as_follower(records, now_ms())
+                    .map_err(|e| append_error_code(&e))?;
+            }
+            let hw = leader_high_watermark.min(log.log_end_offset());
+            if hw > log.high_watermark() {
+                log.update_high_watermark(hw);
+            }
+            if leader_log_start_offset > log.log_start_offset() {
+                if let Err(e) = log.maybe_increment_log_start_offset(leader_log_start_offset) {
+                    tracing::warn!(%tp, error = %e, "following the leader's log start failed");
+                }
+            }
+            Ok(())
+        })?
+    }
+
+    /// The leader said the fetch offset is out of range. When this log ends below the
+    /// leader's log start, start over there (returns true); otherwise the caller
+    /// validates the epoch again.
+    pub(crate) fn handle_out_of_range(
+        &self,
+        tp: &TopicPartition,
+        leader_log_start_offset: i64,
+    ) -> Result<bool, ErrorCode> {
+        let p = self.get(tp).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+        p.with_log(|log| {
+            if leader_log_start_offset >= 0 && log.log_end_offset() < leader_log_start_offset {
+                tracing::info!(%tp, start = leader_log_start_offset, "follower behind the leader's log start; starting over");
+                log.truncate_fully_and_start_at(leader_log_start_offset, now_ms())
+                    .map(|_| true)
+                    .map_err(|_| ErrorCode::KAFKA_STORAGE_ERROR)
+            } else {
+                Ok(false)
+            }
+        })?
+    }
+
+    /// The partition, when this broker leads it; NOT_LEADER_OR_FOLLOWER when it hosts
+    /// it otherwise, UNKNOWN_TOPIC_OR_PARTITION when it does not host it at all.
+    pub fn leader_partition(&self, tp: &TopicPartition) -> Result<(Arc<Partition>, i32), ErrorCode> {
+        let partition = self.get(tp).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+        match partition.leader_epoch_if_leader(self.local_id) {
+            Some(epoch) => Ok((partition, epoch)),
+            None => Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
+        }
+    }
+
+    /// KIP-320: a client's view of the leader epoch against ours (-1: no check).
+    pub fn check_leader_epoch(
+        &self,
+        tp: &TopicPartition,
+        current_leader_epoch: i32,
+    ) -> Result<(Arc<Partition>, i32), ErrorCode> {
+        let (partition, epoch) = self.leader_partition(tp)?;
+        if current_leader_epoch >= 0 {
+            if current_leader_epoch < epoch {
+                return Err(ErrorCode::FENCED_LEADER_EPOCH);
+            }
+            if current_leader_epoch > epoch {
+                return Err(ErrorCode::UNKNOWN_LEADER_EPOCH);
+            }
+        }
+        Ok((partition, epoch))
     }
 
     /// Every hosted partition, for background maintenance.
@@ -134,7 +379,7 @@ impl ReplicaManager {
     /// DeleteRecords: moves the log start offset up to `offset` (-1: the high watermark)
     /// and returns the new low watermark.
     pub fn delete_records(&self, tp: &TopicPartition, offset: i64) -> Result<i64, ErrorCode> {
-        let partition = self.get(tp).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+        let (partition, _) = self.leader_partition(tp)?;
         match partition.with_log(|log| log.delete_records_before(offset))? {
             Ok(result) => Ok(result.log_start_offset),
             Err(rill_storage::DeleteRecordsError::OffsetOutOfRange { .. }) => {
@@ -156,6 +401,7 @@ impl ReplicaManager {
 
     /// Stops hosting a partition and deletes its log from disk.
     pub fn delete_partition(&self, tp: &TopicPartition) -> Result<(), BrokerError> {
+        self.fetchers.remove_partition(tp);
         let removed = self.write_map().remove(tp);
         if let Some(partition) = removed {
             // Wait for in-flight users: they hold their own Arc, the log is dropped last.
@@ -185,8 +431,8 @@ impl ReplicaManager {
         }
     }
 
-    /// Appends a client's record set as leader. On one node the append is the commit, so
-    /// the high watermark follows the log end offset at once.
+    /// Appends a client's record set as leader. With an ISR of this broker alone the
+    /// append is the commit, so the high watermark follows the log end offset at once.
     pub fn append(
         &self,
         tp: &TopicPartition,
@@ -203,12 +449,14 @@ impl ReplicaManager {
         records: &Bytes,
         origin: AppendOrigin,
     ) -> Result<(LogAppendInfo, i64), ErrorCode> {
-        let partition = self.get(tp).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+        let (partition, epoch) = self.leader_partition(tp)?;
+        let alone = partition.state().isr == [self.local_id];
         let result = partition.with_log(|log| {
-            let info =
-                log.append_as_leader(records.clone(), SINGLE_NODE_LEADER_EPOCH, origin, now_ms())?;
-            let leo = log.log_end_offset();
-            log.update_high_watermark(leo);
+            let info = log.append_as_leader(records.clone(), epoch, origin, now_ms())?;
+            if alone {
+                let leo = log.log_end_offset();
+                log.update_high_watermark(leo);
+            }
             Ok::<_, AppendError>((info, log.log_start_offset()))
         })?;
         match result {
@@ -220,8 +468,56 @@ impl ReplicaManager {
         }
     }
 
+    /// The ISR size of a partition this broker leads, for `min.insync.replicas`.
+    pub fn isr_size(&self, tp: &TopicPartition) -> Result<(usize, i32), ErrorCode> {
+        let (partition, epoch) = self.leader_partition(tp)?;
+        Ok((partition.state().isr.len(), epoch))
+    }
+
+    /// acks=all (Kafka's `DelayedProduce`): waits until the high watermark reaches
+    /// `required_offset`, then answers NONE when the ISR still has `min_insync`
+    /// members (NOT_ENOUGH_REPLICAS_AFTER_APPEND otherwise); REQUEST_TIMED_OUT at the
+    /// deadline; NOT_LEADER_OR_FOLLOWER when leadership moved meanwhile (the records
+    /// may or may not survive: the client retries, and idempotence dedups).
+    pub async fn wait_for_commit(
+        &self,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+        required_offset: i64,
+        min_insync: usize,
+        deadline: tokio::time::Instant,
+    ) -> ErrorCode {
+        loop {
+            let notified = self.appended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let Some(p) = self.get(tp) else {
+                return ErrorCode::NOT_LEADER_OR_FOLLOWER;
+            };
+            let st = p.state();
+            if st.leader != self.local_id || st.leader_epoch != leader_epoch {
+                return ErrorCode::NOT_LEADER_OR_FOLLOWER;
+            }
+            let Ok(hw) = p.with_log(|log| log.high_watermark()) else {
+                return ErrorCode::KAFKA_STORAGE_ERROR;
+            };
+            if hw >= required_offset {
+                return if st.isr.len() >= min_insync {
+                    ErrorCode::NONE
+                } else {
+                    ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                };
+            }
+            drop(p);
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(deadline) => return ErrorCode::REQUEST_TIMED_OUT,
+            }
+        }
+    }
+
     pub fn offsets(&self, tp: &TopicPartition) -> Result<PartitionOffsets, ErrorCode> {
-        let partition = self.get(tp).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+        let (partition, _) = self.leader_partition(tp)?;
         partition.with_log(|log| PartitionOffsets {
             log_start_offset: log.log_start_offset(),
             high_watermark: log.high_watermark(),
@@ -237,7 +533,7 @@ impl ReplicaManager {
         max_bytes: usize,
         min_one_message: bool,
     ) -> Result<FetchResult, (ErrorCode, Option<PartitionOffsets>)> {
-        self.read_maybe_zero_copy(tp, offset, max_bytes, min_one_message, false)
+        self.read_maybe_zero_copy(tp, -1, offset, max_bytes, min_one_message, false)
     }
 
     /// As [`ReplicaManager::read`], but with `zero_copy` the records are not read: only
@@ -245,14 +541,15 @@ impl ReplicaManager {
     pub fn read_maybe_zero_copy(
         &self,
         tp: &TopicPartition,
+        current_leader_epoch: i32,
         offset: i64,
         max_bytes: usize,
         min_one_message: bool,
         zero_copy: bool,
     ) -> Result<FetchResult, (ErrorCode, Option<PartitionOffsets>)> {
-        let partition = self
-            .get(tp)
-            .ok_or((ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, None))?;
+        let (partition, _) = self
+            .check_leader_epoch(tp, current_leader_epoch)
+            .map_err(|code| (code, None))?;
         let result = partition
             .with_log(|log| {
                 let offsets = PartitionOffsets {
@@ -292,13 +589,13 @@ impl ReplicaManager {
         tp: &TopicPartition,
         timestamp: i64,
     ) -> Result<Option<(i64, i64, i32)>, ErrorCode> {
-        let partition = self.get(tp).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+        let (partition, _) = self.leader_partition(tp)?;
         let found = partition.with_log(|log| log.offset_for_timestamp(timestamp))?;
         Ok(storage_result(tp, found)?.map(|t| {
             (
                 t.offset,
                 t.timestamp,
-                t.leader_epoch.unwrap_or(SINGLE_NODE_LEADER_EPOCH),
+                t.leader_epoch.unwrap_or(-1),
             )
         }))
     }
@@ -306,7 +603,7 @@ impl ReplicaManager {
     /// ListOffsets MAX_TIMESTAMP (KIP-734): the offset and timestamp of the record with the
     /// largest timestamp, if any.
     pub fn max_timestamp(&self, tp: &TopicPartition) -> Result<Option<(i64, i64)>, ErrorCode> {
-        let partition = self.get(tp).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+        let (partition, _) = self.leader_partition(tp)?;
         let found = partition.with_log(|log| log.max_timestamp_and_offset())?;
         Ok(storage_result(tp, found)?.map(|t| (t.offset, t.timestamp)))
     }
@@ -321,6 +618,7 @@ impl ReplicaManager {
     /// Closes every log (flush, producer snapshot, clean-shutdown marker). A partition
     /// still referenced by an in-flight request is only flushed; its next open recovers.
     pub fn shutdown(&self) {
+        self.fetchers.shutdown();
         let partitions: Vec<_> = self.write_map().drain().collect();
         for (tp, p) in partitions {
             let result = match Arc::try_unwrap(p) {

@@ -82,6 +82,18 @@ struct ServerArgs {
     /// This node's id (sets `node.id`).
     #[arg(long)]
     node_id: Option<i32>,
+    /// Address of this node's controller listener, where the controller quorum talks
+    /// (adds `CONTROLLER://HOST:PORT` to `listeners`).
+    #[arg(long, value_name = "HOST:PORT")]
+    controller_listen: Option<String>,
+    /// The controller quorum: `1@HOST:PORT,2@HOST:PORT,3@HOST:PORT`, the same on every
+    /// node (sets `controller.quorum.voters`).
+    #[arg(long, value_name = "ID@HOST:PORT,...")]
+    controller_quorum: Option<String>,
+    /// The address clients are told to use when it differs from `--listen`
+    /// (sets `advertised.listeners`).
+    #[arg(long, value_name = "HOST:PORT")]
+    advertised_listener: Option<String>,
     /// Any broker config as key=value; repeatable; applied last.
     #[arg(long = "override", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
@@ -149,7 +161,25 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         None => BrokerConfig::default(),
     };
     if let Some(listen) = &args.listen {
-        config.set("listeners", listen);
+        config.set("listeners", &format!("PLAINTEXT://{listen}"));
+    }
+    if let Some(controller) = &args.controller_listen {
+        let client = config.get("listeners").unwrap_or_default().to_string();
+        let client: Vec<&str> = client
+            .split(',')
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("CONTROLLER://"))
+            .collect();
+        config.set(
+            "listeners",
+            &format!("{},CONTROLLER://{controller}", client.join(",")),
+        );
+    }
+    if let Some(voters) = &args.controller_quorum {
+        config.set("controller.quorum.voters", voters);
+    }
+    if let Some(advertised) = &args.advertised_listener {
+        config.set("advertised.listeners", &format!("PLAINTEXT://{advertised}"));
     }
     if let Some(dir) = &args.data_dir {
         config.set("log.dirs", &dir.display().to_string());
@@ -167,8 +197,9 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         let data_dir = config.data_dir();
         let server = Server::start(config).await?;
         println!(
-            "rill listening on {} (data in {})",
+            "rill listening on {} (controller on {}, data in {})",
             server.local_addr,
+            server.controller_addr,
             data_dir.display()
         );
         wait_for_signal().await?;

@@ -1,8 +1,10 @@
 //! Configs: DescribeConfigs, AlterConfigs and IncrementalAlterConfigs.
 //!
-//! Topic configs are stored as overrides on the topic; a described value is the override,
-//! else the broker's `log.*` key, else Kafka's default, and its source says which. Changes
-//! are validated whole before any is applied, persisted, then pushed to the live logs.
+//! Topic configs are overrides kept in the metadata log (`ConfigRecord`s); a described
+//! value is the override, else the broker's `log.*` key, else Kafka's default, and its
+//! source says which. A change is validated whole here, then sent to the controller as
+//! the set/delete operations that turn the old overrides into the new ones; every
+//! replica pushes the new values to its live logs as it applies the records.
 
 use std::collections::BTreeMap;
 
@@ -22,8 +24,10 @@ use rill_protocol::ErrorCode;
 use crate::config::{self, ConfigSource, BROKER_DEFAULTS, TOPIC_CONFIGS};
 use crate::Broker;
 
-const RESOURCE_TOPIC: i8 = 2;
-const RESOURCE_BROKER: i8 = 4;
+use rill_metadata::{
+    AlterConfigOp, AlterConfigsResource, ControllerEvent, ControllerResponse,
+    IncrementalAlterConfigsRequest as CtlAlterConfigs, RESOURCE_BROKER, RESOURCE_TOPIC,
+};
 
 /// IncrementalAlterConfigs operations.
 const OP_SET: i8 = 0;
@@ -94,12 +98,14 @@ impl Broker {
         include_synonyms: bool,
         include_documentation: bool,
     ) -> Result<Vec<DescribeConfigsResourceResult>, ConfigError> {
-        let topic = self.topic(name).ok_or_else(|| {
-            (
+        let image = self.image();
+        if image.topic(name).is_none() {
+            return Err((
                 ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                 format!("topic '{name}' does not exist"),
-            )
-        })?;
+            ));
+        }
+        let overrides = Broker::topic_overrides(&image, name);
         Ok(TOPIC_CONFIGS
             .iter()
             .map(|d| {
@@ -108,7 +114,7 @@ impl Broker {
                     .is_set(d.broker_key)
                     .then(|| self.config.get(d.broker_key))
                     .flatten();
-                let (value, source) = if let Some(v) = topic.configs.get(d.name) {
+                let (value, source) = if let Some(v) = overrides.get(d.name) {
                     (v.clone(), ConfigSource::DynamicTopicConfig)
                 } else if let Some(v) = broker_value {
                     (v.to_string(), ConfigSource::StaticBrokerConfig)
@@ -117,7 +123,7 @@ impl Broker {
                 };
                 let mut synonyms = Vec::new();
                 if include_synonyms {
-                    if let Some(v) = topic.configs.get(d.name) {
+                    if let Some(v) = overrides.get(d.name) {
                         synonyms.push(synonym(d.name, v, ConfigSource::DynamicTopicConfig));
                     }
                     if let Some(v) = broker_value {
@@ -184,38 +190,61 @@ impl Broker {
     }
 
     /// Replaces a topic's overrides after validating all of them.
-    fn set_topic_configs(
+    async fn set_topic_configs(
         &self,
         name: &str,
         change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), ConfigError>,
         validate_only: bool,
     ) -> Result<(), ConfigError> {
-        let mut topic = self.topic(name).ok_or_else(|| {
-            (
+        let image = self.image();
+        if image.topic(name).is_none() {
+            return Err((
                 ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                 format!("topic '{name}' does not exist"),
-            )
-        })?;
-        change(&mut topic.configs)?;
-        for (k, v) in &topic.configs {
+            ));
+        }
+        let old = Broker::topic_overrides(&image, name);
+        let mut new = old.clone();
+        change(&mut new)?;
+        for (k, v) in &new {
             config::validate_topic_config(k, v).map_err(|m| (ErrorCode::INVALID_CONFIG, m))?;
         }
-        if validate_only {
+        let mut ops: Vec<(String, AlterConfigOp, Option<String>)> = new
+            .iter()
+            .filter(|(k, v)| old.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), AlterConfigOp::Set, Some(v.clone())))
+            .collect();
+        ops.extend(
+            old.keys()
+                .filter(|k| !new.contains_key(*k))
+                .map(|k| (k.clone(), AlterConfigOp::Delete, None)),
+        );
+        if validate_only || ops.is_empty() {
             return Ok(());
         }
-        self.metadata()
-            .update(|img| {
-                if let Some(t) = img.topics.get_mut(name) {
-                    t.configs = topic.configs.clone();
-                }
-            })
-            .map_err(|e| (ErrorCode::KAFKA_STORAGE_ERROR, e.to_string()))?;
-        self.replicas.reconfigure(name, &self.log_config(&topic));
-        Ok(())
+        let event = ControllerEvent::IncrementalAlterConfigs(CtlAlterConfigs {
+            resources: vec![AlterConfigsResource {
+                resource_type: RESOURCE_TOPIC,
+                resource_name: name.to_string(),
+                configs: ops,
+            }],
+            validate_only: false,
+        });
+        match self.controller_call(event).await {
+            Ok(ControllerResponse::IncrementalAlterConfigs(results)) => match results.first() {
+                Some(r) if r.error_code != ErrorCode::NONE => Err((
+                    r.error_code,
+                    r.error_message.clone().unwrap_or_default(),
+                )),
+                _ => Ok(()),
+            },
+            Ok(_) => Ok(()),
+            Err(code) => Err((code, format!("controller: {}", code.name()))),
+        }
     }
 
     /// Applies a change to one resource's configs and returns the response's error fields.
-    fn alter_resource(
+    async fn alter_resource(
         &self,
         resource_type: i8,
         name: &str,
@@ -223,7 +252,7 @@ impl Broker {
         validate_only: bool,
     ) -> (i16, Option<String>) {
         let outcome = match resource_type {
-            RESOURCE_TOPIC => self.set_topic_configs(name, change, validate_only),
+            RESOURCE_TOPIC => self.set_topic_configs(name, change, validate_only).await,
             _ => Err((
                 ErrorCode::INVALID_REQUEST,
                 "only topic configs can be altered".into(),
@@ -235,69 +264,65 @@ impl Broker {
         }
     }
 
-    pub(crate) fn handle_alter_configs(
+    pub(crate) async fn handle_alter_configs(
         &self,
         request: AlterConfigsRequest,
     ) -> AlterConfigsResponse {
         let validate_only = request.validate_only;
-        let responses = request
-            .resources
-            .into_iter()
-            .map(|r| {
-                let change = |configs: &mut BTreeMap<String, String>| {
-                    // AlterConfigs replaces the whole set of overrides.
-                    configs.clear();
-                    for c in &r.configs {
-                        if let Some(v) = &c.value {
-                            configs.insert(c.name.clone(), v.clone());
-                        }
+        let mut responses = Vec::with_capacity(request.resources.len());
+        for r in request.resources {
+            let change = |configs: &mut BTreeMap<String, String>| {
+                // AlterConfigs replaces the whole set of overrides.
+                configs.clear();
+                for c in &r.configs {
+                    if let Some(v) = &c.value {
+                        configs.insert(c.name.clone(), v.clone());
                     }
-                    Ok(())
-                };
-                let (error_code, error_message) =
-                    self.alter_resource(r.resource_type, &r.resource_name, change, validate_only);
-                AlterConfigsResourceResponse {
-                    error_code,
-                    error_message,
-                    resource_type: r.resource_type,
-                    resource_name: r.resource_name,
-                    ..Default::default()
                 }
-            })
-            .collect();
+                Ok(())
+            };
+            let (error_code, error_message) = self
+                .alter_resource(r.resource_type, &r.resource_name, change, validate_only)
+                .await;
+            responses.push(AlterConfigsResourceResponse {
+                error_code,
+                error_message,
+                resource_type: r.resource_type,
+                resource_name: r.resource_name.clone(),
+                ..Default::default()
+            });
+        }
         AlterConfigsResponse {
             responses,
             ..Default::default()
         }
     }
 
-    pub(crate) fn handle_incremental_alter_configs(
+    pub(crate) async fn handle_incremental_alter_configs(
         &self,
         request: IncrementalAlterConfigsRequest,
     ) -> inc::IncrementalAlterConfigsResponse {
         let validate_only = request.validate_only;
-        let responses = request
-            .resources
-            .into_iter()
-            .map(|r| {
-                let change = |configs: &mut BTreeMap<String, String>| {
-                    for c in &r.configs {
-                        let value = c.value.as_deref();
-                        apply_incremental(configs, &c.name, c.config_operation, value)?;
-                    }
-                    Ok(())
-                };
-                let (error_code, error_message) =
-                    self.alter_resource(r.resource_type, &r.resource_name, change, validate_only);
-                inc::AlterConfigsResourceResponse {
-                    error_code,
-                    error_message,
-                    resource_type: r.resource_type,
-                    resource_name: r.resource_name,
-                    ..Default::default()
+        let mut responses = Vec::with_capacity(request.resources.len());
+        for r in request.resources {
+            let change = |configs: &mut BTreeMap<String, String>| {
+                for c in &r.configs {
+                    let value = c.value.as_deref();
+                    apply_incremental(configs, &c.name, c.config_operation, value)?;
                 }
-            })
-            .collect();
+                Ok(())
+            };
+            let (error_code, error_message) = self
+                .alter_resource(r.resource_type, &r.resource_name, change, validate_only)
+                .await;
+            responses.push(inc::AlterConfigsResourceResponse {
+                error_code,
+                error_message,
+                resource_type: r.resource_type,
+                resource_name: r.resource_name.clone(),
+                ..Default::default()
+            });
+        }
         inc::IncrementalAlterConfigsResponse {
             responses,
             ..Default::default()

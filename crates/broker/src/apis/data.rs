@@ -36,8 +36,12 @@ use rill_storage::{FileRange, TopicPartition};
 
 use crate::group_coordinator::OFFSETS_TOPIC;
 use crate::network::ResponseChunk;
-use crate::replica_manager::SINGLE_NODE_LEADER_EPOCH;
 use crate::Broker;
+use rill_protocol::generated::offset_for_leader_epoch_request::OffsetForLeaderEpochRequest;
+use rill_protocol::generated::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderEpochResponse, OffsetForLeaderTopicResult,
+};
+use rill_metadata::{AllocateProducerIdsRequest, ControllerEvent, ControllerResponse};
 
 /// ListOffsets' special timestamps.
 const LATEST_TIMESTAMP: i64 = -1;
@@ -50,17 +54,28 @@ const LATEST_TIERED_TIMESTAMP: i64 = -5;
 const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
 
 impl Broker {
-    /// Returns `None` for `acks=0`: Kafka sends no response then.
-    pub(crate) fn handle_produce(
+    /// Returns `None` for `acks=0`: Kafka sends no response then. With `acks=all` the
+    /// answer waits (bounded by the request's timeout) until every in-sync replica has
+    /// the records, i.e. the high watermark passed them.
+    pub(crate) async fn handle_produce(
         &self,
         request: ProduceRequest,
         _version: i16,
     ) -> Option<ProduceResponse> {
         let acks = request.acks;
         let acks_valid = matches!(acks, -1..=1);
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0));
+        let image = self.image();
         let mut responses = Vec::with_capacity(request.topic_data.len());
+        // (topic index, partition index, tp, epoch, required offset, min.insync)
+        let mut waits = Vec::new();
         for topic in request.topic_data {
             let mut partition_responses = Vec::with_capacity(topic.partition_data.len());
+            let min_insync: usize = self
+                .topic_config_value(&image, &topic.name, "min.insync.replicas")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(1);
             for p in topic.partition_data {
                 let mut resp = PartitionProduceResponse {
                     index: p.index,
@@ -85,14 +100,24 @@ impl Broker {
                 } else {
                     match &p.records {
                         None => Err(ErrorCode::INVALID_RECORD),
-                        Some(records) => self.replicas.append(&tp, records),
+                        Some(records) => self.append_checked(&tp, records, acks, min_insync),
                     }
                 };
                 match outcome {
-                    Ok((info, log_start_offset)) => {
+                    Ok((info, log_start_offset, epoch)) => {
                         resp.base_offset = info.first_offset;
                         resp.log_append_time_ms = info.log_append_time_ms;
                         resp.log_start_offset = log_start_offset;
+                        if acks == -1 && info.last_offset >= 0 {
+                            waits.push((
+                                responses.len(),
+                                partition_responses.len(),
+                                tp.clone(),
+                                epoch,
+                                info.last_offset + 1,
+                                min_insync,
+                            ));
+                        }
                     }
                     Err(code) => {
                         tracing::debug!(%tp, error = code.name(), "produce refused");
@@ -110,10 +135,42 @@ impl Broker {
         if acks == 0 {
             return None;
         }
+        for (t, p, tp, epoch, required, min_insync) in waits {
+            let code = self
+                .replicas
+                .wait_for_commit(&tp, epoch, required, min_insync, deadline)
+                .await;
+            if code != ErrorCode::NONE {
+                if let Some(resp) = responses
+                    .get_mut(t)
+                    .and_then(|r| r.partition_responses.get_mut(p))
+                {
+                    resp.error_code = code.code();
+                }
+            }
+        }
         Some(ProduceResponse {
             responses,
             ..Default::default()
         })
+    }
+
+    /// Appends as leader; with acks=all, refuses first (NOT_ENOUGH_REPLICAS) when the
+    /// ISR is below `min.insync.replicas`, as Kafka does, so that nothing is written
+    /// that could not be acknowledged.
+    fn append_checked(
+        &self,
+        tp: &TopicPartition,
+        records: &Bytes,
+        acks: i16,
+        min_insync: usize,
+    ) -> Result<(rill_storage::LogAppendInfo, i64, i32), ErrorCode> {
+        let (isr, epoch) = self.replicas.isr_size(tp)?;
+        if acks == -1 && isr < min_insync {
+            return Err(ErrorCode::NOT_ENOUGH_REPLICAS);
+        }
+        let (info, log_start) = self.replicas.append(tp, records)?;
+        Ok((info, log_start, epoch))
     }
 
     pub(crate) async fn handle_fetch(&self, request: FetchRequest, version: i16) -> FetchResponse {
@@ -225,16 +282,10 @@ impl Broker {
                     topic: name.clone(),
                     partition: p.partition,
                 };
-                if p.current_leader_epoch > SINGLE_NODE_LEADER_EPOCH {
-                    data.error_code = ErrorCode::UNKNOWN_LEADER_EPOCH.code();
-                    errored = true;
-                    ranges.push(None);
-                    partitions.push(data);
-                    continue;
-                }
                 let max = (p.partition_max_bytes.max(0) as usize).min(remaining);
                 let read = self.replicas.read_maybe_zero_copy(
                     &tp,
+                    p.current_leader_epoch,
                     p.fetch_offset,
                     max,
                     total == 0,
@@ -323,15 +374,19 @@ impl Broker {
                         let answer = if duplicate {
                             Err(ErrorCode::INVALID_REQUEST)
                         } else {
-                            self.list_offset(&tp, p.timestamp)
+                            self.replicas
+                                .check_leader_epoch(&tp, p.current_leader_epoch)
+                                .and_then(|(_, epoch)| {
+                                    Ok((self.list_offset(&tp, p.timestamp)?, epoch))
+                                })
                         };
                         match answer {
-                            Ok(Some((offset, timestamp))) => {
+                            Ok((Some((offset, timestamp)), epoch)) => {
                                 resp.offset = offset;
                                 resp.timestamp = timestamp;
-                                resp.leader_epoch = SINGLE_NODE_LEADER_EPOCH;
+                                resp.leader_epoch = epoch;
                             }
-                            Ok(None) => {}
+                            Ok((None, _)) => {}
                             Err(code) => resp.error_code = code.code(),
                         }
                         resp
@@ -376,7 +431,7 @@ impl Broker {
         }
     }
 
-    pub(crate) fn handle_init_producer_id(
+    pub(crate) async fn handle_init_producer_id(
         &self,
         request: InitProducerIdRequest,
     ) -> InitProducerIdResponse {
@@ -399,17 +454,95 @@ impl Broker {
             resp.producer_epoch = request.producer_epoch + 1;
             return resp;
         }
-        match self.metadata().next_producer_id() {
+        match self.next_producer_id().await {
             Ok(id) => {
                 resp.producer_id = id;
                 resp.producer_epoch = 0;
             }
-            Err(e) => {
-                tracing::error!(error = %e, "allocating a producer id failed");
-                resp.error_code = ErrorCode::UNKNOWN_SERVER_ERROR.code();
-            }
+            Err(code) => resp.error_code = code.code(),
         }
         resp
+    }
+
+    /// The next producer id from this broker's block, asking the controller for a new
+    /// block (Kafka's AllocateProducerIds) when it is used up. Ids are unique across the
+    /// cluster because the controller hands out each block once, through the metadata log.
+    async fn next_producer_id(&self) -> Result<i64, ErrorCode> {
+        let mut block = self.producer_ids.lock().await;
+        if block.next >= block.end {
+            let event = ControllerEvent::AllocateProducerIds(AllocateProducerIdsRequest {
+                broker_id: self.node_id,
+                broker_epoch: self.broker_epoch(),
+            });
+            match self.controller_call(event).await? {
+                ControllerResponse::AllocateProducerIds(r) if r.error_code == ErrorCode::NONE => {
+                    block.next = r.producer_id_start;
+                    block.end = r.producer_id_start + i64::from(r.producer_id_len);
+                }
+                ControllerResponse::AllocateProducerIds(r) => {
+                    tracing::warn!(error = r.error_code.name(), "producer id block refused");
+                    return Err(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS);
+                }
+                _ => return Err(ErrorCode::UNKNOWN_SERVER_ERROR),
+            }
+        }
+        let id = block.next;
+        block.next += 1;
+        Ok(id)
+    }
+
+    /// OffsetForLeaderEpoch (KIP-101, KIP-279, KIP-320): where each requested epoch ends
+    /// in the leader's log, so that a follower (or a consumer after a leader change) can
+    /// find where its history diverges.
+    pub(crate) fn handle_offset_for_leader_epoch(
+        &self,
+        request: OffsetForLeaderEpochRequest,
+    ) -> OffsetForLeaderEpochResponse {
+        let topics = request
+            .topics
+            .into_iter()
+            .map(|topic| {
+                let partitions = topic
+                    .partitions
+                    .into_iter()
+                    .map(|p| {
+                        let tp = TopicPartition {
+                            topic: topic.topic.clone(),
+                            partition: p.partition,
+                        };
+                        let mut out = EpochEndOffset {
+                            partition: p.partition,
+                            leader_epoch: -1,
+                            end_offset: -1,
+                            ..Default::default()
+                        };
+                        let answer = self
+                            .replicas
+                            .check_leader_epoch(&tp, p.current_leader_epoch)
+                            .and_then(|(partition, _)| {
+                                partition.with_log(|log| log.end_offset_for_epoch(p.leader_epoch))
+                            });
+                        match answer {
+                            Ok((epoch, end)) => {
+                                out.leader_epoch = epoch;
+                                out.end_offset = end;
+                            }
+                            Err(code) => out.error_code = code.code(),
+                        }
+                        out
+                    })
+                    .collect();
+                OffsetForLeaderTopicResult {
+                    topic: topic.topic,
+                    partitions,
+                    ..Default::default()
+                }
+            })
+            .collect();
+        OffsetForLeaderEpochResponse {
+            topics,
+            ..Default::default()
+        }
     }
 
     /// DeleteRecords: advances each partition's log start offset (its low watermark).

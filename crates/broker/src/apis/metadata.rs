@@ -1,8 +1,12 @@
 //! Cluster discovery: Metadata, FindCoordinator and DescribeCluster.
 //!
-//! On a single node this broker is the controller, the leader of every partition and the
-//! coordinator of every group, so the answers are built from the local topic table.
+//! Every broker answers from its own metadata image: the registered, unfenced brokers
+//! with the endpoints they registered, each partition's leader, leader epoch, replicas
+//! and ISR as the controller last decided them. A group's coordinator is the leader of
+//! its `__consumer_offsets` partition (created on the first FindCoordinator, as Kafka
+//! does).
 
+use rill_metadata::{CreatableTopic, MetadataImage, TopicImage};
 use rill_protocol::generated::describe_cluster_request::DescribeClusterRequest;
 use rill_protocol::generated::describe_cluster_response::{
     DescribeClusterBroker, DescribeClusterResponse,
@@ -15,38 +19,89 @@ use rill_protocol::generated::metadata_response::{
 };
 use rill_protocol::ErrorCode;
 
-use crate::metadata_store::TopicMeta;
-use crate::replica_manager::SINGLE_NODE_LEADER_EPOCH;
+use crate::group_coordinator::OFFSETS_TOPIC;
 use crate::Broker;
 
 /// `FindCoordinator` key types.
 const KEY_TYPE_GROUP: i8 = 0;
 
+/// A broker's client endpoint as registered: `(host, port)`.
+pub(crate) fn broker_endpoint(image: &MetadataImage, id: i32) -> Option<(String, i32)> {
+    let b = image.broker(id)?;
+    let e = b.endpoints.first()?;
+    Some((e.host.clone(), i32::from(e.port)))
+}
+
+/// The id clients are told is the controller: the active controller when it is a
+/// registered broker (clients cannot talk to a controller-only node), else the lowest
+/// live broker, as KRaft brokers do.
+pub(crate) fn controller_id_for_clients(broker: &Broker, image: &MetadataImage) -> i32 {
+    let leader = broker
+        .quorum
+        .leader_id()
+        .and_then(|id| i32::try_from(id).ok());
+    match leader {
+        Some(id) if image.is_live(id) => id,
+        _ => image.live_brokers().first().copied().unwrap_or(-1),
+    }
+}
+
 impl Broker {
-    fn metadata_topic(&self, topic: &TopicMeta) -> MetadataResponseTopic {
-        let partitions = (0..topic.partitions)
-            .map(|p| MetadataResponsePartition {
-                error_code: 0,
-                partition_index: p,
-                leader_id: self.node_id,
-                leader_epoch: SINGLE_NODE_LEADER_EPOCH,
-                replica_nodes: vec![self.node_id],
-                isr_nodes: vec![self.node_id],
-                offline_replicas: Vec::new(),
-                ..Default::default()
+    fn metadata_topic(&self, image: &MetadataImage, topic: &TopicImage) -> MetadataResponseTopic {
+        let partitions = topic
+            .partitions
+            .iter()
+            .map(|(index, p)| {
+                let offline = p
+                    .replicas
+                    .iter()
+                    .copied()
+                    .filter(|r| image.broker(*r).is_none_or(|b| b.fenced))
+                    .collect();
+                let error_code = if p.leader < 0 {
+                    ErrorCode::LEADER_NOT_AVAILABLE.code()
+                } else {
+                    0
+                };
+                MetadataResponsePartition {
+                    error_code,
+                    partition_index: *index,
+                    leader_id: p.leader,
+                    leader_epoch: p.leader_epoch,
+                    replica_nodes: p.replicas.clone(),
+                    isr_nodes: p.isr.clone(),
+                    offline_replicas: offline,
+                    ..Default::default()
+                }
             })
             .collect();
         MetadataResponseTopic {
             error_code: 0,
             name: Some(topic.name.clone()),
-            topic_id: topic.topic_id(),
-            is_internal: topic.internal,
+            topic_id: topic.id,
+            is_internal: topic.name.starts_with("__"),
             partitions,
             ..Default::default()
         }
     }
 
-    pub(crate) fn handle_metadata(
+    /// Creates a topic that a client named (Metadata with auto-creation allowed).
+    async fn auto_create(&self, name: &str) -> ErrorCode {
+        let results = self
+            .create_topics(vec![CreatableTopic::new(name, -1, -1)], false)
+            .await;
+        match results.first() {
+            Some(r) if r.error_code == ErrorCode::NONE => {
+                tracing::info!(topic = %name, "auto-created topic");
+                ErrorCode::NONE
+            }
+            Some(r) if r.error_code == ErrorCode::TOPIC_ALREADY_EXISTS => ErrorCode::NONE,
+            Some(r) => r.error_code,
+            None => ErrorCode::UNKNOWN_SERVER_ERROR,
+        }
+    }
+
+    pub(crate) async fn handle_metadata(
         &self,
         request: MetadataRequest,
         version: i16,
@@ -58,10 +113,28 @@ impl Broker {
         };
         let allow_auto_create =
             request.allow_auto_topic_creation && self.config.auto_create_topics();
+        // Auto-creation first, so that the answer below comes from one image.
+        let mut create_errors = std::collections::HashMap::new();
+        if !all && allow_auto_create {
+            let image = self.image();
+            for req in request.topics.iter().flatten() {
+                if let Some(name) = &req.name {
+                    if image.topic(name).is_none() {
+                        let code = self.auto_create(name).await;
+                        if code != ErrorCode::NONE {
+                            create_errors.insert(name.clone(), code);
+                        }
+                    }
+                }
+            }
+        }
+        let image = self.image();
         let topics = if all {
-            self.topics()
-                .iter()
-                .map(|t| self.metadata_topic(t))
+            image
+                .topics_by_name
+                .values()
+                .filter_map(|id| image.topics.get(id))
+                .map(|t| self.metadata_topic(&image, t))
                 .collect()
         } else {
             let requested = request.topics.unwrap_or_default();
@@ -69,112 +142,162 @@ impl Broker {
                 .into_iter()
                 .map(|req| {
                     let found = match &req.name {
-                        Some(name) => self.topic(name),
-                        None => self
-                            .topic_name_by_id(&req.topic_id)
-                            .and_then(|name| self.topic(&name)),
+                        Some(name) => image.topic(name),
+                        None => image.topics.get(&req.topic_id),
                     };
                     if let Some(t) = found {
-                        return self.metadata_topic(&t);
+                        return self.metadata_topic(&image, t);
                     }
-                    let Some(name) = req.name else {
-                        return MetadataResponseTopic {
+                    match req.name {
+                        None => MetadataResponseTopic {
                             error_code: ErrorCode::UNKNOWN_TOPIC_ID.code(),
                             topic_id: req.topic_id,
                             ..Default::default()
-                        };
-                    };
-                    if !allow_auto_create {
-                        return MetadataResponseTopic {
-                            error_code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.code(),
-                            name: Some(name),
-                            ..Default::default()
-                        };
-                    }
-                    let partitions = self.config.num_partitions().unwrap_or(1);
-                    let rf = self.config.default_replication_factor().unwrap_or(1);
-                    match self.create_topic(&name, partitions, rf, Default::default(), false) {
-                        Ok(t) => {
-                            tracing::info!(topic = %name, partitions, "auto-created topic");
-                            self.metadata_topic(&t)
-                        }
-                        // Lost a race with another creator: the topic exists now.
-                        Err((code, _)) if code == ErrorCode::TOPIC_ALREADY_EXISTS => {
-                            match self.topic(&name) {
-                                Some(t) => self.metadata_topic(&t),
-                                None => MetadataResponseTopic {
-                                    error_code: ErrorCode::LEADER_NOT_AVAILABLE.code(),
-                                    name: Some(name),
-                                    ..Default::default()
-                                },
+                        },
+                        Some(name) => {
+                            let code = if let Some(code) = create_errors.get(&name) {
+                                *code
+                            } else if allow_auto_create {
+                                // Created, but not yet in this image.
+                                ErrorCode::LEADER_NOT_AVAILABLE
+                            } else {
+                                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                            };
+                            MetadataResponseTopic {
+                                error_code: code.code(),
+                                name: Some(name),
+                                ..Default::default()
                             }
                         }
-                        Err((code, _)) => MetadataResponseTopic {
-                            error_code: code.code(),
-                            name: Some(name),
-                            ..Default::default()
-                        },
                     }
                 })
                 .collect()
         };
+        let brokers = image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .filter_map(|b| {
+                let (host, port) = broker_endpoint(&image, b.id)?;
+                Some(MetadataResponseBroker {
+                    node_id: b.id,
+                    host,
+                    port,
+                    rack: b.rack.clone(),
+                    ..Default::default()
+                })
+            })
+            .collect();
         MetadataResponse {
-            brokers: vec![MetadataResponseBroker {
-                node_id: self.node_id,
-                host: self.advertised_host.clone(),
-                port: self.advertised_port,
-                rack: None,
-                ..Default::default()
-            }],
-            cluster_id: Some(self.cluster_id()),
-            controller_id: self.node_id,
+            brokers,
+            cluster_id: Some(self.cluster_id.clone()),
+            controller_id: controller_id_for_clients(self, &image),
             topics,
             ..Default::default()
         }
     }
 
-    pub(crate) fn handle_find_coordinator(
+    /// The coordinator of a group: the leader of its `__consumer_offsets` partition,
+    /// creating the topic on first use.
+    async fn group_coordinator_node(&self, group_id: &str) -> Result<(i32, String, i32), ErrorCode> {
+        let partitions = self
+            .config
+            .group_config()
+            .map(|c| c.offsets_topic_num_partitions)
+            .unwrap_or(50);
+        if self.image().topic(OFFSETS_TOPIC).is_none() {
+            self.ensure_offsets_topic(partitions).await?;
+        }
+        let image = self.image();
+        let p = rill_group::partition_for(group_id, partitions);
+        let leader = image
+            .partition(OFFSETS_TOPIC, p)
+            .map(|p| p.leader)
+            .filter(|l| *l >= 0)
+            .ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
+        let (host, port) =
+            broker_endpoint(&image, leader).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
+        Ok((leader, host, port))
+    }
+
+    /// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions` partitions
+    /// of `offsets.topic.replication.factor` replicas).
+    async fn ensure_offsets_topic(&self, partitions: i32) -> Result<(), ErrorCode> {
+        let rf: i16 = self
+            .config
+            .get("offsets.topic.replication.factor")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(1);
+        let mut topic = CreatableTopic::new(OFFSETS_TOPIC, partitions, rf);
+        topic.configs = [
+            ("cleanup.policy", "compact"),
+            ("compression.type", "producer"),
+            ("segment.bytes", "104857600"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+        .collect();
+        let event = rill_metadata::ControllerEvent::CreateTopics(rill_metadata::CreateTopicsRequest {
+            topics: vec![topic],
+            validate_only: false,
+        });
+        match self.controller_call(event).await? {
+            rill_metadata::ControllerResponse::CreateTopics(r) => match r.first() {
+                Some(r) if r.error_code == ErrorCode::NONE || r.error_code == ErrorCode::TOPIC_ALREADY_EXISTS => Ok(()),
+                Some(r) => {
+                    tracing::warn!(error = r.error_code.name(), message = ?r.error_message, "cannot create {OFFSETS_TOPIC}");
+                    Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+                }
+                None => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+            },
+            _ => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+        }
+    }
+
+    pub(crate) async fn handle_find_coordinator(
         &self,
         request: FindCoordinatorRequest,
         version: i16,
     ) -> FindCoordinatorResponse {
-        let answer = |key: String| -> Coordinator {
-            if request.key_type == KEY_TYPE_GROUP {
-                Coordinator {
-                    key,
-                    node_id: self.node_id,
-                    host: self.advertised_host.clone(),
-                    port: self.advertised_port,
-                    error_code: 0,
-                    error_message: None,
-                    ..Default::default()
-                }
+        let keys: Vec<String> = if version >= 4 {
+            request.coordinator_keys.clone()
+        } else {
+            vec![request.key.clone()]
+        };
+        let mut coordinators = Vec::with_capacity(keys.len());
+        for key in keys {
+            let found = if request.key_type == KEY_TYPE_GROUP {
+                self.group_coordinator_node(&key).await
             } else {
                 // Transaction coordinators are not built yet.
-                Coordinator {
+                Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+            };
+            coordinators.push(match found {
+                Ok((node_id, host, port)) => Coordinator {
+                    key,
+                    node_id,
+                    host,
+                    port,
+                    ..Default::default()
+                },
+                Err(code) => Coordinator {
                     key,
                     node_id: -1,
                     host: String::new(),
                     port: -1,
-                    error_code: ErrorCode::COORDINATOR_NOT_AVAILABLE.code(),
-                    error_message: Some("transactions are not supported yet".into()),
+                    error_code: code.code(),
+                    error_message: Some(code.name().to_string()),
                     ..Default::default()
-                }
-            }
-        };
+                },
+            });
+        }
         if version >= 4 {
-            let coordinators = request
-                .coordinator_keys
-                .iter()
-                .cloned()
-                .map(answer)
-                .collect();
             FindCoordinatorResponse {
                 coordinators,
                 ..Default::default()
             }
         } else {
-            let c = answer(request.key.clone());
+            let c = coordinators.pop().unwrap_or_default();
             FindCoordinatorResponse {
                 error_code: c.error_code,
                 error_message: c.error_message,
@@ -190,16 +313,26 @@ impl Broker {
         &self,
         _request: DescribeClusterRequest,
     ) -> DescribeClusterResponse {
+        let image = self.image();
+        let brokers = image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .filter_map(|b| {
+                let (host, port) = broker_endpoint(&image, b.id)?;
+                Some(DescribeClusterBroker {
+                    broker_id: b.id,
+                    host,
+                    port,
+                    rack: b.rack.clone(),
+                    ..Default::default()
+                })
+            })
+            .collect();
         DescribeClusterResponse {
-            cluster_id: self.cluster_id(),
-            controller_id: self.node_id,
-            brokers: vec![DescribeClusterBroker {
-                broker_id: self.node_id,
-                host: self.advertised_host.clone(),
-                port: self.advertised_port,
-                rack: None,
-                ..Default::default()
-            }],
+            cluster_id: self.cluster_id.clone(),
+            controller_id: controller_id_for_clients(self, &image),
+            brokers,
             ..Default::default()
         }
     }

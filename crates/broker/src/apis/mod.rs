@@ -9,7 +9,7 @@
 mod configs;
 mod data;
 mod groups;
-mod metadata;
+pub(crate) mod metadata;
 mod topics;
 
 use std::net::SocketAddr;
@@ -54,6 +54,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::OffsetForLeaderEpoch, 0, 4),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -133,25 +134,28 @@ impl Broker {
         }
         match request {
             RequestBody::ApiVersions(_) => respond!(api_versions_body(ErrorCode::NONE)),
-            RequestBody::Metadata(r) => respond!(self.handle_metadata(r, version)),
-            RequestBody::Produce(r) => match self.handle_produce(r, version) {
+            RequestBody::Metadata(r) => respond!(self.handle_metadata(r, version).await),
+            RequestBody::Produce(r) => match self.handle_produce(r, version).await {
                 Some(resp) => respond!(resp),
                 None => Ok(None),
             },
             RequestBody::Fetch(r) => respond!(self.handle_fetch(r, version).await),
             RequestBody::ListOffsets(r) => respond!(self.handle_list_offsets(r, version)),
-            RequestBody::FindCoordinator(r) => respond!(self.handle_find_coordinator(r, version)),
-            RequestBody::CreateTopics(r) => respond!(self.handle_create_topics(r, version)),
-            RequestBody::DeleteTopics(r) => respond!(self.handle_delete_topics(r, version)),
+            RequestBody::FindCoordinator(r) => respond!(self.handle_find_coordinator(r, version).await),
+            RequestBody::CreateTopics(r) => respond!(self.handle_create_topics(r, version).await),
+            RequestBody::DeleteTopics(r) => respond!(self.handle_delete_topics(r, version).await),
             RequestBody::DeleteRecords(r) => respond!(self.handle_delete_records(r)),
-            RequestBody::CreatePartitions(r) => respond!(self.handle_create_partitions(r)),
-            RequestBody::InitProducerId(r) => respond!(self.handle_init_producer_id(r)),
+            RequestBody::CreatePartitions(r) => respond!(self.handle_create_partitions(r).await),
+            RequestBody::InitProducerId(r) => respond!(self.handle_init_producer_id(r).await),
             RequestBody::DescribeConfigs(r) => respond!(self.handle_describe_configs(r, version)),
-            RequestBody::AlterConfigs(r) => respond!(self.handle_alter_configs(r)),
+            RequestBody::AlterConfigs(r) => respond!(self.handle_alter_configs(r).await),
             RequestBody::IncrementalAlterConfigs(r) => {
-                respond!(self.handle_incremental_alter_configs(r))
+                respond!(self.handle_incremental_alter_configs(r).await)
             }
             RequestBody::DescribeCluster(r) => respond!(self.handle_describe_cluster(r)),
+            RequestBody::OffsetForLeaderEpoch(r) => {
+                respond!(self.handle_offset_for_leader_epoch(r))
+            }
             RequestBody::JoinGroup(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or_default();
                 respond!(self.handle_join_group(r, version, client_id, peer).await)

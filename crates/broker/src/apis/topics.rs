@@ -1,11 +1,15 @@
 //! Topic administration: CreateTopics, DeleteTopics and CreatePartitions.
 //!
-//! A topic change is persisted to the metadata store first and the partition logs are
-//! opened (or deleted) after, so a crash in between leaves a topic whose missing logs are
-//! created on the next start, never logs that no topic owns.
+//! Each request becomes one event for the active controller (on this node or another);
+//! its decision is committed to the metadata log, and the answer goes back once this
+//! broker has applied it, so that the client's next Metadata request here sees the
+//! change. Logs are opened and deleted by the metadata publisher, on every replica,
+//! as it applies the records.
 
-use std::collections::BTreeMap;
-
+use rill_metadata::{
+    CreatableTopic, ControllerEvent, ControllerResponse, CreatePartitionsRequest as CtlCreatePartitions,
+    CreatePartitionsTopic, CreateTopicsRequest as CtlCreateTopics, DeleteTopicsRequest as CtlDeleteTopics,
+};
 use rill_protocol::generated::create_partitions_request::CreatePartitionsRequest;
 use rill_protocol::generated::create_partitions_response::{
     CreatePartitionsResponse, CreatePartitionsTopicResult,
@@ -20,11 +24,9 @@ use rill_protocol::generated::delete_topics_response::{
 };
 use rill_protocol::primitives::Uuid;
 use rill_protocol::ErrorCode;
-use rill_storage::TopicPartition;
 
 use crate::config::{self, ConfigSource};
 use crate::group_coordinator::OFFSETS_TOPIC;
-use crate::metadata_store::{random_uuid, uuid_to_hex, TopicMeta};
 use crate::Broker;
 
 /// Kafka's limit on topic name length (so that partition directory names fit in 255).
@@ -61,50 +63,18 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
 }
 
 impl Broker {
-    /// Creates a topic and opens its partition logs.
-    pub fn create_topic(
-        &self,
-        name: &str,
-        partitions: i32,
-        replication_factor: i16,
-        configs: BTreeMap<String, String>,
-        validate_only: bool,
-    ) -> Result<TopicMeta, TopicError> {
+    /// Checks what the broker can check alone before the controller sees a topic:
+    /// the name, the partition bound, and names that collide in metric names.
+    fn precheck_topic(&self, name: &str, partitions: i32) -> Result<(), TopicError> {
         validate_topic_name(name)?;
-        if !(1..=MAX_PARTITIONS_PER_TOPIC).contains(&partitions) {
+        if partitions != -1 && !(1..=MAX_PARTITIONS_PER_TOPIC).contains(&partitions) {
             return Err((
                 ErrorCode::INVALID_PARTITIONS,
                 format!("number of partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}"),
             ));
         }
-        if replication_factor < 1 {
-            return Err((
-                ErrorCode::INVALID_REPLICATION_FACTOR,
-                "replication factor must be larger than 0".into(),
-            ));
-        }
-        if replication_factor > 1 {
-            return Err((
-                ErrorCode::INVALID_REPLICATION_FACTOR,
-                format!(
-                    "replication factor: {replication_factor} larger than available brokers: 1"
-                ),
-            ));
-        }
-        for (k, v) in &configs {
-            config::validate_topic_config(k, v).map_err(|m| (ErrorCode::INVALID_CONFIG, m))?;
-        }
-        let topic = TopicMeta {
-            name: name.to_string(),
-            id: uuid_to_hex(random_uuid()),
-            partitions,
-            replication_factor,
-            configs,
-            internal: name.starts_with("__"),
-        };
-        let mut store = self.metadata();
-        let image = store.image();
-        if image.topics.contains_key(name) {
+        let image = self.image();
+        if image.topic(name).is_some() {
             return Err((
                 ErrorCode::TOPIC_ALREADY_EXISTS,
                 format!("topic '{name}' already exists"),
@@ -113,7 +83,7 @@ impl Broker {
         // '.' and '_' collide in metric names, so Kafka refuses names that differ only there.
         let canonical = name.replace('.', "_");
         if let Some(other) = image
-            .topics
+            .topics_by_name
             .keys()
             .find(|t| t.replace('.', "_") == canonical)
         {
@@ -122,84 +92,126 @@ impl Broker {
                 format!("topic '{name}' collides with existing topic '{other}'"),
             ));
         }
-        if validate_only {
-            return Ok(topic);
-        }
-        store
-            .update(|img| img.topics.insert(name.to_string(), topic.clone()))
-            .map_err(|e| (ErrorCode::KAFKA_STORAGE_ERROR, e.to_string()))?;
-        drop(store);
-        self.open_topic_partitions(&topic, 0)
-            .map_err(|e| (ErrorCode::KAFKA_STORAGE_ERROR, e.to_string()))?;
-        tracing::info!(topic = name, partitions, "created topic");
-        Ok(topic)
+        Ok(())
     }
 
-    pub(crate) fn handle_create_topics(
+    /// Creates topics through the controller; one result per topic, in order.
+    pub async fn create_topics(
+        &self,
+        topics: Vec<CreatableTopic>,
+        validate_only: bool,
+    ) -> Vec<rill_metadata::CreatableTopicResult> {
+        let mut results: Vec<Option<rill_metadata::CreatableTopicResult>> = Vec::new();
+        let mut send = Vec::new();
+        for t in topics {
+            let refused = |(code, message): TopicError| rill_metadata::CreatableTopicResult {
+                name: t.name.clone(),
+                topic_id: Uuid::default(),
+                error_code: code,
+                error_message: Some(message),
+                num_partitions: -1,
+                replication_factor: -1,
+            };
+            let partitions = if t.assignments.is_empty() {
+                t.num_partitions
+            } else {
+                i32::try_from(t.assignments.len()).unwrap_or(i32::MAX)
+            };
+            let bad_config = t.configs.iter().find_map(|(k, v)| {
+                let v = v.as_deref()?;
+                config::validate_topic_config(k, v).err()
+            });
+            match (self.precheck_topic(&t.name, partitions), bad_config) {
+                (Err(e), _) => results.push(Some(refused(e))),
+                (Ok(()), Some(m)) => results.push(Some(refused((ErrorCode::INVALID_CONFIG, m)))),
+                (Ok(()), None) => {
+                    results.push(None);
+                    send.push(t);
+                }
+            }
+        }
+        if !send.is_empty() {
+            let names: Vec<String> = send.iter().map(|t| t.name.clone()).collect();
+            let event = ControllerEvent::CreateTopics(CtlCreateTopics {
+                topics: send,
+                validate_only,
+            });
+            let mut answers = match self.controller_call(event).await {
+                Ok(ControllerResponse::CreateTopics(r)) => r.into_iter(),
+                Ok(_) => Vec::new().into_iter(),
+                Err(code) => names
+                    .iter()
+                    .map(|n| rill_metadata::CreatableTopicResult {
+                        name: n.clone(),
+                        topic_id: Uuid::default(),
+                        error_code: code,
+                        error_message: Some(format!("controller: {}", code.name())),
+                        num_partitions: -1,
+                        replication_factor: -1,
+                    })
+                    .collect::<Vec<_>>()
+                    .into_iter(),
+            };
+            for slot in results.iter_mut().filter(|r| r.is_none()) {
+                *slot = answers.next();
+            }
+            for (created, name) in results.iter().flatten().zip(names.iter()) {
+                if created.error_code == ErrorCode::NONE && !validate_only && &created.name == name {
+                    tracing::info!(topic = %name, partitions = created.num_partitions, "created topic");
+                }
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or(rill_metadata::CreatableTopicResult {
+                    name: String::new(),
+                    topic_id: Uuid::default(),
+                    error_code: ErrorCode::UNKNOWN_SERVER_ERROR,
+                    error_message: Some("no answer from the controller".into()),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn handle_create_topics(
         &self,
         request: CreateTopicsRequest,
         version: i16,
     ) -> CreateTopicsResponse {
-        let default_partitions = self.config.num_partitions().unwrap_or(1);
-        let default_rf = self.config.default_replication_factor().unwrap_or(1);
-        let topics = request
+        let topics: Vec<CreatableTopic> = request
             .topics
+            .iter()
+            .map(|t| CreatableTopic {
+                name: t.name.clone(),
+                num_partitions: t.num_partitions,
+                replication_factor: t.replication_factor,
+                assignments: t.assignments.iter().map(|a| a.broker_ids.clone()).collect(),
+                configs: t
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.clone(), c.value.clone()))
+                    .collect(),
+            })
+            .collect();
+        let results = self.create_topics(topics, request.validate_only).await;
+        let image = self.image();
+        let topics = results
             .into_iter()
-            .map(|t| {
+            .map(|r| {
                 let mut result = CreatableTopicResult {
-                    name: t.name.clone(),
-                    num_partitions: -1,
-                    replication_factor: -1,
+                    name: r.name.clone(),
+                    topic_id: r.topic_id,
+                    error_code: r.error_code.code(),
+                    error_message: r.error_message.clone(),
+                    num_partitions: r.num_partitions,
+                    replication_factor: r.replication_factor,
                     ..Default::default()
                 };
-                let created = if !t.assignments.is_empty() {
-                    // Manual assignment: the partition count is the assignment's length.
-                    let bad = t.assignments.iter().any(|a| a.broker_ids != [self.node_id]);
-                    if bad || t.num_partitions != -1 || t.replication_factor != -1 {
-                        Err((
-                            ErrorCode::INVALID_REPLICA_ASSIGNMENT,
-                            format!("replica assignment may only name broker {}", self.node_id),
-                        ))
-                    } else {
-                        let n = t.assignments.len() as i32;
-                        let configs = t
-                            .configs
-                            .iter()
-                            .filter_map(|c| Some((c.name.clone(), c.value.clone()?)))
-                            .collect();
-                        self.create_topic(&t.name, n, 1, configs, request.validate_only)
-                    }
-                } else {
-                    let partitions = if t.num_partitions == -1 {
-                        default_partitions
-                    } else {
-                        t.num_partitions
-                    };
-                    let rf = if t.replication_factor == -1 {
-                        default_rf
-                    } else {
-                        t.replication_factor
-                    };
-                    let configs = t
-                        .configs
-                        .iter()
-                        .filter_map(|c| Some((c.name.clone(), c.value.clone()?)))
-                        .collect();
-                    self.create_topic(&t.name, partitions, rf, configs, request.validate_only)
-                };
-                match created {
-                    Ok(topic) => {
-                        result.topic_id = topic.topic_id();
-                        result.num_partitions = topic.partitions;
-                        result.replication_factor = topic.replication_factor;
-                        if version >= 5 {
-                            result.configs = Some(self.creatable_configs(&topic));
-                        }
-                    }
-                    Err((code, message)) => {
-                        result.error_code = code.code();
-                        result.error_message = Some(message);
-                    }
+                if r.error_code == ErrorCode::NONE && version >= 5 {
+                    result.configs = Some(self.creatable_configs(&image, &r.name));
                 }
                 result
             })
@@ -210,11 +222,16 @@ impl Broker {
         }
     }
 
-    fn creatable_configs(&self, topic: &TopicMeta) -> Vec<CreatableTopicConfigs> {
+    fn creatable_configs(
+        &self,
+        image: &rill_metadata::MetadataImage,
+        topic: &str,
+    ) -> Vec<CreatableTopicConfigs> {
+        let overrides = Broker::topic_overrides(image, topic);
         config::TOPIC_CONFIGS
             .iter()
             .map(|d| {
-                let source = if topic.configs.contains_key(d.name) {
+                let source = if overrides.contains_key(d.name) {
                     ConfigSource::DynamicTopicConfig
                 } else if self.config.is_set(d.broker_key) {
                     ConfigSource::StaticBrokerConfig
@@ -223,7 +240,7 @@ impl Broker {
                 };
                 CreatableTopicConfigs {
                     name: d.name.to_string(),
-                    value: self.topic_config_value(topic, d.name),
+                    value: self.topic_config_value(image, topic, d.name),
                     read_only: false,
                     config_source: source as i8,
                     is_sensitive: false,
@@ -233,38 +250,7 @@ impl Broker {
             .collect()
     }
 
-    /// Deletes a topic: forgets it in the metadata first, then removes its logs.
-    pub fn delete_topic(&self, name: &str) -> Result<TopicMeta, ErrorCode> {
-        if name == OFFSETS_TOPIC {
-            // The group coordinator's state lives there; Kafka refuses this too.
-            return Err(ErrorCode::INVALID_TOPIC_EXCEPTION);
-        }
-        let removed = {
-            let mut store = self.metadata();
-            if !store.image().topics.contains_key(name) {
-                return Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
-            }
-            store
-                .update(|img| img.topics.remove(name))
-                .map_err(|_| ErrorCode::KAFKA_STORAGE_ERROR)?
-        };
-        let Some(topic) = removed else {
-            return Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
-        };
-        for p in 0..topic.partitions {
-            let tp = TopicPartition {
-                topic: topic.name.clone(),
-                partition: p,
-            };
-            if let Err(e) = self.replicas.delete_partition(&tp) {
-                tracing::error!(%tp, error = %e, "deleting partition log failed");
-            }
-        }
-        tracing::info!(topic = name, "deleted topic");
-        Ok(topic)
-    }
-
-    pub(crate) fn handle_delete_topics(
+    pub(crate) async fn handle_delete_topics(
         &self,
         request: DeleteTopicsRequest,
         version: i16,
@@ -283,98 +269,123 @@ impl Broker {
                 .map(|n| (Some(n), Uuid::default()))
                 .collect()
         };
-        let responses = targets
-            .into_iter()
-            .map(|(name, id)| {
-                let name = name.or_else(|| self.topic_name_by_id(&id));
-                let mut result = DeletableTopicResult {
-                    name: name.clone(),
-                    topic_id: id,
-                    ..Default::default()
-                };
-                match name {
-                    None => result.error_code = ErrorCode::UNKNOWN_TOPIC_ID.code(),
-                    Some(name) => match self.delete_topic(&name) {
-                        Ok(topic) => result.topic_id = topic.topic_id(),
-                        Err(code) => result.error_code = code.code(),
-                    },
+        let image = self.image();
+        let mut responses: Vec<DeletableTopicResult> = Vec::with_capacity(targets.len());
+        let mut send = Vec::new();
+        for (name, id) in targets {
+            let name = name.or_else(|| image.topics.get(&id).map(|t| t.name.clone()));
+            let mut result = DeletableTopicResult {
+                name: name.clone(),
+                topic_id: id,
+                ..Default::default()
+            };
+            match name {
+                None => result.error_code = ErrorCode::UNKNOWN_TOPIC_ID.code(),
+                // The group coordinator's state lives there; Kafka refuses this too.
+                Some(n) if n == OFFSETS_TOPIC => {
+                    result.error_code = ErrorCode::INVALID_TOPIC_EXCEPTION.code()
                 }
-                result
-            })
-            .collect();
+                Some(n) => match image.topic(&n) {
+                    None => result.error_code = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.code(),
+                    Some(t) => {
+                        result.topic_id = t.id;
+                        send.push((responses.len(), n));
+                    }
+                },
+            }
+            responses.push(result);
+        }
+        if !send.is_empty() {
+            let names: Vec<String> = send.iter().map(|(_, n)| n.clone()).collect();
+            let event = ControllerEvent::DeleteTopics(CtlDeleteTopics { names });
+            match self.controller_call(event).await {
+                Ok(ControllerResponse::DeleteTopics(answers)) => {
+                    for ((i, name), answer) in send.iter().zip(answers) {
+                        responses[*i].error_code = answer.error_code.code();
+                        if answer.error_code == ErrorCode::NONE {
+                            tracing::info!(topic = %name, "deleted topic");
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(code) => {
+                    for (i, _) in &send {
+                        responses[*i].error_code = code.code();
+                    }
+                }
+            }
+        }
         DeleteTopicsResponse {
             responses,
             ..Default::default()
         }
     }
 
-    pub(crate) fn handle_create_partitions(
+    pub(crate) async fn handle_create_partitions(
         &self,
         request: CreatePartitionsRequest,
     ) -> CreatePartitionsResponse {
-        let results = request
-            .topics
-            .into_iter()
-            .map(|t| {
-                let mut result = CreatePartitionsTopicResult {
-                    name: t.name.clone(),
-                    ..Default::default()
-                };
-                if let Err((code, message)) =
-                    self.add_partitions(&t.name, t.count, request.validate_only)
-                {
+        let image = self.image();
+        let mut results = Vec::with_capacity(request.topics.len());
+        let mut send = Vec::new();
+        for t in request.topics {
+            let mut result = CreatePartitionsTopicResult {
+                name: t.name.clone(),
+                ..Default::default()
+            };
+            let refused = if image.topic(&t.name).is_none() {
+                Some((ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, format!("topic '{}' does not exist", t.name)))
+            } else if t.count > MAX_PARTITIONS_PER_TOPIC {
+                Some((ErrorCode::INVALID_PARTITIONS, format!("at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic")))
+            } else {
+                None
+            };
+            match refused {
+                Some((code, message)) => {
                     result.error_code = code.code();
                     result.error_message = Some(message);
                 }
-                result
-            })
-            .collect();
+                None => send.push((
+                    results.len(),
+                    CreatePartitionsTopic {
+                        name: t.name.clone(),
+                        count: t.count,
+                        assignments: t
+                            .assignments
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|a| a.broker_ids)
+                            .collect(),
+                    },
+                )),
+            }
+            results.push(result);
+        }
+        if !send.is_empty() {
+            let (slots, topics): (Vec<usize>, Vec<CreatePartitionsTopic>) = send.into_iter().unzip();
+            let event = ControllerEvent::CreatePartitions(CtlCreatePartitions {
+                topics,
+                validate_only: request.validate_only,
+            });
+            match self.controller_call(event).await {
+                Ok(ControllerResponse::CreatePartitions(answers)) => {
+                    for (i, answer) in slots.iter().zip(answers) {
+                        results[*i].error_code = answer.error_code.code();
+                        results[*i].error_message = answer.error_message;
+                    }
+                }
+                Ok(_) => {}
+                Err(code) => {
+                    for i in &slots {
+                        results[*i].error_code = code.code();
+                    }
+                }
+            }
+        }
         CreatePartitionsResponse {
             results,
             ..Default::default()
         }
-    }
-
-    fn add_partitions(
-        &self,
-        name: &str,
-        count: i32,
-        validate_only: bool,
-    ) -> Result<(), TopicError> {
-        let mut store = self.metadata();
-        let Some(topic) = store.image().topics.get(name).cloned() else {
-            return Err((
-                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                format!("topic '{name}' does not exist"),
-            ));
-        };
-        if count <= topic.partitions {
-            return Err((
-                ErrorCode::INVALID_PARTITIONS,
-                format!(
-                    "topic currently has {} partitions, which is higher than the requested {count}",
-                    topic.partitions
-                ),
-            ));
-        }
-        if count > MAX_PARTITIONS_PER_TOPIC {
-            return Err((
-                ErrorCode::INVALID_PARTITIONS,
-                format!("at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic"),
-            ));
-        }
-        if validate_only {
-            return Ok(());
-        }
-        let old = topic.partitions;
-        let mut grown = topic;
-        grown.partitions = count;
-        store
-            .update(|img| img.topics.insert(name.to_string(), grown.clone()))
-            .map_err(|e| (ErrorCode::KAFKA_STORAGE_ERROR, e.to_string()))?;
-        drop(store);
-        self.open_topic_partitions(&grown, old)
-            .map_err(|e| (ErrorCode::KAFKA_STORAGE_ERROR, e.to_string()))
     }
 }
 

@@ -1,0 +1,213 @@
+//! The broker's life as the controller sees it (Kafka's `BrokerLifecycleManager`):
+//! registration, heartbeats that keep its lease, and controlled shutdown.
+//!
+//! # Design note
+//!
+//! 1. At start the broker registers with a fresh incarnation id; the controller answers
+//!    with the broker epoch (the offset of the registration record). A second live
+//!    process with the same `node.id` is refused (DUPLICATE_BROKER_REGISTRATION) and keeps
+//!    retrying, logging why, until the other one's lease lapses.
+//! 2. It then heartbeats, reporting the last metadata offset it has applied. The
+//!    controller unfences it once that offset covers its own registration (it has caught
+//!    up, so it knows which replicas are its own), and fences it again when heartbeats stop
+//!    for `broker.session.timeout.ms`; a fenced broker leads nothing.
+//! 3. Heartbeats go every `broker.heartbeat.interval.ms`, and every 100 ms while the broker
+//!    is still fenced or shutting down, so that start-up and shutdown take round trips,
+//!    not intervals. A heartbeat refused for a stale epoch means the controller forgot this
+//!    incarnation: register again.
+//! 4. Controlled shutdown: heartbeats ask to shut down; the controller moves every
+//!    leadership away and answers `should_shut_down` when none is left, and only then does
+//!    the server stop (bounded by the session timeout), so a rolling restart keeps every
+//!    partition available.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rill_metadata::{
+    BrokerHeartbeatRequest, BrokerRegistrationRequest, ControllerEvent, ControllerResponse,
+    Endpoint,
+};
+use rill_protocol::{ErrorCode, Uuid};
+use tokio::sync::watch;
+
+use crate::Broker;
+
+/// Retry pace while not registered, fenced, or shutting down.
+const FAST_INTERVAL: Duration = Duration::from_millis(100);
+/// `security_protocol` of a PLAINTEXT endpoint (Kafka's `SecurityProtocol.PLAINTEXT`).
+const PLAINTEXT: i16 = 0;
+
+/// Talks to the lifecycle task.
+pub struct LifecycleHandle {
+    unfenced: watch::Receiver<bool>,
+    want_shut_down: watch::Sender<bool>,
+    shut_down_ok: watch::Receiver<bool>,
+    session_timeout: Duration,
+}
+
+impl LifecycleHandle {
+    /// Waits until the controller has unfenced this broker, or three session timeouts
+    /// (a cluster whose quorum is not up yet: the broker serves anyway, and clients see
+    /// it once it joins).
+    pub async fn wait_unfenced(&self) {
+        let mut rx = self.unfenced.clone();
+        let limit = self.session_timeout * 3;
+        if tokio::time::timeout(limit, rx.wait_for(|u| *u))
+            .await
+            .is_err()
+        {
+            tracing::warn!("not unfenced by the controller yet; serving anyway");
+        }
+    }
+
+    /// Asks the controller to move this broker's leaderships away, and waits until it
+    /// says none is left (or the session timeout).
+    pub async fn controlled_shutdown(&self) {
+        let _ = self.want_shut_down.send(true);
+        let mut rx = self.shut_down_ok.clone();
+        let done = tokio::time::timeout(self.session_timeout, rx.wait_for(|ok| *ok))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if done {
+            tracing::info!("controlled shutdown complete");
+        } else {
+            tracing::warn!("controlled shutdown timed out; stopping anyway");
+        }
+    }
+}
+
+pub fn start(broker: Arc<Broker>, shutdown: watch::Receiver<bool>) -> LifecycleHandle {
+    let (unfenced_tx, unfenced) = watch::channel(false);
+    let (want_shut_down, want_rx) = watch::channel(false);
+    let (ok_tx, shut_down_ok) = watch::channel(false);
+    let session_timeout = broker
+        .config
+        .duration_ms("broker.session.timeout.ms")
+        .unwrap_or(Duration::from_secs(9));
+    tokio::spawn(run(broker, shutdown, unfenced_tx, want_rx, ok_tx));
+    LifecycleHandle {
+        unfenced,
+        want_shut_down,
+        shut_down_ok,
+        session_timeout,
+    }
+}
+
+fn random_uuid() -> Uuid {
+    Uuid(*uuid::Uuid::new_v4().as_bytes())
+}
+
+async fn run(
+    broker: Arc<Broker>,
+    mut shutdown: watch::Receiver<bool>,
+    unfenced: watch::Sender<bool>,
+    want_shut_down: watch::Receiver<bool>,
+    shut_down_ok: watch::Sender<bool>,
+) {
+    let interval = broker
+        .config
+        .duration_ms("broker.heartbeat.interval.ms")
+        .unwrap_or(Duration::from_secs(2))
+        .max(Duration::from_millis(10));
+    let request_timeout = interval.max(Duration::from_secs(2));
+    let incarnation_id = random_uuid();
+    let mut strays_removed = false;
+    'register: loop {
+        let epoch = loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            match register(&broker, incarnation_id, request_timeout).await {
+                Ok(epoch) => break epoch,
+                Err(why) => {
+                    tracing::info!(reason = %why, "broker registration not accepted yet; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(interval.min(Duration::from_secs(1))) => {}
+                        _ = shutdown.changed() => return,
+                    }
+                }
+            }
+        };
+        broker.broker_epoch.store(epoch, Ordering::Release);
+        tracing::info!(node_id = broker.node_id, epoch, "registered with the controller");
+        // Report progress only once the registration itself is applied here.
+        broker.wait_published(epoch + 1, request_timeout).await;
+        loop {
+            let shutting_down = *want_shut_down.borrow();
+            let event = ControllerEvent::BrokerHeartbeat(BrokerHeartbeatRequest {
+                broker_id: broker.node_id,
+                broker_epoch: epoch,
+                current_metadata_offset: broker.image().last_offset(),
+                want_fence: false,
+                want_shut_down: shutting_down,
+            });
+            let mut fast = true;
+            match broker.quorum.submit(event, request_timeout).await {
+                Ok(result) => match result.response {
+                    ControllerResponse::BrokerHeartbeat(r) if r.error_code == ErrorCode::NONE => {
+                        unfenced.send_if_modified(|u| {
+                            let changed = *u == r.is_fenced;
+                            *u = !r.is_fenced;
+                            changed
+                        });
+                        if !r.is_fenced && r.is_caught_up && !strays_removed {
+                            strays_removed = true;
+                            crate::metadata_publisher::remove_stray_partitions(&broker);
+                        }
+                        if r.should_shut_down {
+                            let _ = shut_down_ok.send(true);
+                        }
+                        fast = r.is_fenced || shutting_down;
+                    }
+                    ControllerResponse::BrokerHeartbeat(r) => {
+                        tracing::warn!(error = r.error_code.name(), "heartbeat refused; registering again");
+                        let _ = unfenced.send(false);
+                        continue 'register;
+                    }
+                    _ => {}
+                },
+                Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
+            }
+            let wait = if fast { FAST_INTERVAL } else { interval };
+            let mut want = want_shut_down.clone();
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = want.changed() => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
+/// One registration attempt: the broker epoch, or why not.
+async fn register(
+    broker: &Broker,
+    incarnation_id: Uuid,
+    timeout: Duration,
+) -> Result<i64, String> {
+    let port = u16::try_from(broker.advertised_port).map_err(|e| e.to_string())?;
+    let event = ControllerEvent::BrokerRegistration(BrokerRegistrationRequest {
+        broker_id: broker.node_id,
+        incarnation_id,
+        listeners: vec![Endpoint {
+            name: "PLAINTEXT".into(),
+            host: broker.advertised_host.clone(),
+            port,
+            security_protocol: PLAINTEXT,
+        }],
+        rack: broker.config.get("broker.rack").map(str::to_string),
+    });
+    let result = broker
+        .quorum
+        .submit(event, timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    match result.response {
+        ControllerResponse::BrokerRegistration(r) if r.error_code == ErrorCode::NONE => {
+            Ok(r.broker_epoch)
+        }
+        ControllerResponse::BrokerRegistration(r) => Err(r.error_code.name().to_string()),
+        other => Err(format!("unexpected answer {other:?}")),
+    }
+}

@@ -1,0 +1,134 @@
+//! `meta.properties`: the identity of a data directory (cluster id and node id), written
+//! at its first start and checked at every later one, as Kafka does.
+//!
+//! Kafka makes the operator run `kafka-storage format` with one cluster id on every node.
+//! Rill needs no such step: a single-node cluster draws a random id, and the nodes of a
+//! multi-node cluster derive the same id from the one thing they must already agree on,
+//! `controller.quorum.voters` (`cluster.id` in the config overrides both). A directory
+//! that was formatted for another node id is refused, so that two nodes can never share
+//! (or swap) their logs by a configuration slip.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use crate::config::BrokerConfig;
+use crate::error::BrokerError;
+
+const FILE: &str = "meta.properties";
+
+/// Returns the cluster id of `data_dir`, creating `meta.properties` on the first start.
+pub fn load_or_create(
+    data_dir: &Path,
+    config: &BrokerConfig,
+    node_id: i32,
+    voters: &BTreeMap<u64, SocketAddr>,
+) -> Result<String, BrokerError> {
+    let path = data_dir.join(FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let props = parse(&text);
+            let stored_node = props.get("node.id").and_then(|v| v.parse::<i32>().ok());
+            if stored_node != Some(node_id) {
+                return Err(BrokerError::Config(format!(
+                    "{} belongs to node {:?}, this is node {node_id}",
+                    path.display(),
+                    stored_node
+                )));
+            }
+            let cluster_id = props.get("cluster.id").cloned().ok_or_else(|| {
+                BrokerError::Config(format!("{} has no cluster.id", path.display()))
+            })?;
+            if let Some(configured) = config.get("cluster.id") {
+                if configured != cluster_id {
+                    return Err(BrokerError::Config(format!(
+                        "{} has cluster.id {cluster_id}, the config says {configured}",
+                        path.display()
+                    )));
+                }
+            }
+            Ok(cluster_id)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let cluster_id = match config.get("cluster.id") {
+                Some(id) => id.to_string(),
+                None if voters.len() > 1 => derived_cluster_id(voters),
+                None => base64_id(*uuid::Uuid::new_v4().as_bytes()),
+            };
+            let text = format!("version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n");
+            let tmp = path.with_extension("properties.tmp");
+            let write = || -> std::io::Result<()> {
+                let mut f = std::fs::File::create(&tmp)?;
+                f.write_all(text.as_bytes())?;
+                f.sync_all()?;
+                std::fs::rename(&tmp, &path)?;
+                std::fs::File::open(data_dir)?.sync_all()
+            };
+            write().map_err(|e| BrokerError::io(path.display(), e))?;
+            Ok(cluster_id)
+        }
+        Err(e) => Err(BrokerError::io(path.display(), e)),
+    }
+}
+
+fn parse(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// A cluster id every voter computes alike: a hash of the sorted voter list.
+fn derived_cluster_id(voters: &BTreeMap<u64, SocketAddr>) -> String {
+    let text: Vec<String> = voters.iter().map(|(id, a)| format!("{id}@{a}")).collect();
+    let text = text.join(",");
+    let a = crc32c::crc32c(text.as_bytes());
+    let b = crc32c::crc32c_append(a, b"rill");
+    let c = crc32c::crc32c_append(b, text.as_bytes());
+    let d = crc32c::crc32c_append(c, b"cluster");
+    let mut bytes = [0u8; 16];
+    for (i, w) in [a, b, c, d].iter().enumerate() {
+        bytes[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
+    }
+    base64_id(bytes)
+}
+
+/// Kafka prints cluster ids as URL-safe base64 without padding (22 characters).
+fn base64_id(bytes: [u8; 16]) -> String {
+    rill_protocol::Uuid(bytes).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn voters(n: u64) -> BTreeMap<u64, SocketAddr> {
+        (1..=n)
+            .map(|i| (i, SocketAddr::from(([127, 0, 0, 1], 9000 + i as u16))))
+            .collect()
+    }
+
+    #[test]
+    fn created_once_then_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = BrokerConfig::default();
+        let id = load_or_create(dir.path(), &config, 1, &voters(1)).unwrap();
+        assert_eq!(id.len(), 22);
+        assert_eq!(load_or_create(dir.path(), &config, 1, &voters(1)).unwrap(), id);
+        assert!(load_or_create(dir.path(), &config, 2, &voters(1)).is_err());
+    }
+
+    #[test]
+    fn voters_of_one_cluster_agree_on_its_id() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let config = BrokerConfig::default();
+        let x = load_or_create(a.path(), &config, 1, &voters(3)).unwrap();
+        let y = load_or_create(b.path(), &config, 2, &voters(3)).unwrap();
+        assert_eq!(x, y);
+        assert_ne!(x, derived_cluster_id(&voters(2)));
+    }
+}

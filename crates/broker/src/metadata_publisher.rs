@@ -1,0 +1,179 @@
+//! The metadata publisher: follows the committed metadata log into this broker's image
+//! and acts on what changed (Kafka's `BrokerMetadataPublisher`).
+//!
+//! # Design note
+//!
+//! 1. One task waits for the quorum's committed offset to move, reads the records after
+//!    its image's `next_offset` (or a whole image when it fell behind a snapshot) and
+//!    applies them to a copy of the image.
+//! 2. It diffs the old and new images for this broker ([`LocalReplicaChanges`]): replicas
+//!    it now leads become leaders, those it follows become followers, those it no longer
+//!    hosts are deleted; topics whose configs changed are reconfigured; the group
+//!    coordinator loads the `__consumer_offsets` partitions this broker now leads and drops
+//!    those it lost.
+//! 3. Only then is the new image published to request handlers, and its offset to
+//!    waiters ([`crate::Broker::wait_published`]): a client that learns from this broker
+//!    that it leads a partition finds the partition's log open.
+//!
+//! The log is applied in order by one task, so every broker's image passes through the
+//! same sequence of states as every other's; acting on each diff in that order makes the
+//! replica set converge to what the metadata says.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use rill_metadata::{CommittedRecords, LocalReplicaChanges, MetadataImage};
+use rill_storage::TopicPartition;
+use tokio::sync::watch;
+
+use crate::group_coordinator::OFFSETS_TOPIC;
+use crate::Broker;
+
+/// The directory of the metadata log under `log.dirs` (Kafka's name for it).
+pub const METADATA_LOG_DIR: &str = "__cluster_metadata-0";
+
+pub fn start(broker: Arc<Broker>, shutdown: watch::Receiver<bool>) {
+    tokio::spawn(run(broker, shutdown));
+}
+
+async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let mut committed = broker.quorum.subscribe();
+    let mut current = broker.image();
+    loop {
+        let next = match broker.quorum.read_committed(current.next_offset) {
+            CommittedRecords::Records(records) if records.is_empty() => None,
+            CommittedRecords::Records(records) => {
+                let mut image = (*current).clone();
+                for (offset, record) in &records {
+                    if let Err(e) = image.apply(record) {
+                        // Every replica skips the same record alike (see MetadataImage).
+                        tracing::warn!(offset, error = %e, "metadata record skipped");
+                    }
+                }
+                Some(image)
+            }
+            CommittedRecords::Image(image) => Some(image),
+        };
+        if let Some(new) = next {
+            let new = Arc::new(new);
+            publish(&broker, &current, &new).await;
+            current = new;
+        }
+        tokio::select! {
+            changed = committed.changed() => if changed.is_err() { return },
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
+    let changes = LocalReplicaChanges::between(old, new, broker.node_id);
+    let to_tp = |tp: &rill_metadata::TopicPartition| TopicPartition {
+        topic: tp.topic.clone(),
+        partition: tp.partition,
+    };
+    let led_before = |tp: &rill_metadata::TopicPartition| {
+        old.partition(&tp.topic, tp.partition)
+            .is_some_and(|p| p.leader == broker.node_id)
+    };
+    for (tp, _) in &changes.deletes {
+        if tp.topic == OFFSETS_TOPIC && led_before(tp) {
+            broker.groups.resign(tp.partition).await;
+        }
+        if let Err(e) = broker.replicas.delete_partition(&to_tp(tp)) {
+            tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "deleting replica failed");
+        }
+    }
+    for (tp, topic_id, registration) in &changes.leaders {
+        let config = broker.log_config(new, &tp.topic);
+        match broker
+            .replicas
+            .become_leader(&to_tp(tp), *topic_id, registration, &config)
+        {
+            Ok(()) => {
+                if tp.topic == OFFSETS_TOPIC && !led_before(tp) {
+                    broker.groups.elect(tp.partition).await;
+                }
+            }
+            Err(e) => {
+                tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "becoming leader failed")
+            }
+        }
+    }
+    for (tp, topic_id, registration) in &changes.followers {
+        if tp.topic == OFFSETS_TOPIC && led_before(tp) {
+            broker.groups.resign(tp.partition).await;
+        }
+        let config = broker.log_config(new, &tp.topic);
+        let leader_addr = crate::apis::metadata::broker_endpoint(new, registration.leader)
+            .and_then(|(host, port)| {
+                use std::net::ToSocketAddrs;
+                (host.as_str(), u16::try_from(port).ok()?)
+                    .to_socket_addrs()
+                    .ok()?
+                    .next()
+            });
+        if let Err(e) = broker
+            .replicas
+            .become_follower(&to_tp(tp), *topic_id, registration, &config, leader_addr)
+        {
+            tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "becoming follower failed");
+        }
+    }
+    for topic in changed_topic_configs(old, new) {
+        broker
+            .replicas
+            .reconfigure(&topic, &broker.log_config(new, &topic));
+    }
+    let registered_now = new.broker(broker.node_id).map(|b| b.epoch);
+    if registered_now != old.broker(broker.node_id).map(|b| b.epoch) {
+        if let Some(epoch) = registered_now {
+            tracing::debug!(epoch, "applied this broker's registration");
+        }
+    }
+    let offset = new.next_offset;
+    *broker.image.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(new.clone());
+    broker.published.send_replace(offset);
+}
+
+/// Topics (present in both images) whose config overrides differ.
+fn changed_topic_configs(old: &MetadataImage, new: &MetadataImage) -> Vec<String> {
+    let names: BTreeSet<&String> = new.topics_by_name.keys().collect();
+    names
+        .into_iter()
+        .filter(|name| old.topics_by_name.contains_key(*name))
+        .filter(|name| Broker::topic_overrides(old, name) != Broker::topic_overrides(new, name))
+        .cloned()
+        .collect()
+}
+
+/// Deletes partition directories that the metadata does not place on this broker: what
+/// a crash between a topic's deletion (or a reassignment away) and the removal of its
+/// logs leaves behind. Called only once this broker has caught up with the metadata log,
+/// so that a log is never taken for a stray because the image was behind. Directories
+/// whose names are not partition names (the metadata log among them) are left alone.
+pub fn remove_stray_partitions(broker: &Broker) {
+    let image = broker.image();
+    let data_dir = broker.config.data_dir();
+    let Ok(entries) = std::fs::read_dir(&data_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == METADATA_LOG_DIR {
+            continue;
+        }
+        let Ok(tp) = rill_storage::parse_partition_dir_name(&name) else {
+            continue;
+        };
+        let hosted = image
+            .partition(&tp.topic, tp.partition)
+            .is_some_and(|p| p.replicas.contains(&broker.node_id));
+        if !hosted && entry.path().is_dir() && broker.replicas.get(&tp).is_none() {
+            tracing::warn!(dir = %entry.path().display(), "removing a log the metadata does not place here");
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::error!(dir = %entry.path().display(), error = %e, "removal failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,485 @@
+//! Follower fetchers: the replicas this broker follows pull from their leaders (Kafka's
+//! `ReplicaFetcherThread`).
+//!
+//! # Design note
+//!
+//! 1. One task per leader broker, with one connection and one outstanding request at a
+//!    time, batched over every partition this broker follows from that leader (the seeds'
+//!    "followers pull, one outstanding fetch at a time").
+//! 2. A partition that becomes a follower (or gets a new leader epoch) first truncates:
+//!    the fetcher asks the leader for the end offset of the follower's latest epoch
+//!    (OffsetForLeaderEpoch, KIP-101/KIP-279) and truncates to the lesser of that and what
+//!    it holds itself for the epoch the leader answered with. Never by high watermark
+//!    alone: that could drop records the new leader committed, or keep ones it never had.
+//! 3. Then it fetches from its log end offset with its replica id and the leader epoch it
+//!    knows; the leader answers from its log end (not the high watermark), records the
+//!    fetch offset as the follower's progress, and sends its high watermark, which the
+//!    follower adopts up to its own log end.
+//! 4. FENCED_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER / UNKNOWN_LEADER_EPOCH mean the two
+//!    brokers disagree on the metadata: the partition waits for the publisher to hand it
+//!    the new state. Connection failures back off and redial; the partition keeps its
+//!    place.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use rill_protocol::frame::decode_frame;
+use rill_protocol::generated::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use rill_protocol::generated::fetch_response::FetchResponse;
+use rill_protocol::generated::offset_for_leader_epoch_request::{
+    OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use rill_protocol::generated::offset_for_leader_epoch_response::OffsetForLeaderEpochResponse;
+use rill_protocol::generated::{RequestHeader, ResponseHeader};
+use rill_protocol::{encode_request_frame, ApiKey, Decodable, ErrorCode, Request, Uuid};
+use rill_storage::TopicPartition;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+use crate::replica_manager::ReplicaManager;
+
+/// Fetch v12: topic names (the follower may not know ids before its image does), leader
+/// epochs, and the replica id in the body.
+const FETCH_VERSION: i16 = 12;
+const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
+/// The largest response a fetcher reads (replica.fetch.response.max.bytes's default).
+const MAX_RESPONSE_BYTES: usize = 10 << 20;
+const RETRY_BACKOFF: Duration = Duration::from_millis(200);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Settings of the fetchers, from `replica.*` broker configs.
+#[derive(Debug, Clone)]
+pub struct FetcherConfig {
+    pub local_id: i32,
+    pub max_wait: Duration,
+    pub partition_max_bytes: i32,
+}
+
+/// One followed partition as its fetcher sees it.
+#[derive(Debug, Clone)]
+struct FetchState {
+    topic_id: Uuid,
+    leader_epoch: i32,
+    /// Epoch validation (truncation) is due before the next fetch.
+    needs_truncation: bool,
+    /// The leader refused the partition; wait for new metadata before trying again.
+    stalled: bool,
+}
+
+struct Fetcher {
+    addr: Mutex<SocketAddr>,
+    partitions: Mutex<BTreeMap<TopicPartition, FetchState>>,
+    changed: Notify,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+impl Fetcher {
+    fn partitions(&self) -> std::sync::MutexGuard<'_, BTreeMap<TopicPartition, FetchState>> {
+        self.partitions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The fetchers of this broker, one per leader it follows.
+pub struct ReplicaFetcherManager {
+    config: FetcherConfig,
+    fetchers: Mutex<HashMap<i32, Arc<Fetcher>>>,
+}
+
+impl ReplicaFetcherManager {
+    pub fn new(config: FetcherConfig) -> Self {
+        Self {
+            config,
+            fetchers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn fetchers(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Arc<Fetcher>>> {
+        self.fetchers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Follows `tp` from `leader` at `addr` in `leader_epoch`, truncating first.
+    pub fn add_partition(
+        &self,
+        replicas: &Arc<ReplicaManager>,
+        leader: i32,
+        addr: SocketAddr,
+        tp: &TopicPartition,
+        topic_id: Uuid,
+        leader_epoch: i32,
+    ) {
+        if let Some(f) = self.fetchers().get(&leader) {
+            let same = f
+                .partitions()
+                .get(tp)
+                .is_some_and(|s| s.leader_epoch == leader_epoch && s.topic_id == topic_id);
+            if same {
+                // Only the ISR changed: keep fetching where we are.
+                return;
+            }
+        }
+        self.remove_partition(tp);
+        let mut fetchers = self.fetchers();
+        let fetcher = fetchers
+            .entry(leader)
+            .or_insert_with(|| {
+                let f = Arc::new(Fetcher {
+                    addr: Mutex::new(addr),
+                    partitions: Mutex::new(BTreeMap::new()),
+                    changed: Notify::new(),
+                    stopped: std::sync::atomic::AtomicBool::new(false),
+                });
+                tokio::spawn(run(
+                    f.clone(),
+                    Arc::downgrade(replicas),
+                    self.config.clone(),
+                    leader,
+                ));
+                f
+            })
+            .clone();
+        *fetcher.addr.lock().unwrap_or_else(|e| e.into_inner()) = addr;
+        fetcher.partitions().insert(
+            tp.clone(),
+            FetchState {
+                topic_id,
+                leader_epoch,
+                needs_truncation: true,
+                stalled: false,
+            },
+        );
+        fetcher.changed.notify_one();
+    }
+
+    /// Stops following `tp` (it became leader, or moved away).
+    pub fn remove_partition(&self, tp: &TopicPartition) {
+        let mut fetchers = self.fetchers();
+        let mut idle = Vec::new();
+        for (leader, f) in fetchers.iter() {
+            let mut parts = f.partitions();
+            if parts.remove(tp).is_some() && parts.is_empty() {
+                idle.push(*leader);
+            }
+        }
+        for leader in idle {
+            if let Some(f) = fetchers.remove(&leader) {
+                f.stopped.store(true, std::sync::atomic::Ordering::Release);
+                f.changed.notify_one();
+            }
+        }
+    }
+
+    /// Stops every fetcher.
+    pub fn shutdown(&self) {
+        for (_, f) in self.fetchers().drain() {
+            f.stopped.store(true, std::sync::atomic::Ordering::Release);
+            f.changed.notify_one();
+        }
+    }
+}
+
+/// One connection to a leader.
+struct LeaderConnection {
+    stream: TcpStream,
+    correlation_id: i32,
+    client_id: String,
+    buf: BytesMut,
+}
+
+impl LeaderConnection {
+    async fn connect(addr: SocketAddr, local_id: i32) -> std::io::Result<Self> {
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+        stream.set_nodelay(true)?;
+        Ok(Self {
+            stream,
+            correlation_id: 0,
+            client_id: format!("rill-replica-fetcher-{local_id}"),
+            buf: BytesMut::with_capacity(64 * 1024),
+        })
+    }
+
+    async fn send<R: Request>(
+        &mut self,
+        request: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> std::io::Result<R::Response> {
+        let io_err = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        let api = ApiKey::from_i16(R::API_KEY).ok_or_else(|| io_err("unknown api".into()))?;
+        self.correlation_id = self.correlation_id.wrapping_add(1);
+        let header = RequestHeader {
+            request_api_key: R::API_KEY,
+            request_api_version: version,
+            correlation_id: self.correlation_id,
+            client_id: Some(self.client_id.clone()),
+            ..Default::default()
+        };
+        let mut frame = BytesMut::new();
+        encode_request_frame(&mut frame, &header, request).map_err(|e| io_err(e.to_string()))?;
+        let exchange = async {
+            self.stream.write_all(&frame).await?;
+            loop {
+                match decode_frame(&mut self.buf, MAX_RESPONSE_BYTES) {
+                    Ok(Some(frame)) => return Ok(frame.freeze()),
+                    Ok(None) => {}
+                    Err(e) => return Err(io_err(e.to_string())),
+                }
+                if self.stream.read_buf(&mut self.buf).await? == 0 {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "leader closed the connection",
+                    ));
+                }
+            }
+        };
+        let mut bytes: Bytes = tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request timed out"))??;
+        let header = ResponseHeader::decode(&mut bytes, api.response_header_version(version))
+            .map_err(|e| io_err(e.to_string()))?;
+        if header.correlation_id != self.correlation_id {
+            return Err(io_err("correlation id mismatch".into()));
+        }
+        R::Response::decode(&mut bytes, version).map_err(|e| io_err(e.to_string()))
+    }
+}
+
+async fn run(fetcher: Arc<Fetcher>, replicas: Weak<ReplicaManager>, config: FetcherConfig, leader: i32) {
+    let mut conn: Option<LeaderConnection> = None;
+    let request_timeout = config.max_wait + Duration::from_secs(10);
+    loop {
+        if fetcher.stopped.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        let Some(replicas) = replicas.upgrade() else {
+            return;
+        };
+        let snapshot: Vec<(TopicPartition, FetchState)> = fetcher
+            .partitions()
+            .iter()
+            .filter(|(_, s)| !s.stalled)
+            .map(|(tp, s)| (tp.clone(), s.clone()))
+            .collect();
+        if snapshot.is_empty() {
+            drop(replicas);
+            tokio::select! {
+                _ = fetcher.changed.notified() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            continue;
+        }
+        let c = match conn.as_mut() {
+            Some(c) => c,
+            None => {
+                let addr = *fetcher.addr.lock().unwrap_or_else(|e| e.into_inner());
+                match LeaderConnection::connect(addr, config.local_id).await {
+                    Ok(c) => conn.insert(c),
+                    Err(e) => {
+                        tracing::debug!(leader, %addr, error = %e, "cannot reach leader");
+                        drop(replicas);
+                        tokio::time::sleep(RETRY_BACKOFF).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        let truncate: Vec<_> = snapshot.iter().filter(|(_, s)| s.needs_truncation).collect();
+        let result = if truncate.is_empty() {
+            fetch_once(c, &fetcher, &replicas, &config, &snapshot, request_timeout).await
+        } else {
+            truncate_once(c, &fetcher, &replicas, &config, &truncate, request_timeout).await
+        };
+        drop(replicas);
+        if let Err(e) = result {
+            tracing::debug!(leader, error = %e, "replica fetch failed; reconnecting");
+            conn = None;
+            tokio::time::sleep(RETRY_BACKOFF).await;
+        }
+    }
+}
+
+/// Marks a partition stalled (or done truncating) if its fetcher still follows it in the
+/// same epoch.
+fn update_state(
+    fetcher: &Fetcher,
+    tp: &TopicPartition,
+    epoch: i32,
+    f: impl FnOnce(&mut FetchState),
+) {
+    if let Some(s) = fetcher.partitions().get_mut(tp) {
+        if s.leader_epoch == epoch {
+            f(s);
+        }
+    }
+}
+
+async fn truncate_once(
+    conn: &mut LeaderConnection,
+    fetcher: &Fetcher,
+    replicas: &ReplicaManager,
+    config: &FetcherConfig,
+    partitions: &[&(TopicPartition, FetchState)],
+    timeout: Duration,
+) -> std::io::Result<()> {
+    let mut topics: BTreeMap<String, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
+    let mut asked: HashMap<TopicPartition, (i32, i32)> = HashMap::new();
+    for (tp, state) in partitions {
+        let Some(latest) = replicas.follower_latest_epoch(tp) else {
+            continue;
+        };
+        match latest {
+            // An empty epoch cache: nothing to validate, fetch from the log end.
+            None => update_state(fetcher, tp, state.leader_epoch, |s| s.needs_truncation = false),
+            Some(epoch) => {
+                asked.insert(tp.clone(), (epoch, state.leader_epoch));
+                topics.entry(tp.topic.clone()).or_default().push(OffsetForLeaderPartition {
+                    partition: tp.partition,
+                    current_leader_epoch: state.leader_epoch,
+                    leader_epoch: epoch,
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    if topics.is_empty() {
+        return Ok(());
+    }
+    let request = OffsetForLeaderEpochRequest {
+        replica_id: config.local_id,
+        topics: topics
+            .into_iter()
+            .map(|(topic, partitions)| OffsetForLeaderTopic {
+                topic,
+                partitions,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let response: OffsetForLeaderEpochResponse = conn
+        .send(&request, OFFSET_FOR_LEADER_EPOCH_VERSION, timeout)
+        .await?;
+    for topic in response.topics {
+        for p in topic.partitions {
+            let tp = TopicPartition {
+                topic: topic.topic.clone(),
+                partition: p.partition,
+            };
+            let Some((asked_epoch, leader_epoch)) = asked.get(&tp).copied() else {
+                continue;
+            };
+            let code = ErrorCode(p.error_code);
+            if code != ErrorCode::NONE {
+                tracing::debug!(%tp, error = code.name(), "epoch validation refused");
+                update_state(fetcher, &tp, leader_epoch, |s| s.stalled = stall_on(code));
+                continue;
+            }
+            match replicas.truncate_to_leader_epoch(&tp, leader_epoch, asked_epoch, p.leader_epoch, p.end_offset) {
+                Ok(()) => update_state(fetcher, &tp, leader_epoch, |s| s.needs_truncation = false),
+                Err(e) => tracing::warn!(%tp, error = %e, "truncation failed"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Errors that mean the two brokers disagree on the metadata: wait for the next update
+/// rather than hammering the leader.
+fn stall_on(code: ErrorCode) -> bool {
+    code == ErrorCode::FENCED_LEADER_EPOCH
+        || code == ErrorCode::NOT_LEADER_OR_FOLLOWER
+        || code == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+}
+
+async fn fetch_once(
+    conn: &mut LeaderConnection,
+    fetcher: &Fetcher,
+    replicas: &ReplicaManager,
+    config: &FetcherConfig,
+    partitions: &[(TopicPartition, FetchState)],
+    timeout: Duration,
+) -> std::io::Result<()> {
+    let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
+    let mut epochs: HashMap<TopicPartition, i32> = HashMap::new();
+    for (tp, state) in partitions {
+        let Some((log_end, log_start)) = replicas.follower_fetch_position(tp) else {
+            continue;
+        };
+        epochs.insert(tp.clone(), state.leader_epoch);
+        topics.entry(tp.topic.clone()).or_default().push(FetchPartition {
+            partition: tp.partition,
+            current_leader_epoch: state.leader_epoch,
+            fetch_offset: log_end,
+            last_fetched_epoch: -1,
+            log_start_offset: log_start,
+            partition_max_bytes: config.partition_max_bytes,
+            ..Default::default()
+        });
+    }
+    if topics.is_empty() {
+        tokio::time::sleep(RETRY_BACKOFF).await;
+        return Ok(());
+    }
+    let request = FetchRequest {
+        replica_id: config.local_id,
+        max_wait_ms: i32::try_from(config.max_wait.as_millis()).unwrap_or(500),
+        min_bytes: 1,
+        max_bytes: i32::try_from(MAX_RESPONSE_BYTES).unwrap_or(i32::MAX) - 1024,
+        isolation_level: 0,
+        session_id: 0,
+        session_epoch: -1,
+        topics: topics
+            .into_iter()
+            .map(|(topic, partitions)| FetchTopic {
+                topic,
+                partitions,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let response: FetchResponse = conn.send(&request, FETCH_VERSION, timeout).await?;
+    for topic in response.responses {
+        for p in topic.partitions {
+            let tp = TopicPartition {
+                topic: topic.topic.clone(),
+                partition: p.partition_index,
+            };
+            let Some(epoch) = epochs.get(&tp).copied() else {
+                continue;
+            };
+            let code = ErrorCode(p.error_code);
+            if code == ErrorCode::NONE {
+                let records = p.records.unwrap_or_default();
+                if let Err(code) = replicas.append_as_follower(
+                    &tp,
+                    epoch,
+                    records,
+                    p.high_watermark,
+                    p.log_start_offset,
+                ) {
+                    tracing::warn!(%tp, error = code.name(), "appending fetched records failed");
+                    update_state(fetcher, &tp, epoch, |s| s.needs_truncation = true);
+                }
+            } else if code == ErrorCode::OFFSET_OUT_OF_RANGE {
+                match replicas.handle_out_of_range(&tp, p.log_start_offset) {
+                    Ok(true) => {}
+                    // Our log end lies above the leader's: validate the epoch again.
+                    _ => update_state(fetcher, &tp, epoch, |s| s.needs_truncation = true),
+                }
+            } else {
+                tracing::debug!(%tp, error = code.name(), "replica fetch refused");
+                update_state(fetcher, &tp, epoch, |s| s.stalled = stall_on(code));
+                if !stall_on(code) {
+                    tokio::time::sleep(RETRY_BACKOFF).await;
+                }
+            }
+        }
+    }
+    Ok(())
+}
