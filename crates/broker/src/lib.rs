@@ -10,6 +10,7 @@ pub mod apis;
 pub mod config;
 pub mod error;
 pub mod group_coordinator;
+pub mod isr;
 pub mod log_manager;
 pub mod metadata_store;
 pub mod network;
