@@ -14,6 +14,7 @@ pub mod broker_lifecycle;
 pub mod config;
 pub mod error;
 pub mod group_coordinator;
+pub mod isr;
 pub mod log_manager;
 pub mod meta_properties;
 pub mod metadata_publisher;
