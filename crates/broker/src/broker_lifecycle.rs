@@ -130,6 +130,7 @@ async fn run(
             }
         };
         broker.broker_epoch.store(epoch, Ordering::Release);
+        broker.replicas.set_local_broker_epoch(epoch);
         tracing::info!(node_id = broker.node_id, epoch, "registered with the controller");
         // Report progress only once the registration itself is applied here.
         broker.wait_published(epoch + 1, request_timeout).await;

@@ -9,6 +9,7 @@
 //! the controller's decisions in `rill-metadata`, the group state machine in `rill-group`,
 //! the codec in `rill-protocol`.
 
+pub mod alter_partition;
 pub mod apis;
 pub mod broker_lifecycle;
 pub mod config;
@@ -276,7 +277,11 @@ impl Server {
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(1 << 20),
         };
-        let replicas = Arc::new(ReplicaManager::new(&data_dir, fetcher_config));
+        let lag_ms = config.duration_ms("replica.lag.time.max.ms")?;
+        let lag_ms = i64::try_from(lag_ms.as_millis()).unwrap_or(i64::MAX);
+        let (replicas, alter_partition_rx) =
+            ReplicaManager::new(&data_dir, fetcher_config, lag_ms);
+        let replicas = Arc::new(replicas);
         let group_config = config.group_config()?;
         let groups = group_coordinator::start(group_config, replicas.clone());
         let (published, _) = watch::channel(0);
@@ -302,6 +307,7 @@ impl Server {
             broker.config.log_manager_config()?,
             rx.clone(),
         );
+        alter_partition::start(broker.clone(), alter_partition_rx, rx.clone());
         let task = tokio::spawn(network::serve(listener, broker.clone(), rx.clone()));
         let lifecycle = broker_lifecycle::start(broker.clone(), rx);
         lifecycle.wait_unfenced().await;

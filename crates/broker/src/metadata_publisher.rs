@@ -67,6 +67,21 @@ async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
 }
 
 async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
+    broker.replicas.set_broker_statuses(
+        new.brokers
+            .values()
+            .map(|b| {
+                (
+                    b.id,
+                    crate::isr::BrokerStatus {
+                        broker_epoch: b.epoch,
+                        fenced: b.fenced,
+                        in_controlled_shutdown: b.in_controlled_shutdown,
+                    },
+                )
+            })
+            .collect(),
+    );
     let changes = LocalReplicaChanges::between(old, new, broker.node_id);
     let to_tp = |tp: &rill_metadata::TopicPartition| TopicPartition {
         topic: tp.topic.clone(),

@@ -10,7 +10,7 @@
 //! found too few bytes park on [`ReplicaManager::appended`] until new data or their max
 //! wait.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -24,7 +24,12 @@ use rill_storage::{
 use tokio::sync::Notify;
 
 use crate::error::BrokerError;
+use crate::isr::{self, LeaderState};
 use crate::replica_fetcher::{FetcherConfig, ReplicaFetcherManager};
+
+/// An ISR change to send to the controller. Unbounded channel, but bounded in effect:
+/// the ISR state machine keeps at most one change in flight per partition led here.
+pub type AlterPartitionItem = (TopicPartition, Uuid, isr::AlterPartitionProposal);
 
 /// What the metadata log says of a partition, as this broker acts on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,9 +58,16 @@ pub struct Partition {
     pub topic_id: Uuid,
     log: Mutex<UnifiedLog>,
     state: Mutex<PartitionState>,
+    /// The ISR and high-watermark state while this broker leads the partition. Locked
+    /// before the log when both are needed.
+    leader: Mutex<Option<LeaderState>>,
 }
 
 impl Partition {
+    fn leader_state(&self) -> std::sync::MutexGuard<'_, Option<LeaderState>> {
+        self.leader.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The partition's metadata state as last applied.
     pub fn state(&self) -> PartitionState {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
@@ -105,6 +117,12 @@ impl FetchResult {
 
 pub struct ReplicaManager {
     data_dir: PathBuf,
+    /// Liveness of the registered brokers (ISR eligibility, KIP-841).
+    broker_statuses: RwLock<Arc<BTreeMap<i32, isr::BrokerStatus>>>,
+    local_broker_epoch: std::sync::atomic::AtomicI64,
+    replica_lag_time_max_ms: i64,
+    /// ISR changes for the AlterPartition sender (see [`crate::Broker`]).
+    alter_partition_tx: tokio::sync::mpsc::UnboundedSender<AlterPartitionItem>,
     /// The fetchers of the partitions this broker follows.
     fetchers: ReplicaFetcherManager,
     /// This broker's id.
@@ -121,15 +139,26 @@ fn now_ms() -> i64 {
 }
 
 impl ReplicaManager {
-    pub fn new(data_dir: &Path, fetcher_config: FetcherConfig) -> Self {
+    /// A replica manager and the receiving end of its ISR-change proposals.
+    pub fn new(
+        data_dir: &Path,
+        fetcher_config: FetcherConfig,
+        replica_lag_time_max_ms: i64,
+    ) -> (Self, tokio::sync::mpsc::UnboundedReceiver<AlterPartitionItem>) {
         let local_id = fetcher_config.local_id;
-        Self {
+        let (alter_partition_tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let rm = Self {
             data_dir: data_dir.to_path_buf(),
+            broker_statuses: RwLock::new(Arc::new(BTreeMap::new())),
+            local_broker_epoch: std::sync::atomic::AtomicI64::new(-1),
+            replica_lag_time_max_ms,
+            alter_partition_tx,
             fetchers: ReplicaFetcherManager::new(fetcher_config),
             local_id,
             partitions: RwLock::new(HashMap::new()),
             appended: Notify::new(),
-        }
+        };
+        (rm, rx)
     }
 
     fn read_map(&self) -> std::sync::RwLockReadGuard<'_, HashMap<TopicPartition, Arc<Partition>>> {
@@ -168,6 +197,7 @@ impl ReplicaManager {
             topic_id,
             log: Mutex::new(log),
             state: Mutex::new(state.clone()),
+            leader: Mutex::new(None),
         });
         self.write_map().insert(tp.clone(), partition.clone());
         Ok(partition)
@@ -185,10 +215,19 @@ impl ReplicaManager {
         self.fetchers.remove_partition(tp);
         let state = PartitionState::from_registration(registration);
         let partition = self.ensure_open(tp, topic_id, &state, config)?;
-        let alone = state.isr == [self.local_id];
         let epoch = state.leader_epoch;
+        let reg = isr::PartitionRegistration {
+            replicas: state.replicas.clone(),
+            isr: state.isr.clone(),
+            leader: state.leader,
+            leader_epoch: state.leader_epoch,
+            partition_epoch: state.partition_epoch,
+        };
         *partition.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
-        let _ = partition.with_log(|log| {
+        let now = now_ms();
+        let statuses = self.broker_statuses();
+        let mut leader = partition.leader_state();
+        let outcome = partition.with_log(|log| {
             let leo = log.log_end_offset();
             // KIP-101: the new epoch starts at this log's end, so that followers asking
             // for the end of the previous epoch get where this leader's history diverges.
@@ -197,10 +236,39 @@ impl ReplicaManager {
                     tracing::warn!(%tp, error = %e, "recording the leader epoch failed");
                 }
             }
-            if alone {
-                log.update_high_watermark(leo);
+            let hw = match leader.as_mut() {
+                Some(ls) => match ls.on_metadata_update(&reg, now, &*statuses) {
+                    Ok(isr::MetadataOutcome::Applied { high_watermark }) => Ok(high_watermark),
+                    Ok(isr::MetadataOutcome::Ignored) => Ok(None),
+                    Err(e) => Err(e),
+                },
+                None => {
+                    let offsets = isr::LogOffsets {
+                        log_start_offset: log.log_start_offset(),
+                        log_end_offset: leo,
+                        high_watermark: log.high_watermark(),
+                    };
+                    LeaderState::become_leader(self.leader_config(), &reg, offsets, &*statuses, now)
+                        .map(|ls| {
+                            let hw = ls.high_watermark();
+                            *leader = Some(ls);
+                            Some(hw)
+                        })
+                }
+            };
+            if let Ok(Some(hw)) = hw {
+                if hw > log.high_watermark() {
+                    log.update_high_watermark(hw);
+                }
             }
+            hw.map(|_| ())
         });
+        drop(leader);
+        match outcome {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(%tp, error = %e, "leader state refused the registration"),
+            Err(code) => tracing::error!(%tp, error = code.name(), "partition log unusable"),
+        }
         self.appended.notify_waiters();
         Ok(())
     }
@@ -221,6 +289,7 @@ impl ReplicaManager {
         let epoch = state.leader_epoch;
         let leader = state.leader;
         *partition.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+        *partition.leader_state() = None;
         match leader_addr {
             Some(addr) if leader >= 0 && leader != self.local_id => {
                 self.fetchers
@@ -450,15 +519,24 @@ impl ReplicaManager {
         origin: AppendOrigin,
     ) -> Result<(LogAppendInfo, i64), ErrorCode> {
         let (partition, epoch) = self.leader_partition(tp)?;
-        let alone = partition.state().isr == [self.local_id];
+        let statuses = self.broker_statuses();
+        let mut leader = partition.leader_state();
         let result = partition.with_log(|log| {
-            let info = log.append_as_leader(records.clone(), epoch, origin, now_ms())?;
-            if alone {
+            let now = now_ms();
+            let info = log.append_as_leader(records.clone(), epoch, origin, now)?;
+            if let Some(ls) = leader.as_mut() {
                 let leo = log.log_end_offset();
-                log.update_high_watermark(leo);
+                match ls.update_leader_log_end(leo, now, &*statuses) {
+                    Ok(Some(hw)) => {
+                        log.update_high_watermark(hw);
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::error!(%tp, error = %e, "leader state out of step with the log"),
+                }
             }
             Ok::<_, AppendError>((info, log.log_start_offset()))
         })?;
+        drop(leader);
         match result {
             Ok(ok) => {
                 self.appended.notify_waiters();
@@ -468,10 +546,16 @@ impl ReplicaManager {
         }
     }
 
-    /// The ISR size of a partition this broker leads, for `min.insync.replicas`.
+    /// The committed ISR size of a partition this broker leads, for
+    /// `min.insync.replicas`, with the leader epoch.
     pub fn isr_size(&self, tp: &TopicPartition) -> Result<(usize, i32), ErrorCode> {
         let (partition, epoch) = self.leader_partition(tp)?;
-        Ok((partition.state().isr.len(), epoch))
+        let size = partition
+            .leader_state()
+            .as_ref()
+            .map(LeaderState::isr_size)
+            .ok_or(ErrorCode::NOT_LEADER_OR_FOLLOWER)?;
+        Ok((size, epoch))
     }
 
     /// acks=all (Kafka's `DelayedProduce`): waits until the high watermark reaches
@@ -491,28 +575,200 @@ impl ReplicaManager {
             let notified = self.appended.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let Some(p) = self.get(tp) else {
-                return ErrorCode::NOT_LEADER_OR_FOLLOWER;
+            let progress = match self.leader_partition(tp) {
+                Ok((p, epoch)) if epoch == leader_epoch => p
+                    .leader_state()
+                    .as_ref()
+                    .map(|ls| ls.check_enough_replicas_reach_offset(required_offset, min_insync)),
+                _ => None,
             };
-            let st = p.state();
-            if st.leader != self.local_id || st.leader_epoch != leader_epoch {
-                return ErrorCode::NOT_LEADER_OR_FOLLOWER;
+            match progress {
+                None => return ErrorCode::NOT_LEADER_OR_FOLLOWER,
+                Some(isr::AcksAllProgress::Done) => return ErrorCode::NONE,
+                Some(isr::AcksAllProgress::NotEnoughReplicasAfterAppend) => {
+                    return ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                }
+                Some(isr::AcksAllProgress::Waiting) => {}
             }
-            let Ok(hw) = p.with_log(|log| log.high_watermark()) else {
-                return ErrorCode::KAFKA_STORAGE_ERROR;
-            };
-            if hw >= required_offset {
-                return if st.isr.len() >= min_insync {
-                    ErrorCode::NONE
-                } else {
-                    ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                };
-            }
-            drop(p);
             tokio::select! {
                 _ = notified => {}
                 _ = tokio::time::sleep_until(deadline) => return ErrorCode::REQUEST_TIMED_OUT,
             }
+        }
+    }
+
+    /// A follower's fetch, on the leader: records the follower's progress (which may
+    /// move the high watermark or admit it to the ISR) and reads from its fetch offset up
+    /// to the log end, not the high watermark.
+    #[allow(clippy::too_many_arguments, reason = "one Fetch partition's fields")]
+    pub fn read_for_follower(
+        &self,
+        tp: &TopicPartition,
+        replica_id: i32,
+        current_leader_epoch: i32,
+        fetch_offset: i64,
+        follower_log_start_offset: i64,
+        max_bytes: usize,
+        zero_copy: bool,
+    ) -> Result<FetchResult, (ErrorCode, Option<PartitionOffsets>)> {
+        let (partition, _) = self
+            .check_leader_epoch(tp, current_leader_epoch)
+            .map_err(|code| (code, None))?;
+        let statuses = self.broker_statuses();
+        let now = now_ms();
+        let mut proposal = None;
+        let mut moved = false;
+        {
+            let mut leader = partition.leader_state();
+            let Some(ls) = leader.as_mut() else {
+                return Err((ErrorCode::NOT_LEADER_OR_FOLLOWER, None));
+            };
+            let updated = partition
+                .with_log(|log| {
+                    ls.update_log_start_offset(log.log_start_offset());
+                    let outcome = ls.update_follower_fetch(
+                        replica_id,
+                        fetch_offset,
+                        follower_log_start_offset,
+                        now,
+                        isr::NO_BROKER_EPOCH,
+                        &*statuses,
+                    )?;
+                    if let Some(hw) = outcome.high_watermark {
+                        if hw > log.high_watermark() {
+                            log.update_high_watermark(hw);
+                            moved = true;
+                        }
+                    }
+                    Ok::<_, isr::IsrError>(outcome.alter_partition)
+                })
+                .map_err(|code| (code, None))?;
+            match updated {
+                Ok(p) => proposal = p,
+                Err(e) => {
+                    let offsets = partition
+                        .with_log(|log| PartitionOffsets {
+                            log_start_offset: log.log_start_offset(),
+                            high_watermark: log.high_watermark(),
+                            log_end_offset: log.log_end_offset(),
+                        })
+                        .ok();
+                    return Err((e.error_code(), offsets));
+                }
+            }
+        }
+        if let Some(p) = proposal {
+            self.send_alter_partition(tp, partition.topic_id, p);
+        }
+        if moved {
+            self.appended.notify_waiters();
+        }
+        let result = partition
+            .with_log(|log| {
+                let offsets = PartitionOffsets {
+                    log_start_offset: log.log_start_offset(),
+                    high_watermark: log.high_watermark(),
+                    log_end_offset: log.log_end_offset(),
+                };
+                let leo = offsets.log_end_offset;
+                let data = if zero_copy {
+                    log.read_file_range(fetch_offset, max_bytes, leo, true)
+                } else {
+                    log.read(fetch_offset, max_bytes, leo, true)
+                };
+                (offsets, data)
+            })
+            .map_err(|code| (code, None))?;
+        match result {
+            (offsets, Ok(data)) => Ok(FetchResult {
+                offsets,
+                records: data.records,
+                file_range: data.file_range,
+            }),
+            (offsets, Err(ReadError::OffsetOutOfRange { .. })) => {
+                Err((ErrorCode::OFFSET_OUT_OF_RANGE, Some(offsets)))
+            }
+            (offsets, Err(e)) => {
+                tracing::error!(%tp, error = %e, "read for follower failed");
+                Err((ErrorCode::KAFKA_STORAGE_ERROR, Some(offsets)))
+            }
+        }
+    }
+
+    /// Hands an ISR change to the AlterPartition sender.
+    fn send_alter_partition(&self, tp: &TopicPartition, topic_id: Uuid, proposal: isr::AlterPartitionProposal) {
+        tracing::info!(%tp, isr = ?proposal.isr(), "proposing an ISR change");
+        let _ = self.alter_partition_tx.send((tp.clone(), topic_id, proposal));
+    }
+
+    /// Periodic ISR shrink (Kafka's `isr-expiration` task): followers that have not caught
+    /// up within `replica.lag.time.max.ms` leave the ISR.
+    pub fn maybe_shrink_isrs(&self) {
+        let now = now_ms();
+        let lag = self.replica_lag_time_max_ms;
+        for (tp, p) in self.partitions() {
+            let proposal = p.leader_state().as_mut().and_then(|ls| ls.maybe_shrink_isr(now, lag));
+            if let Some(proposal) = proposal {
+                self.send_alter_partition(&tp, p.topic_id, proposal);
+            }
+        }
+    }
+
+    /// The controller's answer to an ISR change this broker proposed. Returns a proposal
+    /// to send again when the answer was a transient error.
+    pub fn on_alter_partition_response(
+        &self,
+        tp: &TopicPartition,
+        sent: &isr::AlterPartitionProposal,
+        result: Result<isr::LeaderAndIsr, ErrorCode>,
+    ) -> Option<isr::AlterPartitionProposal> {
+        let partition = self.get(tp)?;
+        let statuses = self.broker_statuses();
+        let mut leader = partition.leader_state();
+        let ls = leader.as_mut()?;
+        let outcome = ls.on_alter_partition_response(sent, result, now_ms(), &*statuses);
+        match outcome {
+            isr::AlterPartitionOutcome::Committed { high_watermark } => {
+                let isr = ls.isr().iter().copied().collect();
+                drop(leader);
+                partition.state.lock().unwrap_or_else(|e| e.into_inner()).isr = isr;
+                if let Some(hw) = high_watermark {
+                    let _ = partition.with_log(|log| {
+                        if hw > log.high_watermark() {
+                            log.update_high_watermark(hw);
+                        }
+                    });
+                }
+                self.appended.notify_waiters();
+                None
+            }
+            isr::AlterPartitionOutcome::Retry(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Liveness of every registered broker, from the metadata image.
+    pub fn set_broker_statuses(&self, statuses: BTreeMap<i32, isr::BrokerStatus>) {
+        *self.broker_statuses.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(statuses);
+    }
+
+    fn broker_statuses(&self) -> Arc<BTreeMap<i32, isr::BrokerStatus>> {
+        self.broker_statuses
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// This broker's epoch, for the ISR entries it proposes.
+    pub fn set_local_broker_epoch(&self, epoch: i64) {
+        self.local_broker_epoch.store(epoch, std::sync::atomic::Ordering::Release);
+    }
+
+    fn leader_config(&self) -> isr::LeaderConfig {
+        isr::LeaderConfig {
+            local_broker_id: self.local_id,
+            local_broker_epoch: self.local_broker_epoch.load(std::sync::atomic::Ordering::Acquire),
+            replica_lag_time_max_ms: self.replica_lag_time_max_ms,
         }
     }
 

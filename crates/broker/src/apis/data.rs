@@ -252,6 +252,12 @@ impl Broker {
         let mut total = 0usize;
         let mut errored = false;
         let by_id = version >= 13;
+        // A follower names itself: in the body up to v14, in `replica_state` from v15.
+        let replica_id = if version >= 15 {
+            request.replica_state.replica_id
+        } else {
+            request.replica_id
+        };
         let mut responses = Vec::with_capacity(request.topics.len());
         for topic in &request.topics {
             let name = if by_id {
@@ -283,14 +289,26 @@ impl Broker {
                     partition: p.partition,
                 };
                 let max = (p.partition_max_bytes.max(0) as usize).min(remaining);
-                let read = self.replicas.read_maybe_zero_copy(
-                    &tp,
-                    p.current_leader_epoch,
-                    p.fetch_offset,
-                    max,
-                    total == 0,
-                    zero_copy,
-                );
+                let read = if replica_id >= 0 {
+                    self.replicas.read_for_follower(
+                        &tp,
+                        replica_id,
+                        p.current_leader_epoch,
+                        p.fetch_offset,
+                        p.log_start_offset,
+                        max,
+                        zero_copy,
+                    )
+                } else {
+                    self.replicas.read_maybe_zero_copy(
+                        &tp,
+                        p.current_leader_epoch,
+                        p.fetch_offset,
+                        max,
+                        total == 0,
+                        zero_copy,
+                    )
+                };
                 let mut range = None;
                 match read {
                     Ok(result) => {

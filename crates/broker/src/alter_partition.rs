@@ -1,0 +1,120 @@
+//! The leader's side of ISR changes (Kafka's `AlterPartitionManager`): proposals from the
+//! ISR state machine go to the controller, and its answers come back to the partition.
+//! A periodic pass shrinks the ISRs of the partitions this broker leads.
+//!
+//! Proposals are sent one at a time, in the order they were made; a transient failure
+//! (the controller unreachable, an election) is retried after a pause with the proposal
+//! the state machine returns, so that a change is never lost while its partition still
+//! waits for it, and never sent twice concurrently.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rill_metadata::{AlterPartitionData, AlterPartitionRequest, ControllerEvent, ControllerResponse};
+use rill_protocol::ErrorCode;
+use tokio::sync::{mpsc, watch};
+
+use crate::isr::{AlterPartitionProposal, LeaderAndIsr};
+use crate::replica_manager::AlterPartitionItem;
+use crate::Broker;
+
+const RETRY_BACKOFF: Duration = Duration::from_millis(200);
+
+pub fn start(
+    broker: Arc<Broker>,
+    rx: mpsc::UnboundedReceiver<AlterPartitionItem>,
+    shutdown: watch::Receiver<bool>,
+) {
+    tokio::spawn(send_loop(broker.clone(), rx, shutdown.clone()));
+    tokio::spawn(shrink_loop(broker, shutdown));
+}
+
+async fn shrink_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let lag = broker
+        .config
+        .duration_ms("replica.lag.time.max.ms")
+        .unwrap_or(Duration::from_secs(10));
+    // Kafka checks at half the lag time, so a lagging follower leaves within 1.5× of it.
+    let every = (lag / 2).max(Duration::from_millis(50));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => broker.replicas.maybe_shrink_isrs(),
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+async fn send_loop(
+    broker: Arc<Broker>,
+    mut rx: mpsc::UnboundedReceiver<AlterPartitionItem>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let item = tokio::select! {
+            item = rx.recv() => match item {
+                Some(item) => item,
+                None => return,
+            },
+            _ = shutdown.changed() => return,
+        };
+        let (tp, topic_id, mut proposal) = item;
+        loop {
+            let result = send_one(&broker, topic_id, tp.partition, &proposal).await;
+            match broker.replicas.on_alter_partition_response(&tp, &proposal, result) {
+                Some(again) => {
+                    proposal = again;
+                    tokio::select! {
+                        _ = tokio::time::sleep(RETRY_BACKOFF) => {}
+                        _ = shutdown.changed() => return,
+                    }
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+async fn send_one(
+    broker: &Broker,
+    topic_id: rill_protocol::Uuid,
+    partition: i32,
+    proposal: &AlterPartitionProposal,
+) -> Result<LeaderAndIsr, ErrorCode> {
+    let event = ControllerEvent::AlterPartition(AlterPartitionRequest {
+        broker_id: broker.node_id,
+        broker_epoch: broker.broker_epoch(),
+        partitions: vec![AlterPartitionData {
+            topic_id,
+            partition_index: partition,
+            leader_epoch: proposal.leader_epoch,
+            partition_epoch: proposal.partition_epoch,
+            new_isr: proposal
+                .new_isr
+                .iter()
+                .map(|m| (m.broker_id, m.broker_epoch))
+                .collect(),
+            leader_recovery_state: 0,
+        }],
+    });
+    match broker.controller_call(event).await? {
+        ControllerResponse::AlterPartition(r) => {
+            if r.error_code != ErrorCode::NONE {
+                return Err(r.error_code);
+            }
+            let p = r
+                .partitions
+                .into_iter()
+                .find(|p| p.topic_id == topic_id && p.partition_index == partition)
+                .ok_or(ErrorCode::UNKNOWN_SERVER_ERROR)?;
+            if p.error_code != ErrorCode::NONE {
+                return Err(p.error_code);
+            }
+            Ok(LeaderAndIsr {
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
+                isr: p.isr,
+            })
+        }
+        _ => Err(ErrorCode::UNKNOWN_SERVER_ERROR),
+    }
+}
