@@ -5,14 +5,20 @@
 //! shell maps a Kafka request (whatever version it came in) onto one of these and maps
 //! the answer back, copying the error codes unchanged. Error codes are Kafka's
 //! ([`rill_protocol::ErrorCode`]).
+//!
+//! Every type here is serde-serializable because a node that is not the active
+//! controller forwards events to it over the quorum's RPC (postcard); `Uuid` and
+//! `ErrorCode` come from `rill-protocol`, which has no serde, so their fields go through
+//! the two remote definitions at the end of this file.
 
 use rill_protocol::{ErrorCode, Uuid};
+use serde::{Deserialize, Serialize};
 
 use crate::image::Endpoint;
 use crate::record::MetadataRecord;
 
 /// One event for the controller's single-threaded loop.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ControllerEvent {
     BrokerRegistration(BrokerRegistrationRequest),
     BrokerHeartbeat(BrokerHeartbeatRequest),
@@ -35,7 +41,7 @@ pub struct ControllerResult {
 }
 
 /// The answer to a [`ControllerEvent`]; `None` for the timer ([`crate::QuorumController::tick`]).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub enum ControllerResponse {
     #[default]
     None,
@@ -52,20 +58,22 @@ pub enum ControllerResponse {
 }
 
 /// A broker asks to join the cluster (Kafka's BrokerRegistrationRequest).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BrokerRegistrationRequest {
     /// The configured `node.id`, or -1 to have one generated above
     /// `reserved.broker.max.id` (when `broker.id.generation.enable`).
     pub broker_id: i32,
     /// Unique per process start: a restart with the same id is told apart from a
     /// second live broker claiming it.
+    #[serde(with = "UuidDef")]
     pub incarnation_id: Uuid,
     pub listeners: Vec<Endpoint>,
     pub rack: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BrokerRegistrationResponse {
+    #[serde(with = "ErrorCodeDef")]
     pub error_code: ErrorCode,
     pub broker_id: i32,
     /// The broker's new epoch; the broker sends it with every heartbeat.
@@ -73,7 +81,7 @@ pub struct BrokerRegistrationResponse {
 }
 
 /// A broker's periodic heartbeat (Kafka's BrokerHeartbeatRequest).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BrokerHeartbeatRequest {
     pub broker_id: i32,
     pub broker_epoch: i64,
@@ -85,8 +93,9 @@ pub struct BrokerHeartbeatRequest {
     pub want_shut_down: bool,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BrokerHeartbeatResponse {
+    #[serde(with = "ErrorCodeDef")]
     pub error_code: ErrorCode,
     /// The broker has applied its own registration.
     pub is_caught_up: bool,
@@ -96,13 +105,13 @@ pub struct BrokerHeartbeatResponse {
 }
 
 /// CreateTopics: one entry per topic.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct CreateTopicsRequest {
     pub topics: Vec<CreatableTopic>,
     pub validate_only: bool,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreatableTopic {
     pub name: String,
     /// -1 for `num.partitions`; must be -1 when `assignments` is given.
@@ -128,35 +137,39 @@ impl CreatableTopic {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreatableTopicResult {
     pub name: String,
+    #[serde(with = "UuidDef")]
     pub topic_id: Uuid,
+    #[serde(with = "ErrorCodeDef")]
     pub error_code: ErrorCode,
     pub error_message: Option<String>,
     pub num_partitions: i32,
     pub replication_factor: i16,
 }
 
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct DeleteTopicsRequest {
     pub names: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeletableTopicResult {
     pub name: String,
+    #[serde(with = "UuidDef")]
     pub topic_id: Uuid,
+    #[serde(with = "ErrorCodeDef")]
     pub error_code: ErrorCode,
 }
 
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct CreatePartitionsRequest {
     pub topics: Vec<CreatePartitionsTopic>,
     pub validate_only: bool,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreatePartitionsTopic {
     pub name: String,
     /// The new total partition count.
@@ -165,23 +178,25 @@ pub struct CreatePartitionsTopic {
     pub assignments: Vec<Vec<i32>>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreatePartitionsTopicResult {
     pub name: String,
+    #[serde(with = "ErrorCodeDef")]
     pub error_code: ErrorCode,
     pub error_message: Option<String>,
 }
 
 /// AlterPartition: a partition leader asks to change its ISR.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AlterPartitionRequest {
     pub broker_id: i32,
     pub broker_epoch: i64,
     pub partitions: Vec<AlterPartitionData>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AlterPartitionData {
+    #[serde(with = "UuidDef")]
     pub topic_id: Uuid,
     pub partition_index: i32,
     /// The leader epoch the leader believes is current.
@@ -194,17 +209,20 @@ pub struct AlterPartitionData {
     pub leader_recovery_state: i8,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AlterPartitionResponse {
     /// Top-level error (STALE_BROKER_EPOCH, …): when set, no partition was changed.
+    #[serde(with = "ErrorCodeDef")]
     pub error_code: ErrorCode,
     pub partitions: Vec<AlterPartitionResult>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AlterPartitionResult {
+    #[serde(with = "UuidDef")]
     pub topic_id: Uuid,
     pub partition_index: i32,
+    #[serde(with = "ErrorCodeDef")]
     pub error_code: ErrorCode,
     /// The partition's state after the change (or as it is, on error).
     pub leader_id: i32,
@@ -215,13 +233,13 @@ pub struct AlterPartitionResult {
 }
 
 /// Kafka's `ElectionType`: preferred (0) or unclean (1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ElectionType {
     Preferred,
     Unclean,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ElectLeadersRequest {
     pub election_type: ElectionType,
     /// `None`: every partition.
@@ -229,36 +247,38 @@ pub struct ElectLeadersRequest {
 }
 
 /// One partition's outcome (ElectLeaders, AlterPartitionReassignments).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PartitionResult {
     pub topic: String,
     pub partition: i32,
+    #[serde(with = "ErrorCodeDef")]
     pub error_code: ErrorCode,
     pub error_message: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct AlterPartitionReassignmentsRequest {
     /// `(topic, partition, target replicas)`; `None` cancels the partition's
     /// reassignment.
     pub partitions: Vec<(String, i32, Option<Vec<i32>>)>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AllocateProducerIdsRequest {
     pub broker_id: i32,
     pub broker_epoch: i64,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AllocateProducerIdsResponse {
+    #[serde(with = "ErrorCodeDef")]
     pub error_code: ErrorCode,
     pub producer_id_start: i64,
     pub producer_id_len: i32,
 }
 
 /// Kafka's `AlterConfigOp.OpType`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AlterConfigOp {
     Set,
     Delete,
@@ -266,13 +286,13 @@ pub enum AlterConfigOp {
     Subtract,
 }
 
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct IncrementalAlterConfigsRequest {
     pub resources: Vec<AlterConfigsResource>,
     pub validate_only: bool,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AlterConfigsResource {
     /// [`crate::RESOURCE_TOPIC`] or [`crate::RESOURCE_BROKER`].
     pub resource_type: i8,
@@ -280,10 +300,32 @@ pub struct AlterConfigsResource {
     pub configs: Vec<(String, AlterConfigOp, Option<String>)>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AlterConfigsResourceResult {
     pub resource_type: i8,
     pub resource_name: String,
+    #[serde(with = "ErrorCodeDef")]
     pub error_code: ErrorCode,
     pub error_message: Option<String>,
 }
+
+/// The answer of [`crate::MetadataQuorum::submit`]: the controller's response, and where
+/// in the metadata log its decision ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubmitResult {
+    pub response: ControllerResponse,
+    /// The metadata offset after the records of this decision: once a node's committed
+    /// offset reaches it ([`crate::MetadataQuorum::wait_for_offset`]), its image reflects
+    /// the decision.
+    pub next_offset: i64,
+}
+
+/// serde's view of [`Uuid`]: its 16 bytes.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Uuid")]
+struct UuidDef(pub [u8; 16]);
+
+/// serde's view of [`ErrorCode`]: the Kafka code number.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "ErrorCode")]
+struct ErrorCodeDef(pub i16);

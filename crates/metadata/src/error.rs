@@ -31,6 +31,13 @@ pub enum MetadataError {
     /// This node is not the quorum's leader; `leader_id` is the leader it knows of.
     #[error("not the controller (leader is {leader_id:?})")]
     NotController { leader_id: Option<u64> },
+    /// A quorum peer could not be reached or did not answer (a submission being
+    /// forwarded to the controller; [`crate::MetadataQuorum::submit`] retries it).
+    #[error("quorum node {node_id} unreachable: {reason}")]
+    Unreachable { node_id: u64, reason: String },
+    /// No answer within the caller's timeout; the request may still take effect.
+    #[error("no answer from the controller within {timeout:?}")]
+    Timeout { timeout: std::time::Duration },
     /// A file of the Raft log, vote or snapshot could not be read or written.
     #[error("metadata quorum storage at {path}: {source}")]
     Io {
@@ -48,6 +55,7 @@ impl MetadataError {
     pub fn error_code(&self) -> ErrorCode {
         match self {
             MetadataError::NotController { .. } => ErrorCode::NOT_CONTROLLER,
+            MetadataError::Timeout { .. } => ErrorCode::REQUEST_TIMED_OUT,
             _ => ErrorCode::UNKNOWN_SERVER_ERROR,
         }
     }

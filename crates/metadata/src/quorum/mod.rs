@@ -19,7 +19,14 @@
 //!    decision's records to that working image and hands them to
 //!    [`MetadataQuorum::propose`]. If a proposal fails it drops the working image and
 //!    starts again from `leader_image`. The Raft term is the controller epoch.
+//!    [`MetadataQuorum::start_with`] runs exactly that loop on every node (see
+//!    [`event_loop`]); it acts only while its node leads.
+//! 4. Whatever the node, the shell hands each controller request to
+//!    [`MetadataQuorum::submit`], which finds the active controller (this node's loop, or
+//!    the leader's over the quorum RPC), retries through elections until its timeout,
+//!    and answers once the decision is committed.
 
+mod event_loop;
 mod log_store;
 mod network;
 mod state_machine;
@@ -28,23 +35,36 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, Config, Raft, ServerState, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 pub use log_store::LogStore;
 pub use network::{TcpNetwork, TcpNetworkFactory, MAX_RPC_BYTES};
 pub use state_machine::StateMachineStore;
 
+use crate::api::{ControllerEvent, SubmitResult};
+use crate::controller::ControllerConfig;
 use crate::error::MetadataError;
 use crate::image::MetadataImage;
 use crate::record::{encode_batch, MetadataRecord};
+use event_loop::{EventLoop, Submission, EVENT_QUEUE_CAPACITY};
+use network::ForwardError;
+use state_machine::Shared;
+
+/// First pause of [`MetadataQuorum::submit`] between attempts; it doubles up to
+/// [`SUBMIT_BACKOFF_MAX`].
+const SUBMIT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const SUBMIT_BACKOFF_MAX: Duration = Duration::from_millis(200);
+/// Idle forwarding connections kept per peer.
+const FORWARD_IDLE_MAX: usize = 4;
 
 /// A Raft log entry's payload: one batch of records ([`crate::encode_batch`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +119,9 @@ pub struct QuorumConfig {
     pub election_timeout_max_ms: u64,
     /// Take a snapshot (and purge the log before it) every this many entries.
     pub snapshot_every_entries: u64,
+    /// The active controller's configuration, used by this node's event loop while it
+    /// leads.
+    pub controller: ControllerConfig,
 }
 
 impl Default for QuorumConfig {
@@ -108,6 +131,7 @@ impl Default for QuorumConfig {
             election_timeout_min_ms: 500,
             election_timeout_max_ms: 1_000,
             snapshot_every_entries: 5_000,
+            controller: ControllerConfig::default(),
         }
     }
 }
@@ -130,10 +154,51 @@ pub struct MetadataQuorum {
     shared: Arc<state_machine::Shared>,
     server: JoinHandle<()>,
     local_addr: SocketAddr,
+    voters: BTreeMap<u64, SocketAddr>,
+    /// This node's controller event loop (see [`event_loop`]).
+    events: mpsc::Sender<Submission>,
+    event_loop: JoinHandle<()>,
+    /// Idle connections to peers for forwarded submissions; never locked across an
+    /// await.
+    forward_idle: Mutex<BTreeMap<u64, Vec<TcpStream>>>,
 }
 
 fn quorum_err(e: impl std::fmt::Display) -> MetadataError {
     MetadataError::Quorum(e.to_string())
+}
+
+/// Appends `records` as one batch through `raft` and waits until it is committed and
+/// applied here.
+pub(crate) async fn propose_batch(
+    raft: &Raft<TypeConfig>,
+    records: &[MetadataRecord],
+) -> Result<MetadataApplied, MetadataError> {
+    let batch = encode_batch(records)?.to_vec();
+    match raft.client_write(MetadataEntry { batch }).await {
+        Ok(resp) => Ok(resp.data),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+            Err(MetadataError::NotController {
+                leader_id: f.leader_id,
+            })
+        }
+        Err(e) => Err(quorum_err(e)),
+    }
+}
+
+/// See [`MetadataQuorum::leader_image`].
+pub(crate) async fn leader_image_of(
+    raft: &Raft<TypeConfig>,
+    shared: &Shared,
+) -> Result<MetadataImage, MetadataError> {
+    match raft.ensure_linearizable().await {
+        Ok(_) => Ok(shared.lock().image.clone()),
+        Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+            Err(MetadataError::NotController {
+                leader_id: f.leader_id,
+            })
+        }
+        Err(e) => Err(quorum_err(e)),
+    }
 }
 
 impl MetadataQuorum {
@@ -147,7 +212,8 @@ impl MetadataQuorum {
     }
 
     /// Starts this node: opens its log and snapshot in `dir`, listens on its own voter
-    /// address, and joins (or initializes) the quorum.
+    /// address, joins (or initializes) the quorum, and runs the controller event loop
+    /// with `config.controller`.
     pub async fn start_with(
         node_id: u64,
         voters: BTreeMap<u64, SocketAddr>,
@@ -190,7 +256,11 @@ impl MetadataQuorum {
         )
         .await
         .map_err(quorum_err)?;
-        let server = tokio::spawn(network::serve(listener, raft.clone()));
+        let (events, events_rx) = mpsc::channel(EVENT_QUEUE_CAPACITY);
+        let event_loop = tokio::spawn(
+            EventLoop::new(node_id, raft.clone(), shared.clone(), config.controller).run(events_rx),
+        );
+        let server = tokio::spawn(network::serve(listener, raft.clone(), events.clone()));
         let members: BTreeMap<u64, BasicNode> = voters
             .iter()
             .map(|(id, addr)| (*id, BasicNode::new(addr.to_string())))
@@ -201,6 +271,7 @@ impl MetadataQuorum {
             Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
             Err(e) => {
                 server.abort();
+                event_loop.abort();
                 let _ = raft.shutdown().await;
                 return Err(quorum_err(e));
             }
@@ -211,6 +282,10 @@ impl MetadataQuorum {
             shared,
             server,
             local_addr,
+            voters,
+            events,
+            event_loop,
+            forward_idle: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -254,31 +329,125 @@ impl MetadataQuorum {
     /// Appends `records` as one batch and waits until it is committed and applied here.
     /// Returns the offset of the first record. Only the leader accepts proposals; any
     /// other node answers [`MetadataError::NotController`] with the leader it knows.
+    ///
+    /// The controller event loop proposes its own decisions; records proposed here go
+    /// around it, and it re-reads its image when it notices them. The broker shell uses
+    /// [`MetadataQuorum::submit`].
     pub async fn propose(&self, records: Vec<MetadataRecord>) -> Result<i64, MetadataError> {
-        let batch = encode_batch(&records)?.to_vec();
-        match self.raft.client_write(MetadataEntry { batch }).await {
-            Ok(resp) => Ok(resp.data.first_offset),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                Err(MetadataError::NotController {
-                    leader_id: f.leader_id,
-                })
-            }
-            Err(e) => Err(quorum_err(e)),
-        }
+        propose_batch(&self.raft, &records)
+            .await
+            .map(|applied| applied.first_offset)
     }
 
     /// On the leader: the committed image once every entry of earlier terms is applied,
     /// which is what the active controller must decide from.
     pub async fn leader_image(&self) -> Result<MetadataImage, MetadataError> {
-        match self.raft.ensure_linearizable().await {
-            Ok(_) => Ok(self.image()),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
-                Err(MetadataError::NotController {
-                    leader_id: f.leader_id,
-                })
+        leader_image_of(&self.raft, &self.shared).await
+    }
+
+    /// Hands `event` to the active controller wherever it runs: this node's own event
+    /// loop when it leads, else the leader over the quorum RPC. Retries
+    /// [`MetadataError::NotController`] and an unreachable leader (waiting for an
+    /// election, with a bounded backoff) until `timeout`; then answers the last
+    /// NotController, or [`MetadataError::Timeout`] when an attempt was still under way.
+    /// Returns once the decision's records are committed (on the controller's node; see
+    /// [`SubmitResult::next_offset`] for this one).
+    ///
+    /// A retried event may have been decided already by a controller that lost its
+    /// leadership while committing it; the controller's answers to a repeat (a topic
+    /// that already exists, …) are then what the caller sees, as with Kafka's
+    /// NOT_CONTROLLER retries.
+    pub async fn submit(
+        &self,
+        event: ControllerEvent,
+        timeout: Duration,
+    ) -> Result<SubmitResult, MetadataError> {
+        let deadline = Instant::now() + timeout;
+        let mut backoff = SUBMIT_BACKOFF_MIN;
+        let mut hint: Option<u64> = None;
+        let mut last = MetadataError::NotController { leader_id: None };
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(last);
             }
-            Err(e) => Err(quorum_err(e)),
+            let target = hint.take().or_else(|| self.leader_id());
+            let attempt = async {
+                match target {
+                    Some(id) if id == self.node_id => self.submit_local(event.clone()).await,
+                    Some(id) => self.forward(id, event.clone(), remaining).await,
+                    None => Err(MetadataError::NotController { leader_id: None }),
+                }
+            };
+            match tokio::time::timeout(remaining, attempt).await {
+                Err(_) => return Err(MetadataError::Timeout { timeout }),
+                Ok(Ok(result)) => return Ok(result),
+                Ok(Err(MetadataError::NotController { leader_id })) => {
+                    // A peer that is not the leader names the one it knows; try it next.
+                    hint = leader_id.filter(|l| Some(*l) != target);
+                    last = MetadataError::NotController { leader_id };
+                }
+                Ok(Err(MetadataError::Unreachable { node_id, reason })) => {
+                    tracing::debug!(node_id, %reason, "controller unreachable; retrying");
+                    last = MetadataError::NotController { leader_id: None };
+                }
+                Ok(Err(e)) => return Err(e),
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(backoff.min(remaining)).await;
+            backoff = (backoff * 2).min(SUBMIT_BACKOFF_MAX);
         }
+    }
+
+    /// Puts `event` on this node's event loop and waits for its answer.
+    async fn submit_local(&self, event: ControllerEvent) -> Result<SubmitResult, MetadataError> {
+        submit_to_loop(&self.events, event).await
+    }
+
+    /// Sends `event` to node `node_id`'s event loop over the quorum RPC.
+    async fn forward(
+        &self,
+        node_id: u64,
+        event: ControllerEvent,
+        ttl: Duration,
+    ) -> Result<SubmitResult, MetadataError> {
+        let unreachable = |reason: String| MetadataError::Unreachable { node_id, reason };
+        let addr = *self
+            .voters
+            .get(&node_id)
+            .ok_or_else(|| unreachable("not among the voters".into()))?;
+        let idle = self
+            .forward_idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&node_id)
+            .and_then(Vec::pop);
+        let mut stream = match idle {
+            Some(s) => s,
+            None => {
+                let s = TcpStream::connect(addr)
+                    .await
+                    .map_err(|e| unreachable(e.to_string()))?;
+                let _ = s.set_nodelay(true);
+                s
+            }
+        };
+        // On a timeout the stream is dropped with the future: it may hold half a frame.
+        let answer = tokio::time::timeout(ttl, network::call_controller(&mut stream, event))
+            .await
+            .map_err(|_| unreachable("no answer in time".into()))?
+            .map_err(|e| unreachable(e.to_string()))?;
+        {
+            let mut idle = self.forward_idle.lock().unwrap_or_else(|p| p.into_inner());
+            let conns = idle.entry(node_id).or_default();
+            if conns.len() < FORWARD_IDLE_MAX {
+                conns.push(stream);
+            }
+        }
+        answer.map_err(|e| match e {
+            ForwardError::NotController { leader_id } => MetadataError::NotController { leader_id },
+            ForwardError::Other(reason) => MetadataError::Quorum(reason),
+        })
     }
 
     /// The image of every record committed and applied on this node so far.
@@ -325,6 +494,7 @@ impl MetadataQuorum {
     /// Stops Raft and the listener. The files stay; a later start recovers from them.
     pub async fn shutdown(self) -> Result<(), MetadataError> {
         self.server.abort();
+        self.event_loop.abort();
         self.raft.shutdown().await.map_err(quorum_err)
     }
 }
@@ -332,5 +502,20 @@ impl MetadataQuorum {
 impl Drop for MetadataQuorum {
     fn drop(&mut self) {
         self.server.abort();
+        self.event_loop.abort();
     }
+}
+
+/// Puts `event` on an event loop's queue and waits for its answer.
+pub(crate) async fn submit_to_loop(
+    events: &mpsc::Sender<Submission>,
+    event: ControllerEvent,
+) -> Result<SubmitResult, MetadataError> {
+    let stopped = || MetadataError::Quorum("the controller event loop has stopped".into());
+    let (reply, answer) = oneshot::channel();
+    events
+        .send(Submission { event, reply })
+        .await
+        .map_err(|_| stopped())?;
+    answer.await.map_err(|_| stopped())?
 }

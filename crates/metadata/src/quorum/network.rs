@@ -3,7 +3,9 @@
 //! Each message is a frame: `u32` big-endian length, then the postcard encoding of an
 //! [`RpcRequest`] or [`RpcResponse`]. A client keeps one connection per peer and sends
 //! one request at a time on it (openraft drives each peer with one `&mut` network
-//! object), so responses need no correlation ids. Any I/O error drops the connection;
+//! object), so responses need no correlation ids. The same port carries controller
+//! events that a node forwards to the leader ([`RpcRequest::Controller`]): the server
+//! puts them on its own controller event loop and answers with what the loop decided. Any I/O error drops the connection;
 //! the next call dials again. Frames above [`MAX_RPC_BYTES`] are refused before anything
 //! is allocated for them.
 
@@ -24,8 +26,12 @@ use openraft::{BasicNode, Raft};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 
-use super::TypeConfig;
+use super::event_loop::Submission;
+use super::{submit_to_loop, TypeConfig};
+use crate::api::{ControllerEvent, SubmitResult};
+use crate::error::MetadataError;
 
 type NodeId = u64;
 
@@ -37,6 +43,8 @@ pub(crate) enum RpcRequest {
     AppendEntries(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<NodeId>),
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    /// An event for the active controller, forwarded by a node that does not lead.
+    Controller(ControllerEvent),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -46,6 +54,36 @@ pub(crate) enum RpcResponse {
     InstallSnapshot(
         Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
     ),
+    Controller(Result<SubmitResult, ForwardError>),
+}
+
+/// Why a forwarded controller event was not decided: what of [`MetadataError`] the
+/// submitter needs to tell apart (retry elsewhere, or give up).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum ForwardError {
+    NotController { leader_id: Option<u64> },
+    Other(String),
+}
+
+impl From<MetadataError> for ForwardError {
+    fn from(e: MetadataError) -> Self {
+        match e {
+            MetadataError::NotController { leader_id } => ForwardError::NotController { leader_id },
+            e => ForwardError::Other(e.to_string()),
+        }
+    }
+}
+
+/// Sends one controller event on `stream` and reads the answer.
+pub(crate) async fn call_controller(
+    stream: &mut TcpStream,
+    event: ControllerEvent,
+) -> io::Result<Result<SubmitResult, ForwardError>> {
+    write_msg(stream, &RpcRequest::Controller(event)).await?;
+    match read_msg::<RpcResponse>(stream).await? {
+        RpcResponse::Controller(answer) => Ok(answer),
+        _ => Err(io::Error::other("unexpected rpc response")),
+    }
 }
 
 async fn write_msg<T: Serialize>(stream: &mut TcpStream, msg: &T) -> io::Result<()> {
@@ -76,8 +114,13 @@ async fn read_msg<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> io::R
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
 }
 
-/// Serves Raft RPCs from peers on `listener` until the task is aborted.
-pub(crate) async fn serve(listener: TcpListener, raft: Raft<TypeConfig>) {
+/// Serves Raft RPCs and forwarded controller events from peers on `listener` until the
+/// task is aborted.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    raft: Raft<TypeConfig>,
+    events: mpsc::Sender<Submission>,
+) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
@@ -89,8 +132,9 @@ pub(crate) async fn serve(listener: TcpListener, raft: Raft<TypeConfig>) {
         };
         let _ = stream.set_nodelay(true);
         let raft = raft.clone();
+        let events = events.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_connection(stream, raft).await {
+            if let Err(e) = serve_connection(stream, raft, events).await {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
                     tracing::debug!(%peer, error = %e, "quorum connection closed");
                 }
@@ -99,7 +143,11 @@ pub(crate) async fn serve(listener: TcpListener, raft: Raft<TypeConfig>) {
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, raft: Raft<TypeConfig>) -> io::Result<()> {
+async fn serve_connection(
+    mut stream: TcpStream,
+    raft: Raft<TypeConfig>,
+    events: mpsc::Sender<Submission>,
+) -> io::Result<()> {
     loop {
         let request: RpcRequest = read_msg(&mut stream).await?;
         let response = match request {
@@ -110,6 +158,11 @@ async fn serve_connection(mut stream: TcpStream, raft: Raft<TypeConfig>) -> io::
             RpcRequest::InstallSnapshot(r) => {
                 RpcResponse::InstallSnapshot(raft.install_snapshot(r).await)
             }
+            RpcRequest::Controller(event) => RpcResponse::Controller(
+                submit_to_loop(&events, event)
+                    .await
+                    .map_err(ForwardError::from),
+            ),
         };
         write_msg(&mut stream, &response).await?;
     }

@@ -6,6 +6,7 @@ mod controller;
 mod image;
 mod quorum;
 mod simulation;
+mod submit;
 
 use rill_protocol::{ErrorCode, Uuid};
 

@@ -23,6 +23,7 @@ fn fast() -> QuorumConfig {
         election_timeout_max_ms: 600,
         // Small, so that snapshots and log purges happen during the test.
         snapshot_every_entries: 10,
+        controller: ControllerConfig::default(),
     }
 }
 

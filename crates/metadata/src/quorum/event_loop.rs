@@ -1,0 +1,331 @@
+//! The active controller's event loop: the one task per node that owns a
+//! [`QuorumController`] and turns events into committed metadata records.
+//!
+//! Kafka's controller moved from many threads sharing state under locks to one thread
+//! draining an event queue (the seed's `EventExecutorThread`, KRaft's `KafkaEventQueue`);
+//! this is that loop. Nothing else touches the controller or its working image, so there
+//! is no locking of controller state: every event, timer and leadership change is handled
+//! here, one at a time.
+//!
+//! # Protocol
+//! 1. Events arrive on a bounded queue ([`EVENT_QUEUE_CAPACITY`]), each with a oneshot
+//!    for its answer: from [`super::MetadataQuorum::submit`] on this node, or from a
+//!    peer that forwarded its submission over the quorum RPC.
+//! 2. Before an event or timer is handled, the loop checks that this node is the Raft
+//!    leader. If it is not, the event is answered [`MetadataError::NotController`] with
+//!    the leader this node knows, and any working state is dropped.
+//! 3. The first time it handles something in a new term as leader, it takes
+//!    [`super::MetadataQuorum::leader_image`] (everything committed in earlier terms,
+//!    applied) as its working image and makes a fresh [`QuorumController`], then ticks
+//!    it at once: the tick counts every registered, unfenced broker as heard from now,
+//!    so leases restart at takeover, as in Kafka's `BrokerHeartbeatManager` on a new
+//!    active controller.
+//! 4. Each event: `handle(event, working image, now)`, apply the records to the working
+//!    image, propose them as one batch, and answer once they are committed with the
+//!    response and the offset after the batch. A decision with no records is answered
+//!    at once (its `next_offset` is the working image's, which is committed).
+//! 5. Timer: while leading, [`QuorumController::tick`] runs at
+//!    [`QuorumController::next_deadline`] and at least every [`TICK_INTERVAL_MAX`]; its
+//!    records (lease expiry fencing, preferred-leader election) are proposed the same way.
+//! 6. A proposal that fails, or times out, drops the working image and controller: the
+//!    next event starts again from step 3, and the event is answered NotController so
+//!    that the submitter retries against whoever leads now.
+//!
+//! # Why at most one controller acts per term
+//! Only the Raft leader proposes, and Raft commits an entry only with a quorum of the
+//! term it was proposed in: a deposed leader's proposals fail (or are overwritten by the
+//! new leader's log), so its decisions never become records, and its working image is
+//! thrown away on the failure. The working image only ever runs ahead of the committed
+//! image by the batch in flight, because proposals are awaited one at a time; if the
+//! committed offsets ever disagree with the working image (someone proposed around the
+//! loop), the image is re-read rather than trusted.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use openraft::{Raft, ServerState};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::{leader_image_of, propose_batch, Shared, TypeConfig};
+use crate::api::{ControllerEvent, SubmitResult};
+use crate::controller::{ControllerConfig, QuorumController};
+use crate::error::MetadataError;
+use crate::image::MetadataImage;
+use crate::record::MetadataRecord;
+
+/// Events waiting for the loop; a full queue makes submitters wait (their own timeout
+/// bounds that).
+pub(crate) const EVENT_QUEUE_CAPACITY: usize = 1_024;
+
+/// The longest the loop sleeps between ticks while leading.
+pub(crate) const TICK_INTERVAL_MAX: Duration = Duration::from_secs(1);
+
+/// Bound on one `leader_image` or `propose` call: a leader cut off from its quorum must
+/// not hold the loop forever.
+pub(crate) const LEADER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One event on the queue and where its answer goes.
+pub(crate) struct Submission {
+    pub event: ControllerEvent,
+    pub reply: oneshot::Sender<Result<SubmitResult, MetadataError>>,
+}
+
+/// The controller state of the term this node leads.
+struct Active {
+    term: u64,
+    controller: QuorumController,
+    /// The committed image plus the records of the batch in flight (none between
+    /// events).
+    image: MetadataImage,
+}
+
+/// The loop's state; see the module docs.
+pub(crate) struct EventLoop {
+    pub node_id: u64,
+    pub raft: Raft<TypeConfig>,
+    pub shared: Arc<Shared>,
+    pub config: ControllerConfig,
+    active: Option<Active>,
+}
+
+/// Wall-clock milliseconds: the one place the controller's clock is read.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl EventLoop {
+    pub(crate) fn new(
+        node_id: u64,
+        raft: Raft<TypeConfig>,
+        shared: Arc<Shared>,
+        config: ControllerConfig,
+    ) -> Self {
+        Self {
+            node_id,
+            raft,
+            shared,
+            config,
+            active: None,
+        }
+    }
+
+    /// Runs until every sender of `events` is gone or Raft stops.
+    pub(crate) async fn run(mut self, mut events: mpsc::Receiver<Submission>) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let wake = self.next_wake();
+            tokio::select! {
+                submission = events.recv() => match submission {
+                    Some(s) => self.on_event(s).await,
+                    None => return,
+                },
+                changed = metrics.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    // Leadership moved: start (or stop) acting without waiting for an
+                    // event, so that leases restart and expire on time.
+                    let (leading, term) = self.leadership();
+                    let stale = self.active.as_ref().is_some_and(|a| a.term != term);
+                    if !leading || stale {
+                        self.active = None;
+                    }
+                    if leading && self.active.is_none() {
+                        self.on_timer().await;
+                    }
+                }
+                () = tokio::time::sleep_until(wake) => self.on_timer().await,
+            }
+        }
+    }
+
+    /// Whether this node leads, and the current term.
+    fn leadership(&self) -> (bool, u64) {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        (
+            m.state == ServerState::Leader && m.current_leader == Some(self.node_id),
+            m.current_term,
+        )
+    }
+
+    /// The leader to name in a NotController answer (never this node: it just failed).
+    fn known_leader(&self) -> Option<u64> {
+        self.raft
+            .metrics()
+            .borrow()
+            .current_leader
+            .filter(|l| *l != self.node_id)
+    }
+
+    fn next_wake(&self) -> Instant {
+        let now = Instant::now();
+        let Some(active) = &self.active else {
+            return now + TICK_INTERVAL_MAX;
+        };
+        let until_deadline = active
+            .controller
+            .next_deadline(&active.image)
+            .map(|deadline| {
+                let ms = deadline.saturating_sub(now_ms()).max(0);
+                // One ms late rather than early: the lease lapses strictly after it.
+                Duration::from_millis(u64::try_from(ms).unwrap_or(0) + 1)
+            })
+            .unwrap_or(TICK_INTERVAL_MAX);
+        now + until_deadline.min(TICK_INTERVAL_MAX)
+    }
+
+    /// Makes sure the loop acts as the controller of the current term (steps 2 and 3).
+    async fn ensure_active(&mut self) -> Result<(), MetadataError> {
+        let (leading, term) = self.leadership();
+        if !leading {
+            self.active = None;
+            return Err(MetadataError::NotController {
+                leader_id: self.known_leader(),
+            });
+        }
+        if self.active.as_ref().is_some_and(|a| a.term == term) {
+            return Ok(());
+        }
+        self.active = None;
+        let image = match tokio::time::timeout(
+            LEADER_CALL_TIMEOUT,
+            leader_image_of(&self.raft, &self.shared),
+        )
+        .await
+        {
+            Ok(Ok(image)) => image,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(MetadataError::NotController {
+                    leader_id: self.known_leader(),
+                })
+            }
+        };
+        // A fresh random source per term, so that a new controller does not hand out
+        // the topic ids its predecessor already used for topics since deleted.
+        let seed = self.config.seed
+            ^ term.rotate_left(32)
+            ^ u64::try_from(image.next_offset).unwrap_or(0).rotate_left(7);
+        let controller = QuorumController::new(ControllerConfig {
+            seed,
+            ..self.config.clone()
+        });
+        tracing::info!(
+            node = self.node_id,
+            term,
+            offset = image.next_offset,
+            "became the active controller"
+        );
+        self.active = Some(Active {
+            term,
+            controller,
+            image,
+        });
+        // Restart every lease now (see the module docs, step 3).
+        self.tick().await
+    }
+
+    async fn on_event(&mut self, submission: Submission) {
+        let answer = self.decide(submission.event).await;
+        // The submitter may have given up; nothing to do then.
+        let _ = submission.reply.send(answer);
+    }
+
+    async fn decide(&mut self, event: ControllerEvent) -> Result<SubmitResult, MetadataError> {
+        self.ensure_active().await?;
+        let Some(active) = self.active.as_mut() else {
+            return Err(MetadataError::NotController {
+                leader_id: self.known_leader(),
+            });
+        };
+        let result = active.controller.handle(event, &active.image, now_ms());
+        let next_offset = self.commit(result.records).await?;
+        Ok(SubmitResult {
+            response: result.response,
+            next_offset,
+        })
+    }
+
+    async fn on_timer(&mut self) {
+        let (leading, term) = self.leadership();
+        if !leading {
+            self.active = None;
+            return;
+        }
+        let result = if self.active.as_ref().is_some_and(|a| a.term == term) {
+            self.tick().await
+        } else {
+            self.ensure_active().await
+        };
+        if let Err(e) = result {
+            tracing::debug!(node = self.node_id, error = %e, "controller tick not applied");
+        }
+    }
+
+    async fn tick(&mut self) -> Result<(), MetadataError> {
+        let Some(active) = self.active.as_mut() else {
+            return Ok(());
+        };
+        let result = active.controller.tick(&active.image, now_ms());
+        self.commit(result.records).await.map(|_| ())
+    }
+
+    /// Applies `records` to the working image, proposes them and waits for the commit;
+    /// returns the offset after them (step 4, and 6 on failure).
+    async fn commit(&mut self, records: Vec<MetadataRecord>) -> Result<i64, MetadataError> {
+        let Some(active) = self.active.as_mut() else {
+            return Err(MetadataError::NotController {
+                leader_id: self.known_leader(),
+            });
+        };
+        let expected_first = active.image.next_offset;
+        if records.is_empty() {
+            return Ok(expected_first);
+        }
+        for record in &records {
+            // The controller built these against this image, so they apply; if one
+            // does not (a controller bug), every replica skips it alike.
+            if let Err(e) = active.image.apply(record) {
+                tracing::error!(error = %e, "controller record does not apply to its own image");
+            }
+        }
+        let proposed =
+            tokio::time::timeout(LEADER_CALL_TIMEOUT, propose_batch(&self.raft, &records)).await;
+        match proposed {
+            Ok(Ok(applied)) => {
+                if applied.first_offset != expected_first {
+                    // Records were committed that this loop did not decide: its working
+                    // image is not the log's. Re-read it before the next decision.
+                    tracing::warn!(
+                        expected_first,
+                        first = applied.first_offset,
+                        "metadata log moved under the controller; re-reading the image"
+                    );
+                    self.active = None;
+                }
+                Ok(applied.next_offset)
+            }
+            Ok(Err(e)) => {
+                tracing::info!(node = self.node_id, error = %e, "proposal failed; controller steps back");
+                self.active = None;
+                Err(MetadataError::NotController {
+                    leader_id: self.known_leader(),
+                })
+            }
+            Err(_) => {
+                tracing::warn!(
+                    node = self.node_id,
+                    "proposal not committed within {LEADER_CALL_TIMEOUT:?}; controller steps back"
+                );
+                self.active = None;
+                Err(MetadataError::NotController {
+                    leader_id: self.known_leader(),
+                })
+            }
+        }
+    }
+}
