@@ -381,7 +381,7 @@ async fn truncate_once(
             }
             match replicas.truncate_to_leader_epoch(&tp, leader_epoch, asked_epoch, p.leader_epoch, p.end_offset) {
                 Ok(()) => update_state(fetcher, &tp, leader_epoch, |s| s.needs_truncation = false),
-                Err(e) => tracing::warn!(%tp, error = %e, "truncation failed"),
+                Err(e) => tracing::debug!(%tp, error = %e, "truncation skipped"),
             }
         }
     }

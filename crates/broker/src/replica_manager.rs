@@ -616,7 +616,7 @@ impl ReplicaManager {
             .map_err(|code| (code, None))?;
         let statuses = self.broker_statuses();
         let now = now_ms();
-        let mut proposal = None;
+        let proposal;
         let mut moved = false;
         {
             let mut leader = partition.leader_state();
