@@ -399,8 +399,12 @@ impl MetadataQuorum {
         }
     }
 
-    /// Puts `event` on this node's event loop and waits for its answer.
-    async fn submit_local(&self, event: ControllerEvent) -> Result<SubmitResult, MetadataError> {
+    /// Puts `event` on this node's event loop and waits for its answer (NotController
+    /// unless this node leads).
+    pub(crate) async fn submit_local(
+        &self,
+        event: ControllerEvent,
+    ) -> Result<SubmitResult, MetadataError> {
         submit_to_loop(&self.events, event).await
     }
 

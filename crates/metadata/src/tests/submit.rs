@@ -161,6 +161,14 @@ async fn three_nodes_forward_to_the_leader_and_fail_over() {
     let leader = nodes.iter().position(|n| n.is_leader()).unwrap();
     let follower = (leader + 1) % 3;
 
+    // A follower's own loop does not act as controller: it names the leader.
+    let leader_id = nodes[leader].node_id();
+    match nodes[follower].submit_local(register(9)).await {
+        Err(MetadataError::NotController { leader_id: l }) => assert_eq!(l, Some(leader_id)),
+        other => panic!("{other:?}"),
+    }
+    assert!(nodes[follower].image().broker(9).is_none());
+
     // Everything goes through a follower: it forwards to the leader's loop.
     for b in 1..=3 {
         join(&nodes[follower], b).await;
