@@ -330,3 +330,39 @@ fn controller_messages_round_trip_through_postcard() {
         answer
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_controller_restarts_leases_then_fences_the_silent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = cluster(dir.path(), fast(1_000)).await;
+    let leader = nodes.iter().position(|n| n.is_leader()).unwrap();
+    join(&nodes[leader], 1).await;
+    // Every survivor has seen broker 1 unfenced before the leader goes.
+    let committed = nodes[leader].committed_offset();
+    for n in &nodes {
+        assert!(n.wait_for_offset(committed, TIMEOUT).await);
+        assert!(!n.image().broker(1).unwrap().fenced);
+    }
+    let old = nodes.remove(leader);
+    old.shutdown().await.unwrap();
+    let killed = Instant::now();
+
+    // No event reaches the new controller: its own loop takes over on the election,
+    // counts broker 1 as heard from at takeover, and fences it a session later.
+    let deadline = killed + Duration::from_secs(10);
+    loop {
+        let image = nodes[0].image();
+        if image.broker(1).unwrap().fenced {
+            break;
+        }
+        assert!(Instant::now() < deadline, "broker 1 never fenced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        killed.elapsed() >= Duration::from_millis(1_000),
+        "fenced at takeover, not a session after it"
+    );
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
