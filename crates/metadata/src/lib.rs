@@ -9,7 +9,9 @@
 //!   outputs), and [`check_image_invariants`].
 //! - [`placement`]: rack-unaware replica placement.
 //! - [`quorum`]: the Raft quorum (openraft) that replicates the records among the
-//!   controller nodes; the only module that uses tokio, files and sockets.
+//!   controller nodes, and the controller's event loop that runs on every node and acts
+//!   while its node leads; [`MetadataQuorum::submit`] is how any node hands an event to
+//!   the active controller. The only module that uses tokio, files and sockets.
 //!
 //! ```
 //! use rill_metadata::*;

@@ -27,9 +27,14 @@
 //! 5. Timer: while leading, [`QuorumController::tick`] runs at
 //!    [`QuorumController::next_deadline`] and at least every [`TICK_INTERVAL_MAX`]; its
 //!    records (lease expiry fencing, preferred-leader election) are proposed the same way.
-//! 6. A proposal that fails, or times out, drops the working image and controller: the
-//!    next event starts again from step 3, and the event is answered NotController so
-//!    that the submitter retries against whoever leads now.
+//! 6. A proposal that fails drops the working image and controller: the next event
+//!    starts again from step 3, and the event is answered NotController so that the
+//!    submitter retries against whoever leads now.
+//!
+//! The loop reads a monotonic clock (milliseconds since it started), not the wall
+//! clock: the controller only measures intervals with it (leases, the rebalance check),
+//! and a wall clock stepped by NTP would fence every broker at once, or none for hours.
+//! A fresh controller per term means no time is carried between loops.
 //!
 //! # Why at most one controller acts per term
 //! Only the Raft leader proposes, and Raft commits an entry only with a quorum of the
@@ -39,9 +44,16 @@
 //! image by the batch in flight, because proposals are awaited one at a time; if the
 //! committed offsets ever disagree with the working image (someone proposed around the
 //! loop), the image is re-read rather than trusted.
+//!
+//! A proposal is awaited without a timeout on purpose: until Raft says whether it
+//! committed (it commits, or a new leader truncates it and openraft answers
+//! ForwardToLeader), no next decision could know which image it starts from. A leader
+//! cut off from its quorum therefore holds its loop until the partition heals or the
+//! node stops; submitters are bounded by their own timeouts and the queue's capacity,
+//! and every other node forwards to the new leader meanwhile.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use openraft::{Raft, ServerState};
 use tokio::sync::{mpsc, oneshot};
@@ -61,9 +73,9 @@ pub(crate) const EVENT_QUEUE_CAPACITY: usize = 1_024;
 /// The longest the loop sleeps between ticks while leading.
 pub(crate) const TICK_INTERVAL_MAX: Duration = Duration::from_secs(1);
 
-/// Bound on one `leader_image` or `propose` call: a leader cut off from its quorum must
-/// not hold the loop forever.
-pub(crate) const LEADER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on taking the leader image (a quorum round trip, no side effect), so that a
+/// leader cut off from its quorum answers NotController rather than holding the loop.
+pub(crate) const LEADER_IMAGE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One event on the queue and where its answer goes.
 pub(crate) struct Submission {
@@ -87,13 +99,8 @@ pub(crate) struct EventLoop {
     pub shared: Arc<Shared>,
     pub config: ControllerConfig,
     active: Option<Active>,
-}
-
-/// Wall-clock milliseconds: the one place the controller's clock is read.
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    /// Time zero of the controller's clock.
+    started: Instant,
 }
 
 impl EventLoop {
@@ -109,7 +116,13 @@ impl EventLoop {
             shared,
             config,
             active: None,
+            started: Instant::now(),
         }
+    }
+
+    /// The controller's clock: monotonic milliseconds since the loop started.
+    fn now_ms(&self) -> i64 {
+        i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
     }
 
     /// Runs until every sender of `events` is gone or Raft stops.
@@ -166,16 +179,14 @@ impl EventLoop {
         let Some(active) = &self.active else {
             return now + TICK_INTERVAL_MAX;
         };
-        let until_deadline = active
-            .controller
-            .next_deadline(&active.image)
-            .map(|deadline| {
-                let ms = deadline.saturating_sub(now_ms()).max(0);
-                // One ms late rather than early: the lease lapses strictly after it.
-                Duration::from_millis(u64::try_from(ms).unwrap_or(0) + 1)
-            })
-            .unwrap_or(TICK_INTERVAL_MAX);
-        now + until_deadline.min(TICK_INTERVAL_MAX)
+        let latest = now + TICK_INTERVAL_MAX;
+        match active.controller.next_deadline(&active.image) {
+            // One ms late rather than early: a lease lapses strictly after its deadline.
+            Some(deadline_ms) => u64::try_from(deadline_ms.saturating_add(1))
+                .map(|ms| self.started + Duration::from_millis(ms))
+                .map_or(latest, |at| at.min(latest)),
+            None => latest,
+        }
     }
 
     /// Makes sure the loop acts as the controller of the current term (steps 2 and 3).
@@ -192,7 +203,7 @@ impl EventLoop {
         }
         self.active = None;
         let image = match tokio::time::timeout(
-            LEADER_CALL_TIMEOUT,
+            LEADER_IMAGE_TIMEOUT,
             leader_image_of(&self.raft, &self.shared),
         )
         .await
@@ -237,12 +248,13 @@ impl EventLoop {
 
     async fn decide(&mut self, event: ControllerEvent) -> Result<SubmitResult, MetadataError> {
         self.ensure_active().await?;
+        let now_ms = self.now_ms();
         let Some(active) = self.active.as_mut() else {
             return Err(MetadataError::NotController {
                 leader_id: self.known_leader(),
             });
         };
-        let result = active.controller.handle(event, &active.image, now_ms());
+        let result = active.controller.handle(event, &active.image, now_ms);
         let next_offset = self.commit(result.records).await?;
         Ok(SubmitResult {
             response: result.response,
@@ -267,10 +279,11 @@ impl EventLoop {
     }
 
     async fn tick(&mut self) -> Result<(), MetadataError> {
+        let now_ms = self.now_ms();
         let Some(active) = self.active.as_mut() else {
             return Ok(());
         };
-        let result = active.controller.tick(&active.image, now_ms());
+        let result = active.controller.tick(&active.image, now_ms);
         self.commit(result.records).await.map(|_| ())
     }
 
@@ -293,10 +306,8 @@ impl EventLoop {
                 tracing::error!(error = %e, "controller record does not apply to its own image");
             }
         }
-        let proposed =
-            tokio::time::timeout(LEADER_CALL_TIMEOUT, propose_batch(&self.raft, &records)).await;
-        match proposed {
-            Ok(Ok(applied)) => {
+        match propose_batch(&self.raft, &records).await {
+            Ok(applied) => {
                 if applied.first_offset != expected_first {
                     // Records were committed that this loop did not decide: its working
                     // image is not the log's. Re-read it before the next decision.
@@ -309,18 +320,8 @@ impl EventLoop {
                 }
                 Ok(applied.next_offset)
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 tracing::info!(node = self.node_id, error = %e, "proposal failed; controller steps back");
-                self.active = None;
-                Err(MetadataError::NotController {
-                    leader_id: self.known_leader(),
-                })
-            }
-            Err(_) => {
-                tracing::warn!(
-                    node = self.node_id,
-                    "proposal not committed within {LEADER_CALL_TIMEOUT:?}; controller steps back"
-                );
                 self.active = None;
                 Err(MetadataError::NotController {
                     leader_id: self.known_leader(),

@@ -20,7 +20,7 @@
 //!    [`MetadataQuorum::propose`]. If a proposal fails it drops the working image and
 //!    starts again from `leader_image`. The Raft term is the controller epoch.
 //!    [`MetadataQuorum::start_with`] runs exactly that loop on every node (see
-//!    [`event_loop`]); it acts only while its node leads.
+//!    `quorum/event_loop.rs`); it acts only while its node leads.
 //! 4. Whatever the node, the shell hands each controller request to
 //!    [`MetadataQuorum::submit`], which finds the active controller (this node's loop, or
 //!    the leader's over the quorum RPC), retries through elections until its timeout,
@@ -155,7 +155,7 @@ pub struct MetadataQuorum {
     server: JoinHandle<()>,
     local_addr: SocketAddr,
     voters: BTreeMap<u64, SocketAddr>,
-    /// This node's controller event loop (see [`event_loop`]).
+    /// This node's controller event loop (see `event_loop.rs`).
     events: mpsc::Sender<Submission>,
     event_loop: JoinHandle<()>,
     /// Idle connections to peers for forwarded submissions; never locked across an
@@ -399,8 +399,12 @@ impl MetadataQuorum {
         }
     }
 
-    /// Puts `event` on this node's event loop and waits for its answer.
-    async fn submit_local(&self, event: ControllerEvent) -> Result<SubmitResult, MetadataError> {
+    /// Puts `event` on this node's event loop and waits for its answer (NotController
+    /// unless this node leads).
+    pub(crate) async fn submit_local(
+        &self,
+        event: ControllerEvent,
+    ) -> Result<SubmitResult, MetadataError> {
         submit_to_loop(&self.events, event).await
     }
 

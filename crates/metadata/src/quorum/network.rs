@@ -115,13 +115,18 @@ async fn read_msg<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> io::R
 }
 
 /// Serves Raft RPCs and forwarded controller events from peers on `listener` until the
-/// task is aborted.
+/// task is aborted. The connections' tasks live in a `JoinSet` owned by this task, so
+/// aborting it closes them too: a stopped node must not keep answering peers on
+/// connections they opened before it stopped.
 pub(crate) async fn serve(
     listener: TcpListener,
     raft: Raft<TypeConfig>,
     events: mpsc::Sender<Submission>,
 ) {
+    let mut connections = tokio::task::JoinSet::new();
     loop {
+        // Reap finished connections so the set stays as large as the open ones.
+        while connections.try_join_next().is_some() {}
         let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
@@ -133,7 +138,7 @@ pub(crate) async fn serve(
         let _ = stream.set_nodelay(true);
         let raft = raft.clone();
         let events = events.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             if let Err(e) = serve_connection(stream, raft, events).await {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
                     tracing::debug!(%peer, error = %e, "quorum connection closed");
@@ -158,11 +163,15 @@ async fn serve_connection(
             RpcRequest::InstallSnapshot(r) => {
                 RpcResponse::InstallSnapshot(raft.install_snapshot(r).await)
             }
-            RpcRequest::Controller(event) => RpcResponse::Controller(
-                submit_to_loop(&events, event)
-                    .await
-                    .map_err(ForwardError::from),
-            ),
+            RpcRequest::Controller(event) => {
+                RpcResponse::Controller(match submit_to_loop(&events, event).await {
+                    // The loop is gone: this node is stopping and controls nothing.
+                    Err(_) if events.is_closed() => {
+                        Err(ForwardError::NotController { leader_id: None })
+                    }
+                    answer => answer.map_err(ForwardError::from),
+                })
+            }
         };
         write_msg(&mut stream, &response).await?;
     }

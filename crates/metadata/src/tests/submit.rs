@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rill_protocol::{ErrorCode, Uuid};
 
@@ -124,4 +124,245 @@ async fn single_node_registers_unfences_and_creates_a_topic() {
     assert_eq!(v[0].error_code, ErrorCode::TOPIC_ALREADY_EXISTS);
     assert_eq!(r.next_offset, node.committed_offset());
     node.shutdown().await.unwrap();
+}
+
+async fn wait_leader(nodes: &[&MetadataQuorum]) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let leaders: Vec<u64> = nodes
+            .iter()
+            .filter(|n| n.is_leader())
+            .map(|n| n.node_id())
+            .collect();
+        if let [id] = leaders[..] {
+            if nodes.iter().all(|n| n.leader_id() == Some(id)) {
+                return id;
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader elected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn cluster(dir: &Path, config: QuorumConfig) -> Vec<MetadataQuorum> {
+    let voters: BTreeMap<u64, SocketAddr> = (1..=3).map(|id| (id, free_addr())).collect();
+    let mut nodes = Vec::new();
+    for id in 1..=3 {
+        nodes.push(start(id, &voters, dir, config.clone()).await);
+    }
+    wait_leader(&nodes.iter().collect::<Vec<_>>()).await;
+    nodes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_forward_to_the_leader_and_fail_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = cluster(dir.path(), fast(9_000)).await;
+    let leader = nodes.iter().position(|n| n.is_leader()).unwrap();
+    let follower = (leader + 1) % 3;
+
+    // A follower's own loop does not act as controller: it names the leader.
+    let leader_id = nodes[leader].node_id();
+    match nodes[follower].submit_local(register(9)).await {
+        Err(MetadataError::NotController { leader_id: l }) => assert_eq!(l, Some(leader_id)),
+        other => panic!("{other:?}"),
+    }
+    assert!(nodes[follower].image().broker(9).is_none());
+
+    // Everything goes through a follower: it forwards to the leader's loop.
+    for b in 1..=3 {
+        join(&nodes[follower], b).await;
+    }
+    let r = nodes[follower]
+        .submit(create("orders", 3, 3), TIMEOUT)
+        .await
+        .unwrap();
+    created(&r);
+    for n in &nodes {
+        assert!(n.wait_for_offset(r.next_offset, TIMEOUT).await);
+        let image = n.image();
+        assert_eq!(image.topic("orders").unwrap().partitions.len(), 3);
+        check_image_invariants(&image).unwrap();
+    }
+
+    // Kill the leader: a survivor's submit waits out the election and succeeds.
+    let old = nodes.remove(leader);
+    old.shutdown().await.unwrap();
+    let started = Instant::now();
+    let r = nodes[0]
+        .submit(create("after-failover", 2, 2), TIMEOUT)
+        .await
+        .unwrap();
+    created(&r);
+    assert!(started.elapsed() < TIMEOUT);
+    for n in &nodes {
+        assert!(n.wait_for_offset(r.next_offset, TIMEOUT).await);
+        let image = n.image();
+        assert!(image.topic("after-failover").is_some());
+        assert!(image.topic("orders").is_some());
+    }
+    // The new controller restarted the leases: nobody was fenced by the takeover.
+    let image = nodes[0].image();
+    assert!((1..=3).all(|b| !image.broker(b).unwrap().fenced));
+    // And it answers from the other survivor too.
+    let r = nodes[1]
+        .submit(create("third", 1, 1), TIMEOUT)
+        .await
+        .unwrap();
+    created(&r);
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_fence_a_broker_whose_heartbeats_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster(dir.path(), fast(1_000)).await;
+    let leader = nodes.iter().position(|n| n.is_leader()).unwrap();
+    let follower = &nodes[(leader + 1) % 3];
+    let epoch1 = join(follower, 1).await;
+    join(follower, 2).await;
+    let r = follower.submit(create("t", 2, 2), TIMEOUT).await.unwrap();
+    created(&r);
+
+    // Broker 1 keeps heartbeating; broker 2 has stopped. Only the leader's tick can fence
+    // broker 2, since nobody submits anything about it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let offset = follower.committed_offset() - 1;
+        follower
+            .submit(heartbeat(1, epoch1, offset), TIMEOUT)
+            .await
+            .unwrap();
+        let image = follower.image();
+        if image.broker(2).unwrap().fenced {
+            assert!(!image.broker(1).unwrap().fenced);
+            let t = image.topic("t").unwrap();
+            for p in t.partitions.values() {
+                assert_ne!(p.leader, 2, "a fenced broker leads nothing");
+                assert!(!p.isr.contains(&2) || p.isr == vec![2]);
+            }
+            check_image_invariants(&image).unwrap();
+            break;
+        }
+        assert!(Instant::now() < deadline, "broker 2 never fenced");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_without_a_quorum_fails() {
+    let short = Duration::from_millis(1_500);
+    // Once with the leader left alone (its proposal cannot commit), once with a
+    // follower left alone (no leader can be elected).
+    for keep_leader in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut nodes = cluster(dir.path(), fast(9_000)).await;
+        let leader = nodes.iter().position(|n| n.is_leader()).unwrap();
+        let keep = if keep_leader {
+            leader
+        } else {
+            (leader + 1) % 3
+        };
+        let survivor = nodes.remove(keep);
+        for n in nodes {
+            n.shutdown().await.unwrap();
+        }
+        let started = Instant::now();
+        let r = survivor.submit(register(1), short).await;
+        let took = started.elapsed();
+        assert!(
+            matches!(
+                r,
+                Err(MetadataError::NotController { .. } | MetadataError::Timeout { .. })
+            ),
+            "keep_leader={keep_leader}: {r:?}"
+        );
+        assert!(
+            took >= short && took < short + Duration::from_secs(1),
+            "{took:?}"
+        );
+        survivor.shutdown().await.unwrap();
+    }
+}
+
+#[test]
+fn controller_messages_round_trip_through_postcard() {
+    let events = [
+        register(3),
+        heartbeat(3, 17, 42),
+        create("x", 1, 1),
+        ControllerEvent::AlterPartition(AlterPartitionRequest {
+            broker_id: 1,
+            broker_epoch: 5,
+            partitions: vec![AlterPartitionData {
+                topic_id: Uuid::from_u64_pair(9, 9),
+                partition_index: 0,
+                leader_epoch: 1,
+                partition_epoch: 2,
+                new_isr: vec![(1, 5), (2, -1)],
+                leader_recovery_state: 0,
+            }],
+        }),
+    ];
+    for e in events {
+        let bytes = postcard::to_allocvec(&e).unwrap();
+        assert_eq!(postcard::from_bytes::<ControllerEvent>(&bytes).unwrap(), e);
+    }
+    let answer = SubmitResult {
+        response: ControllerResponse::CreateTopics(vec![CreatableTopicResult {
+            name: "x".into(),
+            topic_id: Uuid::from_u64_pair(1, 2),
+            error_code: ErrorCode::TOPIC_ALREADY_EXISTS,
+            error_message: Some("exists".into()),
+            num_partitions: 1,
+            replication_factor: 1,
+        }]),
+        next_offset: 12,
+    };
+    let bytes = postcard::to_allocvec(&answer).unwrap();
+    assert_eq!(
+        postcard::from_bytes::<SubmitResult>(&bytes).unwrap(),
+        answer
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_controller_restarts_leases_then_fences_the_silent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = cluster(dir.path(), fast(1_000)).await;
+    let leader = nodes.iter().position(|n| n.is_leader()).unwrap();
+    join(&nodes[leader], 1).await;
+    // Every survivor has seen broker 1 unfenced before the leader goes.
+    let committed = nodes[leader].committed_offset();
+    for n in &nodes {
+        assert!(n.wait_for_offset(committed, TIMEOUT).await);
+        assert!(!n.image().broker(1).unwrap().fenced);
+    }
+    let old = nodes.remove(leader);
+    old.shutdown().await.unwrap();
+    let killed = Instant::now();
+
+    // No event reaches the new controller: its own loop takes over on the election,
+    // counts broker 1 as heard from at takeover, and fences it a session later.
+    let deadline = killed + Duration::from_secs(10);
+    loop {
+        let image = nodes[0].image();
+        if image.broker(1).unwrap().fenced {
+            break;
+        }
+        assert!(Instant::now() < deadline, "broker 1 never fenced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        killed.elapsed() >= Duration::from_millis(1_000),
+        "fenced at takeover, not a session after it"
+    );
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
 }
