@@ -10,7 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rill_metadata::{AlterPartitionData, AlterPartitionRequest, ControllerEvent, ControllerResponse};
+use rill_metadata::{
+    AlterPartitionData, AlterPartitionRequest, ControllerEvent, ControllerResponse,
+};
 use rill_protocol::ErrorCode;
 use tokio::sync::{mpsc, watch};
 
@@ -60,7 +62,10 @@ async fn send_loop(
         let (tp, topic_id, mut proposal) = item;
         loop {
             let result = send_one(&broker, topic_id, tp.partition, &proposal).await;
-            match broker.replicas.on_alter_partition_response(&tp, &proposal, result) {
+            match broker
+                .replicas
+                .on_alter_partition_response(&tp, &proposal, result)
+            {
                 Some(again) => {
                     proposal = again;
                     tokio::select! {

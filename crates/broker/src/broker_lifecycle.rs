@@ -131,7 +131,11 @@ async fn run(
         };
         broker.broker_epoch.store(epoch, Ordering::Release);
         broker.replicas.set_local_broker_epoch(epoch);
-        tracing::info!(node_id = broker.node_id, epoch, "registered with the controller");
+        tracing::info!(
+            node_id = broker.node_id,
+            epoch,
+            "registered with the controller"
+        );
         // Report progress only once the registration itself is applied here.
         broker.wait_published(epoch + 1, request_timeout).await;
         loop {
@@ -162,7 +166,10 @@ async fn run(
                         fast = r.is_fenced || shutting_down;
                     }
                     ControllerResponse::BrokerHeartbeat(r) => {
-                        tracing::warn!(error = r.error_code.name(), "heartbeat refused; registering again");
+                        tracing::warn!(
+                            error = r.error_code.name(),
+                            "heartbeat refused; registering again"
+                        );
                         let _ = unfenced.send(false);
                         continue 'register;
                     }
@@ -182,11 +189,7 @@ async fn run(
 }
 
 /// One registration attempt: the broker epoch, or why not.
-async fn register(
-    broker: &Broker,
-    incarnation_id: Uuid,
-    timeout: Duration,
-) -> Result<i64, String> {
+async fn register(broker: &Broker, incarnation_id: Uuid, timeout: Duration) -> Result<i64, String> {
     let port = u16::try_from(broker.advertised_port).map_err(|e| e.to_string())?;
     let event = ControllerEvent::BrokerRegistration(BrokerRegistrationRequest {
         broker_id: broker.node_id,

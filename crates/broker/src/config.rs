@@ -508,7 +508,12 @@ impl BrokerConfig {
                 == Some("true"),
             auto_leader_rebalance_enable: self.get("auto.leader.rebalance.enable") == Some("true"),
             leader_imbalance_check_interval_ms: imbalance_s.saturating_mul(1000),
-            seed: u64::from_le_bytes(*uuid::Uuid::new_v4().as_bytes().first_chunk().unwrap_or(&[7; 8])),
+            seed: u64::from_le_bytes(
+                *uuid::Uuid::new_v4()
+                    .as_bytes()
+                    .first_chunk()
+                    .unwrap_or(&[7; 8]),
+            ),
             ..defaults
         })
     }

@@ -29,8 +29,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rill_metadata::{
-    ControllerEvent, ControllerResponse, MetadataImage, MetadataQuorum, QuorumConfig,
-    TopicImage, RESOURCE_TOPIC,
+    ControllerEvent, ControllerResponse, MetadataImage, MetadataQuorum, QuorumConfig, TopicImage,
+    RESOURCE_TOPIC,
 };
 use rill_protocol::ErrorCode;
 use rill_storage::LogConfig;
@@ -110,9 +110,7 @@ impl Broker {
             .map_err(|e| {
                 tracing::debug!(error = %e, "controller request failed");
                 match e {
-                    rill_metadata::MetadataError::NotController { .. } => {
-                        ErrorCode::NOT_CONTROLLER
-                    }
+                    rill_metadata::MetadataError::NotController { .. } => ErrorCode::NOT_CONTROLLER,
                     _ => ErrorCode::REQUEST_TIMED_OUT,
                 }
             })?;
@@ -130,7 +128,12 @@ impl Broker {
     }
 
     /// The value of a topic config: the topic's override, else the broker's default.
-    pub fn topic_config_value(&self, image: &MetadataImage, topic: &str, name: &str) -> Option<String> {
+    pub fn topic_config_value(
+        &self,
+        image: &MetadataImage,
+        topic: &str,
+        name: &str,
+    ) -> Option<String> {
         if let Some(v) = image.topic_config(topic, name) {
             return Some(v.to_string());
         }
@@ -139,7 +142,10 @@ impl Broker {
     }
 
     /// A topic's config overrides.
-    pub fn topic_overrides(image: &MetadataImage, topic: &str) -> std::collections::BTreeMap<String, String> {
+    pub fn topic_overrides(
+        image: &MetadataImage,
+        topic: &str,
+    ) -> std::collections::BTreeMap<String, String> {
         image
             .configs
             .get(&(RESOURCE_TOPIC, topic.to_string()))
@@ -149,7 +155,10 @@ impl Broker {
 
     /// The storage settings of a topic, from its configs and the broker's defaults.
     pub fn log_config(&self, image: &MetadataImage, topic: &str) -> LogConfig {
-        let get = |name: &str| self.topic_config_value(image, topic, name).unwrap_or_default();
+        let get = |name: &str| {
+            self.topic_config_value(image, topic, name)
+                .unwrap_or_default()
+        };
         let int = |name: &str| get(name).trim().parse::<i64>().ok();
         let mut c = LogConfig::default();
         if let Some(v) = int("segment.bytes") {
@@ -199,7 +208,6 @@ impl Broker {
         }
         c
     }
-
 }
 
 /// A running server; dropping it does not stop it, [`Server::shutdown`] does.
@@ -235,7 +243,9 @@ impl Server {
         }
         let cluster_id = meta_properties::load_or_create(&data_dir, &config, node_id, &voters)?;
         let election_ms = config.duration_ms("controller.quorum.election.timeout.ms")?;
-        let election_ms = u64::try_from(election_ms.as_millis()).unwrap_or(1000).max(50);
+        let election_ms = u64::try_from(election_ms.as_millis())
+            .unwrap_or(1000)
+            .max(50);
         let quorum_config = QuorumConfig {
             heartbeat_interval_ms: (election_ms / 5).max(10),
             election_timeout_min_ms: election_ms / 2,
@@ -279,8 +289,7 @@ impl Server {
         };
         let lag_ms = config.duration_ms("replica.lag.time.max.ms")?;
         let lag_ms = i64::try_from(lag_ms.as_millis()).unwrap_or(i64::MAX);
-        let (replicas, alter_partition_rx) =
-            ReplicaManager::new(&data_dir, fetcher_config, lag_ms);
+        let (replicas, alter_partition_rx) = ReplicaManager::new(&data_dir, fetcher_config, lag_ms);
         let replicas = Arc::new(replicas);
         let group_config = config.group_config()?;
         let groups = group_coordinator::start(group_config, replicas.clone());

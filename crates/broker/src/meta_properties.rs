@@ -117,7 +117,10 @@ mod tests {
         let config = BrokerConfig::default();
         let id = load_or_create(dir.path(), &config, 1, &voters(1)).unwrap();
         assert_eq!(id.len(), 22);
-        assert_eq!(load_or_create(dir.path(), &config, 1, &voters(1)).unwrap(), id);
+        assert_eq!(
+            load_or_create(dir.path(), &config, 1, &voters(1)).unwrap(),
+            id
+        );
         assert!(load_or_create(dir.path(), &config, 2, &voters(1)).is_err());
     }
 

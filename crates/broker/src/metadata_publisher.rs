@@ -128,10 +128,13 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
                     .ok()?
                     .next()
             });
-        if let Err(e) = broker
-            .replicas
-            .become_follower(&to_tp(tp), *topic_id, registration, &config, leader_addr)
-        {
+        if let Err(e) = broker.replicas.become_follower(
+            &to_tp(tp),
+            *topic_id,
+            registration,
+            &config,
+            leader_addr,
+        ) {
             tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "becoming follower failed");
         }
     }

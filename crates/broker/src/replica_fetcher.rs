@@ -193,7 +193,9 @@ impl LeaderConnection {
     async fn connect(addr: SocketAddr, local_id: i32) -> std::io::Result<Self> {
         let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
             .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
+            })??;
         stream.set_nodelay(true)?;
         Ok(Self {
             stream,
@@ -239,7 +241,9 @@ impl LeaderConnection {
         };
         let mut bytes: Bytes = tokio::time::timeout(timeout, exchange)
             .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request timed out"))??;
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "request timed out")
+            })??;
         let header = ResponseHeader::decode(&mut bytes, api.response_header_version(version))
             .map_err(|e| io_err(e.to_string()))?;
         if header.correlation_id != self.correlation_id {
@@ -249,7 +253,12 @@ impl LeaderConnection {
     }
 }
 
-async fn run(fetcher: Arc<Fetcher>, replicas: Weak<ReplicaManager>, config: FetcherConfig, leader: i32) {
+async fn run(
+    fetcher: Arc<Fetcher>,
+    replicas: Weak<ReplicaManager>,
+    config: FetcherConfig,
+    leader: i32,
+) {
     let mut conn: Option<LeaderConnection> = None;
     let request_timeout = config.max_wait + Duration::from_secs(10);
     loop {
@@ -288,7 +297,10 @@ async fn run(fetcher: Arc<Fetcher>, replicas: Weak<ReplicaManager>, config: Fetc
                 }
             }
         };
-        let truncate: Vec<_> = snapshot.iter().filter(|(_, s)| s.needs_truncation).collect();
+        let truncate: Vec<_> = snapshot
+            .iter()
+            .filter(|(_, s)| s.needs_truncation)
+            .collect();
         let result = if truncate.is_empty() {
             fetch_once(c, &fetcher, &replicas, &config, &snapshot, request_timeout).await
         } else {
@@ -334,15 +346,20 @@ async fn truncate_once(
         };
         match latest {
             // An empty epoch cache: nothing to validate, fetch from the log end.
-            None => update_state(fetcher, tp, state.leader_epoch, |s| s.needs_truncation = false),
+            None => update_state(fetcher, tp, state.leader_epoch, |s| {
+                s.needs_truncation = false
+            }),
             Some(epoch) => {
                 asked.insert(tp.clone(), (epoch, state.leader_epoch));
-                topics.entry(tp.topic.clone()).or_default().push(OffsetForLeaderPartition {
-                    partition: tp.partition,
-                    current_leader_epoch: state.leader_epoch,
-                    leader_epoch: epoch,
-                    ..Default::default()
-                });
+                topics
+                    .entry(tp.topic.clone())
+                    .or_default()
+                    .push(OffsetForLeaderPartition {
+                        partition: tp.partition,
+                        current_leader_epoch: state.leader_epoch,
+                        leader_epoch: epoch,
+                        ..Default::default()
+                    });
             }
         }
     }
@@ -379,7 +396,13 @@ async fn truncate_once(
                 update_state(fetcher, &tp, leader_epoch, |s| s.stalled = stall_on(code));
                 continue;
             }
-            match replicas.truncate_to_leader_epoch(&tp, leader_epoch, asked_epoch, p.leader_epoch, p.end_offset) {
+            match replicas.truncate_to_leader_epoch(
+                &tp,
+                leader_epoch,
+                asked_epoch,
+                p.leader_epoch,
+                p.end_offset,
+            ) {
                 Ok(()) => update_state(fetcher, &tp, leader_epoch, |s| s.needs_truncation = false),
                 Err(e) => tracing::debug!(%tp, error = %e, "truncation skipped"),
             }
@@ -411,15 +434,18 @@ async fn fetch_once(
             continue;
         };
         epochs.insert(tp.clone(), state.leader_epoch);
-        topics.entry(tp.topic.clone()).or_default().push(FetchPartition {
-            partition: tp.partition,
-            current_leader_epoch: state.leader_epoch,
-            fetch_offset: log_end,
-            last_fetched_epoch: -1,
-            log_start_offset: log_start,
-            partition_max_bytes: config.partition_max_bytes,
-            ..Default::default()
-        });
+        topics
+            .entry(tp.topic.clone())
+            .or_default()
+            .push(FetchPartition {
+                partition: tp.partition,
+                current_leader_epoch: state.leader_epoch,
+                fetch_offset: log_end,
+                last_fetched_epoch: -1,
+                log_start_offset: log_start,
+                partition_max_bytes: config.partition_max_bytes,
+                ..Default::default()
+            });
     }
     if topics.is_empty() {
         tokio::time::sleep(RETRY_BACKOFF).await;

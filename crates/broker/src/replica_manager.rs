@@ -144,7 +144,10 @@ impl ReplicaManager {
         data_dir: &Path,
         fetcher_config: FetcherConfig,
         replica_lag_time_max_ms: i64,
-    ) -> (Self, tokio::sync::mpsc::UnboundedReceiver<AlterPartitionItem>) {
+    ) -> (
+        Self,
+        tokio::sync::mpsc::UnboundedReceiver<AlterPartitionItem>,
+    ) {
         let local_id = fetcher_config.local_id;
         let (alter_partition_tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let rm = Self {
@@ -291,10 +294,9 @@ impl ReplicaManager {
         *partition.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
         *partition.leader_state() = None;
         match leader_addr {
-            Some(addr) if leader >= 0 && leader != self.local_id => {
-                self.fetchers
-                    .add_partition(self, leader, addr, tp, topic_id, epoch)
-            }
+            Some(addr) if leader >= 0 && leader != self.local_id => self
+                .fetchers
+                .add_partition(self, leader, addr, tp, topic_id, epoch),
             _ => self.fetchers.remove_partition(tp),
         }
         self.appended.notify_waiters();
@@ -411,7 +413,10 @@ impl ReplicaManager {
 
     /// The partition, when this broker leads it; NOT_LEADER_OR_FOLLOWER when it hosts
     /// it otherwise, UNKNOWN_TOPIC_OR_PARTITION when it does not host it at all.
-    pub fn leader_partition(&self, tp: &TopicPartition) -> Result<(Arc<Partition>, i32), ErrorCode> {
+    pub fn leader_partition(
+        &self,
+        tp: &TopicPartition,
+    ) -> Result<(Arc<Partition>, i32), ErrorCode> {
         let partition = self.get(tp).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
         match partition.leader_epoch_if_leader(self.local_id) {
             Some(epoch) => Ok((partition, epoch)),
@@ -531,7 +536,9 @@ impl ReplicaManager {
                         log.update_high_watermark(hw);
                     }
                     Ok(None) => {}
-                    Err(e) => tracing::error!(%tp, error = %e, "leader state out of step with the log"),
+                    Err(e) => {
+                        tracing::error!(%tp, error = %e, "leader state out of step with the log")
+                    }
                 }
             }
             Ok::<_, AppendError>((info, log.log_start_offset()))
@@ -696,9 +703,16 @@ impl ReplicaManager {
     }
 
     /// Hands an ISR change to the AlterPartition sender.
-    fn send_alter_partition(&self, tp: &TopicPartition, topic_id: Uuid, proposal: isr::AlterPartitionProposal) {
+    fn send_alter_partition(
+        &self,
+        tp: &TopicPartition,
+        topic_id: Uuid,
+        proposal: isr::AlterPartitionProposal,
+    ) {
         tracing::info!(%tp, isr = ?proposal.isr(), "proposing an ISR change");
-        let _ = self.alter_partition_tx.send((tp.clone(), topic_id, proposal));
+        let _ = self
+            .alter_partition_tx
+            .send((tp.clone(), topic_id, proposal));
     }
 
     /// Periodic ISR shrink (Kafka's `isr-expiration` task): followers that have not caught
@@ -707,7 +721,10 @@ impl ReplicaManager {
         let now = now_ms();
         let lag = self.replica_lag_time_max_ms;
         for (tp, p) in self.partitions() {
-            let proposal = p.leader_state().as_mut().and_then(|ls| ls.maybe_shrink_isr(now, lag));
+            let proposal = p
+                .leader_state()
+                .as_mut()
+                .and_then(|ls| ls.maybe_shrink_isr(now, lag));
             if let Some(proposal) = proposal {
                 self.send_alter_partition(&tp, p.topic_id, proposal);
             }
@@ -731,7 +748,11 @@ impl ReplicaManager {
             isr::AlterPartitionOutcome::Committed { high_watermark } => {
                 let isr = ls.isr().iter().copied().collect();
                 drop(leader);
-                partition.state.lock().unwrap_or_else(|e| e.into_inner()).isr = isr;
+                partition
+                    .state
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .isr = isr;
                 if let Some(hw) = high_watermark {
                     let _ = partition.with_log(|log| {
                         if hw > log.high_watermark() {
@@ -749,7 +770,10 @@ impl ReplicaManager {
 
     /// Liveness of every registered broker, from the metadata image.
     pub fn set_broker_statuses(&self, statuses: BTreeMap<i32, isr::BrokerStatus>) {
-        *self.broker_statuses.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(statuses);
+        *self
+            .broker_statuses
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::new(statuses);
     }
 
     fn broker_statuses(&self) -> Arc<BTreeMap<i32, isr::BrokerStatus>> {
@@ -761,13 +785,16 @@ impl ReplicaManager {
 
     /// This broker's epoch, for the ISR entries it proposes.
     pub fn set_local_broker_epoch(&self, epoch: i64) {
-        self.local_broker_epoch.store(epoch, std::sync::atomic::Ordering::Release);
+        self.local_broker_epoch
+            .store(epoch, std::sync::atomic::Ordering::Release);
     }
 
     fn leader_config(&self) -> isr::LeaderConfig {
         isr::LeaderConfig {
             local_broker_id: self.local_id,
-            local_broker_epoch: self.local_broker_epoch.load(std::sync::atomic::Ordering::Acquire),
+            local_broker_epoch: self
+                .local_broker_epoch
+                .load(std::sync::atomic::Ordering::Acquire),
             replica_lag_time_max_ms: self.replica_lag_time_max_ms,
         }
     }
@@ -847,13 +874,8 @@ impl ReplicaManager {
     ) -> Result<Option<(i64, i64, i32)>, ErrorCode> {
         let (partition, _) = self.leader_partition(tp)?;
         let found = partition.with_log(|log| log.offset_for_timestamp(timestamp))?;
-        Ok(storage_result(tp, found)?.map(|t| {
-            (
-                t.offset,
-                t.timestamp,
-                t.leader_epoch.unwrap_or(-1),
-            )
-        }))
+        Ok(storage_result(tp, found)?
+            .map(|t| (t.offset, t.timestamp, t.leader_epoch.unwrap_or(-1))))
     }
 
     /// ListOffsets MAX_TIMESTAMP (KIP-734): the offset and timestamp of the record with the

@@ -81,7 +81,8 @@ impl BatchHeader {
         LOG_OVERHEAD as u64 + u64::from(self.batch_length.max(0) as u32)
     }
     pub fn last_offset(&self) -> i64 {
-        self.base_offset.saturating_add(i64::from(self.last_offset_delta))
+        self.base_offset
+            .saturating_add(i64::from(self.last_offset_delta))
     }
     pub fn next_offset(&self) -> i64 {
         self.last_offset().saturating_add(1)

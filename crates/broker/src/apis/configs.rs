@@ -232,10 +232,9 @@ impl Broker {
         });
         match self.controller_call(event).await {
             Ok(ControllerResponse::IncrementalAlterConfigs(results)) => match results.first() {
-                Some(r) if r.error_code != ErrorCode::NONE => Err((
-                    r.error_code,
-                    r.error_message.clone().unwrap_or_default(),
-                )),
+                Some(r) if r.error_code != ErrorCode::NONE => {
+                    Err((r.error_code, r.error_message.clone().unwrap_or_default()))
+                }
                 _ => Ok(()),
             },
             Ok(_) => Ok(()),

@@ -37,11 +37,11 @@ use rill_storage::{FileRange, TopicPartition};
 use crate::group_coordinator::OFFSETS_TOPIC;
 use crate::network::ResponseChunk;
 use crate::Broker;
+use rill_metadata::{AllocateProducerIdsRequest, ControllerEvent, ControllerResponse};
 use rill_protocol::generated::offset_for_leader_epoch_request::OffsetForLeaderEpochRequest;
 use rill_protocol::generated::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderEpochResponse, OffsetForLeaderTopicResult,
 };
-use rill_metadata::{AllocateProducerIdsRequest, ControllerEvent, ControllerResponse};
 
 /// ListOffsets' special timestamps.
 const LATEST_TIMESTAMP: i64 = -1;

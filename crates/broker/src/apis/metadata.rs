@@ -199,7 +199,10 @@ impl Broker {
 
     /// The coordinator of a group: the leader of its `__consumer_offsets` partition,
     /// creating the topic on first use.
-    async fn group_coordinator_node(&self, group_id: &str) -> Result<(i32, String, i32), ErrorCode> {
+    async fn group_coordinator_node(
+        &self,
+        group_id: &str,
+    ) -> Result<(i32, String, i32), ErrorCode> {
         let partitions = self
             .config
             .group_config()
@@ -237,13 +240,19 @@ impl Broker {
         .into_iter()
         .map(|(k, v)| (k.to_string(), Some(v.to_string())))
         .collect();
-        let event = rill_metadata::ControllerEvent::CreateTopics(rill_metadata::CreateTopicsRequest {
-            topics: vec![topic],
-            validate_only: false,
-        });
+        let event =
+            rill_metadata::ControllerEvent::CreateTopics(rill_metadata::CreateTopicsRequest {
+                topics: vec![topic],
+                validate_only: false,
+            });
         match self.controller_call(event).await? {
             rill_metadata::ControllerResponse::CreateTopics(r) => match r.first() {
-                Some(r) if r.error_code == ErrorCode::NONE || r.error_code == ErrorCode::TOPIC_ALREADY_EXISTS => Ok(()),
+                Some(r)
+                    if r.error_code == ErrorCode::NONE
+                        || r.error_code == ErrorCode::TOPIC_ALREADY_EXISTS =>
+                {
+                    Ok(())
+                }
                 Some(r) => {
                     tracing::warn!(error = r.error_code.name(), message = ?r.error_message, "cannot create {OFFSETS_TOPIC}");
                     Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)

@@ -141,7 +141,9 @@ impl Broker {
             },
             RequestBody::Fetch(r) => respond!(self.handle_fetch(r, version).await),
             RequestBody::ListOffsets(r) => respond!(self.handle_list_offsets(r, version)),
-            RequestBody::FindCoordinator(r) => respond!(self.handle_find_coordinator(r, version).await),
+            RequestBody::FindCoordinator(r) => {
+                respond!(self.handle_find_coordinator(r, version).await)
+            }
             RequestBody::CreateTopics(r) => respond!(self.handle_create_topics(r, version).await),
             RequestBody::DeleteTopics(r) => respond!(self.handle_delete_topics(r, version).await),
             RequestBody::DeleteRecords(r) => respond!(self.handle_delete_records(r)),

@@ -7,8 +7,9 @@
 //! as it applies the records.
 
 use rill_metadata::{
-    CreatableTopic, ControllerEvent, ControllerResponse, CreatePartitionsRequest as CtlCreatePartitions,
-    CreatePartitionsTopic, CreateTopicsRequest as CtlCreateTopics, DeleteTopicsRequest as CtlDeleteTopics,
+    ControllerEvent, ControllerResponse, CreatableTopic,
+    CreatePartitionsRequest as CtlCreatePartitions, CreatePartitionsTopic,
+    CreateTopicsRequest as CtlCreateTopics, DeleteTopicsRequest as CtlDeleteTopics,
 };
 use rill_protocol::generated::create_partitions_request::CreatePartitionsRequest;
 use rill_protocol::generated::create_partitions_response::{
@@ -156,7 +157,8 @@ impl Broker {
                 *slot = answers.next();
             }
             for (created, name) in results.iter().flatten().zip(names.iter()) {
-                if created.error_code == ErrorCode::NONE && !validate_only && &created.name == name {
+                if created.error_code == ErrorCode::NONE && !validate_only && &created.name == name
+                {
                     tracing::info!(topic = %name, partitions = created.num_partitions, "created topic");
                 }
             }
@@ -334,9 +336,15 @@ impl Broker {
                 ..Default::default()
             };
             let refused = if image.topic(&t.name).is_none() {
-                Some((ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, format!("topic '{}' does not exist", t.name)))
+                Some((
+                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("topic '{}' does not exist", t.name),
+                ))
             } else if t.count > MAX_PARTITIONS_PER_TOPIC {
-                Some((ErrorCode::INVALID_PARTITIONS, format!("at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic")))
+                Some((
+                    ErrorCode::INVALID_PARTITIONS,
+                    format!("at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic"),
+                ))
             } else {
                 None
             };
@@ -362,7 +370,8 @@ impl Broker {
             results.push(result);
         }
         if !send.is_empty() {
-            let (slots, topics): (Vec<usize>, Vec<CreatePartitionsTopic>) = send.into_iter().unzip();
+            let (slots, topics): (Vec<usize>, Vec<CreatePartitionsTopic>) =
+                send.into_iter().unzip();
             let event = ControllerEvent::CreatePartitions(CtlCreatePartitions {
                 topics,
                 validate_only: request.validate_only,

@@ -226,7 +226,8 @@ impl RecordBatch {
         be_i64(&self.bytes, BASE_OFFSET)
     }
     pub fn last_offset(&self) -> i64 {
-        self.base_offset().saturating_add(i64::from(self.last_offset_delta()))
+        self.base_offset()
+            .saturating_add(i64::from(self.last_offset_delta()))
     }
     pub fn next_offset(&self) -> i64 {
         self.last_offset().saturating_add(1)
