@@ -16,7 +16,7 @@ import shutil
 
 import pytest
 
-from rill_harness import RillServer
+from rill_harness import RillCluster, RillServer
 
 # Settings that make tests fast and deterministic, in Kafka's broker config names.
 DEFAULT_OVERRIDES = {
@@ -47,6 +47,41 @@ def rill_factory(request, tmp_path):
         problems += [f"{server.bootstrap}: {problem}" for problem in server.teardown()]
     if problems:
         pytest.fail("server problems at teardown:\n" + "\n".join(problems), pytrace=False)
+
+
+# A cluster's failure detection, shortened so that failover takes seconds in tests.
+CLUSTER_OVERRIDES = {
+    **DEFAULT_OVERRIDES,
+    "broker.heartbeat.interval.ms": "300",
+    "broker.session.timeout.ms": "2000",
+    "replica.lag.time.max.ms": "3000",
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": "6",
+    "default.replication.factor": "3",
+}
+
+
+@pytest.fixture
+def rill_cluster_factory(request, tmp_path):
+    """`rill_cluster_factory(size=3, overrides=...)` starts a cluster of real nodes."""
+    clusters: list[RillCluster] = []
+    request.node.stash[_SERVERS] = []
+
+    def start(size: int = 3, overrides=None) -> RillCluster:
+        settings = dict(CLUSTER_OVERRIDES)
+        settings.update(overrides or {})
+        cluster = RillCluster(tmp_path / f"cluster{len(clusters)}", size, settings)
+        clusters.append(cluster)
+        request.node.stash[_SERVERS].extend(cluster.nodes.values())
+        return cluster.start()
+
+    yield start
+
+    problems = []
+    for cluster in clusters:
+        problems += cluster.teardown()
+    if problems:
+        pytest.fail("cluster problems at teardown:\n" + "\n".join(problems), pytrace=False)
 
 
 @pytest.fixture

@@ -129,6 +129,14 @@ class RillServer:
         return self
 
     def _start_once(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Starts the process without waiting for it to be ready (see `wait_ready`): the
+        nodes of a cluster must all be up before any of them can finish starting."""
+        if self.is_running():
+            raise HarnessError(f"server already running (pid {self.pid})")
         self.starts += 1
         with open(self.log_path, "ab") as log:
             self._start_offset = log.tell()
@@ -147,6 +155,8 @@ class RillServer:
                 preexec_fn=_die_with_parent,
             )
         self._expected_down = False
+
+    def wait_ready(self) -> None:
         ready_line = f"rill listening on {self.bootstrap}"
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
@@ -269,4 +279,65 @@ class RillServer:
             except HarnessError as error:
                 problems.append(str(error).splitlines()[0])
         self._kill()
+        return problems
+
+
+class RillCluster:
+    """Several `rill server` processes that form one cluster: every node is a controller
+    (a voter of the quorum) and a broker, as `process.roles=broker,controller` makes it.
+
+    Ports are chosen once and kept across restarts, so that a restarted node rejoins at
+    the address the others know."""
+
+    def __init__(self, workdir: Path, size: int = 3, overrides: dict[str, str] | None = None):
+        self.nodes: dict[int, RillServer] = {}
+        controller_ports = {node_id: free_port() for node_id in range(1, size + 1)}
+        voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in controller_ports.items())
+        for node_id, cport in controller_ports.items():
+            node_dir = workdir / f"node{node_id}"
+            node_dir.mkdir(parents=True, exist_ok=True)
+            self.nodes[node_id] = RillServer(
+                node_dir,
+                overrides=overrides,
+                extra_args=[
+                    "--node-id",
+                    str(node_id),
+                    "--controller-listen",
+                    f"127.0.0.1:{cport}",
+                    "--controller-quorum",
+                    voters,
+                ],
+            )
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes.values())
+
+    def running_bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes.values() if n.is_running())
+
+    def node(self, node_id: int) -> RillServer:
+        return self.nodes[node_id]
+
+    def node_by_port(self, port: int) -> RillServer:
+        return next(n for n in self.nodes.values() if n.port == port)
+
+    def start(self) -> "RillCluster":
+        for node in self.nodes.values():
+            node.launch()
+        for node in self.nodes.values():
+            node.wait_ready()
+        return self
+
+    def start_node(self, node_id: int) -> RillServer:
+        """(Re)starts one node on its old ports and data directory."""
+        node = self.nodes[node_id]
+        node.launch()
+        node.wait_ready()
+        return node
+
+    def teardown(self) -> list[str]:
+        problems = []
+        for node_id, node in self.nodes.items():
+            problems += [f"node {node_id}: {p}" for p in node.teardown()]
         return problems

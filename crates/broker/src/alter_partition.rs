@@ -62,6 +62,9 @@ async fn send_loop(
         let (tp, topic_id, mut proposal) = item;
         loop {
             let result = send_one(&broker, topic_id, tp.partition, &proposal).await;
+            if let Err(code) = &result {
+                tracing::info!(%tp, isr = ?proposal.isr(), error = code.name(), "ISR change refused");
+            }
             match broker
                 .replicas
                 .on_alter_partition_response(&tp, &proposal, result)

@@ -15,10 +15,13 @@
 //!    knows; the leader answers from its log end (not the high watermark), records the
 //!    fetch offset as the follower's progress, and sends its high watermark, which the
 //!    follower adopts up to its own log end.
-//! 4. FENCED_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER / UNKNOWN_LEADER_EPOCH mean the two
-//!    brokers disagree on the metadata: the partition waits for the publisher to hand it
-//!    the new state. Connection failures back off and redial; the partition keeps its
-//!    place.
+//! 4. FENCED_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER / UNKNOWN_LEADER_EPOCH /
+//!    UNKNOWN_TOPIC_OR_PARTITION mean the two brokers disagree on the metadata, usually
+//!    because one applied the latest records a moment before the other: the partition
+//!    backs off briefly and tries again (new metadata replaces its state meanwhile).
+//!    Never a permanent stop: a leader that is only behind would otherwise lose its
+//!    followers for good. Connection failures back off and redial; the partition keeps
+//!    its place.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -66,8 +69,9 @@ struct FetchState {
     leader_epoch: i32,
     /// Epoch validation (truncation) is due before the next fetch.
     needs_truncation: bool,
-    /// The leader refused the partition; wait for new metadata before trying again.
-    stalled: bool,
+    /// The leader refused the partition: leave it alone until then (Kafka's
+    /// `replica.fetch.backoff.ms`), or until new metadata replaces this state.
+    delayed_until: Option<tokio::time::Instant>,
 }
 
 struct Fetcher {
@@ -148,7 +152,7 @@ impl ReplicaFetcherManager {
                 topic_id,
                 leader_epoch,
                 needs_truncation: true,
-                stalled: false,
+                delayed_until: None,
             },
         );
         fetcher.changed.notify_one();
@@ -268,17 +272,18 @@ async fn run(
         let Some(replicas) = replicas.upgrade() else {
             return;
         };
+        let now = tokio::time::Instant::now();
         let snapshot: Vec<(TopicPartition, FetchState)> = fetcher
             .partitions()
             .iter()
-            .filter(|(_, s)| !s.stalled)
+            .filter(|(_, s)| s.delayed_until.is_none_or(|t| t <= now))
             .map(|(tp, s)| (tp.clone(), s.clone()))
             .collect();
         if snapshot.is_empty() {
             drop(replicas);
             tokio::select! {
                 _ = fetcher.changed.notified() => {}
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = tokio::time::sleep(RETRY_BACKOFF) => {}
             }
             continue;
         }
@@ -315,7 +320,7 @@ async fn run(
     }
 }
 
-/// Marks a partition stalled (or done truncating) if its fetcher still follows it in the
+/// Updates a partition (delays it, or marks its truncation done) if its fetcher still follows it in the
 /// same epoch.
 fn update_state(
     fetcher: &Fetcher,
@@ -393,7 +398,7 @@ async fn truncate_once(
             let code = ErrorCode(p.error_code);
             if code != ErrorCode::NONE {
                 tracing::debug!(%tp, error = code.name(), "epoch validation refused");
-                update_state(fetcher, &tp, leader_epoch, |s| s.stalled = stall_on(code));
+                update_state(fetcher, &tp, leader_epoch, |s| s.delayed_until = Some(backoff_deadline(code)));
                 continue;
             }
             match replicas.truncate_to_leader_epoch(
@@ -411,12 +416,21 @@ async fn truncate_once(
     Ok(())
 }
 
-/// Errors that mean the two brokers disagree on the metadata: wait for the next update
-/// rather than hammering the leader.
-fn stall_on(code: ErrorCode) -> bool {
-    code == ErrorCode::FENCED_LEADER_EPOCH
+/// When to try a refused partition again. Errors that mean the two brokers' metadata
+/// differ (one of them has not applied the latest records yet) usually clear within
+/// moments, either by new metadata here, which replaces the state, or there; the others
+/// wait Kafka's `replica.fetch.backoff.ms` (1 s).
+fn backoff_deadline(code: ErrorCode) -> tokio::time::Instant {
+    let metadata_lag = code == ErrorCode::FENCED_LEADER_EPOCH
         || code == ErrorCode::NOT_LEADER_OR_FOLLOWER
         || code == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+        || code == ErrorCode::UNKNOWN_LEADER_EPOCH;
+    let wait = if metadata_lag {
+        RETRY_BACKOFF
+    } else {
+        Duration::from_secs(1)
+    };
+    tokio::time::Instant::now() + wait
 }
 
 async fn fetch_once(
@@ -500,10 +514,7 @@ async fn fetch_once(
                 }
             } else {
                 tracing::debug!(%tp, error = code.name(), "replica fetch refused");
-                update_state(fetcher, &tp, epoch, |s| s.stalled = stall_on(code));
-                if !stall_on(code) {
-                    tokio::time::sleep(RETRY_BACKOFF).await;
-                }
+                update_state(fetcher, &tp, epoch, |s| s.delayed_until = Some(backoff_deadline(code)));
             }
         }
     }

@@ -758,13 +758,24 @@ impl QuorumController {
             }));
         }
         let after = s.image();
-        let is_fenced = after.broker(req.broker_id).is_none_or(|b| b.fenced);
+        let mut is_fenced = after.broker(req.broker_id).is_none_or(|b| b.fenced);
         let leads_something = after
             .topics
             .values()
             .flat_map(|t| t.partitions.values())
             .any(|p| p.leader == req.broker_id);
         let should_shut_down = req.want_shut_down && (is_fenced || !leads_something);
+        if should_shut_down && !is_fenced {
+            // Controlled shutdown done (Kafka's SHUTDOWN_NOW): fence the broker now rather
+            // than a session later, so that its restart registers at once and no ISR
+            // admits it meanwhile.
+            s.emit(MetadataRecord::FenceBroker(FenceBrokerRecord {
+                id: req.broker_id,
+                epoch: broker.epoch,
+                ..Default::default()
+            }));
+            is_fenced = true;
+        }
         s.finish(ControllerResponse::BrokerHeartbeat(
             BrokerHeartbeatResponse {
                 error_code: ErrorCode::NONE,

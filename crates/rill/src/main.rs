@@ -104,7 +104,7 @@ fn main() -> anyhow::Result<()> {
     // The server logs its life at info; client commands only say what went wrong, so
     // that their stdout and stderr stay scriptable.
     let default_level = if matches!(cli.command, Command::Server(_)) {
-        "info,openraft=warn"
+        "info,openraft=off"
     } else {
         "warn"
     };

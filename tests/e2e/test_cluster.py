@@ -1,0 +1,356 @@
+"""The replicated cluster (issue #5): three real `rill server` nodes on loopback, each a
+controller and a broker, driven by confluent-kafka (librdkafka).
+
+What these tests hold the cluster to:
+- every node answers Metadata with the same brokers, controller and leaders;
+- an idempotent acks=all producer loses nothing, duplicates nothing and never sees one
+  offset hold two records while a partition leader is killed with SIGKILL and restarted,
+  and the restarted node returns to the ISR;
+- the active controller can die and a new one takes over (topics can still be created);
+- with two of three nodes down, acks=all writes are refused, never acknowledged;
+- a rolling restart of all three nodes, with a producer and a consumer group running,
+  loses nothing (committed offsets survive the group coordinator moving).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, Producer
+from confluent_kafka.admin import NewTopic
+
+from kafka_helpers import ADMIN_TIMEOUT_S, admin, read_all, unique_topic, wait_for
+
+SETTLE_TIMEOUT_S = 30.0
+
+
+def create_replicated_topic(bootstrap: str, topic: str, partitions: int, rf: int, config=None):
+    client = admin(bootstrap)
+    futures = client.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=rf, config=config or {})],
+        operation_timeout=ADMIN_TIMEOUT_S,
+        request_timeout=ADMIN_TIMEOUT_S,
+    )
+    futures[topic].result(timeout=ADMIN_TIMEOUT_S)
+    wait_for(
+        lambda: all_in_sync(client, topic, partitions, rf),
+        SETTLE_TIMEOUT_S,
+        f"{topic}: {partitions} partitions led, with {rf} replicas in sync",
+    )
+    return client
+
+
+def partition_metadata(client, topic: str):
+    described = client.list_topics(topic=topic, timeout=5).topics.get(topic)
+    if described is None or described.error is not None:
+        return None
+    return described.partitions
+
+
+def all_in_sync(client, topic: str, partitions: int, rf: int) -> bool:
+    parts = partition_metadata(client, topic)
+    return (
+        parts is not None
+        and len(parts) == partitions
+        and all(p.leader >= 0 and len(p.isrs) == rf for p in parts.values())
+    )
+
+
+def leader_of(client, topic: str, partition: int) -> int:
+    parts = partition_metadata(client, topic)
+    return parts[partition].leader if parts else -1
+
+
+class AckedProducer(threading.Thread):
+    """Produces the values 0, 1, 2, … to one partition until stopped, recording what the
+    cluster acknowledged and when."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int, rate_per_s: float = 400):
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.partition = partition
+        self.interval = 1.0 / rate_per_s
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 2,
+                # Long enough to ride out a failover: librdkafka retries meanwhile.
+                "message.timeout.ms": 60000,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        self.acked: dict[int, int] = {}  # value -> offset
+        self.sent_at: dict[int, float] = {}  # value -> monotonic time it was produced
+        self.ack_times: list[tuple[float, int]] = []  # (monotonic time, value)
+        self.errors: list[str] = []
+        self.sent = 0
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+
+    def _on_delivery(self, err, msg):
+        with self._lock:
+            if err is not None:
+                self.errors.append(str(err))
+                return
+            value = int(msg.value())
+            assert msg.partition() == self.partition
+            self.acked[value] = msg.offset()
+            self.ack_times.append((time.monotonic(), value))
+
+    def run(self):
+        while not self._halt.is_set():
+            try:
+                self.sent_at[self.sent] = time.monotonic()
+                self.producer.produce(
+                    self.topic,
+                    value=str(self.sent).encode(),
+                    partition=self.partition,
+                    on_delivery=self._on_delivery,
+                )
+                self.sent += 1
+            except BufferError:
+                pass
+            self.producer.poll(0)
+            time.sleep(self.interval)
+        remaining = self.producer.flush(90)
+        if remaining:
+            with self._lock:
+                self.errors.append(f"{remaining} messages still undelivered after flush")
+
+    def acked_count(self) -> int:
+        with self._lock:
+            return len(self.acked)
+
+    def stop(self):
+        self._halt.set()
+        self.join(timeout=120)
+        assert not self.is_alive(), "producer did not finish flushing"
+
+
+def check_log_matches_acks(bootstrap: str, topic: str, partitions: int, acked: dict[int, int], p: int):
+    """Every acknowledged value is at its acknowledged offset; no value appears twice."""
+    log = read_all(bootstrap, topic, partitions)[p]
+    by_value: dict[int, list[int]] = {}
+    for offset, record in log.items():
+        by_value.setdefault(int(record.value), []).append(offset)
+    duplicated = {v: o for v, o in by_value.items() if len(o) > 1}
+    assert not duplicated, f"values stored more than once: {dict(list(duplicated.items())[:5])}"
+    lost = [v for v in acked if v not in by_value]
+    assert not lost, f"{len(lost)} acknowledged values missing, e.g. {lost[:10]}"
+    moved = [(v, o, by_value[v]) for v, o in acked.items() if by_value[v] != [o]]
+    assert not moved, f"acknowledged offsets now hold other records: {moved[:5]}"
+    offsets = sorted(log)
+    assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), "offsets not dense"
+    return log
+
+
+def test_three_nodes_agree_on_metadata(rill_cluster_factory):
+    cluster = rill_cluster_factory()
+    topic = unique_topic("agree")
+    create_replicated_topic(cluster.node(1).bootstrap, topic, 6, 3)
+    views = []
+    for node in cluster.nodes.values():
+        md = admin(node.bootstrap).list_topics(topic=topic, timeout=10)
+        views.append(
+            (
+                sorted(md.brokers),
+                md.controller_id,
+                {p: (m.leader, tuple(m.replicas)) for p, m in md.topics[topic].partitions.items()},
+            )
+        )
+    assert views[0][0] == [1, 2, 3]
+    assert all(v == views[0] for v in views), f"nodes disagree: {views}"
+    leaders = [leader for leader, _ in views[0][2].values()]
+    # Round-robin placement spreads leadership: two partitions led by each node.
+    assert sorted(leaders.count(n) for n in (1, 2, 3)) == [2, 2, 2], views[0][2]
+
+
+def test_leader_kill9_loses_no_acknowledged_record(rill_cluster_factory):
+    cluster = rill_cluster_factory()
+    topic = unique_topic("failover")
+    client = create_replicated_topic(
+        cluster.bootstrap, topic, 1, 3, {"min.insync.replicas": "2"}
+    )
+    producer = AckedProducer(cluster.bootstrap, topic, 0)
+    producer.start()
+    try:
+        wait_for(lambda: producer.acked_count() > 500, 30, "500 acknowledged records")
+        victim = leader_of(client, topic, 0)
+        cluster.node(victim).kill9()
+        killed_at = time.monotonic()
+        survivors = ",".join(n.bootstrap for i, n in cluster.nodes.items() if i != victim)
+        survivor_admin = admin(survivors)
+        wait_for(
+            lambda: leader_of(survivor_admin, topic, 0) not in (-1, victim),
+            SETTLE_TIMEOUT_S,
+            "a new leader",
+        )
+        def first_ack_after_kill():
+            after = [t for t, v in list(producer.ack_times) if producer.sent_at[v] > killed_at]
+            return min(after) if after else None
+
+        first = wait_for(first_ack_after_kill, SETTLE_TIMEOUT_S, "a write produced after the kill acknowledged")
+        failover_s = first - killed_at
+        print(f"failover (kill -9 to first acknowledged write): {failover_s:.2f} s")
+        acked_while_down = producer.acked_count()
+        cluster.start_node(victim)
+        wait_for(
+            lambda: victim in partition_metadata(client, topic)[0].isrs,
+            SETTLE_TIMEOUT_S,
+            f"node {victim} back in the ISR",
+        )
+        wait_for(
+            lambda: producer.acked_count() > acked_while_down + 300,
+            30,
+            "writes after the restart",
+        )
+    finally:
+        producer.stop()
+    assert not producer.errors, producer.errors[:5]
+    assert len(producer.acked) == producer.sent
+    check_log_matches_acks(cluster.bootstrap, topic, 1, producer.acked, 0)
+    # The restarted replica holds the same log: read it through a leader change to it.
+    parts = partition_metadata(client, topic)
+    assert sorted(parts[0].isrs) == [1, 2, 3]
+
+
+def test_active_controller_failover(rill_cluster_factory):
+    cluster = rill_cluster_factory()
+    client = admin(cluster.bootstrap)
+    controller = client.list_topics(timeout=10).controller_id
+    assert controller in (1, 2, 3)
+    cluster.node(controller).kill9()
+    survivors = admin(cluster.running_bootstrap())
+    wait_for(
+        lambda: survivors.list_topics(timeout=5).controller_id not in (-1, controller),
+        SETTLE_TIMEOUT_S,
+        "a new active controller",
+    )
+    # The new controller gives every broker a fresh lease at takeover (as Kafka's does);
+    # the dead one is fenced, and leaves the broker list, one session later.
+    wait_for(
+        lambda: controller not in survivors.list_topics(timeout=5).brokers,
+        SETTLE_TIMEOUT_S,
+        f"node {controller} fenced",
+    )
+    topic = unique_topic("after-controller-loss")
+    create_replicated_topic(cluster.running_bootstrap(), topic, 2, 2)
+    parts = partition_metadata(survivors, topic)
+    assert all(controller not in p.replicas for p in parts.values()), "placed on a dead node"
+
+
+def test_two_of_three_down_refuses_acks_all(rill_cluster_factory):
+    cluster = rill_cluster_factory()
+    topic = unique_topic("minisr")
+    client = create_replicated_topic(cluster.bootstrap, topic, 1, 3, {"min.insync.replicas": "2"})
+    leader = leader_of(client, topic, 0)
+    others = [i for i in (1, 2, 3) if i != leader]
+    for node_id in others:
+        cluster.node(node_id).kill9()
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.node(leader).bootstrap,
+            "acks": "all",
+            "message.timeout.ms": 8000,
+            "request.timeout.ms": 3000,
+        }
+    )
+    outcomes = []
+    for i in range(20):
+        producer.produce(topic, value=f"v{i}".encode(), partition=0,
+                         on_delivery=lambda err, msg: outcomes.append(err))
+    producer.flush(30)
+    assert len(outcomes) == 20
+    acknowledged = [e for e in outcomes if e is None]
+    assert not acknowledged, f"{len(acknowledged)} writes acknowledged with two of three nodes down"
+    codes = {e.code() for e in outcomes}
+    assert codes <= {
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+    }, codes
+    # Back to full strength, writes are acknowledged again.
+    for node_id in others:
+        cluster.node(node_id).launch()
+    for node_id in others:
+        cluster.node(node_id).wait_ready()
+    wait_for(lambda: all_in_sync(client, topic, 1, 3), SETTLE_TIMEOUT_S, "ISR back to 3")
+    ok = []
+    producer.produce(topic, value=b"after", partition=0, on_delivery=lambda e, m: ok.append(e))
+    producer.flush(30)
+    assert ok == [None]
+
+
+def test_rolling_restart_with_producer_and_group(rill_cluster_factory):
+    cluster = rill_cluster_factory()
+    topic = unique_topic("rolling")
+    client = create_replicated_topic(cluster.bootstrap, topic, 1, 3, {"min.insync.replicas": "2"})
+    producer = AckedProducer(cluster.bootstrap, topic, 0, rate_per_s=200)
+    group = unique_topic("rolling-group")
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+            "auto.commit.interval.ms": 500,
+            "session.timeout.ms": 10000,
+        }
+    )
+    consumer.subscribe([topic])
+    seen: set[int] = set()
+    stop = threading.Event()
+    consume_errors: list[str] = []
+
+    def consume():
+        while not stop.is_set():
+            for m in consumer.consume(num_messages=500, timeout=0.5):
+                if m.error() is None:
+                    seen.add(int(m.value()))
+                elif m.error().code() != KafkaError._PARTITION_EOF:
+                    consume_errors.append(str(m.error()))
+
+    reader = threading.Thread(target=consume, daemon=True)
+    producer.start()
+    reader.start()
+    try:
+        wait_for(lambda: len(seen) > 200, 30, "the group to consume")
+        for node_id in (1, 2, 3):
+            node = cluster.node(node_id)
+            node.stop()  # SIGTERM: controlled shutdown moves leadership away first
+            cluster.start_node(node_id)
+            wait_for(
+                lambda: all_in_sync(client, topic, 1, 3),
+                SETTLE_TIMEOUT_S,
+                f"node {node_id} back in the ISR",
+            )
+        target = producer.acked_count() + 200
+        wait_for(lambda: producer.acked_count() > target, 30, "writes after the restarts")
+    finally:
+        producer.stop()
+    try:
+        wait_for(
+            lambda: set(producer.acked) <= seen,
+            60,
+            "the group to consume every acknowledged record",
+        )
+    finally:
+        stop.set()
+        reader.join(timeout=10)
+        consumer.close()
+    assert not producer.errors, producer.errors[:5]
+    check_log_matches_acks(cluster.bootstrap, topic, 1, producer.acked, 0)
+    # The group's committed position survived three coordinator moves.
+    group_admin = admin(cluster.bootstrap)
+
+    def committed_offset():
+        request = [ConsumerGroupTopicPartitions(group)]
+        result = group_admin.list_consumer_group_offsets(request)[group].result(timeout=10)
+        return result.topic_partitions[0].offset
+
+    assert wait_for(committed_offset, 30, "the committed offset") > 0
