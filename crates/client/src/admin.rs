@@ -1,25 +1,31 @@
-//! The admin client: topics, partitions, configs, consumer groups and their offsets,
-//! partition offsets and the cluster.
+//! The admin client: topics, partitions (leader elections and reassignments), configs,
+//! consumer groups and their offsets, partition offsets and the cluster.
 //!
-//! Topic and config changes go to the controller when metadata names one (any broker
-//! otherwise: a KRaft broker forwards them); group requests go to the group's
+//! Topic, partition and config changes go to the controller when metadata names one
+//! (any broker otherwise: a KRaft broker forwards them); group requests go to the group's
 //! coordinator, found with FindCoordinator; `list_groups` asks every broker, since each
 //! knows only the groups it coordinates.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use rill_protocol::generated::alter_partition_reassignments_request::{
+    ReassignablePartition, ReassignableTopic,
+};
 use rill_protocol::generated::create_partitions_request::CreatePartitionsTopic;
 use rill_protocol::generated::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use rill_protocol::generated::delete_topics_request::DeleteTopicState;
 use rill_protocol::generated::describe_configs_request::DescribeConfigsResource;
+use rill_protocol::generated::elect_leaders_request::TopicPartitions;
 use rill_protocol::generated::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
+use rill_protocol::generated::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
 use rill_protocol::generated::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    IncrementalAlterConfigsRequest, ListGroupsRequest,
+    AlterPartitionReassignmentsRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, ElectLeadersRequest, IncrementalAlterConfigsRequest, ListGroupsRequest,
+    ListPartitionReassignmentsRequest,
 };
 use rill_protocol::{ErrorCode, Request};
 
@@ -28,7 +34,7 @@ use crate::config::ClientConfig;
 use crate::error::{check, Error, Result};
 use crate::network::{BrokerMetadata, ClusterMetadata, NetworkClient, TopicMetadata};
 use crate::ops;
-use crate::types::{OffsetSpec, TopicPartition};
+use crate::types::{ElectionType, OffsetSpec, PartitionReassignment, TopicPartition};
 
 const CREATE_TOPICS_VERSION: i16 = 7;
 const DELETE_TOPICS_VERSION: i16 = 5;
@@ -39,6 +45,41 @@ const DESCRIBE_CLUSTER_VERSION: i16 = 1;
 const LIST_GROUPS_VERSION: i16 = 4;
 const DESCRIBE_GROUPS_VERSION: i16 = 5;
 const DELETE_GROUPS_VERSION: i16 = 2;
+const ELECT_LEADERS_VERSION: i16 = 2;
+const ALTER_PARTITION_REASSIGNMENTS_VERSION: i16 = 0;
+const LIST_PARTITION_REASSIGNMENTS_VERSION: i16 = 0;
+
+/// Each partition's outcome of an election or a reassignment request: `Ok(())`, or the
+/// error the controller gave that partition (an [`Error::Kafka`] with its code).
+pub type PartitionResults = BTreeMap<TopicPartition, Result<()>>;
+
+/// `partitions` grouped by topic, each topic once (the wire's topic lists are keyed by
+/// name), partitions in order.
+fn by_topic(partitions: &[TopicPartition]) -> BTreeMap<String, Vec<i32>> {
+    let mut grouped: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for tp in partitions {
+        let ids = grouped.entry(tp.topic.clone()).or_default();
+        if !ids.contains(&tp.partition) {
+            ids.push(tp.partition);
+        }
+    }
+    grouped
+}
+
+/// A partition's error code and message as a `Result`.
+fn partition_result(
+    what: &str,
+    tp: &TopicPartition,
+    code: i16,
+    message: Option<String>,
+) -> Result<()> {
+    let code = ErrorCode::from_code(code);
+    if code.is_ok() {
+        Ok(())
+    } else {
+        Err(Error::kafka_msg(code, format!("{what} {tp}"), message))
+    }
+}
 
 /// A topic to create.
 ///
@@ -614,6 +655,208 @@ impl Admin {
         ops::list_offsets(&self.net, partitions, spec).await
     }
 
+    /// Elects leaders (ElectLeaders): the preferred replica, or for
+    /// [`ElectionType::Unclean`] any live replica of a partition that has no leader.
+    ///
+    /// `partitions: None` means every partition of the cluster; the answer then leaves
+    /// out the partitions that needed no election. A partition whose election failed or
+    /// was not needed carries its error (`ELECTION_NOT_NEEDED`,
+    /// `PREFERRED_LEADER_NOT_AVAILABLE`, `ELIGIBLE_LEADERS_NOT_AVAILABLE`,
+    /// `UNKNOWN_TOPIC_OR_PARTITION`); only a failure of the whole request is an `Err`.
+    ///
+    /// ```no_run
+    /// use rill_client::{Admin, ClientConfig, ElectionType, TopicPartition};
+    ///
+    /// # async fn run() -> rill_client::Result<()> {
+    /// let admin = Admin::new(ClientConfig::new("127.0.0.1:9092"))?;
+    /// let asked = [TopicPartition::new("orders", 0)];
+    /// for (tp, outcome) in admin.elect_leaders(ElectionType::Preferred, Some(&asked)).await? {
+    ///     match outcome {
+    ///         Ok(()) => println!("{tp}: leader is the preferred replica again"),
+    ///         Err(e) => println!("{tp}: {e}"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn elect_leaders(
+        &self,
+        election_type: ElectionType,
+        partitions: Option<&[TopicPartition]>,
+    ) -> Result<PartitionResults> {
+        let request = ElectLeadersRequest {
+            election_type: election_type.wire(),
+            topic_partitions: partitions.map(|ps| {
+                by_topic(ps)
+                    .into_iter()
+                    .map(|(topic, partitions)| TopicPartitions {
+                        topic,
+                        partitions,
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            timeout_ms: self.timeout_ms(),
+            ..Default::default()
+        };
+        let response = self
+            .send_controller(&request, ELECT_LEADERS_VERSION)
+            .await?;
+        check(response.error_code, || "electing leaders".into())?;
+        let mut out = BTreeMap::new();
+        for t in response.replica_election_results {
+            for p in t.partition_result {
+                let tp = TopicPartition::new(t.topic.clone(), p.partition_id);
+                let result =
+                    partition_result("electing a leader for", &tp, p.error_code, p.error_message);
+                out.insert(tp, result);
+            }
+        }
+        self.net.invalidate_metadata();
+        Ok(out)
+    }
+
+    /// Starts, replaces or cancels partition reassignments
+    /// (AlterPartitionReassignments): `Some(replicas)` moves the partition onto those
+    /// brokers, the first being the preferred leader; `None` cancels its reassignment
+    /// in progress.
+    ///
+    /// The call returns once the controller has accepted the change, not when the data
+    /// has moved: the new replicas copy the log from the leader and the old ones leave
+    /// once every new one is in the ISR. [`Admin::list_partition_reassignments`] shows
+    /// what is still under way. Each partition carries its own outcome
+    /// (`INVALID_REPLICA_ASSIGNMENT`, `NO_REASSIGNMENT_IN_PROGRESS`,
+    /// `UNKNOWN_TOPIC_OR_PARTITION`, ...); only a failure of the whole request is an `Err`.
+    ///
+    /// ```no_run
+    /// use std::collections::BTreeMap;
+    /// use rill_client::{Admin, ClientConfig, TopicPartition};
+    ///
+    /// # async fn run() -> rill_client::Result<()> {
+    /// let admin = Admin::new(ClientConfig::new("127.0.0.1:9092"))?;
+    /// let plan = BTreeMap::from([(TopicPartition::new("orders", 0), Some(vec![2, 3]))]);
+    /// for (tp, outcome) in admin.alter_partition_reassignments(&plan).await? {
+    ///     outcome?;
+    ///     println!("{tp}: moving to brokers 2 and 3");
+    /// }
+    /// while !admin.list_partition_reassignments(None).await?.is_empty() {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn alter_partition_reassignments(
+        &self,
+        reassignments: &BTreeMap<TopicPartition, Option<Vec<i32>>>,
+    ) -> Result<PartitionResults> {
+        let mut topics: BTreeMap<String, Vec<ReassignablePartition>> = BTreeMap::new();
+        for (tp, replicas) in reassignments {
+            topics
+                .entry(tp.topic.clone())
+                .or_default()
+                .push(ReassignablePartition {
+                    partition_index: tp.partition,
+                    replicas: replicas.clone(),
+                    ..Default::default()
+                });
+        }
+        let request = AlterPartitionReassignmentsRequest {
+            timeout_ms: self.timeout_ms(),
+            topics: topics
+                .into_iter()
+                .map(|(name, partitions)| ReassignableTopic {
+                    name,
+                    partitions,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let response = self
+            .send_controller(&request, ALTER_PARTITION_REASSIGNMENTS_VERSION)
+            .await?;
+        let top = ErrorCode::from_code(response.error_code);
+        if !top.is_ok() {
+            return Err(Error::kafka_msg(
+                top,
+                "reassigning partitions",
+                response.error_message,
+            ));
+        }
+        let mut out = BTreeMap::new();
+        for t in response.responses {
+            for p in t.partitions {
+                let tp = TopicPartition::new(t.name.clone(), p.partition_index);
+                let result = partition_result("reassigning", &tp, p.error_code, p.error_message);
+                out.insert(tp, result);
+            }
+        }
+        self.net.invalidate_metadata();
+        Ok(out)
+    }
+
+    /// The partition reassignments in progress (ListPartitionReassignments): of the
+    /// whole cluster when `partitions` is `None`, else of those partitions (the ones not
+    /// being reassigned, or unknown, are simply absent).
+    ///
+    /// ```no_run
+    /// use rill_client::{Admin, ClientConfig};
+    ///
+    /// # async fn run() -> rill_client::Result<()> {
+    /// let admin = Admin::new(ClientConfig::new("127.0.0.1:9092"))?;
+    /// for (tp, r) in admin.list_partition_reassignments(None).await? {
+    ///     println!("{tp}: adding {:?}, removing {:?}", r.adding_replicas, r.removing_replicas);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_partition_reassignments(
+        &self,
+        partitions: Option<&[TopicPartition]>,
+    ) -> Result<BTreeMap<TopicPartition, PartitionReassignment>> {
+        let request = ListPartitionReassignmentsRequest {
+            timeout_ms: self.timeout_ms(),
+            topics: partitions.map(|ps| {
+                by_topic(ps)
+                    .into_iter()
+                    .map(
+                        |(name, partition_indexes)| ListPartitionReassignmentsTopics {
+                            name,
+                            partition_indexes,
+                            ..Default::default()
+                        },
+                    )
+                    .collect()
+            }),
+            ..Default::default()
+        };
+        let response = self
+            .send_controller(&request, LIST_PARTITION_REASSIGNMENTS_VERSION)
+            .await?;
+        let top = ErrorCode::from_code(response.error_code);
+        if !top.is_ok() {
+            return Err(Error::kafka_msg(
+                top,
+                "listing partition reassignments",
+                response.error_message,
+            ));
+        }
+        Ok(response
+            .topics
+            .into_iter()
+            .flat_map(|t| {
+                let name = t.name;
+                t.partitions.into_iter().map(move |p| {
+                    (
+                        TopicPartition::new(name.clone(), p.partition_index),
+                        PartitionReassignment {
+                            replicas: p.replicas,
+                            adding_replicas: p.adding_replicas,
+                            removing_replicas: p.removing_replicas,
+                        },
+                    )
+                })
+            })
+            .collect())
+    }
+
     /// Every partition of `topic`, from metadata.
     pub async fn partitions_of(&self, topic: &str) -> Result<Vec<TopicPartition>> {
         let t = self.describe_topics(&[topic.to_string()]).await?;
@@ -625,5 +868,38 @@ impl Admin {
                     .map(move |p| TopicPartition::new(name.clone(), p.partition))
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_are_grouped_by_topic_without_duplicates() {
+        let grouped = by_topic(&[
+            TopicPartition::new("b", 2),
+            TopicPartition::new("a", 0),
+            TopicPartition::new("b", 0),
+            TopicPartition::new("b", 2),
+        ]);
+        assert_eq!(grouped.len(), 2);
+        assert_eq!(grouped["a"], [0]);
+        assert_eq!(grouped["b"], [2, 0]);
+    }
+
+    #[test]
+    fn a_partition_error_keeps_its_code_and_message() {
+        let tp = TopicPartition::new("t", 1);
+        assert!(partition_result("electing", &tp, 0, None).is_ok());
+        let err = partition_result(
+            "electing",
+            &tp,
+            ErrorCode::ELECTION_NOT_NEEDED.code(),
+            Some("already".into()),
+        )
+        .unwrap_err();
+        assert_eq!(err.code(), Some(ErrorCode::ELECTION_NOT_NEEDED));
+        assert!(err.to_string().contains("t-1"), "{err}");
     }
 }

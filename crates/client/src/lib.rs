@@ -6,7 +6,8 @@
 //!   SyncGroup, heartbeats, the range/roundrobin/sticky/cooperative-sticky assignors in
 //!   Kafka's embedded consumer-protocol format), auto-commit, rebalance listener, or
 //!   plain `assign` without a group.
-//! - [`Admin`]: topics, partitions, configs, groups and their offsets, offsets, cluster.
+//! - [`Admin`]: topics, partitions (leader elections, reassignments), configs, groups
+//!   and their offsets, offsets, cluster.
 //!
 //! All three share the connection layer: a metadata cache refreshed on
 //! `NOT_LEADER_OR_FOLLOWER`/`UNKNOWN_TOPIC_OR_PARTITION` and after `metadata.max.age.ms`,
@@ -46,7 +47,7 @@ mod types;
 
 pub use admin::{
     Admin, AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType, GroupDescription,
-    GroupListing, MemberDescription, NewPartitions, NewTopic,
+    GroupListing, MemberDescription, NewPartitions, NewTopic, PartitionResults,
 };
 pub use assignor::{Assignor, GroupSubscription, MemberSubscription};
 pub use config::ClientConfig;
@@ -59,7 +60,7 @@ pub use partitioner::{murmur2, partition_for_key, to_positive};
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
 };
-pub use types::{OffsetSpec, TopicPartition};
+pub use types::{ElectionType, OffsetSpec, PartitionReassignment, TopicPartition};
 
 /// Record-batch types re-exported from `rill-protocol` (compression codecs, headers).
 pub mod records {

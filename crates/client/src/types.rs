@@ -50,3 +50,88 @@ impl OffsetSpec {
         }
     }
 }
+
+/// Which leader an election picks (Kafka's `ElectionType`).
+///
+/// ```
+/// use rill_client::ElectionType;
+/// let t: ElectionType = "unclean".parse().unwrap();
+/// assert_eq!(t, ElectionType::Unclean);
+/// assert_eq!(ElectionType::Preferred.to_string(), "preferred");
+/// assert!("random".parse::<ElectionType>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ElectionType {
+    /// Move leadership back to the first replica, if it is alive and in the ISR (`0`).
+    #[default]
+    Preferred,
+    /// Give a partition with no leader one chosen among live replicas outside the ISR,
+    /// accepting that records only the old ISR had are lost (`1`).
+    Unclean,
+}
+
+impl ElectionType {
+    pub(crate) fn wire(self) -> i8 {
+        match self {
+            ElectionType::Preferred => 0,
+            ElectionType::Unclean => 1,
+        }
+    }
+}
+
+impl fmt::Display for ElectionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ElectionType::Preferred => "preferred",
+            ElectionType::Unclean => "unclean",
+        })
+    }
+}
+
+impl std::str::FromStr for ElectionType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "preferred" => Ok(ElectionType::Preferred),
+            "unclean" => Ok(ElectionType::Unclean),
+            other => Err(format!(
+                "unknown election type {other:?} (expected preferred or unclean)"
+            )),
+        }
+    }
+}
+
+/// A partition reassignment in progress, as ListPartitionReassignments shows it (Kafka's
+/// `PartitionReassignment`).
+///
+/// ```
+/// use rill_client::PartitionReassignment;
+/// // Moving from [1, 2] to [3, 1]: 3 is being added, 2 removed.
+/// let r = PartitionReassignment {
+///     replicas: vec![3, 1, 2],
+///     adding_replicas: vec![3],
+///     removing_replicas: vec![2],
+/// };
+/// assert_eq!(r.target_replicas(), [3, 1]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionReassignment {
+    /// Every current replica: the target ones first, then those being removed.
+    pub replicas: Vec<i32>,
+    /// Replicas being added (still catching up to join the ISR).
+    pub adding_replicas: Vec<i32>,
+    /// Replicas that leave once every added one is in the ISR.
+    pub removing_replicas: Vec<i32>,
+}
+
+impl PartitionReassignment {
+    /// The replicas the partition will have once the reassignment completes.
+    pub fn target_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.removing_replicas.contains(r))
+            .collect()
+    }
+}

@@ -10,6 +10,7 @@ mod configs;
 mod data;
 mod groups;
 pub(crate) mod metadata;
+mod partitions;
 mod topics;
 
 use std::net::SocketAddr;
@@ -55,6 +56,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::OffsetForLeaderEpoch, 0, 4),
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 0),
+    (ApiKey::ListPartitionReassignments, 0, 0),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -157,6 +161,13 @@ impl Broker {
             RequestBody::DescribeCluster(r) => respond!(self.handle_describe_cluster(r)),
             RequestBody::OffsetForLeaderEpoch(r) => {
                 respond!(self.handle_offset_for_leader_epoch(r))
+            }
+            RequestBody::ElectLeaders(r) => respond!(self.handle_elect_leaders(r, version).await),
+            RequestBody::AlterPartitionReassignments(r) => {
+                respond!(self.handle_alter_partition_reassignments(r).await)
+            }
+            RequestBody::ListPartitionReassignments(r) => {
+                respond!(self.handle_list_partition_reassignments(r))
             }
             RequestBody::JoinGroup(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or_default();
