@@ -398,7 +398,9 @@ async fn truncate_once(
             let code = ErrorCode(p.error_code);
             if code != ErrorCode::NONE {
                 tracing::debug!(%tp, error = code.name(), "epoch validation refused");
-                update_state(fetcher, &tp, leader_epoch, |s| s.delayed_until = Some(backoff_deadline(code)));
+                update_state(fetcher, &tp, leader_epoch, |s| {
+                    s.delayed_until = Some(backoff_deadline(code))
+                });
                 continue;
             }
             match replicas.truncate_to_leader_epoch(
@@ -514,7 +516,9 @@ async fn fetch_once(
                 }
             } else {
                 tracing::debug!(%tp, error = code.name(), "replica fetch refused");
-                update_state(fetcher, &tp, epoch, |s| s.delayed_until = Some(backoff_deadline(code)));
+                update_state(fetcher, &tp, epoch, |s| {
+                    s.delayed_until = Some(backoff_deadline(code))
+                });
             }
         }
     }

@@ -27,6 +27,9 @@ use crate::error::BrokerError;
 use crate::isr::{self, LeaderState};
 use crate::replica_fetcher::{FetcherConfig, ReplicaFetcherManager};
 
+/// How often a parked acks=all produce looks at its partition even without a wake-up.
+const ACKS_ALL_RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// An ISR change to send to the controller. Unbounded channel, but bounded in effect:
 /// the ISR state machine keeps at most one change in flight per partition led here.
 pub type AlterPartitionItem = (TopicPartition, Uuid, isr::AlterPartitionProposal);
@@ -477,6 +480,9 @@ impl ReplicaManager {
     pub fn delete_partition(&self, tp: &TopicPartition) -> Result<(), BrokerError> {
         self.fetchers.remove_partition(tp);
         let removed = self.write_map().remove(tp);
+        // Produces and fetches parked on the partition must learn that it is gone now,
+        // not at their timeout.
+        self.appended.notify_waiters();
         if let Some(partition) = removed {
             // Wait for in-flight users: they hold their own Arc, the log is dropped last.
             let dir = self
@@ -597,9 +603,17 @@ impl ReplicaManager {
                 }
                 Some(isr::AcksAllProgress::Waiting) => {}
             }
+            // The periodic re-check is a backstop: every change that can end the wait
+            // notifies, but a missed one must cost a fraction of a second, not the
+            // producer's whole timeout.
+            let recheck = tokio::time::Instant::now() + ACKS_ALL_RECHECK;
             tokio::select! {
                 _ = notified => {}
-                _ = tokio::time::sleep_until(deadline) => return ErrorCode::REQUEST_TIMED_OUT,
+                _ = tokio::time::sleep_until(recheck.min(deadline)) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return ErrorCode::REQUEST_TIMED_OUT;
+                    }
+                }
             }
         }
     }
