@@ -151,6 +151,14 @@ async fn run(
             match broker.quorum.submit(event, request_timeout).await {
                 Ok(result) => match result.response {
                     ControllerResponse::BrokerHeartbeat(r) if r.error_code == ErrorCode::NONE => {
+                        if !r.is_fenced && !*unfenced.borrow() {
+                            // The unfencing came with leader elections for this broker's
+                            // partitions: apply them before telling anyone we are ready,
+                            // so a client's first Metadata here already shows leaders.
+                            broker
+                                .wait_published(result.next_offset, request_timeout)
+                                .await;
+                        }
                         unfenced.send_if_modified(|u| {
                             let changed = *u == r.is_fenced;
                             *u = !r.is_fenced;

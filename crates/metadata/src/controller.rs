@@ -138,6 +138,11 @@ pub struct QuorumController {
     config: ControllerConfig,
     /// Last heartbeat (or registration) per broker, in ms.
     last_contact_ms: BTreeMap<i32, i64>,
+    /// Brokers that registered or heartbeated to this controller itself. A lease that a
+    /// new controller only assumed at takeover keeps a broker unfenced, but does not make
+    /// a new registration of its id a duplicate: after a crash the restarted process
+    /// must not wait a whole session for a lease nobody holds.
+    heard_from: std::collections::BTreeSet<i32>,
     /// When [`QuorumController::tick`] last checked for leader imbalance.
     last_rebalance_ms: Option<i64>,
     rng: u64,
@@ -415,6 +420,7 @@ impl QuorumController {
         Self {
             config,
             last_contact_ms: BTreeMap::new(),
+            heard_from: std::collections::BTreeSet::new(),
             last_rebalance_ms: None,
             rng,
         }
@@ -655,10 +661,11 @@ impl QuorumController {
             req.broker_id
         };
         if let Some(existing) = image.broker(broker_id) {
-            let lease_alive = self
-                .last_contact_ms
-                .get(&broker_id)
-                .is_some_and(|t| now_ms - t <= self.config.broker_session_timeout_ms);
+            let lease_alive = self.heard_from.contains(&broker_id)
+                && self
+                    .last_contact_ms
+                    .get(&broker_id)
+                    .is_some_and(|t| now_ms - t <= self.config.broker_session_timeout_ms);
             if !existing.fenced && existing.incarnation_id != req.incarnation_id && lease_alive {
                 return refuse(s, ErrorCode::DUPLICATE_BROKER_REGISTRATION, broker_id);
             }
@@ -690,6 +697,7 @@ impl QuorumController {
             ..Default::default()
         }));
         self.last_contact_ms.insert(broker_id, now_ms);
+        self.heard_from.insert(broker_id);
         s.finish(ControllerResponse::BrokerRegistration(
             BrokerRegistrationResponse {
                 error_code: ErrorCode::NONE,
@@ -723,6 +731,7 @@ impl QuorumController {
             return answer(s, ErrorCode::STALE_BROKER_EPOCH);
         }
         self.last_contact_ms.insert(req.broker_id, now_ms);
+        self.heard_from.insert(req.broker_id);
         let caught_up = req.current_metadata_offset >= broker.epoch;
         if req.want_shut_down {
             if !broker.fenced && !broker.in_controlled_shutdown {

@@ -885,6 +885,26 @@ fn new_controller_gives_every_broker_a_fresh_lease() {
 }
 
 #[test]
+fn a_lease_assumed_at_takeover_does_not_block_a_restarted_broker() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2]);
+    // A single controller crashed together with broker 1 and came back: broker 1's new
+    // incarnation registers at once, it does not wait a session for its own ghost.
+    h.controller = QuorumController::new(ControllerConfig::default());
+    h.tick();
+    h.now += 10;
+    assert_eq!(h.register_with(1, 77).error_code, ErrorCode::NONE);
+    // A broker this controller has heard from is still protected against a second
+    // process claiming its id.
+    h.heartbeat(2);
+    assert_eq!(
+        h.register_with(2, 78).error_code,
+        ErrorCode::DUPLICATE_BROKER_REGISTRATION
+    );
+    h.check_replay();
+}
+
+#[test]
 fn automatic_preferred_leader_election_after_a_broker_returns() {
     let mut h = Harness::new();
     h.brokers(&[1, 2]);
