@@ -37,6 +37,10 @@ pub enum ConfigType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigSource {
     DynamicTopicConfig = 1,
+    /// Set for one broker through the metadata log (resource name = its id).
+    DynamicBrokerConfig = 2,
+    /// Set for every broker through the metadata log (resource name = "").
+    DynamicDefaultBrokerConfig = 3,
     StaticBrokerConfig = 4,
     DefaultConfig = 5,
 }
@@ -145,6 +149,13 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         "log.message.timestamp.before.max.ms",
         "9223372036854775807",
         "how far in the past a CreateTime timestamp may be",
+    ),
+    def(
+        "message.timestamp.difference.max.ms",
+        ConfigType::Long,
+        "log.message.timestamp.difference.max.ms",
+        "9223372036854775807",
+        "deprecated: both bounds at once when before/after.max.ms are unset",
     ),
     def(
         "message.timestamp.type",
@@ -276,6 +287,176 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
             allowed.join(", ")
         ))
     }
+}
+
+/// Whether a broker key may be changed at run time through IncrementalAlterConfigs /
+/// AlterConfigs on the BROKER resource (Kafka's `DynamicBrokerConfig.AllDynamicConfigs`,
+/// restricted to what Rill applies live): the broker keys that supply topic defaults
+/// (`log.retention.ms`, `log.segment.bytes`, `compression.type`, `message.max.bytes`,
+/// `min.insync.replicas`, `log.cleaner.*` topic defaults, …). Every topic log without
+/// an override is reconfigured when one changes. Listener, thread-pool and quota keys,
+/// which Kafka also accepts, are read once at start-up here and so are refused.
+pub fn is_dynamic_broker_config(key: &str) -> bool {
+    TOPIC_CONFIGS.iter().any(|d| d.broker_key == key)
+}
+
+/// The topic config a broker key supplies the default of, if any.
+pub fn topic_config_for_broker_key(key: &str) -> Option<&'static TopicConfigDef> {
+    TOPIC_CONFIGS.iter().find(|d| d.broker_key == key)
+}
+
+/// Checks a value for a dynamic broker key: its type and allowed values are those of the
+/// topic config it is the default of.
+pub fn validate_broker_config(key: &str, value: &str) -> Result<(), String> {
+    let Some(d) = topic_config_for_broker_key(key) else {
+        return Err(format!("Cannot update these configs dynamically: {key}"));
+    };
+    validate_topic_config(d.name, value).map_err(|m| m.replace(d.name, key))
+}
+
+/// A broker key's value at every level where it is set, highest precedence first, as
+/// Kafka lists synonyms: this broker's dynamic value, the cluster-wide dynamic default,
+/// the static file/override, then the built-in default. Dynamic values are only taken
+/// for keys that are dynamic, as Kafka ignores other keys in broker `ConfigRecord`s.
+pub fn broker_config_synonyms(
+    static_config: &BrokerConfig,
+    image: &rill_metadata::MetadataImage,
+    node_id: i32,
+    key: &str,
+) -> Vec<(String, ConfigSource)> {
+    let mut out = Vec::new();
+    if is_dynamic_broker_config(key) {
+        let dynamic = |name: String| {
+            image
+                .configs
+                .get(&(rill_metadata::RESOURCE_BROKER, name))
+                .and_then(|c| c.get(key))
+                .cloned()
+        };
+        if let Some(v) = dynamic(node_id.to_string()) {
+            out.push((v, ConfigSource::DynamicBrokerConfig));
+        }
+        if let Some(v) = dynamic(String::new()) {
+            out.push((v, ConfigSource::DynamicDefaultBrokerConfig));
+        }
+    }
+    if let Some(v) = static_config.props.get(key) {
+        out.push((v.clone(), ConfigSource::StaticBrokerConfig));
+    }
+    let default = BROKER_DEFAULTS
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| *v)
+        .or_else(|| topic_config_for_broker_key(key).map(|d| d.default));
+    if let Some(v) = default {
+        out.push((v.to_string(), ConfigSource::DefaultConfig));
+    }
+    out
+}
+
+/// A broker key's effective value and where it comes from (see
+/// [`broker_config_synonyms`]).
+pub fn broker_config_value(
+    static_config: &BrokerConfig,
+    image: &rill_metadata::MetadataImage,
+    node_id: i32,
+    key: &str,
+) -> Option<(String, ConfigSource)> {
+    broker_config_synonyms(static_config, image, node_id, key)
+        .into_iter()
+        .next()
+}
+
+/// A topic config's effective value: the topic's override, else the broker default it
+/// inherits at its highest level (dynamic per-broker, dynamic cluster-wide, static,
+/// built-in).
+pub fn topic_config_value(
+    static_config: &BrokerConfig,
+    image: &rill_metadata::MetadataImage,
+    node_id: i32,
+    topic: &str,
+    name: &str,
+) -> Option<(String, ConfigSource)> {
+    if let Some(v) = image.topic_config(topic, name) {
+        return Some((v.to_string(), ConfigSource::DynamicTopicConfig));
+    }
+    let def = topic_config_def(name)?;
+    broker_config_value(static_config, image, node_id, def.broker_key)
+}
+
+/// The storage settings of a topic's logs on broker `node_id`.
+pub fn log_config(
+    static_config: &BrokerConfig,
+    image: &rill_metadata::MetadataImage,
+    node_id: i32,
+    topic: &str,
+) -> rill_storage::LogConfig {
+    use rill_storage::{LogConfig, MessageTimestampType};
+    let get = |name: &str| {
+        topic_config_value(static_config, image, node_id, topic, name)
+            .map(|(v, _)| v)
+            .unwrap_or_default()
+    };
+    let int = |name: &str| get(name).trim().parse::<i64>().ok();
+    let mut c = LogConfig::default();
+    if let Some(v) = int("segment.bytes") {
+        c.segment_bytes = v.max(1) as u64;
+    }
+    if let Some(v) = int("segment.ms") {
+        c.segment_ms = v;
+    }
+    if let Some(v) = int("index.interval.bytes") {
+        c.index_interval_bytes = v.max(1) as u64;
+    }
+    if let Some(v) = int("segment.index.bytes") {
+        c.segment_index_bytes = v.max(8) as u64;
+    }
+    if let Some(v) = int("max.message.bytes") {
+        c.max_message_bytes = v.max(0) as usize;
+    }
+    c.flush_messages = int("flush.messages")
+        .filter(|v| *v != i64::MAX)
+        .map(|v| v as u64);
+    c.flush_ms = int("flush.ms").filter(|v| *v != i64::MAX);
+    if let Some(v) = int("retention.ms") {
+        c.retention_ms = v;
+    }
+    if let Some(v) = int("retention.bytes") {
+        c.retention_bytes = v;
+    }
+    if let Ok(policy) = get("cleanup.policy").parse() {
+        c.cleanup_policy = policy;
+    }
+    if let Some(v) = int("delete.retention.ms") {
+        c.delete_retention_ms = v;
+    }
+    if let Ok(v) = get("min.cleanable.dirty.ratio").trim().parse::<f64>() {
+        if v.is_finite() {
+            c.min_cleanable_dirty_ratio = v.clamp(0.0, 1.0);
+        }
+    }
+    if let Some(v) = int("min.compaction.lag.ms") {
+        c.min_compaction_lag_ms = v;
+    }
+    if let Some(v) = int("max.compaction.lag.ms") {
+        c.max_compaction_lag_ms = v;
+    }
+    if get("message.timestamp.type") == "LogAppendTime" {
+        c.message_timestamp_type = MessageTimestampType::LogAppendTime;
+    }
+    // Kafka 3.6+: each bound left at its unbounded default falls back to the deprecated
+    // `message.timestamp.difference.max.ms`, which used to be both bounds at once.
+    let difference = int("message.timestamp.difference.max.ms").unwrap_or(i64::MAX);
+    let bound = |name: &str| match int(name) {
+        Some(v) if v != i64::MAX => v.max(0),
+        _ => difference.max(0),
+    };
+    c.message_timestamp_before_max_ms = bound("message.timestamp.before.max.ms");
+    c.message_timestamp_after_max_ms = bound("message.timestamp.after.max.ms");
+    if let Ok(v) = get("compression.type").parse() {
+        c.compression_type = v;
+    }
+    c
 }
 
 /// The broker's configuration: every key as Kafka names it, with typed accessors.
@@ -665,5 +846,129 @@ mod tests {
         assert!(validate_topic_config("no.such.config", "1").is_err());
         let sorted = TOPIC_CONFIGS.windows(2).all(|w| w[0].name < w[1].name);
         assert!(sorted, "TOPIC_CONFIGS must stay sorted");
+    }
+
+    fn image_with(entries: &[((i8, &str), &str, &str)]) -> rill_metadata::MetadataImage {
+        let mut image = rill_metadata::MetadataImage::default();
+        for ((t, n), k, v) in entries {
+            image
+                .configs
+                .entry((*t, n.to_string()))
+                .or_default()
+                .insert(k.to_string(), v.to_string());
+        }
+        image
+    }
+
+    #[test]
+    fn broker_config_precedence_is_dynamic_broker_then_default_then_static_then_builtin() {
+        use rill_metadata::{RESOURCE_BROKER as B, RESOURCE_TOPIC as T};
+        let mut static_config = BrokerConfig::default();
+        let key = "log.retention.ms";
+        let source = |c: &BrokerConfig, image: &rill_metadata::MetadataImage| {
+            broker_config_value(c, image, 1, key).unwrap()
+        };
+        let empty = rill_metadata::MetadataImage::default();
+        assert_eq!(
+            source(&static_config, &empty),
+            ("604800000".into(), ConfigSource::DefaultConfig)
+        );
+        static_config.set(key, "1000");
+        assert_eq!(
+            source(&static_config, &empty),
+            ("1000".into(), ConfigSource::StaticBrokerConfig)
+        );
+        let cluster = image_with(&[((B, ""), key, "2000")]);
+        assert_eq!(
+            source(&static_config, &cluster),
+            ("2000".into(), ConfigSource::DynamicDefaultBrokerConfig)
+        );
+        let both = image_with(&[((B, ""), key, "2000"), ((B, "1"), key, "3000")]);
+        assert_eq!(
+            source(&static_config, &both),
+            ("3000".into(), ConfigSource::DynamicBrokerConfig)
+        );
+        // Another broker's dynamic value is not ours.
+        let other = image_with(&[((B, ""), key, "2000"), ((B, "2"), key, "3000")]);
+        assert_eq!(source(&static_config, &other).0, "2000");
+        // Synonyms list every level, highest first.
+        let levels: Vec<ConfigSource> = broker_config_synonyms(&static_config, &both, 1, key)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        assert_eq!(
+            levels,
+            [
+                ConfigSource::DynamicBrokerConfig,
+                ConfigSource::DynamicDefaultBrokerConfig,
+                ConfigSource::StaticBrokerConfig,
+                ConfigSource::DefaultConfig
+            ]
+        );
+        // A key that is not dynamic is never taken from the metadata log.
+        let not_dynamic = image_with(&[((B, ""), "num.partitions", "9")]);
+        assert_eq!(
+            broker_config_value(&static_config, &not_dynamic, 1, "num.partitions").unwrap(),
+            ("1".into(), ConfigSource::DefaultConfig)
+        );
+        // A topic override beats every broker level; without one the topic inherits.
+        let topic = image_with(&[((B, "1"), key, "3000"), ((T, "t"), "retention.ms", "5")]);
+        assert_eq!(
+            topic_config_value(&static_config, &topic, 1, "t", "retention.ms").unwrap(),
+            ("5".into(), ConfigSource::DynamicTopicConfig)
+        );
+        assert_eq!(
+            topic_config_value(&static_config, &topic, 1, "u", "retention.ms").unwrap(),
+            ("3000".into(), ConfigSource::DynamicBrokerConfig)
+        );
+        assert_eq!(
+            log_config(&static_config, &topic, 1, "u").retention_ms,
+            3000
+        );
+        assert_eq!(log_config(&static_config, &topic, 1, "t").retention_ms, 5);
+    }
+
+    #[test]
+    fn log_config_reads_compression_and_timestamp_bounds() {
+        use rill_metadata::RESOURCE_TOPIC as T;
+        use rill_storage::BrokerCompressionType;
+        let static_config = BrokerConfig::default();
+        let c = log_config(
+            &static_config,
+            &rill_metadata::MetadataImage::default(),
+            1,
+            "t",
+        );
+        assert_eq!(c.compression_type, BrokerCompressionType::Producer);
+        assert_eq!(c.message_timestamp_before_max_ms, i64::MAX);
+        let image = image_with(&[
+            ((T, "t"), "compression.type", "zstd"),
+            ((T, "t"), "message.timestamp.before.max.ms", "3600000"),
+            ((T, "t"), "message.timestamp.difference.max.ms", "7000"),
+        ]);
+        let c = log_config(&static_config, &image, 1, "t");
+        assert_eq!(c.compression_type, BrokerCompressionType::Zstd);
+        assert_eq!(c.message_timestamp_before_max_ms, 3_600_000);
+        // The deprecated key fills the bound left unset.
+        assert_eq!(c.message_timestamp_after_max_ms, 7_000);
+    }
+
+    #[test]
+    fn dynamic_broker_keys_and_their_validation() {
+        assert!(is_dynamic_broker_config("log.retention.ms"));
+        assert!(is_dynamic_broker_config("compression.type"));
+        assert!(is_dynamic_broker_config("min.insync.replicas"));
+        assert!(is_dynamic_broker_config(
+            "log.cleaner.min.compaction.lag.ms"
+        ));
+        assert!(!is_dynamic_broker_config("log.dirs"));
+        assert!(!is_dynamic_broker_config("node.id"));
+        assert!(validate_broker_config("log.retention.ms", "10").is_ok());
+        let e = validate_broker_config("log.retention.ms", "soon").unwrap_err();
+        assert!(e.contains("log.retention.ms"), "{e}");
+        assert!(validate_broker_config("compression.type", "brotli").is_err());
+        assert!(validate_broker_config("listeners", "x")
+            .unwrap_err()
+            .contains("Cannot update these configs dynamically"));
     }
 }

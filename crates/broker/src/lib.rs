@@ -153,60 +153,11 @@ impl Broker {
             .unwrap_or_default()
     }
 
-    /// The storage settings of a topic, from its configs and the broker's defaults.
+    /// The storage settings of a topic, from its overrides and the broker's defaults at
+    /// their highest level: dynamic for this broker, dynamic cluster-wide, static, built-in
+    /// (see [`config::log_config`]).
     pub fn log_config(&self, image: &MetadataImage, topic: &str) -> LogConfig {
-        let get = |name: &str| {
-            self.topic_config_value(image, topic, name)
-                .unwrap_or_default()
-        };
-        let int = |name: &str| get(name).trim().parse::<i64>().ok();
-        let mut c = LogConfig::default();
-        if let Some(v) = int("segment.bytes") {
-            c.segment_bytes = v.max(1) as u64;
-        }
-        if let Some(v) = int("segment.ms") {
-            c.segment_ms = v;
-        }
-        if let Some(v) = int("index.interval.bytes") {
-            c.index_interval_bytes = v.max(1) as u64;
-        }
-        if let Some(v) = int("segment.index.bytes") {
-            c.segment_index_bytes = v.max(8) as u64;
-        }
-        if let Some(v) = int("max.message.bytes") {
-            c.max_message_bytes = v.max(0) as usize;
-        }
-        c.flush_messages = int("flush.messages")
-            .filter(|v| *v != i64::MAX)
-            .map(|v| v as u64);
-        c.flush_ms = int("flush.ms").filter(|v| *v != i64::MAX);
-        if let Some(v) = int("retention.ms") {
-            c.retention_ms = v;
-        }
-        if let Some(v) = int("retention.bytes") {
-            c.retention_bytes = v;
-        }
-        if let Ok(policy) = get("cleanup.policy").parse() {
-            c.cleanup_policy = policy;
-        }
-        if let Some(v) = int("delete.retention.ms") {
-            c.delete_retention_ms = v;
-        }
-        if let Ok(v) = get("min.cleanable.dirty.ratio").trim().parse::<f64>() {
-            if v.is_finite() {
-                c.min_cleanable_dirty_ratio = v.clamp(0.0, 1.0);
-            }
-        }
-        if let Some(v) = int("min.compaction.lag.ms") {
-            c.min_compaction_lag_ms = v;
-        }
-        if let Some(v) = int("max.compaction.lag.ms") {
-            c.max_compaction_lag_ms = v;
-        }
-        if get("message.timestamp.type") == "LogAppendTime" {
-            c.message_timestamp_type = rill_storage::MessageTimestampType::LogAppendTime;
-        }
-        c
+        config::log_config(&self.config, image, self.node_id, topic)
     }
 }
 

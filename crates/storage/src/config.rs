@@ -4,6 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use rill_protocol::records::CompressionType;
+
 /// `cleanup.policy`: what happens to old data. Kafka's value is a comma-separated list
 /// of `delete` and `compact`; both together mean "compact, and also delete by retention".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,6 +75,65 @@ pub enum MessageTimestampType {
     LogAppendTime,
 }
 
+/// `compression.type`: the codec the leader stores client batches with. `producer` keeps
+/// each batch as its producer compressed it; any other value makes the leader re-encode
+/// a batch whose codec differs (Kafka's `BrokerCompressionType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BrokerCompressionType {
+    #[default]
+    Producer,
+    Uncompressed,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl BrokerCompressionType {
+    /// The codec a batch sent with `source` is stored with.
+    pub fn target_codec(self, source: CompressionType) -> CompressionType {
+        match self {
+            Self::Producer => source,
+            Self::Uncompressed => CompressionType::None,
+            Self::Gzip => CompressionType::Gzip,
+            Self::Snappy => CompressionType::Snappy,
+            Self::Lz4 => CompressionType::Lz4,
+            Self::Zstd => CompressionType::Zstd,
+        }
+    }
+}
+
+impl FromStr for BrokerCompressionType {
+    type Err = crate::StorageError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "producer" => Ok(Self::Producer),
+            "uncompressed" | "none" => Ok(Self::Uncompressed),
+            "gzip" => Ok(Self::Gzip),
+            "snappy" => Ok(Self::Snappy),
+            "lz4" => Ok(Self::Lz4),
+            "zstd" => Ok(Self::Zstd),
+            other => Err(crate::StorageError::InvalidConfig(format!(
+                "unknown compression.type {other:?}"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for BrokerCompressionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Producer => "producer",
+            Self::Uncompressed => "uncompressed",
+            Self::Gzip => "gzip",
+            Self::Snappy => "snappy",
+            Self::Lz4 => "lz4",
+            Self::Zstd => "zstd",
+        })
+    }
+}
+
 /// The settings of one partition log. Field names are Kafka's topic configs with dots
 /// turned into underscores (`segment.bytes` is `segment_bytes`).
 #[derive(Debug, Clone, PartialEq)]
@@ -94,6 +155,13 @@ pub struct LogConfig {
     pub max_message_bytes: usize,
     /// `message.timestamp.type`.
     pub message_timestamp_type: MessageTimestampType,
+    /// `message.timestamp.before.max.ms`: under CreateTime, how far a record's timestamp
+    /// may lie behind the broker's clock (`i64::MAX`: unbounded, Kafka's default).
+    pub message_timestamp_before_max_ms: i64,
+    /// `message.timestamp.after.max.ms`: how far it may lie ahead of the broker's clock.
+    pub message_timestamp_after_max_ms: i64,
+    /// `compression.type`.
+    pub compression_type: BrokerCompressionType,
     /// `retention.ms` (-1: unlimited), enforced by `UnifiedLog::delete_old_segments`
     /// when the policy includes `delete`.
     pub retention_ms: i64,
@@ -129,6 +197,9 @@ impl Default for LogConfig {
             flush_ms: None,
             max_message_bytes: 1_048_588,
             message_timestamp_type: MessageTimestampType::CreateTime,
+            message_timestamp_before_max_ms: i64::MAX,
+            message_timestamp_after_max_ms: i64::MAX,
+            compression_type: BrokerCompressionType::Producer,
             retention_ms: Duration::from_secs(7 * 24 * 3600).as_millis() as i64,
             retention_bytes: -1,
             cleanup_policy: CleanupPolicy::Delete,
@@ -167,6 +238,9 @@ impl LogConfig {
         }
         if self.delete_retention_ms < 0 || self.min_compaction_lag_ms < 0 {
             return err("delete.retention.ms and min.compaction.lag.ms must not be negative");
+        }
+        if self.message_timestamp_before_max_ms < 0 || self.message_timestamp_after_max_ms < 0 {
+            return err("message.timestamp.before.max.ms and after.max.ms must not be negative");
         }
         if self.max_compaction_lag_ms < 1 {
             return err("max.compaction.lag.ms must be positive");

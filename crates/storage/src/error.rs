@@ -4,8 +4,8 @@
 //! with: the disk, or a directory that is not a log. [`AppendError`] and [`ReadError`]
 //! are the typed outcomes of the produce and fetch paths; the broker maps each variant
 //! to one Kafka error code (`CORRUPT_MESSAGE`, `INVALID_RECORD`, `MESSAGE_TOO_LARGE`,
-//! `OUT_OF_ORDER_SEQUENCE_NUMBER`, `INVALID_PRODUCER_EPOCH`, `OFFSET_OUT_OF_RANGE`,
-//! `KAFKA_STORAGE_ERROR`) and never invents one.
+//! `OUT_OF_ORDER_SEQUENCE_NUMBER`, `INVALID_PRODUCER_EPOCH`, `INVALID_TIMESTAMP`,
+//! `OFFSET_OUT_OF_RANGE`, `KAFKA_STORAGE_ERROR`) and never invents one.
 
 use std::path::PathBuf;
 
@@ -71,6 +71,19 @@ pub enum AppendError {
         producer_id: i64,
         current: i16,
         found: i16,
+    },
+    /// Under CreateTime, a record whose timestamp lies further from the broker's clock
+    /// than `message.timestamp.before.max.ms` / `after.max.ms` allow: `INVALID_TIMESTAMP`.
+    /// `index` is the record's position in its batch (Kafka's `RecordError.batchIndex`).
+    #[error(
+        "timestamp {timestamp} of record {index} is out of range: it should be within \
+         [{earliest}, {latest}]"
+    )]
+    InvalidTimestamp {
+        index: usize,
+        timestamp: i64,
+        earliest: i64,
+        latest: i64,
     },
     /// A follower append whose offsets go backwards or overlap the log.
     #[error("follower append offsets out of order: expected at least {expected}, got {found}")]

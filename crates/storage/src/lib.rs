@@ -9,6 +9,8 @@
 //! - [`producer_state`]: `ProducerStateManager`, idempotent-producer deduplication.
 //! - [`retention`]: `cleanup.policy=delete`, DeleteRecords, rolling a quiet partition.
 //! - [`cleaner`]: `cleanup.policy=compact`, the log cleaner and its segment swap.
+//! - `validator`: Kafka's `LogValidator`, the leader's record checks (keys, timestamp
+//!   bounds) and the re-encoding of a batch with the topic's `compression.type`.
 //!
 //! Architecture Invariant: this crate does no networking and reads no clock; every
 //! time-dependent call takes `now_ms`. It depends on `rill-protocol` only for the record
@@ -27,12 +29,13 @@ mod records;
 pub mod retention;
 pub mod segment;
 pub mod topic_partition;
+mod validator;
 
 #[cfg(test)]
 mod test_util;
 
 pub use cleaner::{CleanStats, CleanTask, CleanedSegments, CleanerConfig};
-pub use config::{CleanupPolicy, LogConfig, MessageTimestampType};
+pub use config::{BrokerCompressionType, CleanupPolicy, LogConfig, MessageTimestampType};
 pub use epoch::{EpochEntry, LeaderEpochFileCache, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
 pub use error::{AppendError, DeleteRecordsError, ReadError, StorageError};
 pub use log::{LogAppendInfo, TimestampAndOffset, UnifiedLog};

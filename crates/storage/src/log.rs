@@ -28,7 +28,7 @@ use bytes::Bytes;
 use rill_protocol::records::batch::{
     set_base_offset, set_log_append_time, set_partition_leader_epoch, HEADER_LEN,
 };
-use rill_protocol::records::{BatchError, RecordBatch};
+use rill_protocol::records::RecordBatch;
 
 use crate::checkpoint;
 use crate::config::{LogConfig, MessageTimestampType};
@@ -41,6 +41,9 @@ use crate::records::{first_record_at_or_after, validate_stored};
 use crate::segment::{
     BatchSummary, FetchDataInfo, LogSegment, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
+};
+use crate::validator::{
+    corrupt_to_append_error, recompress, validate_records, RecordChecks, TimestampWindow,
 };
 
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
@@ -77,10 +80,10 @@ pub struct TimestampAndOffset {
     pub leader_epoch: Option<i32>,
 }
 
-/// One validated batch of a record set, with its place in the set.
+/// One validated batch of a record set: the batch as received, or its re-encoding
+/// with the topic's `compression.type`.
 #[derive(Debug)]
 struct ValidBatch {
-    position: usize,
     batch: RecordBatch,
 }
 
@@ -121,46 +124,7 @@ fn parse_base_offset(file_name: &str, suffix: &str) -> Option<i64> {
     stem.parse().ok()
 }
 
-fn corrupt_to_append_error(e: BatchError) -> AppendError {
-    match e {
-        BatchError::UnsupportedMagic(m) => {
-            AppendError::InvalidRecord(format!("unsupported record batch magic {m}"))
-        }
-        BatchError::CountMismatch { .. } | BatchError::InvalidRecord(_) => {
-            AppendError::InvalidRecord(e.to_string())
-        }
-        other => AppendError::CorruptMessage(other),
-    }
-}
-
-/// Largest decompressed record payload a produced batch may expand to. Kafka bounds only
-/// the compressed size; a bound here keeps a decompression bomb from costing more memory
-/// than this per request being validated.
-pub const MAX_DECOMPRESSED_BATCH_BYTES: usize = 64 * 1024 * 1024;
-
-/// Decodes every record of a client's batch, as Kafka's `LogValidator` does, so that no
-/// garbage behind a valid CRC is stored and served: each record must parse, offset deltas
-/// must run 0, 1, 2, …, and a compacted topic needs a key on every record.
-fn validate_records(batch: &RecordBatch, require_keys: bool) -> Result<(), AppendError> {
-    let records = batch
-        .record_iter(MAX_DECOMPRESSED_BATCH_BYTES)
-        .map_err(corrupt_to_append_error)?;
-    for (i, record) in records.enumerate() {
-        let record = record.map_err(corrupt_to_append_error)?;
-        if i64::from(record.offset_delta) != i as i64 {
-            return Err(AppendError::InvalidRecord(format!(
-                "record {i} of the batch has offset delta {}",
-                record.offset_delta
-            )));
-        }
-        if require_keys && record.key.is_none() {
-            return Err(AppendError::InvalidRecord(
-                "compacted topic cannot accept a record without a key".into(),
-            ));
-        }
-    }
-    Ok(())
-}
+pub use crate::validator::MAX_DECOMPRESSED_BATCH_BYTES;
 
 impl UnifiedLog {
     /// Opens the log in `dir`, creating it when absent and recovering it when the last
@@ -428,16 +392,19 @@ impl UnifiedLog {
         checkpoint::write_offset(&self.dir.join(HIGH_WATERMARK_FILE), self.high_watermark)
     }
 
-    /// Validates a record set: framing, size, magic, CRC, count, and the origin's rules.
+    /// Validates a record set: framing, size, magic, CRC, count, and the origin's rules;
+    /// a client's batches are also checked record by record and re-encoded when the
+    /// topic's `compression.type` asks for another codec (see [`crate::validator`]).
+    /// `now_ms` is the broker's clock for `message.timestamp.*.max.ms`.
     fn analyze_and_validate(
         &self,
         records: &Bytes,
         origin: AppendOrigin,
+        now_ms: i64,
     ) -> Result<Vec<ValidBatch>, AppendError> {
         let mut out = Vec::new();
         let mut rest = records.clone();
         while !rest.is_empty() {
-            let position = records.len() - rest.len();
             let batch = RecordBatch::split_from(&mut rest).map_err(AppendError::CorruptMessage)?;
             if origin != AppendOrigin::Replication && batch.size() > self.config.max_message_bytes {
                 return Err(AppendError::MessageTooLarge {
@@ -466,7 +433,6 @@ impl UnifiedLog {
                 if batch.record_count() <= 0 {
                     return Err(AppendError::InvalidRecord("batch holds no records".into()));
                 }
-                validate_records(&batch, self.config.cleanup_policy.is_compact())?;
                 if batch.producer_id() >= 0 && batch.base_sequence() < 0 {
                     return Err(AppendError::InvalidRecord(format!(
                         "invalid sequence number {} for producer {}",
@@ -474,8 +440,38 @@ impl UnifiedLog {
                         batch.producer_id()
                     )));
                 }
+                let checks = RecordChecks {
+                    require_keys: self.config.cleanup_policy.is_compact(),
+                    timestamp_window: (self.config.message_timestamp_type
+                        == MessageTimestampType::CreateTime)
+                        .then_some(TimestampWindow {
+                            now_ms,
+                            before_max_ms: self.config.message_timestamp_before_max_ms,
+                            after_max_ms: self.config.message_timestamp_after_max_ms,
+                        }),
+                };
+                let source = batch.compression().map_err(AppendError::CorruptMessage)?;
+                let target = self.config.compression_type.target_codec(source);
+                let records = validate_records(&batch, &checks, target != source)?;
+                if target != source {
+                    let converted = recompress(&batch, &records, target)?;
+                    // Kafka checks the size again after a conversion: a batch that grew
+                    // (an incompressible payload given a codec's framing) may no longer fit.
+                    let max = self
+                        .config
+                        .max_message_bytes
+                        .min(self.config.segment_bytes as usize);
+                    if converted.size() > max {
+                        return Err(AppendError::MessageTooLarge {
+                            size: converted.size(),
+                            max,
+                        });
+                    }
+                    out.push(ValidBatch { batch: converted });
+                    continue;
+                }
             }
-            out.push(ValidBatch { position, batch });
+            out.push(ValidBatch { batch });
         }
         Ok(out)
     }
@@ -503,7 +499,7 @@ impl UnifiedLog {
         } else {
             origin
         };
-        let batches = self.analyze_and_validate(&records, origin)?;
+        let batches = self.analyze_and_validate(&records, origin, now_ms)?;
         let log_append_time =
             self.config.message_timestamp_type == MessageTimestampType::LogAppendTime;
         if batches.is_empty() {
@@ -551,17 +547,23 @@ impl UnifiedLog {
             next = last + 1;
         }
 
-        // The one copy: into a buffer whose headers the log may rewrite.
-        let mut buf = records.to_vec();
+        // The one copy: into a buffer whose headers the log may rewrite (re-encoded
+        // batches take the place of the ones they replace).
+        let mut buf = Vec::with_capacity(batches.iter().map(|vb| vb.batch.size()).sum());
+        let mut positions = Vec::with_capacity(batches.len());
+        for vb in &batches {
+            positions.push(buf.len());
+            buf.extend_from_slice(vb.batch.as_bytes());
+        }
         let first_offset = self.log_end_offset();
         let mut offset = first_offset;
         let mut summaries = Vec::with_capacity(batches.len());
         let mut max_timestamp = -1i64;
         let mut offset_of_max_timestamp = -1i64;
         let mut record_count = 0i64;
-        for vb in &batches {
+        for (vb, &position) in batches.iter().zip(&positions) {
             let size = vb.batch.size();
-            let slice = &mut buf[vb.position..vb.position + size];
+            let slice = &mut buf[position..position + size];
             set_base_offset(slice, offset);
             set_partition_leader_epoch(slice, leader_epoch);
             let batch_max_ts = if log_append_time {
@@ -611,7 +613,7 @@ impl UnifiedLog {
         records: Bytes,
         now_ms: i64,
     ) -> Result<LogAppendInfo, AppendError> {
-        let batches = self.analyze_and_validate(&records, AppendOrigin::Replication)?;
+        let batches = self.analyze_and_validate(&records, AppendOrigin::Replication, now_ms)?;
         if batches.is_empty() {
             return Ok(self.empty_append_info());
         }

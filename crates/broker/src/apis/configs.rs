@@ -1,10 +1,18 @@
 //! Configs: DescribeConfigs, AlterConfigs and IncrementalAlterConfigs.
 //!
-//! Topic configs are overrides kept in the metadata log (`ConfigRecord`s); a described
-//! value is the override, else the broker's `log.*` key, else Kafka's default, and its
-//! source says which. A change is validated whole here, then sent to the controller as
-//! the set/delete operations that turn the old overrides into the new ones; every
-//! replica pushes the new values to its live logs as it applies the records.
+//! Topic configs are overrides kept in the metadata log (`ConfigRecord`s on the TOPIC
+//! resource). Dynamic broker configs are kept there too, on the BROKER resource: named by
+//! a broker id for that broker alone, or `""` for the cluster-wide default. A value is
+//! resolved as in Kafka, highest first: topic override (for a topic config), this
+//! broker's dynamic value, the cluster-wide dynamic default, the static file, the
+//! built-in default; DescribeConfigs reports the level as `config_source` and lists the
+//! lower levels as synonyms.
+//!
+//! A change is validated whole here, then sent to the controller as the set/delete
+//! operations that turn the old entries into the new ones; every replica pushes the new
+//! values to its live logs as it applies the records
+//! ([`Broker::topics_affected_by_broker_config_change`] names the topic logs a broker
+//! change reaches).
 
 use std::collections::BTreeMap;
 
@@ -21,12 +29,13 @@ use rill_protocol::generated::incremental_alter_configs_request::IncrementalAlte
 use rill_protocol::generated::incremental_alter_configs_response as inc;
 use rill_protocol::ErrorCode;
 
-use crate::config::{self, ConfigSource, BROKER_DEFAULTS, TOPIC_CONFIGS};
+use crate::config::{self, BrokerConfig, ConfigSource, ConfigType, BROKER_DEFAULTS, TOPIC_CONFIGS};
 use crate::Broker;
 
 use rill_metadata::{
     AlterConfigOp, AlterConfigsResource, ControllerEvent, ControllerResponse,
-    IncrementalAlterConfigsRequest as CtlAlterConfigs, RESOURCE_BROKER, RESOURCE_TOPIC,
+    IncrementalAlterConfigsRequest as CtlAlterConfigs, MetadataImage, RESOURCE_BROKER,
+    RESOURCE_TOPIC,
 };
 
 /// IncrementalAlterConfigs operations.
@@ -63,7 +72,11 @@ impl Broker {
                         request.include_synonyms,
                         request.include_documentation,
                     ),
-                    RESOURCE_BROKER => self.describe_broker_configs(&r.resource_name),
+                    RESOURCE_BROKER => self.describe_broker_configs(
+                        &r.resource_name,
+                        request.include_synonyms,
+                        request.include_documentation,
+                    ),
                     other => Err((
                         ErrorCode::INVALID_REQUEST,
                         format!("unsupported resource type {other}"),
@@ -105,88 +118,107 @@ impl Broker {
                 format!("topic '{name}' does not exist"),
             ));
         }
-        let overrides = Broker::topic_overrides(&image, name);
-        Ok(TOPIC_CONFIGS
-            .iter()
-            .map(|d| {
-                let broker_value = self
-                    .config
-                    .is_set(d.broker_key)
-                    .then(|| self.config.get(d.broker_key))
-                    .flatten();
-                let (value, source) = if let Some(v) = overrides.get(d.name) {
-                    (v.clone(), ConfigSource::DynamicTopicConfig)
-                } else if let Some(v) = broker_value {
-                    (v.to_string(), ConfigSource::StaticBrokerConfig)
-                } else {
-                    (d.default.to_string(), ConfigSource::DefaultConfig)
-                };
-                let mut synonyms = Vec::new();
-                if include_synonyms {
-                    if let Some(v) = overrides.get(d.name) {
-                        synonyms.push(synonym(d.name, v, ConfigSource::DynamicTopicConfig));
-                    }
-                    if let Some(v) = broker_value {
-                        synonyms.push(synonym(d.broker_key, v, ConfigSource::StaticBrokerConfig));
-                    }
-                    synonyms.push(synonym(
-                        d.broker_key,
-                        d.default,
-                        ConfigSource::DefaultConfig,
-                    ));
-                }
-                DescribeConfigsResourceResult {
-                    name: d.name.to_string(),
-                    value: Some(value),
-                    read_only: false,
-                    is_default: source == ConfigSource::DefaultConfig,
-                    config_source: source as i8,
-                    is_sensitive: false,
-                    synonyms,
-                    config_type: d.config_type as i8,
-                    documentation: include_documentation.then(|| d.doc.to_string()),
-                    ..Default::default()
-                }
-            })
-            .collect())
+        Ok(describe_topic(
+            &self.config,
+            &image,
+            self.node_id,
+            name,
+            include_synonyms,
+            include_documentation,
+        ))
     }
 
     fn describe_broker_configs(
         &self,
         name: &str,
+        include_synonyms: bool,
+        include_documentation: bool,
     ) -> Result<Vec<DescribeConfigsResourceResult>, ConfigError> {
-        if !name.is_empty() && name != self.node_id.to_string() {
-            return Err((ErrorCode::INVALID_REQUEST, format!("unknown broker {name}")));
+        let image = self.image();
+        if name.is_empty() {
+            return Ok(describe_cluster_default(&image, include_documentation));
         }
-        let mut keys: BTreeMap<&str, ()> = BTreeMap::new();
-        for (k, _) in BROKER_DEFAULTS {
-            keys.insert(k, ());
+        if name != self.node_id.to_string() {
+            return Err((
+                ErrorCode::INVALID_REQUEST,
+                format!(
+                    "unexpected broker id, expected {} or empty string, but received {name}",
+                    self.node_id
+                ),
+            ));
         }
-        for d in TOPIC_CONFIGS {
-            keys.insert(d.broker_key, ());
+        Ok(describe_broker(
+            &self.config,
+            &image,
+            self.node_id,
+            include_synonyms,
+            include_documentation,
+        ))
+    }
+
+    /// The topic logs on this broker whose settings differ between two images because a
+    /// dynamic broker config (this broker's or the cluster-wide default) changed; topics
+    /// that override every changed key are not among them. The metadata publisher calls
+    /// this after applying a batch of records and reconfigures those logs, as it does for
+    /// topics whose own overrides changed.
+    pub fn topics_affected_by_broker_config_change(
+        &self,
+        old: &MetadataImage,
+        new: &MetadataImage,
+    ) -> Vec<String> {
+        topics_affected_by_broker_config_change(&self.config, self.node_id, old, new)
+    }
+
+    /// Replaces a BROKER resource's dynamic configs after validating all of them.
+    async fn set_broker_configs(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), ConfigError>,
+        validate_only: bool,
+    ) -> Result<(), ConfigError> {
+        if !name.is_empty() && name.parse::<i32>().is_err() {
+            return Err((
+                ErrorCode::INVALID_REQUEST,
+                format!("broker resource name {name:?} is not a broker id"),
+            ));
         }
-        for (k, _) in self.config.explicit() {
-            keys.insert(k, ());
+        let image = self.image();
+        let key = (RESOURCE_BROKER, name.to_string());
+        let old = image.configs.get(&key).cloned().unwrap_or_default();
+        let mut new = old.clone();
+        change(&mut new)?;
+        let ops = diff_ops(&old, &new);
+        validate_broker_change(&self.config, &image, self.node_id, &key, &new, &ops)?;
+        if validate_only || ops.is_empty() {
+            return Ok(());
         }
-        Ok(keys
-            .into_keys()
-            .map(|k| {
-                let set = self.config.is_set(k);
-                let source = if set {
-                    ConfigSource::StaticBrokerConfig
-                } else {
-                    ConfigSource::DefaultConfig
-                };
-                DescribeConfigsResourceResult {
-                    name: k.to_string(),
-                    value: self.config.get(k).map(str::to_string),
-                    read_only: true,
-                    is_default: !set,
-                    config_source: source as i8,
-                    ..Default::default()
+        self.submit_config_ops(RESOURCE_BROKER, name, ops).await
+    }
+
+    async fn submit_config_ops(
+        &self,
+        resource_type: i8,
+        name: &str,
+        ops: Vec<(String, AlterConfigOp, Option<String>)>,
+    ) -> Result<(), ConfigError> {
+        let event = ControllerEvent::IncrementalAlterConfigs(CtlAlterConfigs {
+            resources: vec![AlterConfigsResource {
+                resource_type,
+                resource_name: name.to_string(),
+                configs: ops,
+            }],
+            validate_only: false,
+        });
+        match self.controller_call(event).await {
+            Ok(ControllerResponse::IncrementalAlterConfigs(results)) => match results.first() {
+                Some(r) if r.error_code != ErrorCode::NONE => {
+                    Err((r.error_code, r.error_message.clone().unwrap_or_default()))
                 }
-            })
-            .collect())
+                _ => Ok(()),
+            },
+            Ok(_) => Ok(()),
+            Err(code) => Err((code, format!("controller: {}", code.name()))),
+        }
     }
 
     /// Replaces a topic's overrides after validating all of them.
@@ -209,37 +241,11 @@ impl Broker {
         for (k, v) in &new {
             config::validate_topic_config(k, v).map_err(|m| (ErrorCode::INVALID_CONFIG, m))?;
         }
-        let mut ops: Vec<(String, AlterConfigOp, Option<String>)> = new
-            .iter()
-            .filter(|(k, v)| old.get(*k) != Some(*v))
-            .map(|(k, v)| (k.clone(), AlterConfigOp::Set, Some(v.clone())))
-            .collect();
-        ops.extend(
-            old.keys()
-                .filter(|k| !new.contains_key(*k))
-                .map(|k| (k.clone(), AlterConfigOp::Delete, None)),
-        );
+        let ops = diff_ops(&old, &new);
         if validate_only || ops.is_empty() {
             return Ok(());
         }
-        let event = ControllerEvent::IncrementalAlterConfigs(CtlAlterConfigs {
-            resources: vec![AlterConfigsResource {
-                resource_type: RESOURCE_TOPIC,
-                resource_name: name.to_string(),
-                configs: ops,
-            }],
-            validate_only: false,
-        });
-        match self.controller_call(event).await {
-            Ok(ControllerResponse::IncrementalAlterConfigs(results)) => match results.first() {
-                Some(r) if r.error_code != ErrorCode::NONE => {
-                    Err((r.error_code, r.error_message.clone().unwrap_or_default()))
-                }
-                _ => Ok(()),
-            },
-            Ok(_) => Ok(()),
-            Err(code) => Err((code, format!("controller: {}", code.name()))),
-        }
+        self.submit_config_ops(RESOURCE_TOPIC, name, ops).await
     }
 
     /// Applies a change to one resource's configs and returns the response's error fields.
@@ -252,9 +258,10 @@ impl Broker {
     ) -> (i16, Option<String>) {
         let outcome = match resource_type {
             RESOURCE_TOPIC => self.set_topic_configs(name, change, validate_only).await,
-            _ => Err((
+            RESOURCE_BROKER => self.set_broker_configs(name, change, validate_only).await,
+            other => Err((
                 ErrorCode::INVALID_REQUEST,
-                "only topic configs can be altered".into(),
+                format!("configs of resource type {other} cannot be altered"),
             )),
         };
         match outcome {
@@ -304,10 +311,11 @@ impl Broker {
         let validate_only = request.validate_only;
         let mut responses = Vec::with_capacity(request.resources.len());
         for r in request.resources {
+            let resource_type = r.resource_type;
             let change = |configs: &mut BTreeMap<String, String>| {
                 for c in &r.configs {
                     let value = c.value.as_deref();
-                    apply_incremental(configs, &c.name, c.config_operation, value)?;
+                    apply_incremental(resource_type, configs, &c.name, c.config_operation, value)?;
                 }
                 Ok(())
             };
@@ -329,6 +337,219 @@ impl Broker {
     }
 }
 
+/// The set/delete operations that turn `old` entries into `new` ones.
+fn diff_ops(
+    old: &BTreeMap<String, String>,
+    new: &BTreeMap<String, String>,
+) -> Vec<(String, AlterConfigOp, Option<String>)> {
+    let mut ops: Vec<(String, AlterConfigOp, Option<String>)> = new
+        .iter()
+        .filter(|(k, v)| old.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), AlterConfigOp::Set, Some(v.clone())))
+        .collect();
+    ops.extend(
+        old.keys()
+            .filter(|k| !new.contains_key(*k))
+            .map(|k| (k.clone(), AlterConfigOp::Delete, None)),
+    );
+    ops
+}
+
+/// Kafka's checks of a dynamic broker config change: every key set must be dynamic
+/// ("Cannot update these configs dynamically", INVALID_CONFIG as KRaft answers) and of
+/// the right type; and the logs of this broker must accept the result, which catches
+/// values a log would refuse (a `log.segment.bytes` below a batch header) before they
+/// reach the metadata log rather than when every broker applies them.
+fn validate_broker_change(
+    static_config: &BrokerConfig,
+    image: &MetadataImage,
+    node_id: i32,
+    key: &(i8, String),
+    new: &BTreeMap<String, String>,
+    ops: &[(String, AlterConfigOp, Option<String>)],
+) -> Result<(), ConfigError> {
+    let not_dynamic: Vec<&str> = ops
+        .iter()
+        .filter(|(k, op, _)| *op == AlterConfigOp::Set && !config::is_dynamic_broker_config(k))
+        .map(|(k, _, _)| k.as_str())
+        .collect();
+    if !not_dynamic.is_empty() {
+        return Err((
+            ErrorCode::INVALID_CONFIG,
+            format!(
+                "Cannot update these configs dynamically: {}",
+                not_dynamic.join(", ")
+            ),
+        ));
+    }
+    for (k, op, v) in ops {
+        if let (AlterConfigOp::Set, Some(v)) = (op, v) {
+            config::validate_broker_config(k, v).map_err(|m| (ErrorCode::INVALID_CONFIG, m))?;
+        }
+    }
+    let mut candidate = image.clone();
+    if new.is_empty() {
+        candidate.configs.remove(key);
+    } else {
+        candidate.configs.insert(key.clone(), new.clone());
+    }
+    // A topic with no overrides stands for every topic that inherits the changed keys.
+    config::log_config(static_config, &candidate, node_id, "")
+        .validate()
+        .map_err(|e| (ErrorCode::INVALID_CONFIG, e.to_string()))
+}
+
+/// See [`Broker::topics_affected_by_broker_config_change`].
+pub fn topics_affected_by_broker_config_change(
+    static_config: &BrokerConfig,
+    node_id: i32,
+    old: &MetadataImage,
+    new: &MetadataImage,
+) -> Vec<String> {
+    let resources = [
+        (RESOURCE_BROKER, String::new()),
+        (RESOURCE_BROKER, node_id.to_string()),
+    ];
+    if resources
+        .iter()
+        .all(|r| old.configs.get(r) == new.configs.get(r))
+    {
+        return Vec::new();
+    }
+    new.topics_by_name
+        .keys()
+        .filter(|t| old.topics_by_name.contains_key(*t))
+        .filter(|t| {
+            config::log_config(static_config, old, node_id, t)
+                != config::log_config(static_config, new, node_id, t)
+        })
+        .cloned()
+        .collect()
+}
+
+/// DescribeConfigs of a topic: every topic config at its effective level.
+fn describe_topic(
+    static_config: &BrokerConfig,
+    image: &MetadataImage,
+    node_id: i32,
+    topic: &str,
+    include_synonyms: bool,
+    include_documentation: bool,
+) -> Vec<DescribeConfigsResourceResult> {
+    TOPIC_CONFIGS
+        .iter()
+        .map(|d| {
+            let mut levels: Vec<(String, String, ConfigSource)> = Vec::new();
+            if let Some(v) = image.topic_config(topic, d.name) {
+                levels.push((
+                    d.name.to_string(),
+                    v.to_string(),
+                    ConfigSource::DynamicTopicConfig,
+                ));
+            }
+            for (v, source) in
+                config::broker_config_synonyms(static_config, image, node_id, d.broker_key)
+            {
+                levels.push((d.broker_key.to_string(), v, source));
+            }
+            let (value, source) = levels.first().map_or(
+                (d.default.to_string(), ConfigSource::DefaultConfig),
+                |(_, v, s)| (v.clone(), *s),
+            );
+            DescribeConfigsResourceResult {
+                name: d.name.to_string(),
+                value: Some(value),
+                read_only: false,
+                is_default: source == ConfigSource::DefaultConfig,
+                config_source: source as i8,
+                is_sensitive: false,
+                synonyms: if include_synonyms {
+                    levels.iter().map(|(n, v, s)| synonym(n, v, *s)).collect()
+                } else {
+                    Vec::new()
+                },
+                config_type: d.config_type as i8,
+                documentation: include_documentation.then(|| d.doc.to_string()),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// DescribeConfigs of BROKER `""`: the cluster-wide dynamic defaults alone, as Kafka
+/// answers it.
+fn describe_cluster_default(
+    image: &MetadataImage,
+    include_documentation: bool,
+) -> Vec<DescribeConfigsResourceResult> {
+    image
+        .configs
+        .get(&(RESOURCE_BROKER, String::new()))
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| config::is_dynamic_broker_config(k))
+        .map(|(k, v)| {
+            let def = config::topic_config_for_broker_key(k);
+            DescribeConfigsResourceResult {
+                name: k.clone(),
+                value: Some(v.clone()),
+                read_only: false,
+                is_default: false,
+                config_source: ConfigSource::DynamicDefaultBrokerConfig as i8,
+                synonyms: vec![synonym(k, v, ConfigSource::DynamicDefaultBrokerConfig)],
+                config_type: def.map_or(ConfigType::String, |d| d.config_type) as i8,
+                documentation: include_documentation
+                    .then(|| def.map(|d| d.doc.to_string()))
+                    .flatten(),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// DescribeConfigs of this broker: every key it knows, at its effective level;
+/// `read_only` unless the key can be changed dynamically.
+fn describe_broker(
+    static_config: &BrokerConfig,
+    image: &MetadataImage,
+    node_id: i32,
+    include_synonyms: bool,
+    include_documentation: bool,
+) -> Vec<DescribeConfigsResourceResult> {
+    let mut keys: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    keys.extend(BROKER_DEFAULTS.iter().map(|(k, _)| *k));
+    keys.extend(TOPIC_CONFIGS.iter().map(|d| d.broker_key));
+    keys.extend(static_config.explicit().map(|(k, _)| k));
+    keys.into_iter()
+        .map(|k| {
+            let levels = config::broker_config_synonyms(static_config, image, node_id, k);
+            let (value, source) = levels
+                .first()
+                .map_or((None, ConfigSource::DefaultConfig), |(v, s)| {
+                    (Some(v.clone()), *s)
+                });
+            let def = config::topic_config_for_broker_key(k);
+            DescribeConfigsResourceResult {
+                name: k.to_string(),
+                value,
+                read_only: !config::is_dynamic_broker_config(k),
+                is_default: source == ConfigSource::DefaultConfig,
+                config_source: source as i8,
+                synonyms: if include_synonyms {
+                    levels.iter().map(|(v, s)| synonym(k, v, *s)).collect()
+                } else {
+                    Vec::new()
+                },
+                config_type: def.map_or(ConfigType::String, |d| d.config_type) as i8,
+                documentation: include_documentation
+                    .then(|| def.map(|d| d.doc.to_string()))
+                    .flatten(),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
 fn synonym(name: &str, value: &str, source: ConfigSource) -> DescribeConfigsSynonym {
     DescribeConfigsSynonym {
         name: name.to_string(),
@@ -338,19 +559,30 @@ fn synonym(name: &str, value: &str, source: ConfigSource) -> DescribeConfigsSyno
     }
 }
 
-/// One IncrementalAlterConfigs operation on a topic's overrides.
+/// One IncrementalAlterConfigs operation on a resource's entries (a topic's overrides,
+/// or a BROKER resource's dynamic configs, named by their broker keys).
 fn apply_incremental(
+    resource_type: i8,
     configs: &mut BTreeMap<String, String>,
     name: &str,
     op: i8,
     value: Option<&str>,
 ) -> Result<(), ConfigError> {
-    let def = config::topic_config_def(name).ok_or_else(|| {
-        (
-            ErrorCode::INVALID_CONFIG,
-            format!("unknown topic config name: {name}"),
-        )
-    })?;
+    let def = if resource_type == RESOURCE_BROKER {
+        config::topic_config_for_broker_key(name).ok_or_else(|| {
+            (
+                ErrorCode::INVALID_CONFIG,
+                format!("Cannot update these configs dynamically: {name}"),
+            )
+        })?
+    } else {
+        config::topic_config_def(name).ok_or_else(|| {
+            (
+                ErrorCode::INVALID_CONFIG,
+                format!("unknown topic config name: {name}"),
+            )
+        })?
+    };
     let is_list = def.config_type == config::ConfigType::List;
     match op {
         OP_SET => {
@@ -407,15 +639,177 @@ mod tests {
     #[test]
     fn incremental_operations() {
         let mut c = BTreeMap::new();
-        apply_incremental(&mut c, "retention.ms", OP_SET, Some("1000")).unwrap();
+        apply_incremental(RESOURCE_TOPIC, &mut c, "retention.ms", OP_SET, Some("1000")).unwrap();
         assert_eq!(c["retention.ms"], "1000");
-        apply_incremental(&mut c, "cleanup.policy", OP_APPEND, Some("compact")).unwrap();
+        apply_incremental(
+            RESOURCE_TOPIC,
+            &mut c,
+            "cleanup.policy",
+            OP_APPEND,
+            Some("compact"),
+        )
+        .unwrap();
         assert_eq!(c["cleanup.policy"], "delete,compact");
-        apply_incremental(&mut c, "cleanup.policy", OP_SUBTRACT, Some("delete")).unwrap();
+        apply_incremental(
+            RESOURCE_TOPIC,
+            &mut c,
+            "cleanup.policy",
+            OP_SUBTRACT,
+            Some("delete"),
+        )
+        .unwrap();
         assert_eq!(c["cleanup.policy"], "compact");
-        apply_incremental(&mut c, "retention.ms", OP_DELETE, None).unwrap();
+        apply_incremental(RESOURCE_TOPIC, &mut c, "retention.ms", OP_DELETE, None).unwrap();
         assert!(!c.contains_key("retention.ms"));
-        assert!(apply_incremental(&mut c, "retention.ms", OP_APPEND, Some("1")).is_err());
-        assert!(apply_incremental(&mut c, "nope", OP_SET, Some("1")).is_err());
+        assert!(
+            apply_incremental(RESOURCE_TOPIC, &mut c, "retention.ms", OP_APPEND, Some("1"))
+                .is_err()
+        );
+        assert!(apply_incremental(RESOURCE_TOPIC, &mut c, "nope", OP_SET, Some("1")).is_err());
+    }
+
+    fn topic_image(names: &[&str]) -> MetadataImage {
+        let mut image = MetadataImage::default();
+        for (i, n) in names.iter().enumerate() {
+            image.topics_by_name.insert(
+                n.to_string(),
+                rill_protocol::Uuid::from_u64_pair(1, i as u64),
+            );
+        }
+        image
+    }
+
+    fn set(image: &mut MetadataImage, resource: (i8, &str), k: &str, v: &str) {
+        image
+            .configs
+            .entry((resource.0, resource.1.to_string()))
+            .or_default()
+            .insert(k.to_string(), v.to_string());
+    }
+
+    #[test]
+    fn a_broker_change_reaches_the_topics_that_inherit_it() {
+        let static_config = BrokerConfig::default();
+        let mut old = topic_image(&["a", "b", "c"]);
+        set(&mut old, (RESOURCE_TOPIC, "b"), "retention.ms", "5");
+        let mut new = old.clone();
+        assert!(topics_affected_by_broker_config_change(&static_config, 1, &old, &new).is_empty());
+        set(&mut new, (RESOURCE_BROKER, ""), "log.retention.ms", "1000");
+        // `b` overrides the key, so its log is unchanged.
+        assert_eq!(
+            topics_affected_by_broker_config_change(&static_config, 1, &old, &new),
+            ["a", "c"]
+        );
+        // Another broker's dynamic config does not concern this one.
+        let mut other = old.clone();
+        set(
+            &mut other,
+            (RESOURCE_BROKER, "2"),
+            "log.retention.ms",
+            "1000",
+        );
+        assert!(
+            topics_affected_by_broker_config_change(&static_config, 1, &old, &other).is_empty()
+        );
+        // A per-broker value over an equal cluster default changes nothing either.
+        let mut same = new.clone();
+        set(
+            &mut same,
+            (RESOURCE_BROKER, "1"),
+            "log.retention.ms",
+            "1000",
+        );
+        assert!(topics_affected_by_broker_config_change(&static_config, 1, &new, &same).is_empty());
+    }
+
+    #[test]
+    fn broker_changes_are_validated_like_kafka() {
+        let static_config = BrokerConfig::default();
+        let image = MetadataImage::default();
+        let key = (RESOURCE_BROKER, String::new());
+        let check = |k: &str, v: &str| {
+            let new = BTreeMap::from([(k.to_string(), v.to_string())]);
+            let ops = diff_ops(&BTreeMap::new(), &new);
+            validate_broker_change(&static_config, &image, 1, &key, &new, &ops)
+        };
+        check("log.retention.ms", "1000").unwrap();
+        check("compression.type", "zstd").unwrap();
+        let (code, m) = check("log.dirs", "/x").unwrap_err();
+        assert_eq!(code, ErrorCode::INVALID_CONFIG);
+        assert!(
+            m.starts_with("Cannot update these configs dynamically"),
+            "{m}"
+        );
+        assert_eq!(
+            check("log.retention.ms", "x").unwrap_err().0,
+            ErrorCode::INVALID_CONFIG
+        );
+        // A value the logs would refuse is refused before it reaches the metadata log.
+        assert_eq!(
+            check("log.segment.bytes", "10").unwrap_err().0,
+            ErrorCode::INVALID_CONFIG
+        );
+        // Broker list keys take APPEND/SUBTRACT under their broker names.
+        let mut c = BTreeMap::new();
+        apply_incremental(
+            RESOURCE_BROKER,
+            &mut c,
+            "log.cleanup.policy",
+            OP_APPEND,
+            Some("compact"),
+        )
+        .unwrap();
+        assert_eq!(c["log.cleanup.policy"], "delete,compact");
+        assert!(apply_incremental(RESOURCE_BROKER, &mut c, "log.dirs", OP_SET, Some("x")).is_err());
+    }
+
+    #[test]
+    fn described_topic_and_broker_sources() {
+        let mut static_config = BrokerConfig::default();
+        static_config.set("log.segment.bytes", "2000000");
+        let mut image = topic_image(&["t"]);
+        set(
+            &mut image,
+            (RESOURCE_BROKER, ""),
+            "log.retention.ms",
+            "1000",
+        );
+        set(
+            &mut image,
+            (RESOURCE_BROKER, "1"),
+            "compression.type",
+            "lz4",
+        );
+        let topic = describe_topic(&static_config, &image, 1, "t", true, false);
+        let find = |name: &str| topic.iter().find(|c| c.name == name).unwrap();
+        let r = find("retention.ms");
+        assert_eq!(r.value.as_deref(), Some("1000"));
+        assert_eq!(
+            r.config_source,
+            ConfigSource::DynamicDefaultBrokerConfig as i8
+        );
+        assert_eq!(r.synonyms[0].name, "log.retention.ms");
+        assert_eq!(r.synonyms.len(), 2);
+        assert_eq!(
+            find("compression.type").config_source,
+            ConfigSource::DynamicBrokerConfig as i8
+        );
+        assert_eq!(
+            find("segment.bytes").config_source,
+            ConfigSource::StaticBrokerConfig as i8
+        );
+        assert_eq!(
+            find("flush.ms").config_source,
+            ConfigSource::DefaultConfig as i8
+        );
+
+        let broker = describe_broker(&static_config, &image, 1, true, false);
+        let b = |name: &str| broker.iter().find(|c| c.name == name).unwrap();
+        assert!(!b("log.retention.ms").read_only);
+        assert!(b("log.dirs").read_only);
+        assert_eq!(b("compression.type").value.as_deref(), Some("lz4"));
+        let cluster = describe_cluster_default(&image, false);
+        assert_eq!(cluster.len(), 1);
+        assert_eq!(cluster[0].name, "log.retention.ms");
     }
 }

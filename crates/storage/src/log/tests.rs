@@ -774,3 +774,172 @@ fn follower_gaps_are_kept_and_readable() {
     assert_eq!(log.log_end_offset(), far + 1);
     assert_eq!(log.end_offset_for_epoch(3), (3, far));
 }
+
+/// A client batch built with `codec`: `n` records with keys, values and headers.
+fn client_batch(codec: rill_protocol::records::CompressionType, n: u8, ts: i64) -> Bytes {
+    use rill_protocol::records::{Header, RecordBatchBuilder};
+    let mut b = RecordBatchBuilder::new(codec, 0).producer(7, 0, 0);
+    for i in 0..n {
+        b.append(
+            ts + i64::from(i),
+            Some(&[b'k', i]),
+            Some(&[i; 64]),
+            &[Header::new("i", Some(vec![i]))],
+        )
+        .unwrap();
+    }
+    b.build().unwrap()
+}
+
+#[test]
+fn compression_type_reencodes_client_batches_on_the_leader_only() {
+    use rill_protocol::records::CompressionType;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        compression_type: "zstd".parse().unwrap(),
+        ..config(1 << 20)
+    };
+    let mut log = UnifiedLog::open(dir.path(), cfg.clone(), T0).unwrap();
+    let sent = client_batch(CompressionType::None, 20, T0);
+    let info = log
+        .append_as_leader(sent.clone(), 3, AppendOrigin::Client, T0)
+        .unwrap();
+    assert_eq!((info.first_offset, info.last_offset), (0, 19));
+    assert_eq!(info.max_timestamp, T0 + 19);
+    // A retry of the same producer batch is still recognised as a duplicate.
+    let dup = log
+        .append_as_leader(sent.clone(), 3, AppendOrigin::Client, T0)
+        .unwrap();
+    assert!(dup.duplicate);
+    // The coordinator's writes are kept as they are.
+    let coordinator = TestBatch::new(2, T0).bytes();
+    log.append_as_leader(coordinator, 3, AppendOrigin::Coordinator, T0)
+        .unwrap();
+
+    let stored = read_all(&log, 1 << 20);
+    assert_eq!(stored.len(), 2);
+    assert_eq!(stored[0].compression().unwrap(), CompressionType::Zstd);
+    assert_eq!(stored[0].partition_leader_epoch(), 3);
+    assert_eq!(stored[0].producer_id(), 7);
+    assert_eq!(stored[1].compression().unwrap(), CompressionType::None);
+    let original = RecordBatch::new(sent).unwrap().records(1 << 20).unwrap();
+    assert_eq!(stored[0].records(1 << 20).unwrap(), original);
+
+    // A follower copies the leader's zstd batch as it is, whatever its own config.
+    let fdir = tempfile::tempdir().unwrap();
+    let fcfg = LogConfig {
+        compression_type: "gzip".parse().unwrap(),
+        ..config(1 << 20)
+    };
+    let mut follower = UnifiedLog::open(fdir.path(), fcfg, T0).unwrap();
+    follower
+        .append_as_follower(stored[0].as_bytes().clone(), T0)
+        .unwrap();
+    let copied = read_all(&follower, 1 << 20);
+    assert_eq!(copied[0].as_bytes(), stored[0].as_bytes());
+}
+
+#[test]
+fn compression_type_producer_and_same_codec_keep_the_bytes_sent() {
+    use rill_protocol::records::CompressionType;
+    for (setting, codec) in [
+        ("producer", CompressionType::Snappy),
+        ("lz4", CompressionType::Lz4),
+        ("uncompressed", CompressionType::None),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig {
+            compression_type: setting.parse().unwrap(),
+            ..config(1 << 20)
+        };
+        let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+        let sent = client_batch(codec, 5, T0);
+        log.append_as_leader(sent.clone(), 0, AppendOrigin::Client, T0)
+            .unwrap();
+        let stored = read_all(&log, 1 << 20);
+        // Only the offset and epoch fields (outside the CRC) were rewritten.
+        assert_eq!(stored[0].as_bytes()[17..], sent[17..], "{setting}");
+    }
+}
+
+#[test]
+fn recompressed_batch_over_max_message_bytes_is_refused() {
+    use rill_protocol::records::{CompressionType, RecordBatchBuilder};
+    // Incompressible values: zstd framing makes the batch a little larger.
+    let mut b = RecordBatchBuilder::new(CompressionType::None, 0);
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let noise: Vec<u8> = (0..4000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    b.append(T0, None, Some(&noise), &[]).unwrap();
+    let sent = b.build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        compression_type: "gzip".parse().unwrap(),
+        max_message_bytes: sent.len(),
+        ..config(1 << 20)
+    };
+    let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+    let err = log
+        .append_as_leader(sent, 0, AppendOrigin::Client, T0)
+        .unwrap_err();
+    assert!(matches!(err, AppendError::MessageTooLarge { .. }), "{err}");
+    assert_eq!(log.log_end_offset(), 0);
+}
+
+#[test]
+fn timestamp_bounds_refuse_client_batches_and_spare_followers() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        message_timestamp_before_max_ms: 3_600_000,
+        message_timestamp_after_max_ms: 60_000,
+        ..config(1 << 20)
+    };
+    let mut log = UnifiedLog::open(dir.path(), cfg.clone(), T0).unwrap();
+    let two_days = 2 * 24 * 3_600_000;
+    let old = TestBatch::new(3, T0 - two_days).bytes();
+    let err = log
+        .append_as_leader(old.clone(), 0, AppendOrigin::Client, T0)
+        .unwrap_err();
+    assert!(
+        matches!(err, AppendError::InvalidTimestamp { index: 0, .. }),
+        "{err}"
+    );
+    let future = TestBatch::new(1, T0 + 60_001).bytes();
+    assert!(matches!(
+        log.append_as_leader(future, 0, AppendOrigin::Client, T0),
+        Err(AppendError::InvalidTimestamp { .. })
+    ));
+    log.append_as_leader(
+        TestBatch::new(2, T0 - 3_600_000).bytes(),
+        0,
+        AppendOrigin::Client,
+        T0,
+    )
+    .unwrap();
+    assert_eq!(log.log_end_offset(), 2);
+
+    // Followers copy what the leader accepted, whatever their clock says.
+    let fdir = tempfile::tempdir().unwrap();
+    let mut follower = UnifiedLog::open(fdir.path(), cfg.clone(), T0).unwrap();
+    follower
+        .append_as_follower(TestBatch::new(3, T0 - two_days).at(0, 0).bytes(), T0)
+        .unwrap();
+
+    // Under LogAppendTime the producer's timestamps are replaced, not judged.
+    let ldir = tempfile::tempdir().unwrap();
+    let lcfg = LogConfig {
+        message_timestamp_type: MessageTimestampType::LogAppendTime,
+        ..cfg
+    };
+    let mut lat = UnifiedLog::open(ldir.path(), lcfg, T0).unwrap();
+    let info = lat
+        .append_as_leader(old, 0, AppendOrigin::Client, T0)
+        .unwrap();
+    assert_eq!(info.max_timestamp, T0);
+}
