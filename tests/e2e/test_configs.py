@@ -154,11 +154,7 @@ def test_create_time_older_than_before_max_ms_is_refused(rill):
     assert fresh_error is None, fresh_error
     values = [r.value for _, r in sorted(read_all(rill.bootstrap, topic, 1)[0].items())]
     assert values == [b"fresh"]
-    if old_error.code() != KafkaError.INVALID_TIMESTAMP:
-        pytest.xfail(
-            f"refused with {old_error.name()}: the replica manager does not map "
-            "AppendError::InvalidTimestamp to INVALID_TIMESTAMP yet"
-        )
+    assert old_error.code() == KafkaError.INVALID_TIMESTAMP, old_error
 
 
 def batch_headers(data_dir: Path, topic: str) -> list[tuple[int, int, int]]:

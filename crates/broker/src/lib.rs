@@ -127,18 +127,15 @@ impl Broker {
             .is_ok_and(|r| r.is_ok())
     }
 
-    /// The value of a topic config: the topic's override, else the broker's default.
+    /// The value of a topic config: the topic's override, else the broker's default at
+    /// its highest level (dynamic for this broker, dynamic cluster-wide, static, built-in).
     pub fn topic_config_value(
         &self,
         image: &MetadataImage,
         topic: &str,
         name: &str,
     ) -> Option<String> {
-        if let Some(v) = image.topic_config(topic, name) {
-            return Some(v.to_string());
-        }
-        let def = config::topic_config_def(name)?;
-        self.config.get(def.broker_key).map(str::to_string)
+        config::topic_config_value(&self.config, image, self.node_id, topic, name).map(|(v, _)| v)
     }
 
     /// A topic's config overrides.

@@ -138,10 +138,21 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
             tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "becoming follower failed");
         }
     }
+    let mut reconfigured = BTreeSet::new();
     for topic in changed_topic_configs(old, new) {
         broker
             .replicas
             .reconfigure(&topic, &broker.log_config(new, &topic));
+        reconfigured.insert(topic);
+    }
+    // A broker-level default changed (this broker's or the cluster's): every topic that
+    // inherits it takes it live.
+    for topic in broker.topics_affected_by_broker_config_change(old, new) {
+        if !reconfigured.contains(&topic) {
+            broker
+                .replicas
+                .reconfigure(&topic, &broker.log_config(new, &topic));
+        }
     }
     let registered_now = new.broker(broker.node_id).map(|b| b.epoch);
     if registered_now != old.broker(broker.node_id).map(|b| b.epoch) {

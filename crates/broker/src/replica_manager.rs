@@ -948,6 +948,7 @@ pub fn append_error_code(e: &AppendError) -> ErrorCode {
         AppendError::MessageTooLarge { .. } => ErrorCode::MESSAGE_TOO_LARGE,
         AppendError::OutOfOrderSequence { .. } => ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
         AppendError::InvalidProducerEpoch { .. } => ErrorCode::INVALID_PRODUCER_EPOCH,
+        AppendError::InvalidTimestamp { .. } => ErrorCode::INVALID_TIMESTAMP,
         AppendError::Io(_) => ErrorCode::KAFKA_STORAGE_ERROR,
         #[allow(unreachable_patterns, reason = "the storage enum may grow")]
         _ => ErrorCode::UNKNOWN_SERVER_ERROR,
