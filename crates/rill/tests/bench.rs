@@ -169,6 +169,7 @@ fn bench_e2e_reports_latency_and_nothing_missing() {
     );
     assert!(max > 0.0, "{e2e}");
     assert!(p50 <= p99 && p99 <= max, "{e2e}");
+    assert!(e2e["send_lag_ms"]["max"].as_f64().unwrap() >= 0.0, "{e2e}");
 }
 
 #[test]

@@ -5,14 +5,18 @@
 //! How it measures:
 //! 1. The consumer is assigned every partition of the topic and positioned at the end
 //!    offsets before the first record is sent, so it reads exactly this run's records.
-//! 2. Record `i` is due at `start + i / rate`. The sender sleeps until it is due and sends
-//!    it; it never waits for an acknowledgement, so the pace is the clock's.
+//! 2. Record `i` is due at `start + i / rate`. The sender (a thread of its own, for the OS
+//!    timer's precision) sleeps until it is due and sends it; it never waits for an
+//!    acknowledgement, so the pace is the clock's.
 //! 3. Each value begins with a header: a run id, the sequence number `i` and the due time
 //!    as nanoseconds since `start` (one process, so one monotonic clock on both sides).
 //! 4. The consumer's latency for a record is `now - due`, not `now - actually sent`: when
 //!    the producer stalls (buffer full, slow acknowledgements), the records queued behind
 //!    the stall are late from their due time and the stall shows up in the percentiles
-//!    instead of silently lowering the offered rate (coordinated omission).
+//!    instead of silently lowering the offered rate (coordinated omission). How late the
+//!    sender itself woke for each record is reported apart as the send lag, so that the
+//!    generator's share can be told from the
+//!    cluster's.
 //! 5. After the last record is sent, the consumer drains until it has seen every sequence
 //!    number or the drain timeout passes; what it never saw is reported as missing.
 
@@ -35,9 +39,9 @@ use crate::cli::{print_json, Common};
 /// Bytes of the header at the start of every value: run id, sequence, due time.
 const HEADER_BYTES: usize = 24;
 
-/// One run's records are counted in memory (one flag and one latency each), so a run
-/// is bounded; 100 million records is 500 MB of bookkeeping.
-const MAX_RECORDS: u64 = 100_000_000;
+/// One run's records are counted in memory (a flag, a latency and a send lag each, 9
+/// bytes), so a run is bounded; 50 million records is 450 MB of bookkeeping.
+const MAX_RECORDS: u64 = 50_000_000;
 
 #[derive(Args, Debug)]
 pub struct E2eBench {
@@ -142,13 +146,13 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
         .await
         .context("seeking to the end offsets")?;
 
-    let producer = Producer::new(
+    let producer = Arc::new(Producer::new(
         ProducerConfig::new(common.client())
             .acks(acks)
             .batch_size(args.batch_size)
             .linger(Duration::from_millis(args.linger_ms))
             .idempotence(acks == Acks::All),
-    )?;
+    )?);
     // Warm the producer's metadata for the topic, so that the first due record does not
     // carry the metadata round trip; this record has no stamp and the consumer skips it.
     producer
@@ -195,34 +199,62 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
         }
         (failed, first_error)
     });
-    let mut send_error = None;
-    for seq in 0..scheduled {
-        let due = Duration::from_secs_f64(seq as f64 / args.rate as f64);
-        tokio::time::sleep_until((start + due).into()).await;
-        let mut value = BytesMut::with_capacity(args.record_size);
-        Stamp {
-            run_id,
-            seq,
-            due_ns: due.as_nanos() as u64,
-        }
-        .write(&mut value);
-        value.extend_from_slice(&pool[HEADER_BYTES..args.record_size]);
-        match producer
-            .send(ProducerRecord::new(&args.topic, value.freeze()))
-            .await
-        {
-            Ok(delivery) => {
-                sent.fetch_add(1, Ordering::Release);
-                let _ = ack_tx.send(delivery);
+    // The pacing runs on a thread of its own that sleeps with the OS timer (tens of µs
+    // late) rather than on tokio's, whose 1 ms wheel would make every record up to 1-2 ms
+    // late before it is even sent, and `send` is driven from there on the runtime.
+    let sender = std::thread::Builder::new()
+        .name("rill-bench-e2e-sender".into())
+        .spawn({
+            let producer = producer.clone();
+            let handle = tokio::runtime::Handle::current();
+            let (topic, rate, record_size, sent) = (
+                args.topic.clone(),
+                args.rate,
+                args.record_size,
+                sent.clone(),
+            );
+            move || {
+                // How late each send began after its due time: the generator's own share
+                // of the latency (a busy machine, a blocked `send`), reported apart.
+                let mut send_lag_us: Vec<u32> = Vec::with_capacity(scheduled as usize);
+                let mut send_error = None;
+                for seq in 0..scheduled {
+                    let due = Duration::from_secs_f64(seq as f64 / rate as f64);
+                    let now = start.elapsed();
+                    if due > now {
+                        std::thread::sleep(due - now);
+                    }
+                    let lag = start.elapsed().saturating_sub(due);
+                    send_lag_us.push(lag.as_micros().min(u128::from(u32::MAX)) as u32);
+                    let mut value = BytesMut::with_capacity(record_size);
+                    Stamp {
+                        run_id,
+                        seq,
+                        due_ns: due.as_nanos() as u64,
+                    }
+                    .write(&mut value);
+                    value.extend_from_slice(&pool[HEADER_BYTES..record_size]);
+                    let record = ProducerRecord::new(&topic, value.freeze());
+                    match handle.block_on(producer.send(record)) {
+                        Ok(delivery) => {
+                            sent.fetch_add(1, Ordering::Release);
+                            let _ = ack_tx.send(delivery);
+                        }
+                        Err(e) => {
+                            send_error = Some(e.to_string());
+                            break;
+                        }
+                    }
+                }
+                (send_lag_us, send_error)
             }
-            Err(e) => {
-                send_error = Some(e.to_string());
-                break;
-            }
-        }
-    }
+        })
+        .context("starting the sender thread")?;
+    let (mut send_lag_us, send_error) =
+        tokio::task::spawn_blocking(move || sender.join())
+            .await?
+            .map_err(|_| anyhow::anyhow!("the sender thread panicked"))?;
     let send_seconds = start.elapsed().as_secs_f64().max(1e-9);
-    drop(ack_tx);
     let flushed = producer.flush().await;
     sending_done.store(true, Ordering::Release);
     let (failed, ack_error) = acks_task.await?;
@@ -247,6 +279,8 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
     let records_received = latencies_us.len() as u64;
     let missing = sent.saturating_sub(records_received);
     let summary = LatencySummary::of_sorted(&latencies_us);
+    send_lag_us.sort_unstable();
+    let send_lag = LatencySummary::of_sorted(&send_lag_us);
     let produce_rate = sent as f64 / send_seconds;
     let consume_seconds = last_at.as_secs_f64().max(1e-9);
     let consume_rate = records_received as f64 / consume_seconds;
@@ -266,6 +300,7 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
             "records_per_sec": consume_rate,
             "mb_per_sec": mb_per_sec,
             "latency_ms": summary.to_json(),
+            "send_lag_ms": send_lag.to_json(),
         }));
     } else {
         println!(
@@ -273,8 +308,17 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
              ({produce_rate:.0} records/s of {} offered), {records_received} received \
              ({consume_rate:.0} records/s, {mb_per_sec:.2} MB/s), {missing} missing, \
              {duplicates} duplicates, {failed} failed; produce-to-consume latency \
-             avg {:.2} ms, p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
-            args.rate, summary.avg, summary.p50, summary.p99, summary.p999, summary.max
+             avg {:.2} ms, p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms \
+             (sends began late by p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms)",
+            args.rate,
+            summary.avg,
+            summary.p50,
+            summary.p99,
+            summary.p999,
+            summary.max,
+            send_lag.p50,
+            send_lag.p99,
+            send_lag.max
         );
     }
     if let Some(e) = ack_error {
