@@ -1,5 +1,6 @@
-//! `rill bench produce` and `rill bench consume` against a real `rill server`: the JSON
-//! they print reports every record and positive rates.
+//! `rill bench` against a real `rill server`: `produce` and `consume` report every record
+//! and positive rates, `e2e` a produce-to-consume latency with nothing missing; and
+//! `limits` (no server) four positive ceilings.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test harness: a failure is a test failure
 
@@ -65,12 +66,18 @@ fn bench(bootstrap: &str, args: &[&str]) -> serde_json::Value {
     serde_json::from_str(stdout.trim()).unwrap()
 }
 
-#[test]
-fn bench_produce_then_consume() {
+/// A `rill server` on a free loopback port with its own data directory.
+struct Server {
+    bootstrap: String,
+    _guard: ServerGuard,
+    _dir: TempDir,
+}
+
+fn start_server() -> Server {
     let dir = TempDir::new();
     let port = free_port();
     let bootstrap = format!("127.0.0.1:{port}");
-    let _server = ServerGuard(
+    let guard = ServerGuard(
         Command::new(RILL)
             .args(["server", "--listen", &bootstrap, "--data-dir"])
             .arg(&dir.0)
@@ -85,9 +92,20 @@ fn bench_produce_then_consume() {
         assert!(Instant::now() < deadline, "server did not start");
         std::thread::sleep(Duration::from_millis(50));
     }
+    Server {
+        bootstrap,
+        _guard: guard,
+        _dir: dir,
+    }
+}
+
+#[test]
+fn bench_produce_then_consume() {
+    let server = start_server();
+    let bootstrap = &server.bootstrap;
 
     let produced = bench(
-        &bootstrap,
+        bootstrap,
         &[
             "produce",
             "--topic",
@@ -110,11 +128,81 @@ fn bench_produce_then_consume() {
     );
 
     let consumed = bench(
-        &bootstrap,
+        bootstrap,
         &["consume", "--topic", "bench", "--records", "2000"],
     );
     assert_eq!(consumed["records"], 2000, "{consumed}");
     assert_eq!(consumed["bytes"], 200_000, "{consumed}");
     assert!(consumed["records_per_sec"].as_f64().unwrap() > 0.0);
     assert!(consumed["mb_per_sec"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_e2e_reports_latency_and_nothing_missing() {
+    let server = start_server();
+    let e2e = bench(
+        &server.bootstrap,
+        &[
+            "e2e",
+            "--topic",
+            "e2e",
+            "--rate",
+            "200",
+            "--duration",
+            "2",
+            "--record-size",
+            "100",
+        ],
+    );
+    assert_eq!(e2e["records_scheduled"], 400, "{e2e}");
+    assert_eq!(e2e["records_sent"], 400, "{e2e}");
+    assert_eq!(e2e["records_received"], 400, "{e2e}");
+    assert_eq!(e2e["missing"], 0, "{e2e}");
+    assert_eq!(e2e["duplicates"], 0, "{e2e}");
+    assert_eq!(e2e["records_failed"], 0, "{e2e}");
+    assert!(e2e["records_per_sec"].as_f64().unwrap() > 0.0, "{e2e}");
+    let latency = &e2e["latency_ms"];
+    let (p50, p99, max) = (
+        latency["p50"].as_f64().unwrap(),
+        latency["p99"].as_f64().unwrap(),
+        latency["max"].as_f64().unwrap(),
+    );
+    assert!(max > 0.0, "{e2e}");
+    assert!(p50 <= p99 && p99 <= max, "{e2e}");
+    assert!(e2e["send_lag_ms"]["max"].as_f64().unwrap() >= 0.0, "{e2e}");
+}
+
+#[test]
+fn bench_limits_reports_four_positive_figures() {
+    let dir = TempDir::new();
+    let out = Command::new(RILL)
+        .args([
+            "bench",
+            "limits",
+            "--seconds",
+            "0.2",
+            "--output",
+            "json",
+            "--data-dir",
+        ])
+        .arg(&dir.0)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "rill bench limits failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let limits: serde_json::Value =
+        serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim()).unwrap();
+    for key in [
+        "loopback_tcp_mb_per_sec",
+        "disk_write_mb_per_sec",
+        "disk_write_fdatasync_mb_per_sec",
+        "memcpy_gb_per_sec",
+    ] {
+        assert!(limits[key].as_f64().unwrap() > 0.0, "{key}: {limits}");
+    }
+    // The scratch file is removed.
+    assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 0);
 }

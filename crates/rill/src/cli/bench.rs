@@ -1,6 +1,9 @@
-//! `rill bench produce` and `rill bench consume`: throughput and latency of `rill-client`
-//! against a running cluster, in the spirit of Kafka's `kafka-producer-perf-test` and
-//! `kafka-consumer-perf-test`.
+//! `rill bench`: throughput and latency of `rill-client` against a running cluster, in the
+//! spirit of Kafka's `kafka-producer-perf-test`, `kafka-consumer-perf-test` and
+//! `EndToEndLatency`, and the machine's own ceilings to compare them with.
+//!
+//! `produce` and `consume` live here; `e2e` (produce-to-consume latency at a fixed rate)
+//! and `limits` (loopback TCP, disk and memcpy bandwidth) in the submodules.
 //!
 //! The producer side measures each record from `send` to its delivery acknowledgement.
 //! Latencies are kept as microseconds in a vector and sorted at the end: exact
@@ -23,12 +26,21 @@ use serde_json::json;
 use super::produce::parse_compression;
 use super::{print_json, Common};
 
+mod e2e;
+mod limits;
+
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// Send records as fast as allowed; report records/s, MB/s and delivery latency.
     Produce(ProduceBench),
     /// Read a topic from the beginning; report records/s and MB/s.
     Consume(ConsumeBench),
+    /// Produce at a fixed rate and consume in the same process; report produce-to-consume
+    /// latency measured from each record's intended send time.
+    E2e(e2e::E2eBench),
+    /// Measure this machine's ceilings: loopback TCP, disk writes (with and without
+    /// fdatasync) and memcpy bandwidth.
+    Limits(limits::LimitsBench),
 }
 
 #[derive(Args, Debug)]
@@ -82,6 +94,8 @@ pub async fn run(common: &Common, command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Produce(args) => produce(common, args).await,
         BenchCommand::Consume(args) => consume(common, args).await,
+        BenchCommand::E2e(args) => e2e::run(common, args).await,
+        BenchCommand::Limits(args) => limits::run(common, args).await,
     }
 }
 
@@ -138,6 +152,19 @@ fn random_pool(len: usize) -> Bytes {
     Bytes::from(out)
 }
 
+/// Creates `topic` with `partitions` unless it exists already.
+async fn ensure_topic(common: &Common, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let admin = Admin::new(common.client())?;
+    match admin
+        .create_topics(&[NewTopic::new(topic, partitions)])
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.code() == Some(rill_protocol::ErrorCode::TOPIC_ALREADY_EXISTS) => Ok(()),
+        Err(e) => Err(e).context("creating the topic"),
+    }
+}
+
 /// Value at quantile `q` of sorted microseconds, in ms.
 fn percentile_ms(sorted_us: &[u32], q: f64) -> f64 {
     if sorted_us.is_empty() {
@@ -151,15 +178,7 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
     let acks = parse_acks(&args.acks)?;
     let compression = parse_compression(&args.compression)?;
     anyhow::ensure!(args.producers >= 1, "--producers must be at least 1");
-    let admin = Admin::new(common.client())?;
-    match admin
-        .create_topics(&[NewTopic::new(&args.topic, args.partitions)])
-        .await
-    {
-        Ok(()) => {}
-        Err(e) if e.code() == Some(rill_protocol::ErrorCode::TOPIC_ALREADY_EXISTS) => {}
-        Err(e) => return Err(e).context("creating the topic"),
-    }
+    ensure_topic(common, &args.topic, args.partitions).await?;
 
     const POOL: usize = 1 << 20;
     let pool = random_pool(POOL + args.record_size);
@@ -235,17 +254,13 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
     latencies.sort_unstable();
     let records = latencies.len() as u64;
     let bytes = records * args.record_size as u64;
-    let (p50, p99, p999) = (
-        percentile_ms(&latencies, 0.50),
-        percentile_ms(&latencies, 0.99),
-        percentile_ms(&latencies, 0.999),
-    );
-    let max = latencies.last().map_or(0.0, |&us| f64::from(us) / 1000.0);
-    let avg = if latencies.is_empty() {
-        0.0
-    } else {
-        latencies.iter().map(|&us| f64::from(us)).sum::<f64>() / latencies.len() as f64 / 1000.0
-    };
+    let LatencySummary {
+        avg,
+        p50,
+        p99,
+        p999,
+        max,
+    } = LatencySummary::of_sorted(&latencies);
     let records_per_sec = records as f64 / secs;
     let mb_per_sec = bytes as f64 / secs / 1e6;
     if common.json() {
@@ -265,6 +280,40 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Mean, percentiles and maximum of a run's latencies, in ms.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct LatencySummary {
+    avg: f64,
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    max: f64,
+}
+
+impl LatencySummary {
+    /// Summarises microseconds sorted in ascending order (all zeros when empty).
+    fn of_sorted(sorted_us: &[u32]) -> Self {
+        let avg = if sorted_us.is_empty() {
+            0.0
+        } else {
+            sorted_us.iter().map(|&us| f64::from(us)).sum::<f64>() / sorted_us.len() as f64 / 1000.0
+        };
+        Self {
+            avg,
+            p50: percentile_ms(sorted_us, 0.50),
+            p99: percentile_ms(sorted_us, 0.99),
+            p999: percentile_ms(sorted_us, 0.999),
+            max: sorted_us.last().map_or(0.0, |&us| f64::from(us) / 1000.0),
+        }
+    }
+
+    fn to_json(self) -> serde_json::Value {
+        json!({
+            "avg": self.avg, "p50": self.p50, "p99": self.p99, "p999": self.p999, "max": self.max,
+        })
+    }
 }
 
 async fn consume(common: &Common, args: ConsumeBench) -> anyhow::Result<()> {
