@@ -35,6 +35,9 @@ use crate::error::MetadataError;
 
 type NodeId = u64;
 
+/// What a frame's buffer starts at; it grows with the bytes that actually arrive.
+const RPC_INITIAL_BUFFER: usize = 64 << 10;
+
 /// The largest RPC frame accepted (snapshot chunks are far smaller).
 pub const MAX_RPC_BYTES: usize = 64 << 20;
 
@@ -108,8 +111,20 @@ async fn read_msg<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> io::R
             "rpc frame too large",
         ));
     }
-    let mut payload = vec![0u8; len];
-    stream.read_exact(&mut payload).await?;
+    // Grow the buffer as bytes arrive rather than trusting the length prefix: anyone who
+    // can reach the controller port could otherwise make this node allocate 64 MiB per
+    // connection with four bytes.
+    let mut payload = Vec::with_capacity(len.min(RPC_INITIAL_BUFFER));
+    let read = (&mut *stream)
+        .take(len as u64)
+        .read_to_end(&mut payload)
+        .await?;
+    if read != len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "rpc frame truncated",
+        ));
+    }
     postcard::from_bytes(&payload)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
 }

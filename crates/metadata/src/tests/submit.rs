@@ -126,6 +126,40 @@ async fn single_node_registers_unfences_and_creates_a_topic() {
     node.shutdown().await.unwrap();
 }
 
+/// The controller port is reachable before anyone authenticates: a frame that claims
+/// 64 MiB and sends ten bytes, a frame of garbage and a frame above the cap each cost
+/// their connection only, and the node keeps deciding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_frames_on_the_controller_port_close_only_their_connection() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let voters: BTreeMap<u64, SocketAddr> = [(1, free_addr())].into();
+    let node = start(1, &voters, dir.path(), fast(9_000)).await;
+    join(&node, 1).await;
+    let addr = node.local_addr();
+    let mut held = Vec::new();
+    let frames: [Vec<u8>; 3] = [
+        [&((64u32 << 20) - 1).to_be_bytes()[..], &[7u8; 10][..]].concat(),
+        [&8u32.to_be_bytes()[..], &[0xff; 8][..]].concat(),
+        u32::MAX.to_be_bytes().to_vec(),
+    ];
+    for frame in &frames {
+        // Many connections at once: none of them may reserve what its prefix claims.
+        for _ in 0..64 {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(frame).await.unwrap();
+            held.push(s);
+        }
+    }
+    let r = node
+        .submit(create("still-here", 1, 1), TIMEOUT)
+        .await
+        .unwrap();
+    created(&r);
+    drop(held);
+    node.shutdown().await.unwrap();
+}
+
 async fn wait_leader(nodes: &[&MetadataQuorum]) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
