@@ -684,36 +684,15 @@ impl ReplicaManager {
         if moved {
             self.appended.notify_waiters();
         }
-        let result = partition
-            .with_log(|log| {
-                let offsets = PartitionOffsets {
-                    log_start_offset: log.log_start_offset(),
-                    high_watermark: log.high_watermark(),
-                    log_end_offset: log.log_end_offset(),
-                };
-                let leo = offsets.log_end_offset;
-                let data = if zero_copy {
-                    log.read_file_range(fetch_offset, max_bytes, leo, true)
-                } else {
-                    log.read(fetch_offset, max_bytes, leo, true)
-                };
-                (offsets, data)
-            })
-            .map_err(|code| (code, None))?;
-        match result {
-            (offsets, Ok(data)) => Ok(FetchResult {
-                offsets,
-                records: data.records,
-                file_range: data.file_range,
-            }),
-            (offsets, Err(ReadError::OffsetOutOfRange { .. })) => {
-                Err((ErrorCode::OFFSET_OUT_OF_RANGE, Some(offsets)))
-            }
-            (offsets, Err(e)) => {
-                tracing::error!(%tp, error = %e, "read for follower failed");
-                Err((ErrorCode::KAFKA_STORAGE_ERROR, Some(offsets)))
-            }
-        }
+        read_partition(
+            tp,
+            &partition,
+            fetch_offset,
+            max_bytes,
+            true,
+            zero_copy,
+            ReadUpTo::LogEnd,
+        )
     }
 
     /// Hands an ISR change to the AlterPartition sender.
@@ -847,36 +826,15 @@ impl ReplicaManager {
         let (partition, _) = self
             .check_leader_epoch(tp, current_leader_epoch)
             .map_err(|code| (code, None))?;
-        let result = partition
-            .with_log(|log| {
-                let offsets = PartitionOffsets {
-                    log_start_offset: log.log_start_offset(),
-                    high_watermark: log.high_watermark(),
-                    log_end_offset: log.log_end_offset(),
-                };
-                let hw = offsets.high_watermark;
-                let data: Result<FetchDataInfo, ReadError> = if zero_copy {
-                    log.read_file_range(offset, max_bytes, hw, min_one_message)
-                } else {
-                    log.read(offset, max_bytes, hw, min_one_message)
-                };
-                (offsets, data)
-            })
-            .map_err(|code| (code, None))?;
-        match result {
-            (offsets, Ok(data)) => Ok(FetchResult {
-                offsets,
-                records: data.records,
-                file_range: data.file_range,
-            }),
-            (offsets, Err(ReadError::OffsetOutOfRange { .. })) => {
-                Err((ErrorCode::OFFSET_OUT_OF_RANGE, Some(offsets)))
-            }
-            (offsets, Err(e)) => {
-                tracing::error!(%tp, error = %e, "read failed");
-                Err((ErrorCode::KAFKA_STORAGE_ERROR, Some(offsets)))
-            }
-        }
+        read_partition(
+            tp,
+            &partition,
+            offset,
+            max_bytes,
+            min_one_message,
+            zero_copy,
+            ReadUpTo::HighWatermark,
+        )
     }
 
     /// ListOffsets by timestamp: `(offset, timestamp, leader_epoch)` of the first record at
@@ -926,6 +884,61 @@ impl ReplicaManager {
             if let Err(e) = result {
                 tracing::error!(%tp, error = %e, "closing log failed");
             }
+        }
+    }
+}
+
+/// How far a read may go: consumers see committed records only, followers everything
+/// the leader has.
+#[derive(Clone, Copy)]
+enum ReadUpTo {
+    HighWatermark,
+    LogEnd,
+}
+
+/// Reads from `offset` up to the bound, as record bytes or, with `zero_copy`, as the
+/// file range that holds them; out-of-range and storage failures come back with the
+/// partition's offsets so that the response can still carry its watermarks.
+fn read_partition(
+    tp: &TopicPartition,
+    partition: &Partition,
+    offset: i64,
+    max_bytes: usize,
+    min_one_message: bool,
+    zero_copy: bool,
+    up_to: ReadUpTo,
+) -> Result<FetchResult, (ErrorCode, Option<PartitionOffsets>)> {
+    let result = partition
+        .with_log(|log| {
+            let offsets = PartitionOffsets {
+                log_start_offset: log.log_start_offset(),
+                high_watermark: log.high_watermark(),
+                log_end_offset: log.log_end_offset(),
+            };
+            let bound = match up_to {
+                ReadUpTo::HighWatermark => offsets.high_watermark,
+                ReadUpTo::LogEnd => offsets.log_end_offset,
+            };
+            let data: Result<FetchDataInfo, ReadError> = if zero_copy {
+                log.read_file_range(offset, max_bytes, bound, min_one_message)
+            } else {
+                log.read(offset, max_bytes, bound, min_one_message)
+            };
+            (offsets, data)
+        })
+        .map_err(|code| (code, None))?;
+    match result {
+        (offsets, Ok(data)) => Ok(FetchResult {
+            offsets,
+            records: data.records,
+            file_range: data.file_range,
+        }),
+        (offsets, Err(ReadError::OffsetOutOfRange { .. })) => {
+            Err((ErrorCode::OFFSET_OUT_OF_RANGE, Some(offsets)))
+        }
+        (offsets, Err(e)) => {
+            tracing::error!(%tp, error = %e, "read failed");
+            Err((ErrorCode::KAFKA_STORAGE_ERROR, Some(offsets)))
         }
     }
 }

@@ -32,6 +32,21 @@ pub(crate) fn broker_endpoint(image: &MetadataImage, id: i32) -> Option<(String,
     Some((e.host.clone(), i32::from(e.port)))
 }
 
+/// The unfenced brokers with the client endpoint they registered: `(id, host, port,
+/// rack)`, what Metadata and DescribeCluster list (Kafka leaves fenced brokers out).
+fn live_brokers(
+    image: &MetadataImage,
+) -> impl Iterator<Item = (i32, String, i32, Option<String>)> + '_ {
+    image
+        .brokers
+        .values()
+        .filter(|b| !b.fenced)
+        .filter_map(|b| {
+            let (host, port) = broker_endpoint(image, b.id)?;
+            Some((b.id, host, port, b.rack.clone()))
+        })
+}
+
 /// The id clients are told is the controller: the active controller when it is a
 /// registered broker (clients cannot talk to a controller-only node), else the lowest
 /// live broker, as KRaft brokers do.
@@ -173,19 +188,13 @@ impl Broker {
                 })
                 .collect()
         };
-        let brokers = image
-            .brokers
-            .values()
-            .filter(|b| !b.fenced)
-            .filter_map(|b| {
-                let (host, port) = broker_endpoint(&image, b.id)?;
-                Some(MetadataResponseBroker {
-                    node_id: b.id,
-                    host,
-                    port,
-                    rack: b.rack.clone(),
-                    ..Default::default()
-                })
+        let brokers = live_brokers(&image)
+            .map(|(node_id, host, port, rack)| MetadataResponseBroker {
+                node_id,
+                host,
+                port,
+                rack,
+                ..Default::default()
             })
             .collect();
         MetadataResponse {
@@ -323,19 +332,13 @@ impl Broker {
         _request: DescribeClusterRequest,
     ) -> DescribeClusterResponse {
         let image = self.image();
-        let brokers = image
-            .brokers
-            .values()
-            .filter(|b| !b.fenced)
-            .filter_map(|b| {
-                let (host, port) = broker_endpoint(&image, b.id)?;
-                Some(DescribeClusterBroker {
-                    broker_id: b.id,
-                    host,
-                    port,
-                    rack: b.rack.clone(),
-                    ..Default::default()
-                })
+        let brokers = live_brokers(&image)
+            .map(|(broker_id, host, port, rack)| DescribeClusterBroker {
+                broker_id,
+                host,
+                port,
+                rack,
+                ..Default::default()
             })
             .collect();
         DescribeClusterResponse {
