@@ -354,3 +354,54 @@ def test_rolling_restart_with_producer_and_group(rill_cluster_factory):
         return result.topic_partitions[0].offset
 
     assert wait_for(committed_offset, 30, "the committed offset") > 0
+
+
+def test_acknowledged_offset_commits_survive_coordinator_kill9(rill_cluster_factory):
+    """An OffsetCommit is answered only once the commit is on every in-sync replica of its
+    `__consumer_offsets` partition, so SIGKILL of the coordinator right after the answer
+    cannot take it away."""
+    from confluent_kafka import TopicPartition
+
+    cluster = rill_cluster_factory()
+    topic = unique_topic("commits")
+    create_replicated_topic(cluster.bootstrap, topic, 1, 3)
+    group = unique_topic("commits-group")
+    committed = 0
+    for round_ in range(2):
+        consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.running_bootstrap(),
+                "group.id": group,
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            # Commits from a consumer outside any generation (Kafka's "simple" commits).
+            consumer.commit(offsets=[TopicPartition(topic, 0, committed + 1)], asynchronous=False)
+            committed += 1
+            group_admin = admin(cluster.running_bootstrap())
+            described = group_admin.describe_consumer_groups([group])[group].result(timeout=10)
+            coordinator = described.coordinator.id
+            for _ in range(50):
+                consumer.commit(
+                    offsets=[TopicPartition(topic, 0, committed + 1)], asynchronous=False
+                )
+                committed += 1
+        finally:
+            consumer.close()
+        cluster.node(coordinator).kill9()  # right after the last answer
+        survivors = admin(cluster.running_bootstrap())
+
+        def committed_offset():
+            request = [ConsumerGroupTopicPartitions(group)]
+            result = survivors.list_consumer_group_offsets(request)[group].result(timeout=10)
+            return result.topic_partitions[0].offset
+
+        got = wait_for(committed_offset, 60, f"the committed offset after killing node {coordinator}")
+        assert got == committed, f"round {round_}: committed {committed}, the new coordinator has {got}"
+        cluster.start_node(coordinator)
+        wait_for(
+            lambda: all_in_sync(survivors, topic, 1, 3),
+            SETTLE_TIMEOUT_S,
+            f"node {coordinator} back in the ISR",
+        )

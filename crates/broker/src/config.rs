@@ -492,9 +492,11 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("node.id", "1"),
     ("num.partitions", "1"),
     ("num.replica.fetchers", "1"),
+    ("offsets.commit.timeout.ms", "5000"),
     ("offsets.retention.minutes", "10080"),
     ("offsets.topic.num.partitions", "50"),
     ("offsets.topic.replication.factor", "1"),
+    ("offsets.topic.segment.bytes", "104857600"),
     ("process.roles", "broker,controller"),
     ("queued.max.request.bytes", "104857600"),
     ("queued.max.requests", "500"),
@@ -746,6 +748,7 @@ impl BrokerConfig {
             group_initial_rebalance_delay_ms: self.parse("group.initial.rebalance.delay.ms")?,
             group_max_size: self.parse("group.max.size")?,
             offsets_retention_minutes: self.parse("offsets.retention.minutes")?,
+            offsets_commit_timeout_ms: self.parse("offsets.commit.timeout.ms")?,
             ..defaults
         })
     }
@@ -771,6 +774,10 @@ impl BrokerConfig {
         self.default_replication_factor()?;
         self.socket_request_max_bytes()?;
         self.group_config()?;
+        if let Some(v) = self.props.get("offsets.topic.segment.bytes") {
+            validate_topic_config("segment.bytes", v)
+                .map_err(|e| BrokerError::Config(format!("offsets.topic.segment.bytes: {e}")))?;
+        }
         self.log_manager_config()?;
         crate::network::ConnectionLimits::from_config(self)?;
         for d in TOPIC_CONFIGS {

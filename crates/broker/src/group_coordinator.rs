@@ -8,11 +8,15 @@
 //!    and needs no lock (the seeds' single-threaded event loop).
 //! 2. A call that parks (JoinGroup, SyncGroup) gets a responder id; its oneshot waits in
 //!    `pending` until an output names that id, possibly many calls or ticks later.
-//! 3. `Output::Persist` records are appended to their `__consumer_offsets` partitions
-//!    before the responses that depend on them are sent, in the order the outputs came, so
-//!    no client hears of a commit or an assignment that a crash could lose. A failed write
-//!    answers those requests with the mapped error and reloads the partition from the log,
-//!    which rebuilds exactly what was written.
+//! 3. `Output::Persist` records are appended to their `__consumer_offsets` partitions in
+//!    the order the outputs came, and the responses that depend on them wait until the
+//!    high watermark has passed them (Kafka appends these with acks=all), so no client
+//!    hears of a commit or an assignment that a crash of this broker could lose. The wait
+//!    runs beside the coordinator task, which goes on serving. A failed write answers those
+//!    requests with the mapped error and reloads the partition from the log, which
+//!    rebuilds exactly what was written; a failed wait (leadership moved, timeout) only
+//!    answers with the mapped error: the records stay in the log and the state machine
+//!    agrees with it, whether they later commit here or are truncated after a move.
 //! 4. Between events the task sleeps until [`GroupCoordinator::next_deadline`] and then
 //!    calls `tick` (session timeouts, rebalance timeouts, the initial delay, offset expiry).
 //! 5. The coordinator serves the groups of the `__consumer_offsets` partitions this broker
@@ -132,6 +136,7 @@ struct Runtime {
     coordinator: GroupCoordinator,
     replicas: Arc<ReplicaManager>,
     num_partitions: i32,
+    commit_timeout: std::time::Duration,
     pending: HashMap<u64, oneshot::Sender<GroupReply>>,
     next_responder: u64,
 }
@@ -139,6 +144,9 @@ struct Runtime {
 /// Starts the coordinator task; it serves no partition until [`GroupCoordinatorHandle::elect`].
 pub fn start(config: GroupConfig, replicas: Arc<ReplicaManager>) -> GroupCoordinatorHandle {
     let num_partitions = config.offsets_topic_num_partitions;
+    let commit_timeout = std::time::Duration::from_millis(
+        u64::try_from(config.offsets_commit_timeout_ms).unwrap_or(0),
+    );
     let seed = u64::from_le_bytes(
         uuid::Uuid::new_v4().as_bytes()[..8]
             .try_into()
@@ -148,6 +156,7 @@ pub fn start(config: GroupConfig, replicas: Arc<ReplicaManager>) -> GroupCoordin
         coordinator: GroupCoordinator::new(config, seed),
         replicas,
         num_partitions,
+        commit_timeout,
         pending: HashMap::new(),
         next_responder: 1,
     };
@@ -245,7 +254,7 @@ impl Runtime {
             match output {
                 Output::Respond(r) => self.send(r),
                 Output::Persist { records, responses } => match self.persist(&records) {
-                    Ok(()) => responses.into_iter().for_each(|r| self.send(r)),
+                    Ok(appended) => self.answer_when_replicated(appended, responses),
                     Err((code, failed_partitions)) => {
                         for r in responses {
                             let response = r.response.failed(code.code());
@@ -265,31 +274,84 @@ impl Runtime {
         }
     }
 
-    /// Appends records to their partitions, one batch per partition.
-    fn persist(&self, records: &[(i32, Record)]) -> Result<(), (ErrorCode, Vec<i32>)> {
+    /// Sends `responses` once every appended batch is below its partition's high
+    /// watermark (Kafka's DelayedProduce with acks=all, bounded by
+    /// `offsets.commit.timeout.ms`), or with the mapped error when the wait fails.
+    fn answer_when_replicated(&mut self, appended: Vec<Appended>, responses: Vec<Respond>) {
+        let waiting: Vec<(oneshot::Sender<GroupReply>, Response)> = responses
+            .into_iter()
+            .filter_map(|r| self.pending.remove(&r.responder).map(|tx| (tx, r.response)))
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        let replicas = self.replicas.clone();
+        let deadline = tokio::time::Instant::now() + self.commit_timeout;
+        tokio::spawn(async move {
+            let mut error = ErrorCode::NONE;
+            for a in &appended {
+                // One in-sync replica is enough once the high watermark has passed the
+                // batch: every ISR member has it. min.insync.replicas was Kafka's check
+                // before the append; an offsets topic below it still commits here.
+                error = replicas
+                    .wait_for_commit(&a.tp, a.leader_epoch, a.end_offset, 1, deadline)
+                    .await;
+                if error != ErrorCode::NONE {
+                    tracing::debug!(tp = %a.tp, error = error.name(), "group records not replicated");
+                    break;
+                }
+            }
+            for (tx, response) in waiting {
+                let response = if error == ErrorCode::NONE {
+                    response
+                } else {
+                    let code = replication_error(error, &response);
+                    response.failed(code.code())
+                };
+                let _ = tx.send(GroupReply::Response(response));
+            }
+        });
+    }
+
+    /// Appends records to their partitions, one batch per partition; says where each
+    /// batch ended, for [`Runtime::answer_when_replicated`].
+    fn persist(&self, records: &[(i32, Record)]) -> Result<Vec<Appended>, (ErrorCode, Vec<i32>)> {
         let mut by_partition: HashMap<i32, Vec<&Record>> = HashMap::new();
         for (p, r) in records {
             by_partition.entry(*p).or_default().push(r);
         }
         let now = now_ms();
         let mut failed = Vec::new();
+        let mut appended = Vec::new();
         for (p, records) in by_partition {
             let tp = TopicPartition {
                 topic: OFFSETS_TOPIC.to_string(),
                 partition: p,
             };
             let written = build_batch(&records, now).and_then(|batch| {
+                let (_, leader_epoch) = self
+                    .replicas
+                    .isr_size(&tp)
+                    .map_err(|code| format!("append: {}", code.name()))?;
                 self.replicas
                     .append_with_origin(&tp, &batch, AppendOrigin::Coordinator)
+                    .map(|(info, _)| (leader_epoch, info.last_offset + 1))
                     .map_err(|code| format!("append: {}", code.name()))
             });
-            if let Err(e) = written {
-                tracing::error!(%tp, error = %e, "writing group records failed");
-                failed.push(p);
+            match written {
+                Ok((leader_epoch, end_offset)) => appended.push(Appended {
+                    tp,
+                    leader_epoch,
+                    end_offset,
+                }),
+                Err(e) => {
+                    tracing::error!(%tp, error = %e, "writing group records failed");
+                    failed.push(p);
+                }
             }
         }
         if failed.is_empty() {
-            Ok(())
+            Ok(appended)
         } else {
             Err((ErrorCode::COORDINATOR_NOT_AVAILABLE, failed))
         }
@@ -312,7 +374,7 @@ impl Runtime {
         };
         let mut replayed = 0usize;
         loop {
-            let Ok(chunk) = self.replicas.read(&tp, offset, LOAD_READ_BYTES, true) else {
+            let Ok(chunk) = self.replicas.read_to_log_end(&tp, offset, LOAD_READ_BYTES) else {
                 break;
             };
             if chunk.records.is_empty() {
@@ -347,6 +409,30 @@ impl Runtime {
         if replayed > 0 {
             tracing::info!(%tp, records = replayed, "loaded group coordinator partition");
         }
+    }
+}
+
+/// Where a batch of group records ended in its partition.
+struct Appended {
+    tp: TopicPartition,
+    leader_epoch: i32,
+    end_offset: i64,
+}
+
+/// Kafka's mapping of a failed acks=all append of group records to what the group's
+/// client understands: it looks for the coordinator again, retries, or rejoins.
+fn replication_error(code: ErrorCode, response: &Response) -> ErrorCode {
+    match code {
+        ErrorCode::NOT_LEADER_OR_FOLLOWER | ErrorCode::KAFKA_STORAGE_ERROR => {
+            ErrorCode::NOT_COORDINATOR
+        }
+        ErrorCode::REQUEST_TIMED_OUT => match response {
+            // The assignment may not survive: the members must join again.
+            Response::SyncGroup(_) | Response::JoinGroup(_) => ErrorCode::REBALANCE_IN_PROGRESS,
+            Response::OffsetCommit(_) => ErrorCode::REQUEST_TIMED_OUT,
+            _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
+        },
+        _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
     }
 }
 

@@ -812,6 +812,29 @@ impl ReplicaManager {
         self.read_maybe_zero_copy(tp, -1, offset, max_bytes, min_one_message, false)
     }
 
+    /// The leader's own read of its log up to the log end, not the high watermark: what
+    /// the group coordinator replays when it takes over a `__consumer_offsets` partition.
+    /// A new leader's high watermark lags its log (it learns it from fetches), yet every
+    /// record in its log is the partition's from now on, acknowledged commits included
+    /// (Kafka's coordinator loads to the log end too).
+    pub fn read_to_log_end(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<FetchResult, (ErrorCode, Option<PartitionOffsets>)> {
+        let (partition, _) = self.leader_partition(tp).map_err(|code| (code, None))?;
+        read_partition(
+            tp,
+            &partition,
+            offset,
+            max_bytes,
+            true,
+            false,
+            ReadUpTo::LogEnd,
+        )
+    }
+
     /// As [`ReplicaManager::read`], but with `zero_copy` the records are not read: only
     /// their file range is returned, for the connection to send with `sendfile`.
     pub fn read_maybe_zero_copy(

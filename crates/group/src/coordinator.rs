@@ -49,6 +49,10 @@ pub struct GroupConfig {
     pub offsets_retention_check_interval_ms: i64,
     /// `offset.metadata.max.bytes`.
     pub offset_metadata_max_bytes: i32,
+    /// `offsets.commit.timeout.ms`: how long the runtime waits for the records of a
+    /// commit (or an assignment) to reach every in-sync replica before answering with an
+    /// error. The state machine itself does not read it.
+    pub offsets_commit_timeout_ms: i32,
 }
 
 impl Default for GroupConfig {
@@ -63,6 +67,7 @@ impl Default for GroupConfig {
             offsets_retention_minutes: 7 * 24 * 60,
             offsets_retention_check_interval_ms: 600_000,
             offset_metadata_max_bytes: 4096,
+            offsets_commit_timeout_ms: 5_000,
         }
     }
 }

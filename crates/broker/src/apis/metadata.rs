@@ -240,11 +240,15 @@ impl Broker {
             .get("offsets.topic.replication.factor")
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(1);
+        let segment_bytes = self
+            .config
+            .get("offsets.topic.segment.bytes")
+            .unwrap_or("104857600");
         let mut topic = CreatableTopic::new(OFFSETS_TOPIC, partitions, rf);
         topic.configs = [
             ("cleanup.policy", "compact"),
             ("compression.type", "producer"),
-            ("segment.bytes", "104857600"),
+            ("segment.bytes", segment_bytes.trim()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), Some(v.to_string())))
