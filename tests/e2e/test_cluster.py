@@ -9,7 +9,8 @@ What these tests hold the cluster to:
 - the active controller can die and a new one takes over (topics can still be created);
 - with two of three nodes down, acks=all writes are refused, never acknowledged;
 - a rolling restart of all three nodes, with a producer and a consumer group running,
-  loses nothing (committed offsets survive the group coordinator moving).
+  loses nothing (committed offsets survive the group coordinator moving);
+- an acknowledged OffsetCommit survives SIGKILL of the group coordinator right after it.
 """
 
 from __future__ import annotations
