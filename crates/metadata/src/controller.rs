@@ -451,8 +451,14 @@ impl QuorumController {
         }
     }
 
+    /// Kafka's precedence for a decision the controller makes: the topic's config, then
+    /// the cluster-wide dynamic default, then the controller's own static config.
     fn unclean_enabled(&self, image: &MetadataImage, topic: &str) -> bool {
-        match image.topic_config(topic, "unclean.leader.election.enable") {
+        const KEY: &str = "unclean.leader.election.enable";
+        match image
+            .topic_config(topic, KEY)
+            .or_else(|| image.cluster_default_config(KEY))
+        {
             Some(v) => v == "true",
             None => self.config.unclean_leader_election_enable,
         }
@@ -1661,9 +1667,11 @@ impl QuorumController {
             s.emit(rec);
         }
         // Turning unclean election on gives leaderless partitions a leader at once, as
-        // Kafka does.
+        // Kafka does: for the topic, or for every topic when the cluster default changed.
         if let Some(id) = topic_id {
             self.elect_leaderless(s, Some(id));
+        } else if r.resource_type == RESOURCE_BROKER && r.resource_name.is_empty() {
+            self.elect_leaderless(s, None);
         }
         Ok(())
     }

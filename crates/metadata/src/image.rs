@@ -180,6 +180,15 @@ impl MetadataImage {
             .map(String::as_str)
     }
 
+    /// A cluster-wide dynamic broker config (the default broker resource, named ""), if
+    /// set: Kafka's `DYNAMIC_DEFAULT_BROKER_CONFIG`.
+    pub fn cluster_default_config(&self, key: &str) -> Option<&str> {
+        self.configs
+            .get(&(RESOURCE_BROKER, String::new()))
+            .and_then(|c| c.get(key))
+            .map(String::as_str)
+    }
+
     /// Applies one committed record. The offset advances even when the record does not
     /// fit (the error says why), so that every replica agrees on offsets.
     pub fn apply(&mut self, record: &MetadataRecord) -> Result<(), MetadataError> {

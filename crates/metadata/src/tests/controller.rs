@@ -254,6 +254,85 @@ fn unclean_election_from_cluster_default_and_elect_leaders() {
 }
 
 #[test]
+fn unclean_election_from_a_dynamic_cluster_default() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2]);
+    h.create_topic("t", 1, 2);
+    let p = h.partition("t", 0);
+    let (leader, follower) = (p.replicas[0], p.replicas[1]);
+    h.alter_isr("t", 0, &[leader]);
+    h.now += 5_000;
+    h.heartbeat(follower);
+    h.now += 5_000;
+    h.tick();
+    assert_eq!(h.partition("t", 0).leader, NO_LEADER);
+    let set_default = |h: &mut Harness, value: &str| {
+        let r = h.run(ControllerEvent::IncrementalAlterConfigs(
+            IncrementalAlterConfigsRequest {
+                resources: vec![AlterConfigsResource {
+                    resource_type: RESOURCE_BROKER,
+                    resource_name: String::new(),
+                    configs: vec![(
+                        "unclean.leader.election.enable".into(),
+                        AlterConfigOp::Set,
+                        Some(value.into()),
+                    )],
+                }],
+                validate_only: false,
+            },
+        ));
+        let ControllerResponse::IncrementalAlterConfigs(v) = r.response else {
+            panic!()
+        };
+        assert_eq!(v[0].error_code, ErrorCode::NONE);
+    };
+    // A topic override of false wins over the cluster default.
+    let r = h.run(ControllerEvent::IncrementalAlterConfigs(
+        IncrementalAlterConfigsRequest {
+            resources: vec![AlterConfigsResource {
+                resource_type: RESOURCE_TOPIC,
+                resource_name: "t".into(),
+                configs: vec![(
+                    "unclean.leader.election.enable".into(),
+                    AlterConfigOp::Set,
+                    Some("false".into()),
+                )],
+            }],
+            validate_only: false,
+        },
+    ));
+    assert!(matches!(
+        r.response,
+        ControllerResponse::IncrementalAlterConfigs(_)
+    ));
+    set_default(&mut h, "true");
+    assert_eq!(h.partition("t", 0).leader, NO_LEADER, "the topic says no");
+    // Without the override, the cluster default elects the out-of-sync follower at once.
+    let r = h.run(ControllerEvent::IncrementalAlterConfigs(
+        IncrementalAlterConfigsRequest {
+            resources: vec![AlterConfigsResource {
+                resource_type: RESOURCE_TOPIC,
+                resource_name: "t".into(),
+                configs: vec![(
+                    "unclean.leader.election.enable".into(),
+                    AlterConfigOp::Delete,
+                    None,
+                )],
+            }],
+            validate_only: false,
+        },
+    ));
+    assert!(matches!(
+        r.response,
+        ControllerResponse::IncrementalAlterConfigs(_)
+    ));
+    let p = h.partition("t", 0);
+    assert_eq!(p.leader, follower);
+    assert_eq!(p.leader_recovery_state, 1);
+    h.check_replay();
+}
+
+#[test]
 fn create_topics_validation() {
     let mut h = Harness::new();
     h.brokers(&[1, 2]);
