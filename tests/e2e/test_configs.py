@@ -1,6 +1,7 @@
 """Configs against the real broker: dynamic broker configs with Kafka's precedence and
-sources, message.timestamp.before.max.ms refusing old CreateTime records, and
-compression.type making the leader store batches with the topic's codec."""
+sources, message.timestamp.before.max.ms refusing old CreateTime records,
+compression.type making the leader store batches with the topic's codec, and a
+connection limit changed at runtime."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from confluent_kafka.admin import (
     ConfigSource,
     ResourceType,
 )
-from kafka_helpers import admin, create_topic, read_all, unique_topic
+from kafka_helpers import admin, create_topic, read_all, unique_topic, wait_for
 
 TIMEOUT_S = 30
 ZSTD = 4
@@ -208,3 +209,51 @@ def test_topic_compression_type_recompresses_producer_batches(rill):
     assert sum(count for _, count, _ in headers) == len(sent)
     codecs = {attributes & 0x07 for _, _, attributes in headers}
     assert codecs == {ZSTD}, f"batch codecs on disk: {codecs}"
+
+
+def api_versions_answered(sock: socket.socket) -> bool:
+    """Sends ApiVersions v0; True when answered, False when the server closed instead."""
+    header = struct.pack(">hhi", 18, 0, 1) + _string("e2e-limits")
+    try:
+        sock.sendall(struct.pack(">i", len(header)) + header)
+        size = sock.recv(4)
+    except OSError:
+        return False
+    return len(size) == 4
+
+
+def test_connection_limit_per_ip_changes_at_runtime(rill):
+    """max.connections.per.ip is a dynamic broker config: lowering it refuses new
+    connections beyond it at once, removing it lets them in again, and a bad value is
+    refused with INVALID_CONFIG."""
+    code, message = alter_cluster_default(rill.bootstrap, {"max.connections.per.ip": "-1"})
+    assert code == 40, (code, message)  # INVALID_CONFIG
+    assert alter_cluster_default(rill.bootstrap, {"max.connections.per.ip": "3"}) == (0, None)
+    host, port = rill.bootstrap.rsplit(":", 1)
+
+    def connect_many(n: int) -> list[bool]:
+        socks = [socket.create_connection((host, int(port)), timeout=TIMEOUT_S) for _ in range(n)]
+        try:
+            return [api_versions_answered(s) for s in socks]
+        finally:
+            for s in socks:
+                s.close()
+
+    # The configs connection just closed holds its slot until the server has seen it go.
+    wait_for(
+        lambda: connect_many(6) == [True] * 3 + [False] * 3,
+        TIMEOUT_S,
+        "three connections answered and three refused",
+    )
+    # The slots of closed connections come back once the server has seen them close.
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        try:
+            result = alter_cluster_default(rill.bootstrap, {"max.connections.per.ip": None})
+            break
+        except (AssertionError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    assert result == (0, None)
+    wait_for(lambda: connect_many(6) == [True] * 6, TIMEOUT_S, "six connections answered")

@@ -297,8 +297,19 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
 /// an override is reconfigured when one changes. Listener, thread-pool and quota keys,
 /// which Kafka also accepts, are read once at start-up here and so are refused.
 pub fn is_dynamic_broker_config(key: &str) -> bool {
-    TOPIC_CONFIGS.iter().any(|d| d.broker_key == key)
+    TOPIC_CONFIGS.iter().any(|d| d.broker_key == key) || DYNAMIC_BROKER_ONLY.contains(&key)
 }
+
+/// Whether `key` is one of the dynamic broker keys that are no topic's default.
+pub fn is_dynamic_broker_only(key: &str) -> bool {
+    DYNAMIC_BROKER_ONLY.contains(&key)
+}
+
+/// Broker keys that are no topic's default yet change at runtime, as Kafka's
+/// `DynamicConnectionQuota` keys do: the listener reads them for every connection it
+/// accepts (connections already open stay open when a limit is lowered). Each is an
+/// int of at least 0.
+const DYNAMIC_BROKER_ONLY: &[&str] = &["max.connections", "max.connections.per.ip"];
 
 /// The topic config a broker key supplies the default of, if any.
 pub fn topic_config_for_broker_key(key: &str) -> Option<&'static TopicConfigDef> {
@@ -308,6 +319,14 @@ pub fn topic_config_for_broker_key(key: &str) -> Option<&'static TopicConfigDef>
 /// Checks a value for a dynamic broker key: its type and allowed values are those of the
 /// topic config it is the default of.
 pub fn validate_broker_config(key: &str, value: &str) -> Result<(), String> {
+    if DYNAMIC_BROKER_ONLY.contains(&key) {
+        return match value.trim().parse::<i32>() {
+            Ok(v) if v >= 0 => Ok(()),
+            _ => Err(format!(
+                "Invalid value {value} for configuration {key}: Value must be at least 0"
+            )),
+        };
+    }
     let Some(d) = topic_config_for_broker_key(key) else {
         return Err(format!("Cannot update these configs dynamically: {key}"));
     };

@@ -209,9 +209,33 @@ impl Drop for ConnectionSlot {
     }
 }
 
+/// The accept-time limits as they are now: `max.connections` and
+/// `max.connections.per.ip` can be changed dynamically (this broker's value, then the
+/// cluster-wide default, then the static config).
+#[derive(Clone, Copy)]
+struct LiveConnectionLimits {
+    max_connections: usize,
+    max_connections_per_ip: usize,
+}
+
+impl LiveConnectionLimits {
+    fn of(broker: &Broker, limits: &ConnectionLimits) -> Self {
+        let image = broker.image();
+        let get = |key: &str, fallback: usize| {
+            crate::config::broker_config_value(&broker.config, &image, broker.node_id, key)
+                .and_then(|(v, _)| v.trim().parse::<usize>().ok())
+                .unwrap_or(fallback)
+        };
+        Self {
+            max_connections: get("max.connections", limits.max_connections),
+            max_connections_per_ip: get("max.connections.per.ip", limits.max_connections_per_ip),
+        }
+    }
+}
+
 fn admit(
     quotas: &Arc<Mutex<ConnectionQuotas>>,
-    limits: &ConnectionLimits,
+    limits: LiveConnectionLimits,
     ip: IpAddr,
 ) -> Result<ConnectionSlot, &'static str> {
     let mut q = quotas.lock().unwrap_or_else(|e| e.into_inner());
@@ -273,7 +297,8 @@ pub async fn serve(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let slot = match admit(&quotas, &limits, peer.ip()) {
+                    let live = LiveConnectionLimits::of(&broker, &limits);
+                    let slot = match admit(&quotas, live, peer.ip()) {
                         Ok(slot) => slot,
                         Err(limit) => {
                             tracing::debug!(%peer, limit, "connection refused");

@@ -497,7 +497,7 @@ fn describe_cluster_default(
                 is_default: false,
                 config_source: ConfigSource::DynamicDefaultBrokerConfig as i8,
                 synonyms: vec![synonym(k, v, ConfigSource::DynamicDefaultBrokerConfig)],
-                config_type: def.map_or(ConfigType::String, |d| d.config_type) as i8,
+                config_type: def.map_or(broker_only_type(k), |d| d.config_type) as i8,
                 documentation: include_documentation
                     .then(|| def.map(|d| d.doc.to_string()))
                     .flatten(),
@@ -505,6 +505,16 @@ fn describe_cluster_default(
             }
         })
         .collect()
+}
+
+/// The type of a broker key that is no topic's default: the dynamic connection limits
+/// are ints; the rest are described as strings.
+fn broker_only_type(key: &str) -> ConfigType {
+    if config::is_dynamic_broker_only(key) {
+        ConfigType::Int
+    } else {
+        ConfigType::String
+    }
 }
 
 /// DescribeConfigs of this broker: every key it knows, at its effective level;
@@ -540,7 +550,7 @@ fn describe_broker(
                 } else {
                     Vec::new()
                 },
-                config_type: def.map_or(ConfigType::String, |d| d.config_type) as i8,
+                config_type: def.map_or(broker_only_type(k), |d| d.config_type) as i8,
                 documentation: include_documentation
                     .then(|| def.map(|d| d.doc.to_string()))
                     .flatten(),
@@ -568,22 +578,26 @@ fn apply_incremental(
     op: i8,
     value: Option<&str>,
 ) -> Result<(), ConfigError> {
-    let def = if resource_type == RESOURCE_BROKER {
-        config::topic_config_for_broker_key(name).ok_or_else(|| {
-            (
-                ErrorCode::INVALID_CONFIG,
-                format!("Cannot update these configs dynamically: {name}"),
-            )
-        })?
-    } else {
-        config::topic_config_def(name).ok_or_else(|| {
-            (
-                ErrorCode::INVALID_CONFIG,
-                format!("unknown topic config name: {name}"),
-            )
-        })?
-    };
-    let is_list = def.config_type == config::ConfigType::List;
+    let (is_list, default) =
+        if resource_type == RESOURCE_BROKER && config::is_dynamic_broker_only(name) {
+            (false, "")
+        } else if resource_type == RESOURCE_BROKER {
+            let def = config::topic_config_for_broker_key(name).ok_or_else(|| {
+                (
+                    ErrorCode::INVALID_CONFIG,
+                    format!("Cannot update these configs dynamically: {name}"),
+                )
+            })?;
+            (def.config_type == config::ConfigType::List, def.default)
+        } else {
+            let def = config::topic_config_def(name).ok_or_else(|| {
+                (
+                    ErrorCode::INVALID_CONFIG,
+                    format!("unknown topic config name: {name}"),
+                )
+            })?;
+            (def.config_type == config::ConfigType::List, def.default)
+        };
     match op {
         OP_SET => {
             let v = value
@@ -598,7 +612,7 @@ fn apply_incremental(
             let current = configs
                 .get(name)
                 .cloned()
-                .unwrap_or_else(|| def.default.to_string());
+                .unwrap_or_else(|| default.to_string());
             let mut items: Vec<String> = current
                 .split(',')
                 .map(str::trim)
