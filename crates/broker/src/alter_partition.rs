@@ -88,9 +88,28 @@ async fn send_one(
     partition: i32,
     proposal: &AlterPartitionProposal,
 ) -> Result<LeaderAndIsr, ErrorCode> {
-    let event = ControllerEvent::AlterPartition(AlterPartitionRequest {
-        broker_id: broker.node_id,
-        broker_epoch: broker.broker_epoch(),
+    let event = request(
+        broker.node_id,
+        broker.broker_epoch(),
+        topic_id,
+        partition,
+        proposal,
+    );
+    let response = broker.controller_call(event).await?;
+    result(response, topic_id, partition)
+}
+
+/// The controller event that proposes `proposal`.
+pub fn request(
+    broker_id: i32,
+    broker_epoch: i64,
+    topic_id: rill_protocol::Uuid,
+    partition: i32,
+    proposal: &AlterPartitionProposal,
+) -> ControllerEvent {
+    ControllerEvent::AlterPartition(AlterPartitionRequest {
+        broker_id,
+        broker_epoch,
         partitions: vec![AlterPartitionData {
             topic_id,
             partition_index: partition,
@@ -103,8 +122,16 @@ async fn send_one(
                 .collect(),
             leader_recovery_state: 0,
         }],
-    });
-    match broker.controller_call(event).await? {
+    })
+}
+
+/// The controller's answer for one partition, as the ISR state machine takes it.
+pub fn result(
+    response: ControllerResponse,
+    topic_id: rill_protocol::Uuid,
+    partition: i32,
+) -> Result<LeaderAndIsr, ErrorCode> {
+    match response {
         ControllerResponse::AlterPartition(r) => {
             if r.error_code != ErrorCode::NONE {
                 return Err(r.error_code);

@@ -94,10 +94,6 @@ pub fn start(broker: Arc<Broker>, shutdown: watch::Receiver<bool>) -> LifecycleH
     }
 }
 
-fn random_uuid() -> Uuid {
-    Uuid(*uuid::Uuid::new_v4().as_bytes())
-}
-
 async fn run(
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
@@ -111,7 +107,7 @@ async fn run(
         .unwrap_or(Duration::from_secs(2))
         .max(Duration::from_millis(10));
     let request_timeout = interval.max(Duration::from_secs(2));
-    let incarnation_id = random_uuid();
+    let incarnation_id = broker.incarnation_id;
     let mut strays_removed = false;
     'register: loop {
         let epoch = loop {

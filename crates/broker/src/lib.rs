@@ -22,6 +22,8 @@ pub mod metadata_publisher;
 pub mod network;
 pub mod replica_fetcher;
 pub mod replica_manager;
+#[cfg(test)]
+mod replication_sim;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -63,6 +65,9 @@ pub struct Broker {
     published: watch::Sender<i64>,
     /// This broker's epoch from its registration (-1 before it registered).
     broker_epoch: AtomicI64,
+    /// This process's incarnation, which it registers with; the metadata publisher acts
+    /// on the image only once it holds that registration (see `metadata_publisher`).
+    pub incarnation_id: rill_protocol::Uuid,
     pub replicas: Arc<ReplicaManager>,
     pub groups: GroupCoordinatorHandle,
     producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
@@ -252,6 +257,7 @@ impl Server {
             image: RwLock::new(Arc::new(MetadataImage::new())),
             published,
             broker_epoch: AtomicI64::new(-1),
+            incarnation_id: rill_protocol::Uuid(*uuid::Uuid::new_v4().as_bytes()),
             replicas: replicas.clone(),
             groups,
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),

@@ -15,6 +15,14 @@
 //!    waiters ([`crate::Broker::wait_published`]): a client that learns from this broker
 //!    that it leads a partition finds the partition's log open.
 //!
+//! 4. A starting broker acts on nothing until its image holds the registration of its
+//!    own incarnation (Kafka's brokers likewise wait to catch up before their publishers
+//!    run); it then acts on everything that image says at once. Until then the image
+//!    it reads at start-up is a past state: one where this broker led a partition with
+//!    itself alone in the ISR would make it leader again and declare all of its log
+//!    committed, including what it wrote after that state and what the partition's
+//!    real leader has since replaced (found by `replication_sim`).
+//!
 //! The log is applied in order by one task, so every broker's image passes through the
 //! same sequence of states as every other's; acting on each diff in that order makes the
 //! replica set converge to what the metadata says.
@@ -39,6 +47,7 @@ pub fn start(broker: Arc<Broker>, shutdown: watch::Receiver<bool>) {
 async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let mut committed = broker.quorum.subscribe();
     let mut current = broker.image();
+    let mut caught_up = false;
     loop {
         let next = match broker.quorum.read_committed(current.next_offset) {
             CommittedRecords::Records(records) if records.is_empty() => None,
@@ -56,7 +65,14 @@ async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
         };
         if let Some(new) = next {
             let new = Arc::new(new);
-            publish(&broker, &current, &new).await;
+            if caught_up {
+                publish(&broker, &current, &new).await;
+            } else if holds_own_registration(&broker, &new) {
+                caught_up = true;
+                publish(&broker, &MetadataImage::new(), &new).await;
+            } else {
+                install(&broker, &new);
+            }
             current = new;
         }
         tokio::select! {
@@ -64,6 +80,21 @@ async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
             _ = shutdown.changed() => return,
         }
     }
+}
+
+/// Whether `image` has caught up with this process: it holds the registration of this
+/// incarnation (design note, point 4).
+fn holds_own_registration(broker: &Broker, image: &MetadataImage) -> bool {
+    image
+        .broker(broker.node_id)
+        .is_some_and(|b| b.incarnation_id == broker.incarnation_id)
+}
+
+/// Makes `new` the image request handlers read and waiters wait on, without acting on it.
+fn install(broker: &Broker, new: &MetadataImage) {
+    let offset = new.next_offset;
+    *broker.image.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(new.clone());
+    broker.published.send_replace(offset);
 }
 
 async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
@@ -160,9 +191,7 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
             tracing::debug!(epoch, "applied this broker's registration");
         }
     }
-    let offset = new.next_offset;
-    *broker.image.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(new.clone());
-    broker.published.send_replace(offset);
+    install(broker, new);
 }
 
 /// Topics (present in both images) whose config overrides differ.

@@ -67,7 +67,7 @@ pub struct Partition {
 }
 
 impl Partition {
-    fn leader_state(&self) -> std::sync::MutexGuard<'_, Option<LeaderState>> {
+    pub(crate) fn leader_state(&self) -> std::sync::MutexGuard<'_, Option<LeaderState>> {
         self.leader.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -132,7 +132,14 @@ pub struct ReplicaManager {
     local_id: i32,
     partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
     appended: Notify,
+    /// Milliseconds since the epoch: the wall clock, or a simulation's.
+    clock: Clock,
 }
+
+/// Where a replica manager reads the time: every time-dependent rule below it (ISR
+/// lag, caught-up times, segment rolls) takes the time from here, so that a seeded
+/// simulation can drive it.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -151,6 +158,24 @@ impl ReplicaManager {
         Self,
         tokio::sync::mpsc::UnboundedReceiver<AlterPartitionItem>,
     ) {
+        Self::with_clock(
+            data_dir,
+            fetcher_config,
+            replica_lag_time_max_ms,
+            Arc::new(now_ms),
+        )
+    }
+
+    /// As [`ReplicaManager::new`], reading the time from `clock`.
+    pub fn with_clock(
+        data_dir: &Path,
+        fetcher_config: FetcherConfig,
+        replica_lag_time_max_ms: i64,
+        clock: Clock,
+    ) -> (
+        Self,
+        tokio::sync::mpsc::UnboundedReceiver<AlterPartitionItem>,
+    ) {
         let local_id = fetcher_config.local_id;
         let (alter_partition_tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let rm = Self {
@@ -163,8 +188,13 @@ impl ReplicaManager {
             local_id,
             partitions: RwLock::new(HashMap::new()),
             appended: Notify::new(),
+            clock,
         };
         (rm, rx)
+    }
+
+    fn now(&self) -> i64 {
+        (self.clock)()
     }
 
     fn read_map(&self) -> std::sync::RwLockReadGuard<'_, HashMap<TopicPartition, Arc<Partition>>> {
@@ -198,7 +228,7 @@ impl ReplicaManager {
         let dir = self
             .data_dir
             .join(partition_dir_name(&tp.topic, tp.partition));
-        let log = UnifiedLog::open(&dir, config.clone(), now_ms())?;
+        let log = UnifiedLog::open(&dir, config.clone(), self.now())?;
         let partition = Arc::new(Partition {
             topic_id,
             log: Mutex::new(log),
@@ -230,7 +260,7 @@ impl ReplicaManager {
             partition_epoch: state.partition_epoch,
         };
         *partition.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
-        let now = now_ms();
+        let now = self.now();
         let statuses = self.broker_statuses();
         let mut leader = partition.leader_state();
         let outcome = partition.with_log(|log| {
@@ -355,7 +385,7 @@ impl ReplicaManager {
             };
             if target < leo {
                 tracing::info!(%tp, from = leo, to = target, "truncating follower log by leader epoch");
-                log.truncate_to(target, now_ms()).map_err(|e| e.to_string())?;
+                log.truncate_to(target, self.now()).map_err(|e| e.to_string())?;
             }
             Ok(())
         })
@@ -377,7 +407,7 @@ impl ReplicaManager {
             .ok_or(ErrorCode::NOT_LEADER_OR_FOLLOWER)?;
         p.with_log(|log| {
             if !records.is_empty() {
-                log.append_as_follower(records, now_ms())
+                log.append_as_follower(records, self.now())
                     .map_err(|e| append_error_code(&e))?;
             }
             let hw = leader_high_watermark.min(log.log_end_offset());
@@ -405,7 +435,7 @@ impl ReplicaManager {
         p.with_log(|log| {
             if leader_log_start_offset >= 0 && log.log_end_offset() < leader_log_start_offset {
                 tracing::info!(%tp, start = leader_log_start_offset, "follower behind the leader's log start; starting over");
-                log.truncate_fully_and_start_at(leader_log_start_offset, now_ms())
+                log.truncate_fully_and_start_at(leader_log_start_offset, self.now())
                     .map(|_| true)
                     .map_err(|_| ErrorCode::KAFKA_STORAGE_ERROR)
             } else {
@@ -533,7 +563,7 @@ impl ReplicaManager {
         let statuses = self.broker_statuses();
         let mut leader = partition.leader_state();
         let result = partition.with_log(|log| {
-            let now = now_ms();
+            let now = self.now();
             let info = log.append_as_leader(records.clone(), epoch, origin, now)?;
             if let Some(ls) = leader.as_mut() {
                 let leo = log.log_end_offset();
@@ -588,14 +618,7 @@ impl ReplicaManager {
             let notified = self.appended.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let progress = match self.leader_partition(tp) {
-                Ok((p, epoch)) if epoch == leader_epoch => p
-                    .leader_state()
-                    .as_ref()
-                    .map(|ls| ls.check_enough_replicas_reach_offset(required_offset, min_insync)),
-                _ => None,
-            };
-            match progress {
+            match self.commit_progress(tp, leader_epoch, required_offset, min_insync) {
                 None => return ErrorCode::NOT_LEADER_OR_FOLLOWER,
                 Some(isr::AcksAllProgress::Done) => return ErrorCode::NONE,
                 Some(isr::AcksAllProgress::NotEnoughReplicasAfterAppend) => {
@@ -618,6 +641,24 @@ impl ReplicaManager {
         }
     }
 
+    /// Where an acks=all append stands: `None` when this broker no longer leads the
+    /// partition in `leader_epoch` (see [`ReplicaManager::wait_for_commit`]).
+    pub fn commit_progress(
+        &self,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+        required_offset: i64,
+        min_insync: usize,
+    ) -> Option<isr::AcksAllProgress> {
+        match self.leader_partition(tp) {
+            Ok((p, epoch)) if epoch == leader_epoch => p
+                .leader_state()
+                .as_ref()
+                .map(|ls| ls.check_enough_replicas_reach_offset(required_offset, min_insync)),
+            _ => None,
+        }
+    }
+
     /// A follower's fetch, on the leader: records the follower's progress (which may
     /// move the high watermark or admit it to the ISR) and reads from its fetch offset up
     /// to the log end, not the high watermark.
@@ -636,7 +677,7 @@ impl ReplicaManager {
             .check_leader_epoch(tp, current_leader_epoch)
             .map_err(|code| (code, None))?;
         let statuses = self.broker_statuses();
-        let now = now_ms();
+        let now = self.now();
         let proposal;
         let mut moved = false;
         {
@@ -711,7 +752,7 @@ impl ReplicaManager {
     /// Periodic ISR shrink (Kafka's `isr-expiration` task): followers that have not caught
     /// up within `replica.lag.time.max.ms` leave the ISR.
     pub fn maybe_shrink_isrs(&self) {
-        let now = now_ms();
+        let now = self.now();
         let lag = self.replica_lag_time_max_ms;
         for (tp, p) in self.partitions() {
             let proposal = p
@@ -736,7 +777,7 @@ impl ReplicaManager {
         let statuses = self.broker_statuses();
         let mut leader = partition.leader_state();
         let ls = leader.as_mut()?;
-        let outcome = ls.on_alter_partition_response(sent, result, now_ms(), &*statuses);
+        let outcome = ls.on_alter_partition_response(sent, result, self.now(), &*statuses);
         match outcome {
             isr::AlterPartitionOutcome::Committed { high_watermark } => {
                 let isr = ls.isr().iter().copied().collect();
