@@ -1,13 +1,15 @@
-//! Raft RPCs between quorum voters over TCP.
+//! Raft RPCs between quorum nodes (voters and observers) over TCP.
 //!
 //! Each message is a frame: `u32` big-endian length, then the postcard encoding of an
 //! [`RpcRequest`] or [`RpcResponse`]. A client keeps one connection per peer and sends
 //! one request at a time on it (openraft drives each peer with one `&mut` network
 //! object), so responses need no correlation ids. The same port carries controller
 //! events that a node forwards to the leader ([`RpcRequest::Controller`]): the server
-//! puts them on its own controller event loop and answers with what the loop decided. Any I/O error drops the connection;
-//! the next call dials again. Frames above [`MAX_RPC_BYTES`] are refused before anything
-//! is allocated for them.
+//! puts them on its own controller event loop and answers with what the loop decided.
+//! It also carries an observer's request to be added to the membership as a learner
+//! ([`RpcRequest::AddObserver`], see [`add_observer`]). Any I/O error drops the
+//! connection; the next call dials again. Frames above [`MAX_RPC_BYTES`] are refused
+//! before anything is allocated for them.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -15,14 +17,15 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    ClientWriteError, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, Raft};
+use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -48,6 +51,12 @@ pub(crate) enum RpcRequest {
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
     /// An event for the active controller, forwarded by a node that does not lead.
     Controller(ControllerEvent),
+    /// An observer (a broker-only node) asks the active controller to add it to the
+    /// membership as a learner, reachable at `addr`, so that the log is replicated to it.
+    AddObserver {
+        node_id: NodeId,
+        addr: String,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -58,6 +67,7 @@ pub(crate) enum RpcResponse {
         Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
     ),
     Controller(Result<SubmitResult, ForwardError>),
+    AddObserver(Result<(), ForwardError>),
 }
 
 /// Why a forwarded controller event was not decided: what of [`MetadataError`] the
@@ -86,6 +96,79 @@ pub(crate) async fn call_controller(
     match read_msg::<RpcResponse>(stream).await? {
         RpcResponse::Controller(answer) => Ok(answer),
         _ => Err(io::Error::other("unexpected rpc response")),
+    }
+}
+
+/// Sends an observer's join request on `stream` and reads the answer.
+pub(crate) async fn call_add_observer(
+    stream: &mut TcpStream,
+    node_id: NodeId,
+    addr: String,
+) -> io::Result<Result<(), ForwardError>> {
+    write_msg(stream, &RpcRequest::AddObserver { node_id, addr }).await?;
+    match read_msg::<RpcResponse>(stream).await? {
+        RpcResponse::AddObserver(answer) => Ok(answer),
+        _ => Err(io::Error::other("unexpected rpc response")),
+    }
+}
+
+/// On the active controller: makes `node_id` a learner reachable at `addr`.
+///
+/// Idempotent, because a broker asks at every start: a learner already known at `addr`
+/// changes nothing; one known at another address (restarted on another port) gets its
+/// address replaced, which is safe for a learner as it never votes; a new one is added.
+/// Only the leader changes the membership (openraft would refuse elsewhere), and a voter's
+/// id is refused, so that a misconfigured broker can never demote or shadow a voter.
+pub(crate) async fn add_observer(
+    raft: &Raft<TypeConfig>,
+    node_id: NodeId,
+    addr: String,
+) -> Result<(), ForwardError> {
+    let (leading, leader_id, is_voter, known) = {
+        let m = raft.metrics();
+        let m = m.borrow();
+        let membership = m.membership_config.membership();
+        (
+            m.state == ServerState::Leader && m.current_leader == Some(m.id),
+            m.current_leader.filter(|l| *l != m.id),
+            membership.voter_ids().any(|v| v == node_id),
+            membership.get_node(&node_id).map(|n| n.addr.clone()),
+        )
+    };
+    if is_voter {
+        return Err(ForwardError::Other(format!(
+            "node {node_id} is a voter of the controller quorum, so it cannot join as an \
+             observer (a broker-only node needs an id outside controller.quorum.voters)"
+        )));
+    }
+    if !leading {
+        return Err(ForwardError::NotController { leader_id });
+    }
+    let node = BasicNode::new(addr.clone());
+    let changed = match known {
+        Some(old) if old == addr => return Ok(()),
+        Some(old) => {
+            tracing::info!(node_id, %old, new = %addr, "observer moved; updating its address");
+            raft.change_membership(
+                ChangeMembers::SetNodes(BTreeMap::from([(node_id, node)])),
+                true,
+            )
+            .await
+        }
+        None => {
+            tracing::info!(node_id, %addr, "adding an observer (learner) to the metadata quorum");
+            raft.add_learner(node_id, node, false).await
+        }
+    };
+    match changed {
+        Ok(_) => Ok(()),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+            Err(ForwardError::NotController {
+                leader_id: f.leader_id,
+            })
+        }
+        // A membership change still in flight, or a fatal error: the observer retries.
+        Err(e) => Err(ForwardError::Other(e.to_string())),
     }
 }
 
@@ -133,10 +216,13 @@ async fn read_msg<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> io::R
 /// task is aborted. The connections' tasks live in a `JoinSet` owned by this task, so
 /// aborting it closes them too: a stopped node must not keep answering peers on
 /// connections they opened before it stopped.
+///
+/// `events` is `None` on an observer: it runs no controller event loop, so controller
+/// events sent to it are answered NotController with the leader it knows.
 pub(crate) async fn serve(
     listener: TcpListener,
     raft: Raft<TypeConfig>,
-    events: mpsc::Sender<Submission>,
+    events: Option<mpsc::Sender<Submission>>,
 ) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -166,7 +252,7 @@ pub(crate) async fn serve(
 async fn serve_connection(
     mut stream: TcpStream,
     raft: Raft<TypeConfig>,
-    events: mpsc::Sender<Submission>,
+    events: Option<mpsc::Sender<Submission>>,
 ) -> io::Result<()> {
     loop {
         let request: RpcRequest = read_msg(&mut stream).await?;
@@ -178,21 +264,28 @@ async fn serve_connection(
             RpcRequest::InstallSnapshot(r) => {
                 RpcResponse::InstallSnapshot(raft.install_snapshot(r).await)
             }
-            RpcRequest::Controller(event) => {
-                RpcResponse::Controller(match submit_to_loop(&events, event).await {
+            RpcRequest::Controller(event) => RpcResponse::Controller(match &events {
+                Some(events) => match submit_to_loop(events, event).await {
                     // The loop is gone: this node is stopping and controls nothing.
                     Err(_) if events.is_closed() => {
                         Err(ForwardError::NotController { leader_id: None })
                     }
                     answer => answer.map_err(ForwardError::from),
-                })
+                },
+                None => Err(ForwardError::NotController {
+                    leader_id: raft.metrics().borrow().current_leader,
+                }),
+            }),
+            RpcRequest::AddObserver { node_id, addr } => {
+                RpcResponse::AddObserver(add_observer(&raft, node_id, addr).await)
             }
         };
         write_msg(&mut stream, &response).await?;
     }
 }
 
-/// Dials peers by node id.
+/// Dials peers by node id: voters at their configured address, observers at the address
+/// they joined with (kept in the membership).
 #[derive(Clone)]
 pub struct TcpNetworkFactory {
     pub(crate) voters: BTreeMap<NodeId, SocketAddr>,
