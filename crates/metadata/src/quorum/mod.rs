@@ -41,7 +41,9 @@
 //! - the membership (with the learners in it) is itself in the log, so a new leader
 //!   already knows every observer and replicates to it without a new join;
 //! - the join is idempotent (a broker restarted with the same id and address changes
-//!   nothing; another address replaces the old one), and refused for a voter's id.
+//!   nothing; another address replaces the old one once that broker's lease has lapsed,
+//!   so that a second process with a live broker's id cannot take its log away), and
+//!   refused for a voter's id.
 //!
 //! A learner stays in the membership after its broker is gone for good: the leader keeps
 //! trying to reach it, which costs a reconnect attempt per heartbeat and nothing else.
@@ -260,7 +262,12 @@ impl MetadataQuorum {
         let event_loop = tokio::spawn(
             EventLoop::new(node_id, raft.clone(), shared.clone(), config.controller).run(events_rx),
         );
-        let server = tokio::spawn(network::serve(listener, raft.clone(), Some(events.clone())));
+        let server = tokio::spawn(network::serve(
+            listener,
+            raft.clone(),
+            shared.clone(),
+            Some(events.clone()),
+        ));
         let members: BTreeMap<u64, BasicNode> = voters
             .iter()
             .map(|(id, addr)| (*id, BasicNode::new(addr.to_string())))
@@ -319,7 +326,7 @@ impl MetadataQuorum {
         let (raft, shared, listener) =
             open(node_id, listen, &voters, dir.as_ref(), &config, false).await?;
         let local_addr = listener.local_addr().map_err(quorum_err)?;
-        let server = tokio::spawn(network::serve(listener, raft.clone(), None));
+        let server = tokio::spawn(network::serve(listener, raft.clone(), shared.clone(), None));
         let join = tokio::spawn(join_as_observer(
             node_id,
             local_addr,
@@ -384,14 +391,15 @@ impl MetadataQuorum {
             .is_some()
     }
 
-    /// The observers (learners) in this node's membership.
-    pub fn observers(&self) -> BTreeSet<u64> {
-        self.raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
+    /// The observers (learners) in this node's membership, with the address each is
+    /// replicated to.
+    pub fn observers(&self) -> BTreeMap<u64, String> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let membership = m.membership_config.membership();
+        membership
             .learner_ids()
+            .filter_map(|id| membership.get_node(&id).map(|n| (id, n.addr.clone())))
             .collect()
     }
 

@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
@@ -32,6 +33,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use super::event_loop::Submission;
+use super::state_machine::Shared;
 use super::{submit_to_loop, TypeConfig};
 use crate::api::{ControllerEvent, SubmitResult};
 use crate::error::MetadataError;
@@ -116,11 +118,15 @@ pub(crate) async fn call_add_observer(
 ///
 /// Idempotent, because a broker asks at every start: a learner already known at `addr`
 /// changes nothing; one known at another address (restarted on another port) gets its
-/// address replaced, which is safe for a learner as it never votes; a new one is added.
+/// address replaced, which is safe for a learner as it never votes, but only once the
+/// broker of that id is not live in the committed image (a second process started with
+/// a live broker's id must not take that broker's log away; a restarted one waits at most
+/// a session timeout, as its registration does); a new one is added.
 /// Only the leader changes the membership (openraft would refuse elsewhere), and a voter's
 /// id is refused, so that a misconfigured broker can never demote or shadow a voter.
 pub(crate) async fn add_observer(
     raft: &Raft<TypeConfig>,
+    shared: &Shared,
     node_id: NodeId,
     addr: String,
 ) -> Result<(), ForwardError> {
@@ -147,6 +153,12 @@ pub(crate) async fn add_observer(
     let node = BasicNode::new(addr.clone());
     let changed = match known {
         Some(old) if old == addr => return Ok(()),
+        Some(old) if broker_is_live(shared, node_id) => {
+            return Err(ForwardError::Other(format!(
+                "broker {node_id} is live and replicated to at {old}; it moves to {addr} once \
+                 its lease lapses"
+            )));
+        }
         Some(old) => {
             tracing::info!(node_id, %old, new = %addr, "observer moved; updating its address");
             raft.change_membership(
@@ -170,6 +182,10 @@ pub(crate) async fn add_observer(
         // A membership change still in flight, or a fatal error: the observer retries.
         Err(e) => Err(ForwardError::Other(e.to_string())),
     }
+}
+
+fn broker_is_live(shared: &Shared, node_id: NodeId) -> bool {
+    i32::try_from(node_id).is_ok_and(|id| shared.lock().image.is_live(id))
 }
 
 async fn write_msg<T: Serialize>(stream: &mut TcpStream, msg: &T) -> io::Result<()> {
@@ -222,6 +238,7 @@ async fn read_msg<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> io::R
 pub(crate) async fn serve(
     listener: TcpListener,
     raft: Raft<TypeConfig>,
+    shared: Arc<Shared>,
     events: Option<mpsc::Sender<Submission>>,
 ) {
     let mut connections = tokio::task::JoinSet::new();
@@ -238,9 +255,10 @@ pub(crate) async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let raft = raft.clone();
+        let shared = shared.clone();
         let events = events.clone();
         connections.spawn(async move {
-            if let Err(e) = serve_connection(stream, raft, events).await {
+            if let Err(e) = serve_connection(stream, raft, shared, events).await {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
                     tracing::debug!(%peer, error = %e, "quorum connection closed");
                 }
@@ -252,6 +270,7 @@ pub(crate) async fn serve(
 async fn serve_connection(
     mut stream: TcpStream,
     raft: Raft<TypeConfig>,
+    shared: Arc<Shared>,
     events: Option<mpsc::Sender<Submission>>,
 ) -> io::Result<()> {
     loop {
@@ -277,7 +296,7 @@ async fn serve_connection(
                 }),
             }),
             RpcRequest::AddObserver { node_id, addr } => {
-                RpcResponse::AddObserver(add_observer(&raft, node_id, addr).await)
+                RpcResponse::AddObserver(add_observer(&raft, &shared, node_id, addr).await)
             }
         };
         write_msg(&mut stream, &response).await?;

@@ -130,7 +130,7 @@ async fn observers_follow_the_log_forward_events_and_never_count() {
     let voter_view = nodes[0].as_ref().unwrap();
     assert_eq!(voter_view.voters(), [1, 2, 3].into());
     wait_until("the voters see observer 10", || {
-        voter_view.observers() == [10].into()
+        voter_view.observers() == [(10, obs_addr.to_string())].into()
     })
     .await;
 
@@ -157,7 +157,18 @@ async fn observers_follow_the_log_forward_events_and_never_count() {
     let target = voter_view.committed_offset();
     assert!(obs.wait_for_offset(target, TIMEOUT).await);
     assert!(obs.image().topic("while-down").is_some());
-    assert_eq!(voter_view.observers(), [10, 11].into());
+    assert_eq!(
+        voter_view.observers().keys().copied().collect::<Vec<_>>(),
+        [10, 11]
+    );
+
+    // A second process with live broker 10's id, at another address, is not given
+    // broker 10's log: the membership keeps the live one's address.
+    let imposter_addr = free_addr();
+    let imposter = observer(10, imposter_addr, &voters, &dir.path().join("imposter")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(voter_view.observers()[&10], obs_addr.to_string());
+    imposter.shutdown().await.unwrap();
 
     // 4. Restart on another address: the membership takes the new one and replication
     //    goes there.
