@@ -70,7 +70,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use log_store::LogStore;
-pub use network::{TcpNetwork, TcpNetworkFactory, MAX_RPC_BYTES};
+#[cfg(test)]
+pub(crate) use network::call_add_observer;
+pub use network::{TcpNetwork, TcpNetworkFactory, MAX_OBSERVERS, MAX_RPC_BYTES};
 pub use state_machine::StateMachineStore;
 
 use crate::api::{ControllerEvent, SubmitResult};
@@ -79,7 +81,7 @@ use crate::error::MetadataError;
 use crate::image::MetadataImage;
 use crate::record::{encode_batch, MetadataRecord};
 use event_loop::{EventLoop, Submission, EVENT_QUEUE_CAPACITY};
-use network::ForwardError;
+pub(crate) use network::ForwardError;
 use state_machine::Shared;
 
 /// First pause of [`MetadataQuorum::submit`] between attempts; it doubles up to

@@ -43,6 +43,10 @@ type NodeId = u64;
 /// What a frame's buffer starts at; it grows with the bytes that actually arrive.
 const RPC_INITIAL_BUFFER: usize = 64 << 10;
 
+/// The most observers the membership takes: each costs the leader a replication stream,
+/// and the quorum port takes joins from anyone who can reach it.
+pub const MAX_OBSERVERS: usize = 1_024;
+
 /// The largest RPC frame accepted (snapshot chunks are far smaller).
 pub const MAX_RPC_BYTES: usize = 64 << 20;
 
@@ -130,7 +134,12 @@ pub(crate) async fn add_observer(
     node_id: NodeId,
     addr: String,
 ) -> Result<(), ForwardError> {
-    let (leading, leader_id, is_voter, known) = {
+    if i32::try_from(node_id).is_err() {
+        return Err(ForwardError::Other(format!(
+            "node {node_id} is not a broker id (0..=2147483647)"
+        )));
+    }
+    let (leading, leader_id, is_voter, known, observers) = {
         let m = raft.metrics();
         let m = m.borrow();
         let membership = m.membership_config.membership();
@@ -139,6 +148,7 @@ pub(crate) async fn add_observer(
             m.current_leader.filter(|l| *l != m.id),
             membership.voter_ids().any(|v| v == node_id),
             membership.get_node(&node_id).map(|n| n.addr.clone()),
+            membership.learner_ids().count(),
         )
     };
     if is_voter {
@@ -166,6 +176,11 @@ pub(crate) async fn add_observer(
                 true,
             )
             .await
+        }
+        None if observers >= MAX_OBSERVERS => {
+            return Err(ForwardError::Other(format!(
+                "the metadata quorum already has {observers} observers, the most it takes"
+            )));
         }
         None => {
             tracing::info!(node_id, %addr, "adding an observer (learner) to the metadata quorum");

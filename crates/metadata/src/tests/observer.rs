@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rill_protocol::{ErrorCode, Uuid};
 
-use crate::quorum::{CommittedRecords, MetadataQuorum, QuorumConfig};
+use crate::quorum::{self, CommittedRecords, MetadataQuorum, QuorumConfig};
 use crate::*;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -225,10 +225,11 @@ async fn observers_follow_the_log_forward_events_and_never_count() {
     assert!(obs.image().topic("no-quorum").is_none());
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_is_refused_a_voter_id_and_an_unreachable_address() {
     let dir = tempfile::tempdir().unwrap();
     let voters: BTreeMap<u64, SocketAddr> = [(1, free_addr())].into();
+    // Refused before anything starts, on the observer's side…
     let voter_id = MetadataQuorum::start_observer(
         1,
         free_addr(),
@@ -241,10 +242,32 @@ async fn an_observer_is_refused_a_voter_id_and_an_unreachable_address() {
     let wildcard = MetadataQuorum::start_observer(
         2,
         "0.0.0.0:0".parse().unwrap(),
-        voters,
+        voters.clone(),
         dir.path().join("b"),
         fast(),
     )
     .await;
     assert!(wildcard.is_err());
+
+    // …and by the active controller, whoever asks over the quorum port.
+    let leader = voter(1, &voters, dir.path()).await;
+    wait_until("node 1 leads", || leader.is_leader()).await;
+    let leader_addr = voters[&1];
+    let ask = |id: u64| async move {
+        let mut stream = tokio::net::TcpStream::connect(leader_addr).await.unwrap();
+        quorum::call_add_observer(&mut stream, id, "127.0.0.1:1".into())
+            .await
+            .unwrap()
+    };
+    for id in [1, u64::from(u32::MAX)] {
+        match ask(id).await {
+            Err(quorum::ForwardError::Other(reason)) => {
+                assert!(reason.contains("node"), "{reason}")
+            }
+            other => panic!("node {id} added as an observer: {other:?}"),
+        }
+    }
+    assert!(leader.observers().is_empty());
+    ask(7).await.unwrap();
+    assert_eq!(leader.observers()[&7], "127.0.0.1:1");
 }
