@@ -139,7 +139,7 @@ pub(crate) async fn add_observer(
             "node {node_id} is not a broker id (0..=2147483647)"
         )));
     }
-    let (leading, leader_id, is_voter, known, observers) = {
+    let (leading, leader_id, is_voter, known, observers, committed) = {
         let m = raft.metrics();
         let m = m.borrow();
         let membership = m.membership_config.membership();
@@ -149,6 +149,8 @@ pub(crate) async fn add_observer(
             membership.voter_ids().any(|v| v == node_id),
             membership.get_node(&node_id).map(|n| n.addr.clone()),
             membership.learner_ids().count(),
+            // The membership openraft acts on may not be committed yet; applied is.
+            *m.membership_config.log_id() <= m.last_applied,
         )
     };
     if is_voter {
@@ -162,7 +164,14 @@ pub(crate) async fn add_observer(
     }
     let node = BasicNode::new(addr.clone());
     let changed = match known {
-        Some(old) if old == addr => return Ok(()),
+        // Answer "in" only once that is committed: an uncommitted join (an earlier
+        // attempt's, still in flight) could yet be lost with this leader.
+        Some(old) if old == addr && committed => return Ok(()),
+        Some(old) if old == addr => {
+            return Err(ForwardError::Other(format!(
+                "node {node_id}'s join is not committed yet"
+            )));
+        }
         Some(old) if broker_is_live(shared, node_id) => {
             return Err(ForwardError::Other(format!(
                 "broker {node_id} is live and replicated to at {old}; it moves to {addr} once \
