@@ -63,14 +63,15 @@ CLUSTER_OVERRIDES = {
 
 @pytest.fixture
 def rill_cluster_factory(request, tmp_path):
-    """`rill_cluster_factory(size=3, overrides=...)` starts a cluster of real nodes."""
+    """`rill_cluster_factory(size=3, overrides=..., roles=...)` starts a cluster of real
+    nodes (`roles`: node id -> "controller" or "broker" for single-role nodes)."""
     clusters: list[RillCluster] = []
     request.node.stash[_SERVERS] = []
 
-    def start(size: int = 3, overrides=None) -> RillCluster:
+    def start(size: int = 3, overrides=None, roles=None) -> RillCluster:
         settings = dict(CLUSTER_OVERRIDES)
         settings.update(overrides or {})
-        cluster = RillCluster(tmp_path / f"cluster{len(clusters)}", size, settings)
+        cluster = RillCluster(tmp_path / f"cluster{len(clusters)}", size, settings, roles)
         clusters.append(cluster)
         request.node.stash[_SERVERS].extend(cluster.nodes.values())
         return cluster.start()

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 
 WORKSPACE_ROOT = Path(__file__).resolve().parents[2]
@@ -156,8 +157,12 @@ class RillServer:
             )
         self._expected_down = False
 
+    def ready_line(self) -> str:
+        """The line the server prints once it serves."""
+        return f"rill listening on {self.bootstrap}"
+
     def wait_ready(self) -> None:
-        ready_line = f"rill listening on {self.bootstrap}"
+        ready_line = self.ready_line()
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if any(
@@ -282,23 +287,61 @@ class RillServer:
         return problems
 
 
+class RillController(RillServer):
+    """A controller-only node (`process.roles=controller`): no client listener, so it is
+    started without `--listen` and is ready when it prints its controller address."""
+
+    def __init__(self, workdir: Path, controller_port: int, **kwargs) -> None:
+        super().__init__(workdir, **kwargs)
+        self.controller_port = controller_port
+
+    def command(self) -> list[str]:
+        args = [str(self.binary), "server", "--data-dir", str(self.data_dir)]
+        for key, value in self.overrides.items():
+            args += ["--override", f"{key}={value}"]
+        return args + self.extra_args
+
+    def ready_line(self) -> str:
+        return f"rill controller listening on 127.0.0.1:{self.controller_port}"
+
+
 class RillCluster:
-    """Several `rill server` processes that form one cluster: every node is a controller
-    (a voter of the quorum) and a broker, as `process.roles=broker,controller` makes it.
+    """Several `rill server` processes that form one cluster. By default every node is a
+    controller (a voter of the quorum) and a broker, as `process.roles=broker,controller`
+    makes it; `roles` maps node ids to `"controller"` or `"broker"` for nodes with one
+    role (controller-only nodes are `RillController`s; broker-only nodes are not voters).
 
     Ports are chosen once and kept across restarts, so that a restarted node rejoins at
     the address the others know."""
 
-    def __init__(self, workdir: Path, size: int = 3, overrides: dict[str, str] | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        size: int = 3,
+        overrides: dict[str, str] | None = None,
+        roles: dict[int, str] | None = None,
+    ):
         self.nodes: dict[int, RillServer] = {}
+        self.roles = {i: (roles or {}).get(i, "broker,controller") for i in range(1, size + 1)}
         controller_ports = {node_id: free_port() for node_id in range(1, size + 1)}
-        voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in controller_ports.items())
+        voters = ",".join(
+            f"{i}@127.0.0.1:{port}"
+            for i, port in controller_ports.items()
+            if "controller" in self.roles[i]
+        )
         for node_id, cport in controller_ports.items():
             node_dir = workdir / f"node{node_id}"
             node_dir.mkdir(parents=True, exist_ok=True)
-            self.nodes[node_id] = RillServer(
+            role = self.roles[node_id]
+            node_overrides = dict(overrides or {})
+            if role != "broker,controller":
+                node_overrides["process.roles"] = role
+            kind = (
+                partial(RillController, controller_port=cport) if role == "controller" else RillServer
+            )
+            self.nodes[node_id] = kind(
                 node_dir,
-                overrides=overrides,
+                overrides=node_overrides,
                 extra_args=[
                     "--node-id",
                     str(node_id),
@@ -309,12 +352,16 @@ class RillCluster:
                 ],
             )
 
+    def brokers(self) -> dict[int, RillServer]:
+        """The nodes with a client listener."""
+        return {i: n for i, n in self.nodes.items() if self.roles[i] != "controller"}
+
     @property
     def bootstrap(self) -> str:
-        return ",".join(n.bootstrap for n in self.nodes.values())
+        return ",".join(n.bootstrap for n in self.brokers().values())
 
     def running_bootstrap(self) -> str:
-        return ",".join(n.bootstrap for n in self.nodes.values() if n.is_running())
+        return ",".join(n.bootstrap for n in self.brokers().values() if n.is_running())
 
     def node(self, node_id: int) -> RillServer:
         return self.nodes[node_id]

@@ -647,7 +647,8 @@ impl BrokerConfig {
         Ok(Some((host.trim_matches(['[', ']']).to_string(), port)))
     }
 
-    /// `process.roles`: whether this node is a controller (a quorum voter) and a broker.
+    /// `process.roles`: whether this node is a controller (a quorum voter), a broker, or
+    /// both (the default).
     pub fn process_roles(&self) -> Result<ProcessRoles, BrokerError> {
         let raw = self.get("process.roles").unwrap_or_default();
         let mut roles = ProcessRoles {
@@ -660,18 +661,84 @@ impl BrokerConfig {
                 "controller" => roles.controller = true,
                 other => {
                     return Err(BrokerError::Config(format!(
-                        "process.roles: unknown role {other:?}"
+                        "process.roles: unknown role {other:?} (use broker, controller or both)"
                     )))
                 }
             }
         }
-        if !roles.broker {
+        if !roles.broker && !roles.controller {
             return Err(BrokerError::Config(
-                "process.roles: controller-only nodes are not supported yet; use broker,controller"
-                    .into(),
+                "process.roles: name at least one of broker, controller".into(),
             ));
         }
         Ok(roles)
+    }
+
+    /// Checks `process.roles` against `controller.quorum.voters`: a node with the
+    /// controller role is a voter, so its id must be listed; a broker-only node follows
+    /// the quorum as an observer, so the voters must be given (it finds them there) and
+    /// its id must not be among them.
+    pub fn check_roles_against_voters(&self) -> Result<(), BrokerError> {
+        let roles = self.process_roles()?;
+        let node_id = self.node_id()?;
+        let configured = !self
+            .get("controller.quorum.voters")
+            .unwrap_or_default()
+            .trim()
+            .is_empty();
+        let voters = self.quorum_voters()?;
+        let listed = u64::try_from(node_id).is_ok_and(|id| voters.contains_key(&id));
+        let list = || {
+            self.get("controller.quorum.voters")
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        };
+        if roles.controller && !listed {
+            return Err(BrokerError::Config(format!(
+                "node.id {node_id} is not in controller.quorum.voters ({}): a node with the \
+                 controller role must be one of the voters",
+                list()
+            )));
+        }
+        if !roles.controller {
+            if !configured {
+                return Err(BrokerError::Config(
+                    "process.roles=broker needs controller.quorum.voters (--controller-quorum) \
+                     to find the controllers"
+                        .into(),
+                ));
+            }
+            if listed {
+                return Err(BrokerError::Config(format!(
+                    "node.id {node_id} is in controller.quorum.voters ({}): a broker-only node \
+                     (process.roles=broker) is not a voter; give it an id outside the voter \
+                     list, or the controller role too",
+                    list()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where a broker-only node listens for the metadata log that the active controller
+    /// replicates to it: the controller listener when one is configured, else a free port
+    /// on the client listener's address. Either must be an address the controllers can
+    /// reach, since it is the one they are told.
+    pub fn observer_listen_addr(&self) -> Result<SocketAddr, BrokerError> {
+        let addr = match self.controller_listen_addr()? {
+            Some(addr) => addr,
+            None => SocketAddr::new(self.listen_addr()?.ip(), 0),
+        };
+        if addr.ip().is_unspecified() {
+            return Err(BrokerError::Config(format!(
+                "a broker-only node receives the metadata log on its controller listener, \
+                 which must be an address the controllers can reach, not {}; set one with \
+                 --controller-listen HOST:PORT (CONTROLLER://HOST:PORT in listeners)",
+                addr.ip()
+            )));
+        }
+        Ok(addr)
     }
 
     /// `controller.quorum.voters` (`1@host:port,2@host:port,…`); empty means a
@@ -775,11 +842,18 @@ impl BrokerConfig {
     /// Checks every key this build reads, so that a typo fails at start-up, not later.
     pub fn validate(&self) -> Result<(), BrokerError> {
         self.node_id()?;
-        self.listen_addr()?;
+        let roles = self.process_roles()?;
+        // A controller-only node opens no client listener, so it needs none.
+        if roles.broker {
+            self.listen_addr()?;
+        }
         self.controller_listen_addr()?;
         self.advertised_listener()?;
-        self.process_roles()?;
         self.quorum_voters()?;
+        self.check_roles_against_voters()?;
+        if roles.broker && !roles.controller {
+            self.observer_listen_addr()?;
+        }
         self.controller_config()?;
         for key in [
             "broker.heartbeat.interval.ms",
@@ -996,5 +1070,107 @@ mod tests {
         assert!(validate_broker_config("listeners", "x")
             .unwrap_err()
             .contains("Cannot update these configs dynamically"));
+    }
+
+    fn roles_config(roles: &str, node_id: i32, voters: &str) -> BrokerConfig {
+        let mut c = BrokerConfig::default();
+        c.set("process.roles", roles);
+        c.set("node.id", &node_id.to_string());
+        c.set("controller.quorum.voters", voters);
+        c
+    }
+
+    fn config_error(c: &BrokerConfig) -> String {
+        match c.validate() {
+            Err(BrokerError::Config(m)) => m,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn process_roles_parse_every_combination() {
+        let roles = |r: &str| roles_config(r, 1, "").process_roles();
+        let both = ProcessRoles {
+            broker: true,
+            controller: true,
+        };
+        assert_eq!(roles("broker,controller").unwrap(), both);
+        assert_eq!(roles(" controller , broker ").unwrap(), both);
+        assert_eq!(
+            roles("controller").unwrap(),
+            ProcessRoles {
+                broker: false,
+                controller: true
+            }
+        );
+        assert_eq!(
+            roles("broker").unwrap(),
+            ProcessRoles {
+                broker: true,
+                controller: false
+            }
+        );
+        assert!(roles("").is_err());
+        assert!(roles("broker,zookeeper").is_err());
+        // The default is both, as before roles existed.
+        assert_eq!(BrokerConfig::default().process_roles().unwrap(), both);
+    }
+
+    #[test]
+    fn roles_are_checked_against_the_voters() {
+        let voters = "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095";
+        // Default: one combined node, its own quorum.
+        BrokerConfig::default().validate().unwrap();
+        roles_config("broker,controller", 2, voters)
+            .validate()
+            .unwrap();
+        roles_config("controller", 3, voters).validate().unwrap();
+        roles_config("broker", 4, voters).validate().unwrap();
+
+        let m = config_error(&roles_config("controller", 4, voters));
+        assert!(
+            m.contains("node.id 4 is not in controller.quorum.voters"),
+            "{m}"
+        );
+        let m = config_error(&roles_config("broker,controller", 4, voters));
+        assert!(m.contains("must be one of the voters"), "{m}");
+        let m = config_error(&roles_config("broker", 2, voters));
+        assert!(
+            m.contains("node.id 2 is in controller.quorum.voters"),
+            "{m}"
+        );
+        assert!(m.contains("broker-only"), "{m}");
+        let m = config_error(&roles_config("broker", 4, ""));
+        assert!(m.contains("needs controller.quorum.voters"), "{m}");
+    }
+
+    #[test]
+    fn a_controller_only_node_needs_no_client_listener() {
+        let mut c = roles_config("controller", 1, "1@127.0.0.1:9093");
+        c.set("listeners", "CONTROLLER://127.0.0.1:9093");
+        c.validate().unwrap();
+        c.set("process.roles", "broker,controller");
+        assert!(config_error(&c).contains("no client listener"));
+    }
+
+    #[test]
+    fn a_broker_only_node_listens_for_the_log_where_controllers_can_reach_it() {
+        let mut c = roles_config("broker", 4, "1@127.0.0.1:9093");
+        c.set("listeners", "PLAINTEXT://127.0.0.2:9092");
+        assert_eq!(
+            c.observer_listen_addr().unwrap(),
+            "127.0.0.2:0".parse::<SocketAddr>().unwrap()
+        );
+        c.set(
+            "listeners",
+            "PLAINTEXT://127.0.0.2:9092,CONTROLLER://127.0.0.3:9097",
+        );
+        assert_eq!(
+            c.observer_listen_addr().unwrap(),
+            "127.0.0.3:9097".parse::<SocketAddr>().unwrap()
+        );
+        c.set("listeners", "PLAINTEXT://0.0.0.0:9092");
+        let m = config_error(&c);
+        assert!(m.contains("--controller-listen"), "{m}");
     }
 }

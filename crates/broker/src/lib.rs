@@ -1,9 +1,12 @@
 //! The Rill server: listeners, connections, request dispatch and the replica manager.
 //!
-//! [`Server::start`] joins (or forms) the controller quorum, registers this broker with
-//! the active controller, follows the metadata log into its own [`MetadataImage`] (see
+//! [`Node::start`] starts what `process.roles` asks for. A broker ([`Server::start`],
+//! alone or with the controller) joins the controller quorum — as a voter when it is a
+//! controller too, else as an observer that only follows the log — registers with the
+//! active controller, follows the metadata log into its own [`MetadataImage`] (see
 //! [`metadata_publisher`]), binds the client listener and serves until
-//! [`Server::shutdown`]. The [`Broker`] is the state every connection shares; its request
+//! [`Server::shutdown`]. A controller-only node ([`ControllerServer`]) is a quorum voter
+//! with its controller event loop and nothing of a broker. The [`Broker`] is the state every connection shares; its request
 //! handlers live in [`apis`], one module per group of APIs. This crate is the thin shell
 //! that does the I/O: record validation, offsets and recovery live in `rill-storage`,
 //! the controller's decisions in `rill-metadata`, the group state machine in `rill-group`,
@@ -13,6 +16,7 @@ pub mod alter_partition;
 pub mod apis;
 pub mod broker_lifecycle;
 pub mod config;
+pub mod controller_server;
 pub mod error;
 pub mod group_coordinator;
 pub mod isr;
@@ -39,7 +43,8 @@ use rill_storage::LogConfig;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use config::BrokerConfig;
+pub use config::{BrokerConfig, ProcessRoles};
+pub use controller_server::ControllerServer;
 pub use error::BrokerError;
 use group_coordinator::GroupCoordinatorHandle;
 use replica_manager::ReplicaManager;
@@ -57,7 +62,8 @@ pub struct Broker {
     pub advertised_host: String,
     pub advertised_port: i32,
     pub max_request_bytes: usize,
-    /// The controller quorum this node votes in; controller requests go through it.
+    /// The controller quorum this node votes in or observes; controller requests go
+    /// through it.
     pub quorum: Arc<MetadataQuorum>,
     /// The metadata image this broker has applied and acted on.
     image: RwLock<Arc<MetadataImage>>,
@@ -166,7 +172,8 @@ impl Broker {
 /// A running server; dropping it does not stop it, [`Server::shutdown`] does.
 pub struct Server {
     pub local_addr: SocketAddr,
-    /// Where the controller quorum listens on this node.
+    /// Where the controller quorum listens on this node (on a broker-only node: where it
+    /// receives the metadata log as an observer).
     pub controller_addr: SocketAddr,
     pub broker: Arc<Broker>,
     shutdown: watch::Sender<bool>,
@@ -175,41 +182,24 @@ pub struct Server {
 }
 
 impl Server {
-    /// Joins the controller quorum, binds the client listener, recovers the logs this
-    /// broker hosts as the metadata log names them, registers with the controller and
-    /// starts serving. Returns once the controller has unfenced this broker (or after
+    /// Joins the controller quorum (a voter when this node is a controller too, an
+    /// observer otherwise), binds the client listener, recovers the logs this broker
+    /// hosts as the metadata log names them, registers with the controller and starts
+    /// serving. Returns once the controller has unfenced this broker (or after
     /// `broker.session.timeout.ms` × 3, serving anyway so that clients can retry).
     pub async fn start(config: BrokerConfig) -> Result<Self, BrokerError> {
         config.validate()?;
         let roles = config.process_roles()?;
+        if !roles.broker {
+            return Err(BrokerError::Config(
+                "process.roles has no broker role: start a controller-only node with \
+                 ControllerServer::start (Node::start picks)"
+                    .into(),
+            ));
+        }
         let node_id = config.node_id()?;
         let data_dir = config.data_dir();
-        std::fs::create_dir_all(&data_dir).map_err(|e| BrokerError::io(data_dir.display(), e))?;
-        let voters = config.quorum_voters()?;
-        let own_id = u64::try_from(node_id)
-            .map_err(|_| BrokerError::Config("node.id must not be negative".into()))?;
-        if !roles.controller || !voters.contains_key(&own_id) {
-            return Err(BrokerError::Config(format!(
-                "node {node_id} must be a controller listed in controller.quorum.voters: \
-                 broker-only nodes are not supported yet"
-            )));
-        }
-        let cluster_id = meta_properties::load_or_create(&data_dir, &config, node_id, &voters)?;
-        let election_ms = config.duration_ms("controller.quorum.election.timeout.ms")?;
-        let election_ms = u64::try_from(election_ms.as_millis())
-            .unwrap_or(1000)
-            .max(50);
-        let quorum_config = QuorumConfig {
-            heartbeat_interval_ms: (election_ms / 5).max(10),
-            election_timeout_min_ms: election_ms / 2,
-            election_timeout_max_ms: election_ms,
-            controller: config.controller_config()?,
-            ..QuorumConfig::default()
-        };
-        let quorum_dir = data_dir.join(metadata_publisher::METADATA_LOG_DIR);
-        let quorum = MetadataQuorum::start_with(own_id, voters, &quorum_dir, quorum_config)
-            .await
-            .map_err(|e| BrokerError::Metadata(e.to_string()))?;
+        let (quorum, cluster_id) = start_quorum(&config, roles).await?;
         let controller_addr = quorum.local_addr();
         let quorum = Arc::new(quorum);
 
@@ -294,5 +284,78 @@ impl Server {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
         self.broker.replicas.shutdown();
+    }
+}
+
+/// Starts this node's part of the controller quorum as `roles` ask: a voter with the
+/// controller event loop when it is a controller, else an observer that follows the log
+/// (see `rill_metadata::MetadataQuorum::start_observer`). Creates the data directory and
+/// `meta.properties` first; returns the quorum and the cluster id.
+pub(crate) async fn start_quorum(
+    config: &BrokerConfig,
+    roles: ProcessRoles,
+) -> Result<(MetadataQuorum, String), BrokerError> {
+    config.check_roles_against_voters()?;
+    let node_id = config.node_id()?;
+    let data_dir = config.data_dir();
+    std::fs::create_dir_all(&data_dir).map_err(|e| BrokerError::io(data_dir.display(), e))?;
+    let voters = config.quorum_voters()?;
+    let own_id = u64::try_from(node_id)
+        .map_err(|_| BrokerError::Config("node.id must not be negative".into()))?;
+    let cluster_id = meta_properties::load_or_create(&data_dir, config, node_id, &voters)?;
+    let election_ms = config.duration_ms("controller.quorum.election.timeout.ms")?;
+    let election_ms = u64::try_from(election_ms.as_millis())
+        .unwrap_or(1000)
+        .max(50);
+    let quorum_config = QuorumConfig {
+        heartbeat_interval_ms: (election_ms / 5).max(10),
+        election_timeout_min_ms: election_ms / 2,
+        election_timeout_max_ms: election_ms,
+        controller: config.controller_config()?,
+        ..QuorumConfig::default()
+    };
+    let quorum_dir = data_dir.join(metadata_publisher::METADATA_LOG_DIR);
+    let quorum = if roles.controller {
+        MetadataQuorum::start_with(own_id, voters, &quorum_dir, quorum_config).await
+    } else {
+        let listen = config.observer_listen_addr()?;
+        MetadataQuorum::start_observer(own_id, listen, voters, &quorum_dir, quorum_config).await
+    };
+    let quorum = quorum.map_err(|e| BrokerError::Metadata(e.to_string()))?;
+    Ok((quorum, cluster_id))
+}
+
+/// A running node, whatever `process.roles` made it (Kafka's `KafkaRaftServer`).
+pub enum Node {
+    /// A broker, alone (a quorum observer) or with the controller (a voter).
+    Broker(Server),
+    /// A controller only: a quorum voter, no client listener, not a broker.
+    Controller(ControllerServer),
+}
+
+impl Node {
+    /// Starts what `process.roles` asks for; the default (both) is [`Server::start`].
+    pub async fn start(config: BrokerConfig) -> Result<Node, BrokerError> {
+        if config.process_roles()?.broker {
+            Server::start(config).await.map(Node::Broker)
+        } else {
+            ControllerServer::start(config).await.map(Node::Controller)
+        }
+    }
+
+    /// Where the controller quorum listens on this node.
+    pub fn controller_addr(&self) -> SocketAddr {
+        match self {
+            Node::Broker(s) => s.controller_addr,
+            Node::Controller(c) => c.controller_addr,
+        }
+    }
+
+    /// Stops the node: a broker's controlled shutdown, or a controller leaving the quorum.
+    pub async fn shutdown(self) {
+        match self {
+            Node::Broker(s) => s.shutdown().await,
+            Node::Controller(c) => c.shutdown().await,
+        }
     }
 }

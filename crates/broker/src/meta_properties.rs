@@ -4,7 +4,9 @@
 //! Kafka makes the operator run `kafka-storage format` with one cluster id on every node.
 //! Rill needs no such step: a single-node cluster draws a random id, and the nodes of a
 //! multi-node cluster derive the same id from the one thing they must already agree on,
-//! `controller.quorum.voters` (`cluster.id` in the config overrides both). A directory
+//! `controller.quorum.voters` (`cluster.id` in the config overrides both). A node that
+//! names its voters explicitly derives the id even when there is one voter, so that a
+//! broker-only node and the single controller it follows agree too. A directory
 //! that was formatted for another node id is refused, so that two nodes can never share
 //! (or swap) their logs by a configuration slip.
 
@@ -53,7 +55,7 @@ pub fn load_or_create(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let cluster_id = match config.get("cluster.id") {
                 Some(id) => id.to_string(),
-                None if voters.len() > 1 => derived_cluster_id(voters),
+                None if voters.len() > 1 || voters_configured(config) => derived_cluster_id(voters),
                 None => base64_id(*uuid::Uuid::new_v4().as_bytes()),
             };
             let text = format!("version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n");
@@ -79,6 +81,15 @@ fn parse(text: &str) -> BTreeMap<String, String> {
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect()
+}
+
+/// `controller.quorum.voters` is set (rather than the implicit quorum of this node alone).
+fn voters_configured(config: &BrokerConfig) -> bool {
+    !config
+        .get("controller.quorum.voters")
+        .unwrap_or_default()
+        .trim()
+        .is_empty()
 }
 
 /// A cluster id every voter computes alike: a hash of the sorted voter list.
@@ -133,5 +144,16 @@ mod tests {
         let y = load_or_create(b.path(), &config, 2, &voters(3)).unwrap();
         assert_eq!(x, y);
         assert_ne!(x, derived_cluster_id(&voters(2)));
+    }
+
+    #[test]
+    fn a_broker_only_node_agrees_with_its_single_controller() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let mut config = BrokerConfig::default();
+        config.set("controller.quorum.voters", "1@127.0.0.1:9001");
+        let controller = load_or_create(a.path(), &config, 1, &voters(1)).unwrap();
+        let broker = load_or_create(b.path(), &config, 2, &voters(1)).unwrap();
+        assert_eq!(controller, broker);
     }
 }

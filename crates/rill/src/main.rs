@@ -1,7 +1,8 @@
 //! `rill`: the one binary — server, command line and benchmark.
 //!
 //! `rill server` with no arguments starts a single-node cluster (controller and broker in
-//! one process) on 127.0.0.1:9092 with its data in `./rill-data`. The other subcommands
+//! one process) on 127.0.0.1:9092 with its data in `./rill-data`; `process.roles` makes a
+//! node a controller only or a broker only. The other subcommands
 //! (`topic`, `produce`, `consume`, `group`, `cluster`, `bench`) are clients of a running cluster,
 //! built on `rill-client` (see `cli/`).
 
@@ -11,7 +12,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use rill_broker::{BrokerConfig, Server};
+use rill_broker::{BrokerConfig, Node};
 
 #[derive(Parser)]
 #[command(name = "rill", version, about = "Kafka-compatible event streaming")]
@@ -22,7 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a broker (with its controller) until SIGINT or SIGTERM.
+    /// Run a node until SIGINT or SIGTERM: broker and controller (the default), or one
+    /// of them (`--override process.roles=broker` or `=controller`).
     Server(ServerArgs),
     /// Create, list, describe, delete and alter topics.
     Topic {
@@ -82,12 +84,14 @@ struct ServerArgs {
     /// This node's id (sets `node.id`).
     #[arg(long)]
     node_id: Option<i32>,
-    /// Address of this node's controller listener, where the controller quorum talks
-    /// (adds `CONTROLLER://HOST:PORT` to `listeners`).
+    /// Address of this node's controller listener, where the controller quorum talks;
+    /// on a broker-only node, where it receives the metadata log (adds
+    /// `CONTROLLER://HOST:PORT` to `listeners`).
     #[arg(long, value_name = "HOST:PORT")]
     controller_listen: Option<String>,
-    /// The controller quorum: `1@HOST:PORT,2@HOST:PORT,3@HOST:PORT`, the same on every
-    /// node (sets `controller.quorum.voters`).
+    /// The controller quorum's voters: `1@HOST:PORT,2@HOST:PORT,3@HOST:PORT`, the same on
+    /// every node; a broker-only node finds the controllers here and is not listed
+    /// (sets `controller.quorum.voters`).
     #[arg(long, value_name = "ID@HOST:PORT,...")]
     controller_quorum: Option<String>,
     /// The address clients are told to use when it differs from `--listen`
@@ -190,21 +194,40 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
     for kv in &args.overrides {
         config.set_override(kv)?;
     }
+    if args.listen.is_some() && !config.process_roles()?.broker {
+        anyhow::bail!(
+            "--listen: a controller-only node (process.roles=controller) has no client \
+             listener; use --controller-listen"
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
         let data_dir = config.data_dir();
-        let server = Server::start(config).await?;
-        println!(
-            "rill listening on {} (controller on {}, data in {})",
-            server.local_addr,
-            server.controller_addr,
-            data_dir.display()
-        );
+        let node = Node::start(config).await?;
+        match &node {
+            Node::Broker(server) if server.broker.quorum.is_voter() => println!(
+                "rill listening on {} (controller on {}, data in {})",
+                server.local_addr,
+                server.controller_addr,
+                data_dir.display()
+            ),
+            Node::Broker(server) => println!(
+                "rill listening on {} (broker only, metadata log on {}, data in {})",
+                server.local_addr,
+                server.controller_addr,
+                data_dir.display()
+            ),
+            Node::Controller(controller) => println!(
+                "rill controller listening on {} (controller only, data in {})",
+                controller.controller_addr,
+                data_dir.display()
+            ),
+        }
         wait_for_signal().await?;
         tracing::info!("shutting down");
-        server.shutdown().await;
+        node.shutdown().await;
         Ok(())
     })
 }

@@ -25,6 +25,28 @@
 //!    [`MetadataQuorum::submit`], which finds the active controller (this node's loop, or
 //!    the leader's over the quorum RPC), retries through elections until its timeout,
 //!    and answers once the decision is committed.
+//!
+//! # Observers (broker-only nodes)
+//! A broker that is not a controller follows the log as KRaft's observers do (KIP-595),
+//! built on openraft's learners: [`MetadataQuorum::start_observer`] listens on its own
+//! quorum address, votes never and never stands for election (`enable_elect` is off and
+//! openraft only elects voters), and runs no controller event loop. A background task
+//! asks the active controller ([`network::add_observer`] over the quorum RPC) to add it
+//! to the membership as a learner at that address, retrying through elections until it
+//! is in. From then on the leader replicates the log to it like to any follower — the
+//! entries, or a snapshot when the observer is behind the purged log — and steps 2 and 4
+//! work unchanged. Why this is safe:
+//! - learners are outside every quorum in openraft: commits and elections count voters
+//!   only, so observers can neither block nor make a decision;
+//! - the membership (with the learners in it) is itself in the log, so a new leader
+//!   already knows every observer and replicates to it without a new join;
+//! - the join is idempotent (a broker restarted with the same id and address changes
+//!   nothing; another address replaces the old one once that broker's lease has lapsed,
+//!   so that a second process with a live broker's id cannot take its log away), and
+//!   refused for a voter's id.
+//!
+//! A learner stays in the membership after its broker is gone for good: the leader keeps
+//! trying to reach it, which costs a reconnect attempt per heartbeat and nothing else.
 
 mod event_loop;
 mod log_store;
@@ -35,6 +57,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,7 +70,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use log_store::LogStore;
-pub use network::{TcpNetwork, TcpNetworkFactory, MAX_RPC_BYTES};
+#[cfg(test)]
+pub(crate) use network::call_add_observer;
+pub use network::{TcpNetwork, TcpNetworkFactory, MAX_OBSERVERS, MAX_RPC_BYTES};
 pub use state_machine::StateMachineStore;
 
 use crate::api::{ControllerEvent, SubmitResult};
@@ -56,7 +81,7 @@ use crate::error::MetadataError;
 use crate::image::MetadataImage;
 use crate::record::{encode_batch, MetadataRecord};
 use event_loop::{EventLoop, Submission, EVENT_QUEUE_CAPACITY};
-use network::ForwardError;
+pub(crate) use network::ForwardError;
 use state_machine::Shared;
 
 /// First pause of [`MetadataQuorum::submit`] between attempts; it doubles up to
@@ -65,6 +90,11 @@ const SUBMIT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const SUBMIT_BACKOFF_MAX: Duration = Duration::from_millis(200);
 /// Idle forwarding connections kept per peer.
 const FORWARD_IDLE_MAX: usize = 4;
+/// Pauses of an observer's join attempts (doubling between them), and how long one
+/// attempt may take.
+const JOIN_BACKOFF_MIN: Duration = Duration::from_millis(50);
+const JOIN_BACKOFF_MAX: Duration = Duration::from_secs(1);
+const JOIN_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A Raft log entry's payload: one batch of records ([`crate::encode_batch`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,7 +177,7 @@ pub enum CommittedRecords {
     Image(MetadataImage),
 }
 
-/// A running quorum node.
+/// A running quorum node: a voter, or an observer (see the module docs).
 pub struct MetadataQuorum {
     node_id: u64,
     raft: Raft<TypeConfig>,
@@ -155,12 +185,16 @@ pub struct MetadataQuorum {
     server: JoinHandle<()>,
     local_addr: SocketAddr,
     voters: BTreeMap<u64, SocketAddr>,
-    /// This node's controller event loop (see `event_loop.rs`).
-    events: mpsc::Sender<Submission>,
-    event_loop: JoinHandle<()>,
+    /// This node's controller event loop (see `event_loop.rs`); `None` on an observer.
+    events: Option<mpsc::Sender<Submission>>,
+    event_loop: Option<JoinHandle<()>>,
+    /// An observer's task that asks to be added as a learner, until it is.
+    join: Option<JoinHandle<()>>,
     /// Idle connections to peers for forwarded submissions; never locked across an
     /// await.
     forward_idle: Mutex<BTreeMap<u64, Vec<TcpStream>>>,
+    /// Round-robin position over the voters, for an observer that knows no leader yet.
+    next_voter: AtomicUsize,
 }
 
 fn quorum_err(e: impl std::fmt::Display) -> MetadataError {
@@ -211,71 +245,96 @@ impl MetadataQuorum {
         Self::start_with(node_id, voters, dir, QuorumConfig::default()).await
     }
 
-    /// Starts this node: opens its log and snapshot in `dir`, listens on its own voter
-    /// address, joins (or initializes) the quorum, and runs the controller event loop
-    /// with `config.controller`.
+    /// Starts this node as a voter: opens its log and snapshot in `dir`, listens on its own
+    /// voter address, joins (or initializes) the quorum, and runs the controller event
+    /// loop with `config.controller`.
     pub async fn start_with(
         node_id: u64,
         voters: BTreeMap<u64, SocketAddr>,
         dir: impl AsRef<Path>,
         config: QuorumConfig,
     ) -> Result<MetadataQuorum, MetadataError> {
-        let dir = dir.as_ref();
-        let io = |source: std::io::Error| MetadataError::Io {
-            path: dir.display().to_string(),
-            source,
-        };
         let own = *voters
             .get(&node_id)
             .ok_or_else(|| quorum_err(format!("node {node_id} is not among the voters")))?;
-        let log_store = LogStore::open(dir).map_err(io)?;
-        let state_machine = StateMachineStore::open(dir).map_err(io)?;
-        let shared = state_machine.shared.clone();
-        let listener = TcpListener::bind(own).await.map_err(io)?;
-        let local_addr = listener.local_addr().map_err(io)?;
-        let raft_config = Config {
-            cluster_name: "rill-metadata".into(),
-            heartbeat_interval: config.heartbeat_interval_ms,
-            election_timeout_min: config.election_timeout_min_ms,
-            election_timeout_max: config.election_timeout_max_ms,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every_entries),
-            max_in_snapshot_log_to_keep: 100,
-            ..Default::default()
-        }
-        .validate()
-        .map_err(quorum_err)?;
-        let network = TcpNetworkFactory {
-            voters: voters.clone(),
-        };
-        let raft = Raft::new(
-            node_id,
-            Arc::new(raft_config),
-            network,
-            log_store,
-            state_machine,
-        )
-        .await
-        .map_err(quorum_err)?;
+        let (raft, shared, listener) =
+            open(node_id, own, &voters, dir.as_ref(), &config, true).await?;
+        let local_addr = listener.local_addr().map_err(quorum_err)?;
         let (events, events_rx) = mpsc::channel(EVENT_QUEUE_CAPACITY);
         let event_loop = tokio::spawn(
             EventLoop::new(node_id, raft.clone(), shared.clone(), config.controller).run(events_rx),
         );
-        let server = tokio::spawn(network::serve(listener, raft.clone(), events.clone()));
+        let server = tokio::spawn(network::serve(
+            listener,
+            raft.clone(),
+            shared.clone(),
+            Some(events.clone()),
+        ));
         let members: BTreeMap<u64, BasicNode> = voters
             .iter()
             .map(|(id, addr)| (*id, BasicNode::new(addr.to_string())))
             .collect();
-        match raft.initialize(members).await {
+        let quorum = MetadataQuorum {
+            node_id,
+            raft,
+            shared,
+            server,
+            local_addr,
+            voters,
+            events: Some(events),
+            event_loop: Some(event_loop),
+            join: None,
+            forward_idle: Mutex::new(BTreeMap::new()),
+            next_voter: AtomicUsize::new(0),
+        };
+        match quorum.raft.initialize(members).await {
             Ok(()) => {}
             // Already initialized (a restart, or a peer's entries arrived first).
             Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
             Err(e) => {
-                server.abort();
-                event_loop.abort();
-                let _ = raft.shutdown().await;
+                let _ = quorum.shutdown().await;
                 return Err(quorum_err(e));
             }
         }
+        Ok(quorum)
+    }
+
+    /// Starts this node as an observer (a broker that is not a controller): opens its
+    /// log and snapshot in `dir`, listens on `listen` for the leader's replication, and
+    /// asks the active controller, found through `voters`, to add it as a learner (in the
+    /// background, retrying until it is in; see the module docs). It never votes, never
+    /// stands for election and runs no controller loop; [`MetadataQuorum::submit`]
+    /// forwards to the active controller.
+    ///
+    /// `listen` must be an address the voters can reach (not 0.0.0.0): it is the one
+    /// they are told to replicate to (its port may be 0: the one bound is told).
+    pub async fn start_observer(
+        node_id: u64,
+        listen: SocketAddr,
+        voters: BTreeMap<u64, SocketAddr>,
+        dir: impl AsRef<Path>,
+        config: QuorumConfig,
+    ) -> Result<MetadataQuorum, MetadataError> {
+        if voters.contains_key(&node_id) {
+            return Err(quorum_err(format!(
+                "node {node_id} is a voter, so it cannot start as an observer"
+            )));
+        }
+        if listen.ip().is_unspecified() {
+            return Err(quorum_err(format!(
+                "an observer's quorum address must be one the voters can reach, not {listen}"
+            )));
+        }
+        let (raft, shared, listener) =
+            open(node_id, listen, &voters, dir.as_ref(), &config, false).await?;
+        let local_addr = listener.local_addr().map_err(quorum_err)?;
+        let server = tokio::spawn(network::serve(listener, raft.clone(), shared.clone(), None));
+        let join = tokio::spawn(join_as_observer(
+            node_id,
+            local_addr,
+            voters.clone(),
+            raft.clone(),
+        ));
         Ok(MetadataQuorum {
             node_id,
             raft,
@@ -283,9 +342,11 @@ impl MetadataQuorum {
             server,
             local_addr,
             voters,
-            events,
-            event_loop,
+            events: None,
+            event_loop: None,
+            join: Some(join),
             forward_idle: Mutex::new(BTreeMap::new()),
+            next_voter: AtomicUsize::new(0),
         })
     }
 
@@ -313,6 +374,35 @@ impl MetadataQuorum {
     /// The Raft term: the controller epoch.
     pub fn controller_epoch(&self) -> u64 {
         self.raft.metrics().borrow().current_term
+    }
+
+    /// This node is one of the voters (a controller); `false` on an observer.
+    pub fn is_voter(&self) -> bool {
+        self.voters.contains_key(&self.node_id)
+    }
+
+    /// This node is in the membership it has applied, as a voter or as a learner (an
+    /// observer is once its join is committed and replicated to it).
+    pub fn is_member(&self) -> bool {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&self.node_id)
+            .is_some()
+    }
+
+    /// The observers (learners) in this node's membership, with the address each is
+    /// replicated to.
+    pub fn observers(&self) -> BTreeMap<u64, String> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let membership = m.membership_config.membership();
+        membership
+            .learner_ids()
+            .filter_map(|id| membership.get_node(&id).map(|n| (id, n.addr.clone())))
+            .collect()
     }
 
     /// The voters this node has in its committed membership.
@@ -371,7 +461,10 @@ impl MetadataQuorum {
             if remaining.is_zero() {
                 return Err(last);
             }
-            let target = hint.take().or_else(|| self.leader_id());
+            let target = hint
+                .take()
+                .or_else(|| self.leader_id())
+                .or_else(|| self.any_voter());
             let attempt = async {
                 match target {
                     Some(id) if id == self.node_id => self.submit_local(event.clone()).await,
@@ -390,6 +483,9 @@ impl MetadataQuorum {
                 Ok(Err(MetadataError::Unreachable { node_id, reason })) => {
                     tracing::debug!(node_id, %reason, "controller unreachable; retrying");
                     last = MetadataError::NotController { leader_id: None };
+                    // An observer may know a dead leader until the new one replicates
+                    // to it: ask the voters meanwhile.
+                    hint = self.any_voter().filter(|v| Some(*v) != target);
                 }
                 Ok(Err(e)) => return Err(e),
             }
@@ -400,12 +496,31 @@ impl MetadataQuorum {
     }
 
     /// Puts `event` on this node's event loop and waits for its answer (NotController
-    /// unless this node leads).
+    /// unless this node leads; always on an observer, which has no loop).
     pub(crate) async fn submit_local(
         &self,
         event: ControllerEvent,
     ) -> Result<SubmitResult, MetadataError> {
-        submit_to_loop(&self.events, event).await
+        match &self.events {
+            Some(events) => submit_to_loop(events, event).await,
+            None => Err(MetadataError::NotController {
+                leader_id: self.leader_id().filter(|l| *l != self.node_id),
+            }),
+        }
+    }
+
+    /// On an observer that knows no leader: the next voter in turn, to ask for the leader
+    /// (a voter that does not lead answers with the one it knows). `None` on a voter,
+    /// which learns the leader from Raft and forwards nothing before it does.
+    fn any_voter(&self) -> Option<u64> {
+        if self.is_voter() {
+            return None;
+        }
+        let i = self.next_voter.fetch_add(1, Ordering::Relaxed);
+        self.voters
+            .keys()
+            .nth(i % self.voters.len().max(1))
+            .copied()
     }
 
     /// Sends `event` to node `node_id`'s event loop over the quorum RPC.
@@ -497,16 +612,129 @@ impl MetadataQuorum {
 
     /// Stops Raft and the listener. The files stay; a later start recovers from them.
     pub async fn shutdown(self) -> Result<(), MetadataError> {
-        self.server.abort();
-        self.event_loop.abort();
+        self.abort_tasks();
         self.raft.shutdown().await.map_err(quorum_err)
+    }
+
+    fn abort_tasks(&self) {
+        self.server.abort();
+        for task in [&self.event_loop, &self.join].into_iter().flatten() {
+            task.abort();
+        }
     }
 }
 
 impl Drop for MetadataQuorum {
     fn drop(&mut self) {
-        self.server.abort();
-        self.event_loop.abort();
+        self.abort_tasks();
+    }
+}
+
+/// What voters and observers share: the log and state machine in `dir`, Raft over them,
+/// and the quorum listener bound to `listen` (not yet served).
+async fn open(
+    node_id: u64,
+    listen: SocketAddr,
+    voters: &BTreeMap<u64, SocketAddr>,
+    dir: &Path,
+    config: &QuorumConfig,
+    voter: bool,
+) -> Result<(Raft<TypeConfig>, Arc<Shared>, TcpListener), MetadataError> {
+    let io = |source: std::io::Error| MetadataError::Io {
+        path: dir.display().to_string(),
+        source,
+    };
+    let log_store = LogStore::open(dir).map_err(io)?;
+    let state_machine = StateMachineStore::open(dir).map_err(io)?;
+    let shared = state_machine.shared.clone();
+    let listener = TcpListener::bind(listen).await.map_err(io)?;
+    let raft_config = Config {
+        cluster_name: "rill-metadata".into(),
+        heartbeat_interval: config.heartbeat_interval_ms,
+        election_timeout_min: config.election_timeout_min_ms,
+        election_timeout_max: config.election_timeout_max_ms,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every_entries),
+        max_in_snapshot_log_to_keep: 100,
+        // openraft elects voters only; an observer also never tries, whatever its
+        // membership says, so that it can never disturb the voters' terms.
+        enable_elect: voter,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(quorum_err)?;
+    let network = TcpNetworkFactory {
+        voters: voters.clone(),
+    };
+    let raft = Raft::new(
+        node_id,
+        Arc::new(raft_config),
+        network,
+        log_store,
+        state_machine,
+    )
+    .await
+    .map_err(quorum_err)?;
+    Ok((raft, shared, listener))
+}
+
+/// An observer's join: asks the leader it knows (else each voter in turn, which names
+/// the leader when it is not one) to add it as a learner at `addr`, until one says it is
+/// in. Bounded per attempt, with a doubling pause between attempts; it never gives up,
+/// because a broker whose controllers are not up yet must join when they come.
+async fn join_as_observer(
+    node_id: u64,
+    addr: SocketAddr,
+    voters: BTreeMap<u64, SocketAddr>,
+    raft: Raft<TypeConfig>,
+) {
+    let voter_ids: Vec<u64> = voters.keys().copied().collect();
+    let mut backoff = JOIN_BACKOFF_MIN;
+    let mut hint: Option<u64> = None;
+    // After a failed attempt at the leader this node knew (it may be dead, and an
+    // observer that is not a member yet hears of no new one), ask the voters instead.
+    let mut skip_known = false;
+    let mut round = 0usize;
+    loop {
+        let known = raft.metrics().borrow().current_leader;
+        let target = match (hint.take(), known) {
+            (Some(h), _) => h,
+            (None, Some(k)) if !skip_known && voters.contains_key(&k) => k,
+            _ => {
+                round = round.wrapping_add(1);
+                voter_ids[round % voter_ids.len()]
+            }
+        };
+        skip_known = false;
+        let Some(target_addr) = voters.get(&target).copied() else {
+            continue;
+        };
+        let attempt = async {
+            let mut stream = TcpStream::connect(target_addr).await?;
+            let _ = stream.set_nodelay(true);
+            network::call_add_observer(&mut stream, node_id, addr.to_string()).await
+        };
+        match tokio::time::timeout(JOIN_ATTEMPT_TIMEOUT, attempt).await {
+            Ok(Ok(Ok(()))) => {
+                tracing::info!(node_id, %addr, controller = target, "joined the metadata quorum as an observer");
+                return;
+            }
+            Ok(Ok(Err(ForwardError::NotController { leader_id }))) => {
+                hint = leader_id.filter(|l| *l != target);
+            }
+            Ok(Ok(Err(ForwardError::Other(reason)))) => {
+                tracing::warn!(controller = target, %reason, "not added to the metadata quorum yet; retrying");
+            }
+            Ok(Err(e)) => {
+                skip_known = true;
+                tracing::debug!(controller = target, error = %e, "controller unreachable; retrying the join");
+            }
+            Err(_) => {
+                skip_known = true;
+                tracing::debug!(controller = target, "join attempt timed out; retrying");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(JOIN_BACKOFF_MAX);
     }
 }
 

@@ -1,34 +1,39 @@
-//! Raft RPCs between quorum voters over TCP.
+//! Raft RPCs between quorum nodes (voters and observers) over TCP.
 //!
 //! Each message is a frame: `u32` big-endian length, then the postcard encoding of an
 //! [`RpcRequest`] or [`RpcResponse`]. A client keeps one connection per peer and sends
 //! one request at a time on it (openraft drives each peer with one `&mut` network
 //! object), so responses need no correlation ids. The same port carries controller
 //! events that a node forwards to the leader ([`RpcRequest::Controller`]): the server
-//! puts them on its own controller event loop and answers with what the loop decided. Any I/O error drops the connection;
-//! the next call dials again. Frames above [`MAX_RPC_BYTES`] are refused before anything
-//! is allocated for them.
+//! puts them on its own controller event loop and answers with what the loop decided.
+//! It also carries an observer's request to be added to the membership as a learner
+//! ([`RpcRequest::AddObserver`], see [`add_observer`]). Any I/O error drops the
+//! connection; the next call dials again. Frames above [`MAX_RPC_BYTES`] are refused
+//! before anything is allocated for them.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    ClientWriteError, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, Raft};
+use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use super::event_loop::Submission;
+use super::state_machine::Shared;
 use super::{submit_to_loop, TypeConfig};
 use crate::api::{ControllerEvent, SubmitResult};
 use crate::error::MetadataError;
@@ -37,6 +42,10 @@ type NodeId = u64;
 
 /// What a frame's buffer starts at; it grows with the bytes that actually arrive.
 const RPC_INITIAL_BUFFER: usize = 64 << 10;
+
+/// The most observers the membership takes: each costs the leader a replication stream,
+/// and the quorum port takes joins from anyone who can reach it.
+pub const MAX_OBSERVERS: usize = 1_024;
 
 /// The largest RPC frame accepted (snapshot chunks are far smaller).
 pub const MAX_RPC_BYTES: usize = 64 << 20;
@@ -48,6 +57,12 @@ pub(crate) enum RpcRequest {
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
     /// An event for the active controller, forwarded by a node that does not lead.
     Controller(ControllerEvent),
+    /// An observer (a broker-only node) asks the active controller to add it to the
+    /// membership as a learner, reachable at `addr`, so that the log is replicated to it.
+    AddObserver {
+        node_id: NodeId,
+        addr: String,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -58,6 +73,7 @@ pub(crate) enum RpcResponse {
         Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
     ),
     Controller(Result<SubmitResult, ForwardError>),
+    AddObserver(Result<(), ForwardError>),
 }
 
 /// Why a forwarded controller event was not decided: what of [`MetadataError`] the
@@ -87,6 +103,113 @@ pub(crate) async fn call_controller(
         RpcResponse::Controller(answer) => Ok(answer),
         _ => Err(io::Error::other("unexpected rpc response")),
     }
+}
+
+/// Sends an observer's join request on `stream` and reads the answer.
+pub(crate) async fn call_add_observer(
+    stream: &mut TcpStream,
+    node_id: NodeId,
+    addr: String,
+) -> io::Result<Result<(), ForwardError>> {
+    write_msg(stream, &RpcRequest::AddObserver { node_id, addr }).await?;
+    match read_msg::<RpcResponse>(stream).await? {
+        RpcResponse::AddObserver(answer) => Ok(answer),
+        _ => Err(io::Error::other("unexpected rpc response")),
+    }
+}
+
+/// On the active controller: makes `node_id` a learner reachable at `addr`.
+///
+/// Idempotent, because a broker asks at every start: a learner already known at `addr`
+/// changes nothing; one known at another address (restarted on another port) gets its
+/// address replaced, which is safe for a learner as it never votes, but only once the
+/// broker of that id is not live in the committed image (a second process started with
+/// a live broker's id must not take that broker's log away; a restarted one waits at most
+/// a session timeout, as its registration does); a new one is added.
+/// Only the leader changes the membership (openraft would refuse elsewhere), and a voter's
+/// id is refused, so that a misconfigured broker can never demote or shadow a voter.
+pub(crate) async fn add_observer(
+    raft: &Raft<TypeConfig>,
+    shared: &Shared,
+    node_id: NodeId,
+    addr: String,
+) -> Result<(), ForwardError> {
+    if i32::try_from(node_id).is_err() {
+        return Err(ForwardError::Other(format!(
+            "node {node_id} is not a broker id (0..=2147483647)"
+        )));
+    }
+    let (leading, leader_id, is_voter, known, observers, committed) = {
+        let m = raft.metrics();
+        let m = m.borrow();
+        let membership = m.membership_config.membership();
+        (
+            m.state == ServerState::Leader && m.current_leader == Some(m.id),
+            m.current_leader.filter(|l| *l != m.id),
+            membership.voter_ids().any(|v| v == node_id),
+            membership.get_node(&node_id).map(|n| n.addr.clone()),
+            membership.learner_ids().count(),
+            // The membership openraft acts on may not be committed yet; applied is.
+            *m.membership_config.log_id() <= m.last_applied,
+        )
+    };
+    if is_voter {
+        return Err(ForwardError::Other(format!(
+            "node {node_id} is a voter of the controller quorum, so it cannot join as an \
+             observer (a broker-only node needs an id outside controller.quorum.voters)"
+        )));
+    }
+    if !leading {
+        return Err(ForwardError::NotController { leader_id });
+    }
+    let node = BasicNode::new(addr.clone());
+    let changed = match known {
+        // Answer "in" only once that is committed: an uncommitted join (an earlier
+        // attempt's, still in flight) could yet be lost with this leader.
+        Some(old) if old == addr && committed => return Ok(()),
+        Some(old) if old == addr => {
+            return Err(ForwardError::Other(format!(
+                "node {node_id}'s join is not committed yet"
+            )));
+        }
+        Some(old) if broker_is_live(shared, node_id) => {
+            return Err(ForwardError::Other(format!(
+                "broker {node_id} is live and replicated to at {old}; it moves to {addr} once \
+                 its lease lapses"
+            )));
+        }
+        Some(old) => {
+            tracing::info!(node_id, %old, new = %addr, "observer moved; updating its address");
+            raft.change_membership(
+                ChangeMembers::SetNodes(BTreeMap::from([(node_id, node)])),
+                true,
+            )
+            .await
+        }
+        None if observers >= MAX_OBSERVERS => {
+            return Err(ForwardError::Other(format!(
+                "the metadata quorum already has {observers} observers, the most it takes"
+            )));
+        }
+        None => {
+            tracing::info!(node_id, %addr, "adding an observer (learner) to the metadata quorum");
+            raft.add_learner(node_id, node, false).await
+        }
+    };
+    match changed {
+        Ok(_) => Ok(()),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+            Err(ForwardError::NotController {
+                leader_id: f.leader_id,
+            })
+        }
+        // A membership change still in flight, or a fatal error: the observer retries.
+        Err(e) => Err(ForwardError::Other(e.to_string())),
+    }
+}
+
+fn broker_is_live(shared: &Shared, node_id: NodeId) -> bool {
+    i32::try_from(node_id).is_ok_and(|id| shared.lock().image.is_live(id))
 }
 
 async fn write_msg<T: Serialize>(stream: &mut TcpStream, msg: &T) -> io::Result<()> {
@@ -133,10 +256,14 @@ async fn read_msg<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> io::R
 /// task is aborted. The connections' tasks live in a `JoinSet` owned by this task, so
 /// aborting it closes them too: a stopped node must not keep answering peers on
 /// connections they opened before it stopped.
+///
+/// `events` is `None` on an observer: it runs no controller event loop, so controller
+/// events sent to it are answered NotController with the leader it knows.
 pub(crate) async fn serve(
     listener: TcpListener,
     raft: Raft<TypeConfig>,
-    events: mpsc::Sender<Submission>,
+    shared: Arc<Shared>,
+    events: Option<mpsc::Sender<Submission>>,
 ) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -152,9 +279,10 @@ pub(crate) async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let raft = raft.clone();
+        let shared = shared.clone();
         let events = events.clone();
         connections.spawn(async move {
-            if let Err(e) = serve_connection(stream, raft, events).await {
+            if let Err(e) = serve_connection(stream, raft, shared, events).await {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
                     tracing::debug!(%peer, error = %e, "quorum connection closed");
                 }
@@ -166,7 +294,8 @@ pub(crate) async fn serve(
 async fn serve_connection(
     mut stream: TcpStream,
     raft: Raft<TypeConfig>,
-    events: mpsc::Sender<Submission>,
+    shared: Arc<Shared>,
+    events: Option<mpsc::Sender<Submission>>,
 ) -> io::Result<()> {
     loop {
         let request: RpcRequest = read_msg(&mut stream).await?;
@@ -178,21 +307,28 @@ async fn serve_connection(
             RpcRequest::InstallSnapshot(r) => {
                 RpcResponse::InstallSnapshot(raft.install_snapshot(r).await)
             }
-            RpcRequest::Controller(event) => {
-                RpcResponse::Controller(match submit_to_loop(&events, event).await {
+            RpcRequest::Controller(event) => RpcResponse::Controller(match &events {
+                Some(events) => match submit_to_loop(events, event).await {
                     // The loop is gone: this node is stopping and controls nothing.
                     Err(_) if events.is_closed() => {
                         Err(ForwardError::NotController { leader_id: None })
                     }
                     answer => answer.map_err(ForwardError::from),
-                })
+                },
+                None => Err(ForwardError::NotController {
+                    leader_id: raft.metrics().borrow().current_leader,
+                }),
+            }),
+            RpcRequest::AddObserver { node_id, addr } => {
+                RpcResponse::AddObserver(add_observer(&raft, &shared, node_id, addr).await)
             }
         };
         write_msg(&mut stream, &response).await?;
     }
 }
 
-/// Dials peers by node id.
+/// Dials peers by node id: voters at their configured address, observers at the address
+/// they joined with (kept in the membership).
 #[derive(Clone)]
 pub struct TcpNetworkFactory {
     pub(crate) voters: BTreeMap<NodeId, SocketAddr>,

@@ -4,6 +4,7 @@
 
 mod controller;
 mod image;
+mod observer;
 mod quorum;
 mod simulation;
 mod submit;

@@ -1,0 +1,62 @@
+//! A controller-only node (`process.roles=controller`, Kafka's `ControllerServer`): a
+//! voter of the metadata quorum whose event loop acts while it leads, and nothing of a
+//! broker.
+//!
+//! It opens no client listener, never registers as a broker (so Metadata never lists
+//! it), hosts no partitions and runs no metadata publisher: the quorum's own state
+//! machine applies the committed records to the image the controller decides from, and
+//! that is all a controller needs. Brokers reach it over the quorum port only, with
+//! forwarded controller events and, for broker-only nodes, their join as observers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rill_metadata::MetadataQuorum;
+
+use crate::config::BrokerConfig;
+use crate::error::BrokerError;
+
+/// A running controller-only node.
+pub struct ControllerServer {
+    /// Where the quorum (Raft and forwarded controller requests) listens.
+    pub controller_addr: SocketAddr,
+    pub cluster_id: String,
+    pub quorum: Arc<MetadataQuorum>,
+}
+
+impl ControllerServer {
+    /// Joins (or forms, with the other voters) the controller quorum and runs the
+    /// controller event loop. Returns once the quorum listener is up; it does not wait
+    /// for an election, which needs a majority of the voters.
+    pub async fn start(config: BrokerConfig) -> Result<Self, BrokerError> {
+        config.validate()?;
+        let roles = config.process_roles()?;
+        if roles.broker {
+            return Err(BrokerError::Config(
+                "process.roles has the broker role: start it with Server::start (Node::start \
+                 picks)"
+                    .into(),
+            ));
+        }
+        let (quorum, cluster_id) = crate::start_quorum(&config, roles).await?;
+        Ok(Self {
+            controller_addr: quorum.local_addr(),
+            cluster_id,
+            quorum: Arc::new(quorum),
+        })
+    }
+
+    /// Leaves the quorum: stops Raft and the listener. The files stay for the next start.
+    pub async fn shutdown(self) {
+        match Arc::try_unwrap(self.quorum) {
+            Ok(quorum) => {
+                if let Err(e) = quorum.shutdown().await {
+                    tracing::warn!(error = %e, "controller quorum did not stop cleanly");
+                }
+            }
+            // Someone still holds the quorum; dropping this handle aborts nothing, the
+            // process exit does.
+            Err(_) => tracing::debug!("controller quorum still shared at shutdown"),
+        }
+    }
+}
