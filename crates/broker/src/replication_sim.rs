@@ -17,7 +17,8 @@
 //! the same log, with every acknowledged record in it.
 //!
 //! A failure prints the seed; `RILL_SEED=<seed> cargo test -p rill-broker
-//! replication_sim -- --nocapture` replays it (`RILL_SIM_TRACE=1` tells the story). The only parts of the broker not run here are the
+//! replication_sim -- --nocapture` replays it (`RILL_SIM_TRACE=1` tells the story);
+//! `RILL_SIM_SEEDS=<n>` searches more seeds than the default 12. The only parts of the broker not run here are the
 //! network shells around these calls (the fetcher's and the AlterPartition sender's
 //! loops, the metadata publisher's task), whose decisions are the ones below.
 
@@ -826,7 +827,13 @@ fn simulate(seed: u64, steps: usize) -> Result<(usize, usize), String> {
 fn replication_keeps_every_acknowledged_record() {
     let seeds: Vec<u64> = match std::env::var("RILL_SEED") {
         Ok(s) => vec![s.parse().expect("RILL_SEED is a number")],
-        Err(_) => (1..=12).collect(),
+        // `RILL_SIM_SEEDS=<n>` for a longer search than the test command's.
+        Err(_) => {
+            let n = std::env::var("RILL_SIM_SEEDS")
+                .ok()
+                .and_then(|n| n.parse().ok());
+            (1..=n.unwrap_or(12)).collect()
+        }
     };
     let mut acked_total = 0;
     let mut written_total = 0;
