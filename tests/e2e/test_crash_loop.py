@@ -45,15 +45,10 @@ def sequence_of(value: bytes) -> int:
     return int(value[4:13])
 
 
-def test_kill9_loop_under_idempotent_producer(rill_factory):
-    seed = int(os.environ.get("RILL_CRASH_SEED", time.time_ns() % 1_000_000))
-    rng = random.Random(seed)
-    print(f"crash loop seed {seed} (replay with RILL_CRASH_SEED={seed})")
-    rill = rill_factory(overrides={"log.segment.bytes": str(SEGMENT_BYTES)})
-    topic = unique_topic("crashloop")
-    admin = create_topic(rill.bootstrap, topic, PARTITIONS)
-
-    acked: dict[int, tuple[int, int]] = {}  # sequence -> (partition, offset)
+def acked_producer(bootstrap: str):
+    """An idempotent acks=all producer that retries through every restart, with what it
+    was acknowledged ({sequence: (partition, offset)}) and its delivery failures."""
+    acked: dict[int, tuple[int, int]] = {}
     failed: list[str] = []
 
     def on_delivery(error, message):
@@ -64,21 +59,34 @@ def test_kill9_loop_under_idempotent_producer(rill_factory):
 
     producer = Producer(
         {
-            "bootstrap.servers": rill.bootstrap,
+            "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 2,
             # Batches must fit a 64 KiB segment (a larger one is refused, as in Kafka);
             # 16 KiB is the Java client's default.
             "batch.size": 16384,
-            # Retry through every restart rather than give up: the test checks that those
+            # Retry through every restart rather than give up: the tests check that those
             # retries do not duplicate anything.
             "message.timeout.ms": 120_000,
             "reconnect.backoff.ms": 20,
             "reconnect.backoff.max.ms": 200,
             "retry.backoff.ms": 20,
+            "on_delivery": on_delivery,
         }
     )
+    return producer, acked, failed
+
+
+def test_kill9_loop_under_idempotent_producer(rill_factory):
+    seed = int(os.environ.get("RILL_CRASH_SEED", time.time_ns() % 1_000_000))
+    rng = random.Random(seed)
+    print(f"crash loop seed {seed} (replay with RILL_CRASH_SEED={seed})")
+    rill = rill_factory(overrides={"log.segment.bytes": str(SEGMENT_BYTES)})
+    topic = unique_topic("crashloop")
+    admin = create_topic(rill.bootstrap, topic, PARTITIONS)
+
+    producer, acked, failed = acked_producer(rill.bootstrap)
     sequence = 0
     started = time.monotonic()
     iterations = 0
@@ -94,7 +102,6 @@ def test_kill9_loop_under_idempotent_producer(rill_factory):
                     topic,
                     key=str(sequence % 97).encode(),
                     value=value_for(sequence),
-                    on_delivery=on_delivery,
                 )
                 sequence += 1
             except BufferError:
@@ -188,29 +195,8 @@ def test_kill9_loop_while_cleaning_and_committing(rill_factory):
             "min.cleanable.dirty.ratio": "0.01",
         },
     )
-    acked: dict[int, tuple[int, int]] = {}  # sequence -> (partition, offset)
+    producer, acked, failed = acked_producer(rill.bootstrap)
     key_of: dict[int, bytes] = {}
-    failed: list[str] = []
-
-    def on_delivery(error, message):
-        if error is not None:
-            failed.append(f"{error} ({error.code()})")
-            return
-        acked[sequence_of(message.value())] = (message.partition(), message.offset())
-
-    producer = Producer(
-        {
-            "bootstrap.servers": rill.bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 2,
-            "batch.size": 16384,
-            "message.timeout.ms": 120_000,
-            "reconnect.backoff.ms": 20,
-            "reconnect.backoff.max.ms": 200,
-            "retry.backoff.ms": 20,
-        }
-    )
     group = unique_topic("crashcompact-group")
     commit_acked: dict[int, int] = {}
     commit_sent: dict[int, int] = {}
@@ -247,7 +233,7 @@ def test_kill9_loop_while_cleaning_and_committing(rill_factory):
                 key = b"key-%d" % (sequence % COMPACT_KEYS)
                 try:
                     producer.produce(
-                        topic, key=key, value=value_for(sequence), on_delivery=on_delivery
+                        topic, key=key, value=value_for(sequence)
                     )
                     key_of[sequence] = key
                     sequence += 1

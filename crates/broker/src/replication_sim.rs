@@ -369,6 +369,17 @@ impl Sim {
             broker.following = None;
             rm.become_leader(&self.tp, *topic_id, registration, &self.log_config)
                 .expect("become leader");
+            if tracing_on() {
+                let after = rm.get(&self.tp).and_then(|p| {
+                    p.leader_state()
+                        .as_ref()
+                        .map(|ls| (ls.isr().clone(), ls.partition_epoch()))
+                });
+                eprintln!(
+                    "  broker {} leads {registration:?}: now {after:?}",
+                    broker.id
+                );
+            }
         }
         for (_, topic_id, registration) in &changes.followers {
             let epoch = registration.leader_epoch;
@@ -728,6 +739,7 @@ impl Sim {
             .ok_or("no partition")?
             .clone();
         if registration.isr.len() != BROKERS as usize {
+            self.trace(usize::MAX);
             return Err(format!("the ISR did not heal: {:?}", registration));
         }
         let mut logs = Vec::new();

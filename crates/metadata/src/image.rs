@@ -487,9 +487,10 @@ pub struct TopicPartition {
 /// `LocalReplicaChanges`): become leader, become follower, or stop and delete a replica.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LocalReplicaChanges {
-    /// Partitions this broker now leads, whose leader epoch or replica set changed.
+    /// Partitions this broker now leads, whose registration changed (a new leader or
+    /// partition epoch).
     pub leaders: Vec<(TopicPartition, Uuid, PartitionRegistration)>,
-    /// Partitions this broker now follows, whose leader or epoch changed.
+    /// Partitions this broker now follows, whose registration changed.
     pub followers: Vec<(TopicPartition, Uuid, PartitionRegistration)>,
     /// Replicas this broker no longer hosts (topic deleted or reassigned away).
     pub deletes: Vec<(TopicPartition, Uuid)>,
@@ -505,9 +506,13 @@ impl LocalReplicaChanges {
                     continue;
                 }
                 let before = old.topics.get(&t.id).and_then(|ot| ot.partitions.get(id));
+                // Any new partition epoch, even one that ends where an earlier state was
+                // (an ISR shrunk by the controller back to what it was two epochs ago):
+                // a leader that proposed the change in between must hear of it.
                 let changed = before.is_none_or(|b| {
                     b.leader != p.leader
                         || b.leader_epoch != p.leader_epoch
+                        || b.partition_epoch != p.partition_epoch
                         || b.replicas != p.replicas
                         || b.isr != p.isr
                 });

@@ -181,8 +181,10 @@ fn no_live_isr_member_means_no_leader_until_it_returns() {
     assert!(q.leader_epoch > p.leader_epoch);
 }
 
-#[test]
-fn unclean_election_when_enabled_for_the_topic() {
+/// Topic "t", one partition on brokers 1 and 2: the follower falls out of the ISR, then
+/// the leader's lease lapses, leaving the partition without a leader. Returns the
+/// out-of-sync follower.
+fn leaderless_with_an_out_of_sync_follower() -> (Harness, i32) {
     let mut h = Harness::new();
     h.brokers(&[1, 2]);
     h.create_topic("t", 1, 2);
@@ -193,6 +195,12 @@ fn unclean_election_when_enabled_for_the_topic() {
     h.heartbeat(follower);
     h.now += 5_000;
     h.tick();
+    (h, follower)
+}
+
+#[test]
+fn unclean_election_when_enabled_for_the_topic() {
+    let (mut h, follower) = leaderless_with_an_out_of_sync_follower();
     assert_eq!(h.partition("t", 0).leader, NO_LEADER);
     // Turning unclean election on for the topic elects the out-of-sync follower.
     let r = h.run(ControllerEvent::IncrementalAlterConfigs(
@@ -221,16 +229,7 @@ fn unclean_election_when_enabled_for_the_topic() {
 
 #[test]
 fn unclean_election_from_cluster_default_and_elect_leaders() {
-    let mut h = Harness::new();
-    h.brokers(&[1, 2]);
-    h.create_topic("t", 1, 2);
-    let p = h.partition("t", 0);
-    let (leader, follower) = (p.replicas[0], p.replicas[1]);
-    h.alter_isr("t", 0, &[leader]);
-    h.now += 5_000;
-    h.heartbeat(follower);
-    h.now += 5_000;
-    h.tick();
+    let (mut h, follower) = leaderless_with_an_out_of_sync_follower();
     let elect = |h: &mut Harness, t| {
         let r = h.run(ControllerEvent::ElectLeaders(ElectLeadersRequest {
             election_type: t,
@@ -255,16 +254,7 @@ fn unclean_election_from_cluster_default_and_elect_leaders() {
 
 #[test]
 fn unclean_election_from_a_dynamic_cluster_default() {
-    let mut h = Harness::new();
-    h.brokers(&[1, 2]);
-    h.create_topic("t", 1, 2);
-    let p = h.partition("t", 0);
-    let (leader, follower) = (p.replicas[0], p.replicas[1]);
-    h.alter_isr("t", 0, &[leader]);
-    h.now += 5_000;
-    h.heartbeat(follower);
-    h.now += 5_000;
-    h.tick();
+    let (mut h, follower) = leaderless_with_an_out_of_sync_follower();
     assert_eq!(h.partition("t", 0).leader, NO_LEADER);
     let set_default = |h: &mut Harness, value: &str| {
         let r = h.run(ControllerEvent::IncrementalAlterConfigs(

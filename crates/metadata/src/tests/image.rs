@@ -305,3 +305,37 @@ fn local_replica_changes() {
     assert_eq!(c.deletes.len(), 2);
     assert!(c.leaders.is_empty() && c.followers.is_empty());
 }
+
+#[test]
+fn local_replica_changes_include_an_isr_that_came_back_to_where_it_was() {
+    // Found by replication_sim: the leader grows the ISR, the controller shrinks it back
+    // (the follower's lease lapsed), and the leader applies both records in one go. The
+    // ISR looks unchanged, but the partition epoch moved twice and the leader's own view
+    // (the grown ISR) is stale: it must be told.
+    let mut h = Harness::new();
+    h.brokers(&[1, 2]);
+    h.create_topic("t", 1, 2);
+    let p = h.partition("t", 0);
+    let (leader, follower) = (
+        p.leader,
+        p.replicas.iter().copied().find(|b| *b != p.leader).unwrap(),
+    );
+    h.alter_isr("t", 0, &[leader]);
+    let before = h.image.clone();
+    h.alter_isr("t", 0, &[leader, follower]);
+    h.alter_isr("t", 0, &[leader]);
+    assert_eq!(
+        h.partition("t", 0).isr,
+        before.partition("t", 0).unwrap().isr
+    );
+    let c = LocalReplicaChanges::between(&before, &h.image, leader);
+    assert_eq!(
+        c.leaders.len(),
+        1,
+        "the leader must apply the new partition epoch"
+    );
+    assert_eq!(
+        c.leaders[0].2.partition_epoch,
+        h.partition("t", 0).partition_epoch
+    );
+}
