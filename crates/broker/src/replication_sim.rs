@@ -4,8 +4,8 @@
 //! acks=all and `min.insync.replicas=2`; followers validate their epoch and fetch;
 //! leaders shrink and expand the ISR through the controller; metadata reaches each
 //! broker late and out of step with the others; brokers lose the controller (and are
-//! fenced while they still think they lead), crash (`kill -9`: what was written stays)
-//! and come back.
+//! fenced while they still think they lead), stall, crash (`kill -9`: what was written
+//! stays) and come back; the controller moves leadership back to the preferred replica.
 //!
 //! After every step it checks what DESIGN.md promises about acknowledged data:
 //! - every record acknowledged is held at its offset by every live ISR member;
@@ -153,7 +153,9 @@ impl Sim {
         let now = Arc::new(AtomicI64::new(1_000_000));
         let controller = QuorumController::new(ControllerConfig {
             broker_session_timeout_ms: SESSION_MS,
-            auto_leader_rebalance_enable: false,
+            // Leadership also moves back to the preferred replica with nothing failing.
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_ms: 5_000,
             seed,
             ..ControllerConfig::default()
         });
