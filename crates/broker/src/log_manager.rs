@@ -74,7 +74,9 @@ async fn retention_loop(
                     "retention deleted segments"
                 ),
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::error!(%tp, error = %e, "retention failed"),
+                Ok(Err(e)) => {
+                    replicas.log_dir_failed(format_args!("retention of {tp}"), &e);
+                }
                 Err(_) => tracing::error!(%tp, "log lock poisoned"),
             }
         }
@@ -119,7 +121,13 @@ async fn cleaner_loop(
             let applied = match ran {
                 Ok(Ok(cleaned)) => partition.with_log(|log| log.apply_clean(cleaned)),
                 Ok(Err(e)) => {
-                    tracing::error!(%tp, error = %e, "cleaning failed");
+                    // Kafka's cleaner takes the log directory offline on an I/O error
+                    // (a full disk while writing the cleaned segments, most likely).
+                    if e.io_error().is_some() {
+                        replicas.log_dir_failed(format_args!("cleaning of {tp}"), &e);
+                    } else {
+                        tracing::error!(%tp, error = %e, "cleaning failed");
+                    }
                     let _ = partition.with_log(|log| log.abort_clean());
                     break;
                 }
@@ -139,8 +147,10 @@ async fn cleaner_loop(
                 ),
                 Ok(Ok(None)) => {}
                 Ok(Err(e)) => {
-                    // The swap failed on disk: reopening the log finishes or rolls it back.
-                    tracing::error!(%tp, error = %e, "swapping in cleaned segments failed");
+                    // The swap failed on disk: the log is offline now, and reopening it
+                    // at the next start finishes or rolls back the swap.
+                    replicas
+                        .log_dir_failed(format_args!("swapping in cleaned segments of {tp}"), &e);
                     break;
                 }
                 Err(_) => break,
