@@ -73,9 +73,9 @@ def test_a_full_disk_stops_the_broker_and_loses_nothing_acknowledged(rill_factor
     errors = [error for _, _, error in reports if error is not None]
     assert acked, "nothing was acknowledged before the disk filled up"
     assert errors, "records past the failure must fail, not succeed"
-    assert any(e.code() == KafkaError.KAFKA_STORAGE_ERROR for e in errors), (
-        f"no KAFKA_STORAGE_ERROR among {sorted({e.name() for e in errors})}"
-    )
+    assert any(
+        e.code() == KafkaError.KAFKA_STORAGE_ERROR for e in errors
+    ), f"no KAFKA_STORAGE_ERROR among {sorted({e.name() for e in errors})}"
     first_error = next(i for i, (_, _, e) in enumerate(reports) if e is not None)
     late = [offset for offset, _, error in reports[first_error:] if error is None]
     assert not late, f"records acknowledged after the failure, at offsets {late[:10]}"
@@ -95,9 +95,9 @@ def test_a_full_disk_stops_the_broker_and_loses_nothing_acknowledged(rill_factor
     acked_offsets = {offset for offset, _ in acked}
     for offset, record in stored.items():
         if offset not in acked_offsets:
-            assert record.value.startswith(b"seq=") and len(record.value) == VALUE_BYTES, (
-                f"unexpected record at {offset}: {record.value[:30]!r}"
-            )
+            assert (
+                record.value.startswith(b"seq=") and len(record.value) == VALUE_BYTES
+            ), f"unexpected record at {offset}: {record.value[:30]!r}"
 
     # And it serves again, at the offsets that follow.
     producer = Producer({"bootstrap.servers": rill.bootstrap, "acks": "all", "linger.ms": 5})
