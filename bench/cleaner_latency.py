@@ -6,7 +6,7 @@
 Starts its own `rill server` (release build recommended) on a free loopback port with a
 scratch data directory, then:
 
-1. fills topic `dirty` (1 partition, 16 MiB segments, `cleanup.policy=delete`, so that
+1. fills topic `dirty` (`--dirty-partitions`, 16 MiB segments, `cleanup.policy=delete`, so that
    nothing cleans it yet) with keyed records, `--keys` distinct keys;
 2. idle: `rill bench produce --rate` to a fresh topic for `--seconds`, the cleaner with
    nothing to do;
@@ -74,6 +74,9 @@ def main() -> None:
     ap.add_argument("--fill-records", type=int, default=400_000)
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--keys", type=int, default=1000)
+    # The cleaner takes one log at a time, dirtiest first: several partitions keep it
+    # busy for longer than one would.
+    ap.add_argument("--dirty-partitions", type=int, default=4)
     ap.add_argument("--rate", type=int, default=5000)
     ap.add_argument("--seconds", type=float, default=8.0)
     args = ap.parse_args()
@@ -103,7 +106,10 @@ def main() -> None:
             "segment.bytes": str(16 << 20),
             "min.cleanable.dirty.ratio": "0.01",
         }
-        admin.create_topics([NewTopic("dirty", 1, 1, config=config)])["dirty"].result(30)
+        dirty_partitions = args.dirty_partitions
+        admin.create_topics([NewTopic("dirty", dirty_partitions, 1, config=config)])[
+            "dirty"
+        ].result(30)
 
         fill_started = time.time()
         producer = Producer(
@@ -113,17 +119,26 @@ def main() -> None:
         for i in range(args.fill_records):
             while True:
                 try:
-                    producer.produce("dirty", key=b"key-%d" % (i % args.keys), value=value)
+                    producer.produce(
+                        "dirty",
+                        key=b"key-%d" % (i % args.keys),
+                        value=value,
+                        partition=i % dirty_partitions,
+                    )
                     break
                 except BufferError:
                     producer.poll(0.05)
         assert producer.flush(120) == 0
         fill_s = time.time() - fill_started
-        dirty_bytes = sum(f.stat().st_size for f in (workdir / "data" / "dirty-0").glob("*.log"))
+        dirty_bytes = sum(f.stat().st_size for f in (workdir / "data").glob("dirty-*/*.log"))
 
         rate, secs, size = args.rate, args.seconds, args.record_size
+        # The fill leaves gigabytes of dirty pages whose writeback would stall the runs
+        # below whichever comes first; each run starts with the page cache clean.
+        os.sync()
         idle = bench_produce(args.rill, bootstrap, "lat-idle", rate, secs, size)
 
+        os.sync()
         subprocess.run(
             [args.rill, "topic", "alter", "dirty", "--bootstrap-server", bootstrap,
              "-c", "cleanup.policy=compact"],
@@ -131,6 +146,7 @@ def main() -> None:
         )  # fmt: skip
         cleaning = bench_produce(args.rill, bootstrap, "lat-clean", rate, secs, size)
         time.sleep(2)  # let a clean that is still running finish before the idle rerun
+        os.sync()
         idle_after = bench_produce(args.rill, bootstrap, "lat-idle2", rate, secs, size)
     finally:
         server.terminate()
@@ -141,7 +157,7 @@ def main() -> None:
     cleans = []
     for line in log_path.read_text(errors="replace").splitlines():
         m = CLEANED.match(ANSI.sub("", line))
-        if m and m["tp"] == "dirty-0":
+        if m and m["tp"].startswith("dirty-"):
             end = datetime.fromisoformat(m["ts"].replace("Z", "+00:00")).timestamp()
             ms = float(m["ms"])
             cleans.append(
@@ -163,6 +179,7 @@ def main() -> None:
             {
                 "fill": {
                     "records": args.fill_records,
+                    "partitions": args.dirty_partitions,
                     "keys": args.keys,
                     "log_bytes": dirty_bytes,
                     "seconds": round(fill_s, 2),
