@@ -46,10 +46,22 @@ def describe_partition(cluster, topic: str) -> dict:
     return next(p for p in described[0]["partitions"] if p["partition"] == 0)
 
 
+def settled_partition(cluster, topic: str) -> dict:
+    """Partition 0 as described once the answering broker knows it led and in sync: a
+    broker that has not applied the latest metadata yet may not know the topic at all."""
+    return wait_for(
+        lambda: (p := describe_partition(cluster, topic))["leader"] >= 0
+        and len(p["isr"]) == len(p["replicas"])
+        and p,
+        MOVE_TIMEOUT_S,
+        f"{topic}-0 to be described with a leader and every replica in sync",
+    )
+
+
 def lead_by(cluster, topic: str, node_id: int) -> None:
     """Makes `node_id` the leader of partition 0: first in the replica list, then the
     preferred-leader election; returns once it leads with every replica in sync."""
-    current = describe_partition(cluster, topic)
+    current = settled_partition(cluster, topic)
     if current["leader"] != node_id:
         replicas = [node_id] + [r for r in current["replicas"] if r != node_id]
         rill_json(
@@ -178,7 +190,7 @@ def test_log_start_offset_reaches_every_replica(rill_cluster_factory):
     client = create_replicated_topic(
         cluster.bootstrap, topic, 1, 3, config={"segment.bytes": "16384"}
     )
-    nodes = describe_partition(cluster, topic)["replicas"]
+    nodes = settled_partition(cluster, topic)["replicas"]
     produce(cluster.bootstrap, topic, [(None, value_of(i)) for i in range(5000)])
 
     # DeleteRecords on the leader; followers adopt its log start from their fetches.
@@ -231,7 +243,7 @@ def test_every_replica_compacts(rill_cluster_factory):
             "delete.retention.ms": "0",
         },
     )
-    nodes = describe_partition(cluster, topic)["replicas"]
+    nodes = settled_partition(cluster, topic)["replicas"]
     keys, total = 200, 20_000
     records = [(f"key-{i % keys}".encode(), f"value-{i}".encode() * 4) for i in range(total)]
     produce(cluster.bootstrap, topic, records)
