@@ -6,13 +6,16 @@ segment past the limit fails with EFBIG, as a write to a full disk fails with EN
 behaviour for a single log directory follows: the produce gets KAFKA_STORAGE_ERROR, the
 directory is marked failed, and the broker shuts down ("all log dirs ... have failed")
 with a non-zero exit. Restarted without the limit, it has every acknowledged record at
-its offset, nothing else, and serves produce and consume again.
+its offset, nothing else, and serves produce and consume again. On a three-node cluster a
+follower whose disk fills stops the same way while the leader carries on without it.
 """
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 
 from kafka_helpers import create_topic, read_all, unique_topic, wait_for_leaders
+from test_cluster import create_replicated_topic
+from test_replicated_lifecycle import lead_by, read_from_beginning, settled_partition
 
 # Large enough for the metadata log and the server's own log, small enough to fill fast.
 FILE_SIZE_LIMIT = 4 << 20
@@ -116,3 +119,67 @@ def test_a_full_disk_stops_the_broker_and_loses_nothing_acknowledged(rill_factor
         f"acks={acks}: produced {sequence}, acknowledged {len(acked)}, failed {len(errors)} "
         f"({sorted({e.name() for e in errors})}), stored after restart {len(stored)}"
     )
+
+
+def test_a_follower_with_a_full_disk_stops_and_the_cluster_loses_nothing(rill_cluster_factory):
+    """The follower's disk fills up: its replica fetcher's append fails, it stops with the
+    same message, the leader carries on with the other replica (min.insync.replicas=2),
+    and once restarted with room the follower catches up and, made leader, serves every
+    acknowledged record."""
+    cluster = rill_cluster_factory()
+    topic = unique_topic("full-follower")
+    create_replicated_topic(cluster.bootstrap, topic, 1, 3, config={"min.insync.replicas": "2"})
+    partition = settled_partition(cluster, topic)
+    follower_id = next(r for r in partition["replicas"] if r != partition["leader"])
+    follower = cluster.node(follower_id)
+    follower.stop()
+    follower.file_size_limit_bytes = FILE_SIZE_LIMIT
+    cluster.start_node(follower_id)
+    settled_partition(cluster, topic)
+
+    acked: dict[int, bytes] = {}
+    errors = []
+
+    def on_delivery(error, message):
+        if error is None:
+            acked[message.offset()] = message.value()
+        else:
+            errors.append(error)
+
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 60000,
+        }
+    )
+    for sequence in range(MAX_RECORDS):
+        while True:
+            try:
+                producer.produce(
+                    topic, key=b"k", value=value_for(sequence), on_delivery=on_delivery
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    code = follower.wait_exit(timeout_s=60)
+    assert producer.flush(90) == 0
+    del producer
+
+    assert code == EXIT_LOG_DIR_FAILED, f"exit code {code}\n{follower.log_excerpt()}"
+    log = follower.log_text()
+    assert "Shutdown broker because all log dirs in" in log, follower.log_excerpt()
+    assert "follower append" in log and "File too large" in log, follower.log_excerpt()
+    assert errors == [], f"{len(errors)} deliveries failed, first: {errors[:3]}"
+    assert len(acked) == MAX_RECORDS
+
+    follower.file_size_limit_bytes = None
+    cluster.start_node(follower_id)
+    lead_by(cluster, topic, follower_id)
+    stored = read_from_beginning(cluster.running_bootstrap(), topic)
+    assert sorted(stored) == sorted(acked), "the former follower's log differs from the acks"
+    for offset, value in acked.items():
+        assert stored[offset][1] == value, f"record {offset} changed"
