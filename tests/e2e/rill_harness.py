@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -76,6 +77,7 @@ class RillServer:
         binary: Path | None = None,
         extra_args: list[str] | None = None,
         ready_timeout_s: float = READY_TIMEOUT_S,
+        file_size_limit_bytes: int | None = None,
     ) -> None:
         self.binary = binary if binary is not None else rill_binary()
         self.data_dir = workdir / "data"
@@ -90,6 +92,9 @@ class RillServer:
         # Set when a test stops or kills the server on purpose, so teardown does not
         # mistake that for a crash.
         self._expected_down = False
+        # RLIMIT_FSIZE (bytes) for the next starts, None for the inherited limit: a write
+        # past it fails with EFBIG, the way a full disk fails one with ENOSPC.
+        self.file_size_limit_bytes = file_size_limit_bytes
 
     @property
     def bootstrap(self) -> str:
@@ -153,13 +158,24 @@ class RillServer:
                 cwd=self.data_dir.parent,
                 # Its own process group, so that a kill reaches anything it started too.
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=self._preexec,
             )
         self._expected_down = False
 
     def ready_line(self) -> str:
         """The line the server prints once it serves."""
         return f"rill listening on {self.bootstrap}"
+
+    def _preexec(self) -> None:
+        _die_with_parent()
+        if self.file_size_limit_bytes is not None:
+            limit = self.file_size_limit_bytes
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    def wait_exit(self, timeout_s: float) -> int:
+        """Waits for a server that is expected to stop by itself; returns its exit code."""
+        self._expected_down = True
+        return self.process.wait(timeout=timeout_s)
 
     def wait_ready(self) -> None:
         ready_line = self.ready_line()

@@ -20,6 +20,7 @@ pub mod controller_server;
 pub mod error;
 pub mod group_coordinator;
 pub mod isr;
+pub mod log_dir_failure;
 pub mod log_manager;
 pub mod meta_properties;
 pub mod metadata_publisher;

@@ -9,6 +9,10 @@
 //! held only for the append or the read itself, never across an `.await`. Fetches that
 //! found too few bytes park on [`ReplicaManager::appended`] until new data or their max
 //! wait.
+//!
+//! Every write to a log that fails on disk reports to the [`LogDirFailureChannel`]:
+//! from the first one on, appends are refused with KAFKA_STORAGE_ERROR before they
+//! reach a log, and the server stops (see `log_dir_failure`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -25,6 +29,7 @@ use tokio::sync::Notify;
 
 use crate::error::BrokerError;
 use crate::isr::{self, LeaderState};
+use crate::log_dir_failure::LogDirFailureChannel;
 use crate::replica_fetcher::{FetcherConfig, ReplicaFetcherManager};
 
 /// How often a parked acks=all produce looks at its partition even without a wake-up.
@@ -134,6 +139,8 @@ pub struct ReplicaManager {
     appended: Notify,
     /// Milliseconds since the epoch: the wall clock, or a simulation's.
     clock: Clock,
+    /// Set by the first failed write in the data directory; stops every later one.
+    log_dir_failure: Arc<LogDirFailureChannel>,
 }
 
 /// Where a replica manager reads the time: every time-dependent rule below it (ISR
@@ -189,12 +196,34 @@ impl ReplicaManager {
             partitions: RwLock::new(HashMap::new()),
             appended: Notify::new(),
             clock,
+            log_dir_failure: Arc::new(LogDirFailureChannel::new(data_dir)),
         };
         (rm, rx)
     }
 
     fn now(&self) -> i64 {
         (self.clock)()
+    }
+
+    /// The data directory's failure state; the server stops when it fails.
+    pub fn log_dir_failure(&self) -> &Arc<LogDirFailureChannel> {
+        &self.log_dir_failure
+    }
+
+    /// A write in the data directory failed: mark it offline (fail-stop).
+    pub fn log_dir_failed(&self, context: std::fmt::Arguments<'_>, error: &dyn std::fmt::Display) {
+        self.log_dir_failure
+            .maybe_add_offline_log_dir(&context.to_string(), error);
+    }
+
+    /// KAFKA_STORAGE_ERROR once the data directory has failed: nothing more is written,
+    /// so nothing more can be acknowledged.
+    fn check_log_dir_online(&self) -> Result<(), ErrorCode> {
+        if self.log_dir_failure.is_offline() {
+            Err(ErrorCode::KAFKA_STORAGE_ERROR)
+        } else {
+            Ok(())
+        }
     }
 
     fn read_map(&self) -> std::sync::RwLockReadGuard<'_, HashMap<TopicPartition, Arc<Partition>>> {
@@ -269,7 +298,7 @@ impl ReplicaManager {
             // for the end of the previous epoch get where this leader's history diverges.
             if log.latest_epoch().is_none_or(|e| e < epoch) {
                 if let Err(e) = log.assign_epoch_start_offset(epoch, leo) {
-                    tracing::warn!(%tp, error = %e, "recording the leader epoch failed");
+                    self.log_dir_failed(format_args!("leader epoch checkpoint of {tp}"), &e);
                 }
             }
             let hw = match leader.as_mut() {
@@ -385,7 +414,10 @@ impl ReplicaManager {
             };
             if target < leo {
                 tracing::info!(%tp, from = leo, to = target, "truncating follower log by leader epoch");
-                log.truncate_to(target, self.now()).map_err(|e| e.to_string())?;
+                log.truncate_to(target, self.now()).map_err(|e| {
+                    self.log_dir_failed(format_args!("truncation of {tp}"), &e);
+                    e.to_string()
+                })?;
             }
             Ok(())
         })
@@ -402,13 +434,18 @@ impl ReplicaManager {
         leader_high_watermark: i64,
         leader_log_start_offset: i64,
     ) -> Result<(), ErrorCode> {
+        self.check_log_dir_online()?;
         let p = self
             .follower_partition(tp, leader_epoch)
             .ok_or(ErrorCode::NOT_LEADER_OR_FOLLOWER)?;
         p.with_log(|log| {
             if !records.is_empty() {
-                log.append_as_follower(records, self.now())
-                    .map_err(|e| append_error_code(&e))?;
+                log.append_as_follower(records, self.now()).map_err(|e| {
+                    if let AppendError::Io(io) = &e {
+                        self.log_dir_failed(format_args!("follower append to {tp}"), io);
+                    }
+                    append_error_code(&e)
+                })?;
             }
             let hw = leader_high_watermark.min(log.log_end_offset());
             if hw > log.high_watermark() {
@@ -416,7 +453,8 @@ impl ReplicaManager {
             }
             if leader_log_start_offset > log.log_start_offset() {
                 if let Err(e) = log.maybe_increment_log_start_offset(leader_log_start_offset) {
-                    tracing::warn!(%tp, error = %e, "following the leader's log start failed");
+                    self.log_dir_failed(format_args!("log start checkpoint of {tp}"), &e);
+                    return Err(ErrorCode::KAFKA_STORAGE_ERROR);
                 }
             }
             Ok(())
@@ -437,7 +475,10 @@ impl ReplicaManager {
                 tracing::info!(%tp, start = leader_log_start_offset, "follower behind the leader's log start; starting over");
                 log.truncate_fully_and_start_at(leader_log_start_offset, self.now())
                     .map(|_| true)
-                    .map_err(|_| ErrorCode::KAFKA_STORAGE_ERROR)
+                    .map_err(|e| {
+                        self.log_dir_failed(format_args!("truncation of {tp}"), &e);
+                        ErrorCode::KAFKA_STORAGE_ERROR
+                    })
             } else {
                 Ok(false)
             }
@@ -495,8 +536,8 @@ impl ReplicaManager {
             Err(rill_storage::DeleteRecordsError::PolicyViolation) => {
                 Err(ErrorCode::POLICY_VIOLATION)
             }
-            Err(e) => {
-                tracing::error!(%tp, error = %e, "delete records failed");
+            Err(rill_storage::DeleteRecordsError::Io(e)) => {
+                self.log_dir_failed(format_args!("delete records of {tp}"), &e);
                 Err(ErrorCode::KAFKA_STORAGE_ERROR)
             }
         }
@@ -559,6 +600,7 @@ impl ReplicaManager {
         records: &Bytes,
         origin: AppendOrigin,
     ) -> Result<(LogAppendInfo, i64), ErrorCode> {
+        self.check_log_dir_online()?;
         let (partition, epoch) = self.leader_partition(tp)?;
         let statuses = self.broker_statuses();
         let mut leader = partition.leader_state();
@@ -585,7 +627,12 @@ impl ReplicaManager {
                 self.appended.notify_waiters();
                 Ok(ok)
             }
-            Err(e) => Err(append_error_code(&e)),
+            Err(e) => {
+                if let AppendError::Io(io) = &e {
+                    self.log_dir_failed(format_args!("append to {tp}"), io);
+                }
+                Err(append_error_code(&e))
+            }
         }
     }
 
@@ -933,6 +980,12 @@ impl ReplicaManager {
     /// still referenced by an in-flight request is only flushed; its next open recovers.
     pub fn shutdown(&self) {
         self.fetchers.shutdown();
+        if let Some(failure) = self.log_dir_failure.failure() {
+            // Nothing more is written to a failed directory; without their clean-shutdown
+            // markers the logs are recovered from what is on disk at the next start.
+            tracing::error!(%failure, "not closing the logs");
+            return;
+        }
         let partitions: Vec<_> = self.write_map().drain().collect();
         for (tp, p) in partitions {
             let result = match Arc::try_unwrap(p) {

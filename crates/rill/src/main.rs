@@ -104,6 +104,7 @@ struct ServerArgs {
 }
 
 fn main() -> anyhow::Result<()> {
+    ignore_sigxfsz();
     let cli = Cli::parse();
     // The server logs its life at info; client commands only say what went wrong, so
     // that their stdout and stderr stay scriptable.
@@ -151,6 +152,29 @@ fn main() -> anyhow::Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// The exit code of a server that stopped because its log directory failed (a write or
+/// fsync refused by the disk), apart from 1 (bad configuration, start-up errors) so that
+/// a supervisor can tell "fix the disk" from "fix the config".
+const EXIT_LOG_DIR_FAILED: i32 = 3;
+
+/// Makes a write past `RLIMIT_FSIZE` fail with EFBIG instead of killing the process.
+///
+/// The kernel sends SIGXFSZ to a process that writes beyond its file-size limit, and the
+/// default action terminates it on the spot: no error is logged, and no produce gets its
+/// KAFKA_STORAGE_ERROR. With the signal ignored the write returns EFBIG, which the log
+/// handles like any other full disk (see `rill_broker::log_dir_failure`).
+#[allow(
+    unsafe_code,
+    reason = "setting a signal disposition has no safe std API"
+)]
+fn ignore_sigxfsz() {
+    // SAFETY: SIG_IGN installs no handler, so no code runs in signal context; this is
+    // called at the start of `main`, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
 }
 
 fn server(args: ServerArgs) -> anyhow::Result<()> {
@@ -225,7 +249,30 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
                 data_dir.display()
             ),
         }
-        wait_for_signal().await?;
+        let failures = match &node {
+            Node::Broker(server) => Some(server.broker.replicas.log_dir_failure().clone()),
+            Node::Controller(_) => None,
+        };
+        let failed = async {
+            match &failures {
+                Some(f) => f.failed().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = wait_for_signal() => r?,
+            failure = failed => {
+                // Kafka halts here too: no controlled shutdown (it would write to the
+                // failed directory), no clean-shutdown markers, so that the next start
+                // recovers the logs from what really is on disk.
+                tracing::error!("{failure}");
+                eprintln!("error: {failure}");
+                // A moment for the requests that failed to get their KAFKA_STORAGE_ERROR
+                // back instead of a closed connection; every write is refused meanwhile.
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                std::process::exit(EXIT_LOG_DIR_FAILED);
+            }
+        }
         tracing::info!("shutting down");
         node.shutdown().await;
         Ok(())

@@ -756,7 +756,10 @@ impl UnifiedLog {
     /// when the log is not compacted, nothing is cleanable, or a clean is already out.
     /// The task must be followed by [`Self::apply_clean`] or [`Self::abort_clean`].
     pub fn prepare_clean(&mut self, now_ms: i64, cleaner: &CleanerConfig) -> Option<CleanTask> {
-        if !self.config.cleanup_policy.is_compact() || self.clean_in_progress {
+        if !self.config.cleanup_policy.is_compact()
+            || self.clean_in_progress
+            || self.offline_cause().is_some()
+        {
             return None;
         }
         let c = self.cleanable(now_ms);
@@ -810,7 +813,9 @@ impl UnifiedLog {
         &mut self,
         cleaned: CleanedSegments,
     ) -> Result<Option<CleanStats>, StorageError> {
+        self.check_online()?;
         self.apply_clean_with(cleaned, &mut || Ok(()))
+            .map_err(|e| self.go_offline(e))
     }
 
     pub(crate) fn apply_clean_with(

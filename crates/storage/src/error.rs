@@ -26,6 +26,11 @@ pub enum StorageError {
     InvalidPartitionDir(String),
     #[error("invalid log configuration: {0}")]
     InvalidConfig(String),
+    /// An earlier write or fsync of this log failed; the log takes no more writes
+    /// (fail-stop: after a failed fsync the page cache may not match the disk, so
+    /// retrying could acknowledge data that is not there).
+    #[error("log {path} is offline after an earlier i/o error: {cause}")]
+    Offline { path: PathBuf, cause: String },
 }
 
 impl StorageError {
@@ -33,6 +38,15 @@ impl StorageError {
         Self::Io {
             path: path.into(),
             source,
+        }
+    }
+
+    /// The operating-system error behind this one, when the disk failed (as opposed to
+    /// a file that did not parse or a log already offline).
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            _ => None,
         }
     }
 }
@@ -88,7 +102,9 @@ pub enum AppendError {
     /// A follower append whose offsets go backwards or overlap the log.
     #[error("follower append offsets out of order: expected at least {expected}, got {found}")]
     OffsetsOutOfOrder { expected: i64, found: i64 },
-    /// The disk failed while writing; the broker should mark the log directory offline.
+    /// The disk failed while writing (or the log is already offline after such a
+    /// failure): `KAFKA_STORAGE_ERROR`, and the broker marks the log directory offline.
+    /// The log itself refuses every later write, see [`crate::UnifiedLog::offline_cause`].
     #[error(transparent)]
     Io(#[from] StorageError),
 }

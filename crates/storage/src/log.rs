@@ -16,6 +16,13 @@
 //!   removed by [`UnifiedLog::open`]; when it is absent at open, the previous run did
 //!   not close the log and the active segment is recovered.
 //!
+//! A failed write or fsync takes the log offline (Kafka's `maybeHandleIOException`): a
+//! write may have left a torn tail and a failed fsync may have dropped dirty pages, so
+//! nothing that follows can be trusted to land where the in-memory state says. From then
+//! on every append, flush and roll returns [`StorageError::Offline`], and
+//! [`UnifiedLog::close`] refuses to write the clean-shutdown marker, so that the next
+//! open recovers the active segment from what is really on disk.
+//!
 //! [`segment`]: crate::segment
 //! [`cleaner`]: crate::cleaner
 //! [`epoch`]: crate::epoch
@@ -114,6 +121,9 @@ pub struct UnifiedLog {
     /// tombstones: when it has passed, cleaning again removes them. In memory only; after
     /// a restart the next clean (which the dirty ratio triggers) finds them anyway.
     pub(crate) earliest_delete_horizon_ms: Option<i64>,
+    /// Why the log went offline: the first write or fsync that failed. Set once, never
+    /// cleared; only a reopen (after a restart) brings the log back.
+    offline_cause: Option<String>,
 }
 
 fn parse_base_offset(file_name: &str, suffix: &str) -> Option<i64> {
@@ -330,6 +340,7 @@ impl UnifiedLog {
             layout_version: 0,
             clean_in_progress: false,
             earliest_delete_horizon_ms: None,
+            offline_cause: None,
         })
     }
 
@@ -339,6 +350,31 @@ impl UnifiedLog {
         config.validate()?;
         self.config = config;
         Ok(())
+    }
+
+    /// The first write or fsync failure of this log, when it is offline.
+    pub fn offline_cause(&self) -> Option<&str> {
+        self.offline_cause.as_deref()
+    }
+
+    /// Refuses a write when the log is offline.
+    pub(crate) fn check_online(&self) -> Result<(), StorageError> {
+        match &self.offline_cause {
+            Some(cause) => Err(StorageError::Offline {
+                path: self.dir.clone(),
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes the log offline after a write or fsync failed, and passes the error on.
+    pub(crate) fn go_offline(&mut self, e: StorageError) -> StorageError {
+        if self.offline_cause.is_none() && !matches!(e, StorageError::Offline { .. }) {
+            tracing::error!(dir = %self.dir.display(), error = %e, "log write failed; log is offline");
+            self.offline_cause = Some(e.to_string());
+        }
+        e
     }
 
     pub fn dir(&self) -> &Path {
@@ -499,6 +535,7 @@ impl UnifiedLog {
         } else {
             origin
         };
+        self.check_online()?;
         let batches = self.analyze_and_validate(&records, origin, now_ms)?;
         let log_append_time =
             self.config.message_timestamp_type == MessageTimestampType::LogAppendTime;
@@ -589,9 +626,11 @@ impl UnifiedLog {
             ));
             offset = last + 1;
         }
-        self.append_batches(&buf, &summaries, now_ms)?;
+        self.append_batches(&buf, &summaries, now_ms)
+            .map_err(|e| self.go_offline(e))?;
         self.producer_state.apply(staged);
-        self.after_append(record_count, now_ms)?;
+        self.after_append(record_count, now_ms)
+            .map_err(|e| self.go_offline(e))?;
         Ok(LogAppendInfo {
             first_offset,
             last_offset: offset - 1,
@@ -613,6 +652,7 @@ impl UnifiedLog {
         records: Bytes,
         now_ms: i64,
     ) -> Result<LogAppendInfo, AppendError> {
+        self.check_online()?;
         let batches = self.analyze_and_validate(&records, AppendOrigin::Replication, now_ms)?;
         if batches.is_empty() {
             return Ok(self.empty_append_info());
@@ -646,14 +686,16 @@ impl UnifiedLog {
             ));
             expected = b.next_offset();
         }
-        self.append_batches(&records, &summaries, now_ms)?;
+        self.append_batches(&records, &summaries, now_ms)
+            .map_err(|e| self.go_offline(e))?;
         for vb in &batches {
             let mut hb = [0u8; HEADER_LEN];
             hb.copy_from_slice(&vb.batch.as_bytes()[..HEADER_LEN]);
             self.producer_state
                 .replay(&crate::header::BatchHeader::parse(&hb));
         }
-        self.after_append(record_count, now_ms)?;
+        self.after_append(record_count, now_ms)
+            .map_err(|e| self.go_offline(e))?;
         let first = summaries.first().map_or(-1, |s| s.0);
         let last = summaries.last().map_or(-1, |s| s.2.last_offset);
         Ok(LogAppendInfo {
@@ -765,6 +807,7 @@ impl UnifiedLog {
 
     /// Makes a new active segment at `base_offset`, after making the old one durable.
     pub(crate) fn roll(&mut self, base_offset: i64, now_ms: i64) -> Result<(), StorageError> {
+        self.check_online()?;
         if let Some(mut entry) = self.segments.last_entry() {
             if entry.get().size() == 0 {
                 // Nothing to keep: replace the empty segment.
@@ -1083,8 +1126,13 @@ impl UnifiedLog {
 
     /// Fsyncs the active segment (older ones were fsynced when rolled).
     pub fn flush(&mut self) -> Result<(), StorageError> {
+        self.check_online()?;
         if let Some(active) = self.active_segment() {
-            active.flush()?;
+            // Never retried: after a failed fsync the kernel may have dropped the dirty
+            // pages, and a second fsync that succeeds would prove nothing.
+            if let Err(e) = active.flush() {
+                return Err(self.go_offline(e));
+            }
         }
         self.recovery_point = self.log_end_offset();
         self.unflushed_messages = 0;
@@ -1094,6 +1142,7 @@ impl UnifiedLog {
     /// Flushes everything, writes the checkpoints and the clean-shutdown marker, so that
     /// the next open skips recovery.
     pub fn close(mut self) -> Result<(), StorageError> {
+        // Offline: no checkpoints and, above all, no clean-shutdown marker.
         self.flush()?;
         self.checkpoint_high_watermark()?;
         checkpoint::write_offset(&self.dir.join(LOG_START_OFFSET_FILE), self.log_start_offset)?;

@@ -943,3 +943,71 @@ fn timestamp_bounds_refuse_client_batches_and_spare_followers() {
         .unwrap();
     assert_eq!(info.max_timestamp, T0);
 }
+
+/// A write the kernel refuses (ENOSPC from `/dev/full`, the same error a full disk
+/// gives) takes the log offline: the append fails with the disk's error, every later
+/// append and flush is refused without touching the disk, `close` writes no
+/// clean-shutdown marker, and a reopen on a healthy disk finds every earlier record.
+#[test]
+fn a_failed_write_takes_the_log_offline_and_close_leaves_it_unclean() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(1024), T0).unwrap();
+    let appended = fill(&mut log, 40);
+    let end = log.log_end_offset();
+    log.close().unwrap();
+    // The next segment's file is the full device: the kernel answers every write to it
+    // with ENOSPC.
+    let full = crate::segment::segment_file(dir.path(), end, LOG_FILE_SUFFIX);
+    std::os::unix::fs::symlink("/dev/full", &full).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(1024), T0).unwrap();
+    assert_eq!(log.log_end_offset(), end);
+
+    let b = TestBatch::new(2, T0).bytes();
+    match log.append_as_leader(b.clone(), 1, AppendOrigin::Client, T0) {
+        Err(AppendError::Io(e)) => assert_eq!(
+            e.io_error().and_then(|e| e.raw_os_error()),
+            Some(28), // ENOSPC
+            "{e}"
+        ),
+        other => panic!("expected an i/o error, got {other:?}"),
+    }
+    assert!(log.offline_cause().is_some_and(|c| c.contains("No space")));
+    assert_eq!(log.log_end_offset(), end, "nothing was acknowledged");
+    for _ in 0..2 {
+        match log.append_as_leader(b.clone(), 1, AppendOrigin::Client, T0) {
+            Err(AppendError::Io(StorageError::Offline { cause, .. })) => {
+                assert!(cause.contains("No space"), "{cause}")
+            }
+            other => panic!("expected the log to be offline, got {other:?}"),
+        }
+    }
+    let follower_batch = TestBatch::new(1, T0).at(end, 1).bytes();
+    assert!(matches!(
+        log.append_as_follower(follower_batch, T0),
+        Err(AppendError::Io(StorageError::Offline { .. }))
+    ));
+    assert!(matches!(log.flush(), Err(StorageError::Offline { .. })));
+    assert!(log.close().is_err());
+    assert!(
+        !dir.path().join(CLEAN_SHUTDOWN_FILE).exists(),
+        "an offline log must not be marked clean"
+    );
+
+    // The disk is healthy again (the device file is gone): everything acknowledged
+    // before the failure is there, at its offsets, and the log takes writes again.
+    fs::remove_file(&full).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(1024), T0).unwrap();
+    assert_eq!(log.log_end_offset(), end);
+    let all = read_all(&log, 4096);
+    assert_eq!(all.len(), appended.len());
+    for (b, (base, count)) in all.iter().zip(&appended) {
+        assert_eq!(
+            (b.base_offset(), i64::from(b.record_count())),
+            (*base, *count)
+        );
+    }
+    let info = log
+        .append_as_leader(b, 1, AppendOrigin::Client, T0)
+        .unwrap();
+    assert_eq!(info.first_offset, end);
+}
