@@ -6,7 +6,7 @@
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const RILL: &str = env!("CARGO_BIN_EXE_rill");
 
@@ -77,21 +77,33 @@ fn start_server() -> Server {
     let dir = TempDir::new();
     let port = free_port();
     let bootstrap = format!("127.0.0.1:{port}");
-    let guard = ServerGuard(
+    let mut guard = ServerGuard(
         Command::new(RILL)
             .args(["server", "--listen", &bootstrap, "--data-dir"])
             .arg(&dir.0)
             .args(["--override", "group.initial.rebalance.delay.ms=0"])
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(&bootstrap).is_err() {
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Ready is the `rill listening on` line, printed once the controller has unfenced
+    // the broker; the port accepts connections earlier, when a CreateTopics still finds
+    // no available broker (INVALID_REPLICATION_FACTOR).
+    let stdout = guard.0.stdout.take().unwrap();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line.starts_with("rill listening on") {
+                let _ = ready_tx.send(());
+            }
+        }
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("server did not start");
     Server {
         bootstrap,
         _guard: guard,
