@@ -1,5 +1,6 @@
 """Configs against the real broker: dynamic broker configs with Kafka's precedence and
 sources, message.timestamp.before.max.ms refusing old CreateTime records,
+message.timestamp.type=LogAppendTime stamping batches with the broker's time,
 compression.type making the leader store batches with the topic's codec, and a
 connection limit changed at runtime."""
 
@@ -156,6 +157,39 @@ def test_create_time_older_than_before_max_ms_is_refused(rill):
     values = [r.value for _, r in sorted(read_all(rill.bootstrap, topic, 1)[0].items())]
     assert values == [b"fresh"]
     assert old_error.code() == KafkaError.INVALID_TIMESTAMP, old_error
+
+
+def test_log_append_time_replaces_the_producer_timestamp(rill):
+    """message.timestamp.type=LogAppendTime: the broker stamps each batch with its own
+    clock and answers it (typed LOG_APPEND_TIME) in the produce response, and consumers
+    see that time, whatever the producer set; changed live to CreateTime, the next batch
+    keeps the producer's time."""
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+
+    topic = unique_topic("append-time")
+    client = create_topic(rill.bootstrap, topic, 1, {"message.timestamp.type": "LogAppendTime"})
+    producer = Producer({"bootstrap.servers": rill.bootstrap, "acks": "all"})
+    day_ago = int(time.time() * 1000) - 86_400_000
+    delivered = []
+    producer.produce(
+        topic,
+        value=b"stamped",
+        partition=0,
+        timestamp=day_ago,
+        on_delivery=lambda e, m: delivered.append((e, m.timestamp())),
+    )
+    assert producer.flush(TIMEOUT_S) == 0
+    before = int(time.time() * 1000) - 60_000
+    alter(client, ResourceType.TOPIC, topic, {"message.timestamp.type": "CreateTime"})
+    producer.produce(topic, value=b"kept", partition=0, timestamp=day_ago)
+    assert producer.flush(TIMEOUT_S) == 0
+    ((error, (ts_type, ts)),) = delivered
+    assert error is None, error
+    assert ts_type == TIMESTAMP_LOG_APPEND_TIME and ts >= before, (ts_type, ts)
+    records = [r for _, r in sorted(read_all(rill.bootstrap, topic, 1)[0].items())]
+    assert [r.value for r in records] == [b"stamped", b"kept"]
+    assert records[0].timestamp >= before, "the consumer must see the broker's time"
+    assert records[1].timestamp == day_ago, "CreateTime keeps the producer's time"
 
 
 def batch_headers(data_dir: Path, topic: str) -> list[tuple[int, int, int]]:
