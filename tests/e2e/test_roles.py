@@ -11,6 +11,7 @@ quorum port. What these tests hold such a cluster to, driven by confluent-kafka:
   can be created and written, and the brokers serve throughout;
 - a broker-only node killed and restarted catches up and returns to the ISR;
 - a combined node with a broker-only node beside it makes a working cluster;
+- a broker-only node without a node id is given one (1001) and keeps it across restarts;
 - a node whose roles contradict the voter list refuses to start, saying why.
 """
 
@@ -226,3 +227,33 @@ def test_roles_that_contradict_the_voters_refuse_to_start(tmp_path):
         tmp_path, "--listen", "127.0.0.1:0", "--override", "process.roles=controller"
     )
     assert "controller-only node" in controller_with_listen
+
+
+def test_broker_only_node_without_node_id_gets_a_generated_one(rill_cluster_factory, rill_factory):
+    """broker.id.generation.enable: a broker-only node started without `node.id` is given
+    one by the controller above reserved.broker.max.id (1000), keeps it in
+    meta.properties, and comes back under the same id after a restart."""
+    from rill_harness import free_port
+
+    cluster = rill_cluster_factory(size=1, overrides={"offsets.topic.replication.factor": "1"})
+    args = cluster.node(1).extra_args
+    voters = args[args.index("--controller-quorum") + 1]
+    broker = rill_factory(
+        overrides={"process.roles": "broker", "broker.session.timeout.ms": "2000"},
+        extra_args=["--controller-listen", f"127.0.0.1:{free_port()}", "--controller-quorum", voters],
+    )
+    bootstrap = f"{cluster.bootstrap},{broker.bootstrap}"
+
+    def brokers():
+        return sorted(admin(bootstrap).list_topics(timeout=10).brokers)
+
+    assert wait_for(lambda: brokers() == [1, 1001], 30, "brokers 1 and 1001")
+    stored = (broker.data_dir / "meta.properties").read_text()
+    assert "node.id=1001" in stored, stored
+    broker.stop()
+    broker.start()
+    assert wait_for(lambda: brokers() == [1, 1001], 30, "broker 1001 back under its id")
+    topic = unique_topic("generated")
+    create_replicated_topic(bootstrap, topic, 2, 2)
+    acked = produce(bootstrap, topic, [f"v{i}" for i in range(50)])
+    check_readable(bootstrap, topic, 2, acked)

@@ -20,6 +20,17 @@ use crate::error::BrokerError;
 
 const FILE: &str = "meta.properties";
 
+/// The node id an earlier start stored in `data_dir`, if any (a broker whose id was
+/// generated keeps it across restarts this way).
+pub fn stored_node_id(data_dir: &Path) -> Result<Option<i32>, BrokerError> {
+    let path = data_dir.join(FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(parse(&text).get("node.id").and_then(|v| v.parse().ok())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(BrokerError::io(path.display(), e)),
+    }
+}
+
 /// Returns the cluster id of `data_dir`, creating `meta.properties` on the first start.
 pub fn load_or_create(
     data_dir: &Path,

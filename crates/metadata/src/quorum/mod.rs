@@ -738,6 +738,66 @@ async fn join_as_observer(
     }
 }
 
+/// Hands `event` to the active controller from a process that is not (yet) part of the
+/// quorum: asks the voters in turn, following the leader each names, until one answers
+/// or `timeout` passes. A broker that has no `node.id` registers this way to have one
+/// generated (`broker.id.generation.enable`) before it can join as an observer, which
+/// needs its id.
+pub async fn submit_to_voters(
+    voters: &BTreeMap<u64, SocketAddr>,
+    event: ControllerEvent,
+    timeout: Duration,
+) -> Result<SubmitResult, MetadataError> {
+    let deadline = Instant::now() + timeout;
+    let mut backoff = SUBMIT_BACKOFF_MIN;
+    let mut hint: Option<u64> = None;
+    let mut turn = 0usize;
+    let mut last = MetadataError::NotController { leader_id: None };
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() || voters.is_empty() {
+            return Err(last);
+        }
+        let target = hint
+            .take()
+            .filter(|h| voters.contains_key(h))
+            .unwrap_or_else(|| {
+                turn += 1;
+                voters
+                    .keys()
+                    .nth(turn % voters.len())
+                    .copied()
+                    .unwrap_or_default()
+            });
+        let Some(addr) = voters.get(&target).copied() else {
+            return Err(last);
+        };
+        let attempt = async {
+            let mut stream = TcpStream::connect(addr).await?;
+            let _ = stream.set_nodelay(true);
+            network::call_controller(&mut stream, event.clone()).await
+        };
+        match tokio::time::timeout(remaining, attempt).await {
+            Ok(Ok(Ok(result))) => return Ok(result),
+            Ok(Ok(Err(ForwardError::NotController { leader_id }))) => {
+                hint = leader_id;
+                last = MetadataError::NotController { leader_id };
+            }
+            Ok(Ok(Err(ForwardError::Other(reason)))) => return Err(MetadataError::Quorum(reason)),
+            Ok(Err(e)) => {
+                last = MetadataError::Unreachable {
+                    node_id: target,
+                    reason: e.to_string(),
+                }
+            }
+            Err(_) => return Err(MetadataError::Timeout { timeout }),
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        tokio::time::sleep(backoff.min(remaining)).await;
+        backoff = (backoff * 2).min(SUBMIT_BACKOFF_MAX);
+    }
+}
+
 /// Puts `event` on an event loop's queue and waits for its answer.
 pub(crate) async fn submit_to_loop(
     events: &mpsc::Sender<Submission>,
