@@ -6,6 +6,7 @@ What these tests hold the cluster to:
 - an idempotent acks=all producer loses nothing, duplicates nothing and never sees one
   offset hold two records while a partition leader is killed with SIGKILL and restarted,
   and the restarted node returns to the ISR;
+- CreatePartitions and DeleteTopics act on every node (and every node's disk);
 - the active controller can die and a new one takes over (topics can still be created);
 - with two of three nodes down, acks=all writes are refused, never acknowledged;
 - a rolling restart of all three nodes, with a producer and a consumer group running,
@@ -167,6 +168,49 @@ def test_three_nodes_agree_on_metadata(rill_cluster_factory):
     leaders = [leader for leader, _ in views[0][2].values()]
     # Round-robin placement spreads leadership: two partitions led by each node.
     assert sorted(leaders.count(n) for n in (1, 2, 3)) == [2, 2, 2], views[0][2]
+
+
+
+def test_create_partitions_and_delete_topics_across_the_cluster(rill_cluster_factory):
+    """CreatePartitions grows a replicated topic on every node (new partitions led, in
+    sync, writable); DeleteTopics removes it from every node's metadata and disk."""
+    from confluent_kafka.admin import NewPartitions
+
+    cluster = rill_cluster_factory()
+    topic = unique_topic("grow")
+    client = create_replicated_topic(cluster.bootstrap, topic, 2, 3)
+    futures = client.create_partitions([NewPartitions(topic, 4)], operation_timeout=ADMIN_TIMEOUT_S)
+    futures[topic].result(timeout=ADMIN_TIMEOUT_S)
+    for node in cluster.nodes.values():
+        node_admin = admin(node.bootstrap)
+        wait_for(
+            lambda: all_in_sync(node_admin, topic, 4, 3),
+            SETTLE_TIMEOUT_S,
+            f"node {node.port}: four partitions led and in sync",
+        )
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for p in range(4):
+        producer.produce(topic, value=f"p{p}".encode(), partition=p)
+    assert producer.flush(30) == 0
+    stored = read_all(cluster.bootstrap, topic, 4)
+    assert {p: [r.value for r in recs.values()] for p, recs in stored.items()} == {
+        p: [f"p{p}".encode()] for p in range(4)
+    }
+    for node in cluster.nodes.values():
+        assert len(list(node.data_dir.glob(f"{topic}-*"))) == 4, "every node hosts all four"
+    client.delete_topics([topic], operation_timeout=ADMIN_TIMEOUT_S)[topic].result(
+        timeout=ADMIN_TIMEOUT_S
+    )
+
+    def gone_everywhere():
+        for node in cluster.nodes.values():
+            if topic in admin(node.bootstrap).list_topics(timeout=10).topics:
+                return False
+            if any(node.data_dir.glob(f"{topic}-*")):
+                return False
+        return True
+
+    wait_for(gone_everywhere, SETTLE_TIMEOUT_S, "the topic gone from every node and disk")
 
 
 def test_leader_kill9_loses_no_acknowledged_record(rill_cluster_factory):
