@@ -54,7 +54,24 @@ def alter_cluster_default(bootstrap: str, entries: dict[str, str | None]) -> tup
         body += _string(k) + struct.pack(">b", 1 if v is None else 0)
         body += struct.pack(">h", -1) if v is None else _string(v)
     body += b"\x00"  # validate_only
-    header = struct.pack(">hhi", 44, 0, 7) + _string("e2e-configs")
+    return config_request(bootstrap, 44, body)
+
+
+def legacy_alter(bootstrap: str, resource_type: int, name: str, entries: dict[str, str]):
+    """AlterConfigs v0 (the API before the incremental one) over a raw socket: clients
+    now either send the incremental form or fill in every existing key themselves."""
+    body = struct.pack(">i", 1) + struct.pack(">b", resource_type) + _string(name)
+    body += struct.pack(">i", len(entries))
+    for k, v in entries.items():
+        body += _string(k) + _string(v)
+    body += b"\x00"  # validate_only
+    return config_request(bootstrap, 33, body)
+
+
+def config_request(bootstrap: str, api_key: int, body: bytes) -> tuple[int, str | None]:
+    """Sends a v0 config-altering request for one resource; returns its error code and
+    message (both responses start alike: throttle, then per resource code and message)."""
+    header = struct.pack(">hhi", api_key, 0, 7) + _string("e2e-configs")
     frame = header + body
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
@@ -291,3 +308,22 @@ def test_connection_limit_per_ip_changes_at_runtime(rill):
             time.sleep(0.2)
     assert result == (0, None)
     wait_for(lambda: connect_many(6) == [True] * 6, TIMEOUT_S, "six connections answered")
+
+
+def test_legacy_alter_configs_replaces_every_override(rill):
+    """AlterConfigs (the API before the incremental one) replaces a topic's whole set of
+    overrides: keys it does not name go back to their defaults; an invalid value is
+    refused with INVALID_CONFIG and changes nothing."""
+    topic = unique_topic("legacy-alter")
+    client = create_topic(
+        rill.bootstrap, topic, 1, {"retention.ms": "1000000", "cleanup.policy": "compact"}
+    )
+    assert legacy_alter(rill.bootstrap, 2, topic, {"retention.ms": "5000"}) == (0, None)
+    entries = describe(client, ResourceType.TOPIC, topic)
+    assert entries["retention.ms"].value == "5000"
+    assert entries["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert entries["cleanup.policy"].value == "delete", "an unnamed override must go"
+    assert entries["cleanup.policy"].source == ConfigSource.DEFAULT_CONFIG.value
+    code, message = legacy_alter(rill.bootstrap, 2, topic, {"retention.ms": "soon"})
+    assert code == 40 and message, (code, message)  # INVALID_CONFIG, saying why
+    assert describe(client, ResourceType.TOPIC, topic)["retention.ms"].value == "5000"
