@@ -37,11 +37,11 @@ use crate::StorageError;
 const OFFSET_ENTRY: usize = 8;
 const TIME_ENTRY: usize = 12;
 
-/// The file's bytes; empty when it does not exist yet (it is created at the first flush).
-fn read_existing(path: &Path) -> Result<Vec<u8>, StorageError> {
+/// The file's bytes; `None` when it does not exist yet (it is created at the first flush).
+fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
     match std::fs::read(path) {
-        Ok(bytes) => Ok(bytes),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(StorageError::io(path, e)),
     }
 }
@@ -56,19 +56,23 @@ fn open_for_write(path: &Path) -> Result<File, StorageError> {
 }
 
 /// What of an index is on disk: how many entries the file holds, and whether it changed
-/// (entries added or removed) since its last fsync. A `Cell`, so that a flush through
-/// `&self` can record its progress; the index is only ever used under the log's lock.
+/// (entries added or removed) since its last fsync or does not exist yet. `Cell`s, so
+/// that a flush through `&self` can record its progress; the index is only ever used
+/// under the log's lock.
 #[derive(Debug)]
 struct FileState {
     persisted: Cell<usize>,
+    /// Changed since the last fsync, or absent: the next flush must write the file even
+    /// with no new entries, since a segment whose index files are missing is rebuilt at
+    /// its next open.
     dirty: Cell<bool>,
 }
 
 impl FileState {
-    fn loaded(entries: usize) -> Self {
+    fn loaded(entries: usize, exists: bool) -> Self {
         Self {
             persisted: Cell::new(entries),
-            dirty: Cell::new(false),
+            dirty: Cell::new(!exists),
         }
     }
 
@@ -126,7 +130,9 @@ impl OffsetIndex {
         base_offset: i64,
         max_index_bytes: u64,
     ) -> Result<Self, StorageError> {
-        let bytes = read_existing(path)?;
+        let existing = read_existing(path)?;
+        let exists = existing.is_some();
+        let bytes = existing.unwrap_or_default();
         let loaded_cleanly = bytes.len() % OFFSET_ENTRY == 0;
         let entries: Vec<(u32, u32)> = bytes
             .chunks_exact(OFFSET_ENTRY)
@@ -139,7 +145,7 @@ impl OffsetIndex {
             .collect();
         Ok(Self {
             path: path.to_owned(),
-            file: FileState::loaded(entries.len()),
+            file: FileState::loaded(entries.len(), exists),
             base_offset,
             entries,
             max_entries: (max_index_bytes / OFFSET_ENTRY as u64).max(1) as usize,
@@ -266,7 +272,9 @@ impl TimeIndex {
         base_offset: i64,
         max_index_bytes: u64,
     ) -> Result<Self, StorageError> {
-        let bytes = read_existing(path)?;
+        let existing = read_existing(path)?;
+        let exists = existing.is_some();
+        let bytes = existing.unwrap_or_default();
         let loaded_cleanly = bytes.len() % TIME_ENTRY == 0;
         let entries: Vec<(i64, u32)> = bytes
             .chunks_exact(TIME_ENTRY)
@@ -281,7 +289,7 @@ impl TimeIndex {
             .collect();
         Ok(Self {
             path: path.to_owned(),
-            file: FileState::loaded(entries.len()),
+            file: FileState::loaded(entries.len(), exists),
             base_offset,
             entries,
             max_entries: (max_index_bytes / TIME_ENTRY as u64).max(1) as usize,
@@ -454,6 +462,19 @@ mod tests {
         let reopened = OffsetIndex::open(&p, 0, 1024).unwrap();
         assert_eq!(reopened.entries, vec![(9, 0), (25, 5000), (35, 9000)]);
         reopened.sanity_check(10_000).unwrap();
+    }
+
+    #[test]
+    fn flush_creates_an_index_file_without_entries() {
+        // A segment with under index.interval.bytes of data has no entries; its files
+        // must still exist after a clean close, or the next open rebuilds the segment.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("00000000000000000000.index");
+        let t = dir.path().join("00000000000000000000.timeindex");
+        OffsetIndex::open(&p, 0, 1024).unwrap().flush().unwrap();
+        TimeIndex::open(&t, 0, 1024).unwrap().flush().unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+        assert_eq!(std::fs::metadata(&t).unwrap().len(), 0);
     }
 
     #[test]
