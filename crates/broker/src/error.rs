@@ -13,6 +13,9 @@ pub enum BrokerError {
     Metadata(String),
     #[error("storage: {0}")]
     Storage(#[from] rill_storage::StorageError),
+    /// The broker is closing its logs and opens no more.
+    #[error("the broker is shutting down")]
+    ShuttingDown,
 }
 
 impl BrokerError {

@@ -35,6 +35,7 @@ use rill_storage::TopicPartition;
 use tokio::sync::watch;
 
 use crate::group_coordinator::OFFSETS_TOPIC;
+use crate::replica_manager::PartitionChange;
 use crate::Broker;
 
 /// The directory of the metadata log under `log.dirs` (Kafka's name for it).
@@ -130,21 +131,47 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
             tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "deleting replica failed");
         }
     }
-    for (tp, topic_id, registration) in &changes.leaders {
-        let config = broker.log_config(new, &tp.topic);
-        match broker
-            .replicas
-            .become_leader(&to_tp(tp), *topic_id, registration, &config)
-        {
+    // Opening logs and recording leader epochs does blocking file I/O for every partition
+    // (thousands at a restart): it runs on blocking threads, several partitions at once,
+    // rather than stalling a runtime worker for its whole length.
+    let as_changes = |list: &[(
+        rill_metadata::TopicPartition,
+        rill_protocol::Uuid,
+        rill_metadata::PartitionRegistration,
+    )]| {
+        list.iter()
+            .map(|(tp, topic_id, registration)| PartitionChange {
+                tp: to_tp(tp),
+                topic_id: *topic_id,
+                registration: registration.clone(),
+                config: broker.log_config(new, &tp.topic),
+            })
+            .collect::<Vec<_>>()
+    };
+    let leaders = as_changes(&changes.leaders);
+    let replicas = broker.replicas.clone();
+    let results = match tokio::task::spawn_blocking(move || replicas.become_leaders(&leaders)).await
+    {
+        Ok(results) => results,
+        Err(e) => {
+            tracing::error!(error = %e, "applying leaderships failed");
+            Vec::new()
+        }
+    };
+    for ((tp, _, _), result) in changes.leaders.iter().zip(results) {
+        match result {
             Ok(()) => {
                 if tp.topic == OFFSETS_TOPIC && !led_before(tp) {
                     broker.groups.elect(tp.partition).await;
                 }
             }
-            Err(e) => {
-                tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "becoming leader failed")
-            }
+            Err(e) => report_failure(tp, "becoming leader failed", &e),
         }
+    }
+    let followers = as_changes(&changes.followers);
+    let replicas = broker.replicas.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || replicas.open_logs(&followers)).await {
+        tracing::error!(error = %e, "opening followed logs failed");
     }
     for (tp, topic_id, registration) in &changes.followers {
         if tp.topic == OFFSETS_TOPIC && led_before(tp) {
@@ -166,7 +193,7 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
             &config,
             leader_addr,
         ) {
-            tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "becoming follower failed");
+            report_failure(tp, "becoming follower failed", &e);
         }
     }
     let mut reconfigured = BTreeSet::new();
@@ -192,6 +219,17 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
         }
     }
     install(broker, new);
+}
+
+/// Logs a partition the publisher could not act on. Refusals because the broker is
+/// shutting down are expected (the controlled shutdown's own leadership changes arrive
+/// while the logs are being closed) and are logged at debug level only.
+fn report_failure(tp: &rill_metadata::TopicPartition, what: &str, e: &crate::error::BrokerError) {
+    if matches!(e, crate::error::BrokerError::ShuttingDown) {
+        tracing::debug!(topic = %tp.topic, partition = tp.partition, "{what}: shutting down");
+    } else {
+        tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "{what}");
+    }
 }
 
 /// Topics (present in both images) whose config overrides differ.

@@ -35,6 +35,59 @@ use crate::replica_fetcher::{FetcherConfig, ReplicaFetcherManager};
 /// How often a parked acks=all produce looks at its partition even without a wake-up.
 const ACKS_ALL_RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// Threads that open logs and apply leadership when one metadata update touches many
+/// partitions (a restart, a large topic creation). The work is bound by fsync latency
+/// (a clean open fsyncs its directory, a new leader epoch its checkpoint), not by CPU,
+/// so more threads than cores overlap the waits; Kafka's `num.recovery.threads.per.data.dir`
+/// plays the same part.
+const PARTITION_CHANGE_THREADS: usize = 8;
+/// Updates touching fewer partitions than this are applied on the calling thread.
+const PARALLEL_CHANGE_MIN: usize = 32;
+
+/// One partition whose leadership (or ISR, or replica set) a metadata update changed.
+#[derive(Debug, Clone)]
+pub struct PartitionChange {
+    pub tp: TopicPartition,
+    pub topic_id: Uuid,
+    pub registration: rill_metadata::PartitionRegistration,
+    pub config: LogConfig,
+}
+
+/// Runs `f` on every item, on up to [`PARTITION_CHANGE_THREADS`] threads when there are
+/// many, and returns the results in the items' order.
+fn for_each_partition<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    for_each_owned(items.iter().collect(), f)
+}
+
+/// [`for_each_partition`] for items consumed by `f`.
+fn for_each_owned<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    if items.len() < PARALLEL_CHANGE_MIN {
+        return items.into_iter().map(f).collect();
+    }
+    let chunk = items.len().div_ceil(PARTITION_CHANGE_THREADS);
+    let mut parts = Vec::with_capacity(PARTITION_CHANGE_THREADS);
+    let mut rest = items.into_iter();
+    loop {
+        let part: Vec<T> = rest.by_ref().take(chunk).collect();
+        if part.is_empty() {
+            break;
+        }
+        parts.push(part);
+    }
+    let f = &f;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = parts
+            .into_iter()
+            .map(|part| scope.spawn(move || part.into_iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        // A panic in a worker is carried on to the caller rather than dropped.
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
 /// An ISR change to send to the controller. Unbounded channel, but bounded in effect:
 /// the ISR state machine keeps at most one change in flight per partition led here.
 pub type AlterPartitionItem = (TopicPartition, Uuid, isr::AlterPartitionProposal);
@@ -141,6 +194,10 @@ pub struct ReplicaManager {
     clock: Clock,
     /// Set by the first failed write in the data directory; stops every later one.
     log_dir_failure: Arc<LogDirFailureChannel>,
+    /// Set (under the map's write lock) when [`Self::shutdown`] starts closing the logs:
+    /// from then on no log is opened, so that a metadata update still being applied
+    /// cannot open a second `UnifiedLog` on a directory that is being closed.
+    shutting_down: std::sync::atomic::AtomicBool,
 }
 
 /// Where a replica manager reads the time: every time-dependent rule below it (ISR
@@ -197,6 +254,7 @@ impl ReplicaManager {
             appended: Notify::new(),
             clock,
             log_dir_failure: Arc::new(LogDirFailureChannel::new(data_dir)),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
         };
         (rm, rx)
     }
@@ -254,6 +312,10 @@ impl ReplicaManager {
             // A topic deleted and created again under the same name: the old log goes.
             self.delete_partition(tp)?;
         }
+        let shutting_down = || self.shutting_down.load(std::sync::atomic::Ordering::SeqCst);
+        if shutting_down() {
+            return Err(BrokerError::ShuttingDown);
+        }
         let dir = self
             .data_dir
             .join(partition_dir_name(&tp.topic, tp.partition));
@@ -264,7 +326,18 @@ impl ReplicaManager {
             state: Mutex::new(state.clone()),
             leader: Mutex::new(None),
         });
-        self.write_map().insert(tp.clone(), partition.clone());
+        let mut map = self.write_map();
+        if shutting_down() {
+            // Shutdown began while the log was opening: close it as shutdown would.
+            drop(map);
+            if let Ok(p) = Arc::try_unwrap(partition) {
+                if let Ok(log) = p.log.into_inner() {
+                    log.close()?;
+                }
+            }
+            return Err(BrokerError::ShuttingDown);
+        }
+        map.insert(tp.clone(), partition.clone());
         Ok(partition)
     }
 
@@ -336,6 +409,27 @@ impl ReplicaManager {
         }
         self.appended.notify_waiters();
         Ok(())
+    }
+
+    /// [`Self::become_leader`] for each change, on several threads when there are many
+    /// (see [`PARTITION_CHANGE_THREADS`]); results in the changes' order.
+    pub fn become_leaders(&self, changes: &[PartitionChange]) -> Vec<Result<(), BrokerError>> {
+        for_each_partition(changes, |c| {
+            self.become_leader(&c.tp, c.topic_id, &c.registration, &c.config)
+        })
+    }
+
+    /// Opens the logs of the partitions that are not open yet, on several threads when
+    /// there are many, so that a following [`Self::become_follower`] for each finds its log
+    /// open. A log that fails to open is left for `become_follower` to report.
+    pub fn open_logs(&self, changes: &[PartitionChange]) {
+        for_each_partition(changes, |c| {
+            if self.get(&c.tp).is_none() {
+                let state = PartitionState::from_registration(&c.registration);
+                // Errors surface again, with the partition named, in become_follower.
+                let _ = self.ensure_open(&c.tp, c.topic_id, &state, &c.config);
+            }
+        });
     }
 
     /// This broker now follows the partition: it stops accepting client writes and reads
@@ -986,22 +1080,29 @@ impl ReplicaManager {
             tracing::error!(%failure, "not closing the logs");
             return;
         }
-        let partitions: Vec<_> = self.write_map().drain().collect();
-        for (tp, p) in partitions {
+        let partitions: Vec<_> = {
+            let mut map = self.write_map();
+            self.shutting_down
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            map.drain().collect()
+        };
+        // Closing fsyncs each log and writes its checkpoints: thousands of partitions
+        // take as many fsync round trips, overlapped on several threads.
+        for_each_owned(partitions, |(tp, p)| {
             let result = match Arc::try_unwrap(p) {
                 Ok(p) => match p.log.into_inner() {
                     Ok(log) => log.close(),
-                    Err(_) => continue,
+                    Err(_) => return,
                 },
                 Err(p) => match p.with_log(|log| log.flush()) {
                     Ok(r) => r,
-                    Err(_) => continue,
+                    Err(_) => return,
                 },
             };
             if let Err(e) = result {
                 tracing::error!(%tp, error = %e, "closing log failed");
             }
-        }
+        });
     }
 }
 

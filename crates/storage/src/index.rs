@@ -13,11 +13,21 @@
 //!   offset, the greatest timestamp in the segment is this one". Timestamps strictly
 //!   increase, so a lookup by timestamp is a binary search.
 //!
-//! The files are plain files read fully into memory when a segment is opened and
-//! appended to with positional writes (no mmap, no preallocation). They are rebuildable
-//! from the log at any time, so they are fsynced only on flush and roll; recovery
-//! rebuilds them when they are missing or do not match the log.
+//! The files are plain files read fully into memory when a segment is opened. New
+//! entries live in memory until the segment is flushed (`flush.messages`, `flush.ms`, a
+//! roll, a clean shutdown), which writes them at the end of the file and fsyncs it; no
+//! file handle is kept between flushes (no mmap, no preallocation).
+//!
+//! Why not keep the files open and write each entry as it comes: a broker with 10,000
+//! partitions would hold three descriptors per segment, 30,000 for the active segments
+//! alone, past common fd limits before a single client connects; with this layout a
+//! segment holds one, its `.log`. Deferring the writes loses nothing that matters: the
+//! indexes are derived from the log, every segment but the last is flushed when it is
+//! rolled, and the last one is flushed at a clean shutdown or rebuilt by recovery after
+//! any other (see [`crate::segment`]), so entries that never reached the file are never
+//! needed from it.
 
+use std::cell::Cell;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -27,23 +37,85 @@ use crate::StorageError;
 const OFFSET_ENTRY: usize = 8;
 const TIME_ENTRY: usize = 12;
 
-fn open_rw(path: &Path) -> Result<(File, Vec<u8>), StorageError> {
-    let file = OpenOptions::new()
-        .read(true)
+/// The file's bytes; `None` when it does not exist yet (it is created at the first flush).
+fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StorageError::io(path, e)),
+    }
+}
+
+fn open_for_write(path: &Path) -> Result<File, StorageError> {
+    OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
         .open(path)
-        .map_err(|e| StorageError::io(path, e))?;
-    let bytes = std::fs::read(path).map_err(|e| StorageError::io(path, e))?;
-    Ok((file, bytes))
+        .map_err(|e| StorageError::io(path, e))
+}
+
+/// What of an index is on disk: how many entries the file holds, and whether it changed
+/// (entries added or removed) since its last fsync or does not exist yet. `Cell`s, so
+/// that a flush through `&self` can record its progress; the index is only ever used
+/// under the log's lock.
+#[derive(Debug)]
+struct FileState {
+    persisted: Cell<usize>,
+    /// Changed since the last fsync, or absent: the next flush must write the file even
+    /// with no new entries, since a segment whose index files are missing is rebuilt at
+    /// its next open.
+    dirty: Cell<bool>,
+}
+
+impl FileState {
+    fn loaded(entries: usize, exists: bool) -> Self {
+        Self {
+            persisted: Cell::new(entries),
+            dirty: Cell::new(!exists),
+        }
+    }
+
+    /// The file now keeps at most `keep` entries (`set_len`), and must be fsynced again.
+    fn truncate(&self, path: &Path, keep: usize, entry_len: usize) -> Result<(), StorageError> {
+        let keep = keep.min(self.persisted.get());
+        open_for_write(path)?
+            .set_len((keep * entry_len) as u64)
+            .map_err(|e| StorageError::io(path, e))?;
+        self.persisted.set(keep);
+        self.dirty.set(true);
+        Ok(())
+    }
+
+    /// Writes `pending` (the entries after the persisted ones, already encoded) after the
+    /// persisted entries and fsyncs the file; nothing when nothing changed since the last
+    /// flush.
+    fn flush(
+        &self,
+        path: &Path,
+        pending: &[u8],
+        entry_len: usize,
+        total: usize,
+    ) -> Result<(), StorageError> {
+        if !self.dirty.get() && pending.is_empty() {
+            return Ok(());
+        }
+        let file = open_for_write(path)?;
+        let at = (self.persisted.get() * entry_len) as u64;
+        file.write_all_at(pending, at)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| StorageError::io(path, e))?;
+        self.persisted.set(total);
+        self.dirty.set(false);
+        Ok(())
+    }
 }
 
 /// The sparse offset → position index of one segment.
 #[derive(Debug)]
 pub struct OffsetIndex {
     path: PathBuf,
-    file: File,
+    file: FileState,
     base_offset: i64,
     /// (relative offset, position), both strictly increasing when the index is sane.
     entries: Vec<(u32, u32)>,
@@ -58,9 +130,11 @@ impl OffsetIndex {
         base_offset: i64,
         max_index_bytes: u64,
     ) -> Result<Self, StorageError> {
-        let (file, bytes) = open_rw(path)?;
+        let existing = read_existing(path)?;
+        let exists = existing.is_some();
+        let bytes = existing.unwrap_or_default();
         let loaded_cleanly = bytes.len() % OFFSET_ENTRY == 0;
-        let entries = bytes
+        let entries: Vec<(u32, u32)> = bytes
             .chunks_exact(OFFSET_ENTRY)
             .map(|c| {
                 (
@@ -71,7 +145,7 @@ impl OffsetIndex {
             .collect();
         Ok(Self {
             path: path.to_owned(),
-            file,
+            file: FileState::loaded(entries.len(), exists),
             base_offset,
             entries,
             max_entries: (max_index_bytes / OFFSET_ENTRY as u64).max(1) as usize,
@@ -140,13 +214,6 @@ impl OffsetIndex {
                 return Ok(());
             }
         }
-        let mut buf = [0u8; OFFSET_ENTRY];
-        buf[..4].copy_from_slice(&rel.to_be_bytes());
-        buf[4..].copy_from_slice(&position.to_be_bytes());
-        let at = (self.entries.len() * OFFSET_ENTRY) as u64;
-        self.file
-            .write_all_at(&buf, at)
-            .map_err(|e| StorageError::io(&self.path, e))?;
         self.entries.push((rel, position));
         Ok(())
     }
@@ -170,15 +237,19 @@ impl OffsetIndex {
     fn truncate_entries(&mut self, keep: usize) -> Result<(), StorageError> {
         self.entries.truncate(keep);
         self.loaded_cleanly = true;
-        self.file
-            .set_len((keep * OFFSET_ENTRY) as u64)
-            .map_err(|e| StorageError::io(&self.path, e))
+        self.file.truncate(&self.path, keep, OFFSET_ENTRY)
     }
 
+    /// Writes the entries added since the last flush and fsyncs the file.
     pub(crate) fn flush(&self) -> Result<(), StorageError> {
+        let from = self.file.persisted.get().min(self.entries.len());
+        let mut pending = Vec::with_capacity((self.entries.len() - from) * OFFSET_ENTRY);
+        for &(rel, position) in &self.entries[from..] {
+            pending.extend_from_slice(&rel.to_be_bytes());
+            pending.extend_from_slice(&position.to_be_bytes());
+        }
         self.file
-            .sync_data()
-            .map_err(|e| StorageError::io(&self.path, e))
+            .flush(&self.path, &pending, OFFSET_ENTRY, self.entries.len())
     }
 }
 
@@ -186,7 +257,7 @@ impl OffsetIndex {
 #[derive(Debug)]
 pub struct TimeIndex {
     path: PathBuf,
-    file: File,
+    file: FileState,
     base_offset: i64,
     /// (timestamp, relative offset): timestamps strictly increasing, offsets
     /// non-decreasing.
@@ -201,9 +272,11 @@ impl TimeIndex {
         base_offset: i64,
         max_index_bytes: u64,
     ) -> Result<Self, StorageError> {
-        let (file, bytes) = open_rw(path)?;
+        let existing = read_existing(path)?;
+        let exists = existing.is_some();
+        let bytes = existing.unwrap_or_default();
         let loaded_cleanly = bytes.len() % TIME_ENTRY == 0;
-        let entries = bytes
+        let entries: Vec<(i64, u32)> = bytes
             .chunks_exact(TIME_ENTRY)
             .map(|c| {
                 let mut ts = [0u8; 8];
@@ -216,7 +289,7 @@ impl TimeIndex {
             .collect();
         Ok(Self {
             path: path.to_owned(),
-            file,
+            file: FileState::loaded(entries.len(), exists),
             base_offset,
             entries,
             max_entries: (max_index_bytes / TIME_ENTRY as u64).max(1) as usize,
@@ -290,13 +363,6 @@ impl TimeIndex {
                 return Ok(());
             }
         }
-        let mut buf = [0u8; TIME_ENTRY];
-        buf[..8].copy_from_slice(&timestamp.to_be_bytes());
-        buf[8..].copy_from_slice(&rel.to_be_bytes());
-        let at = (self.entries.len() * TIME_ENTRY) as u64;
-        self.file
-            .write_all_at(&buf, at)
-            .map_err(|e| StorageError::io(&self.path, e))?;
         self.entries.push((timestamp, rel));
         Ok(())
     }
@@ -320,15 +386,19 @@ impl TimeIndex {
     fn truncate_entries(&mut self, keep: usize) -> Result<(), StorageError> {
         self.entries.truncate(keep);
         self.loaded_cleanly = true;
-        self.file
-            .set_len((keep * TIME_ENTRY) as u64)
-            .map_err(|e| StorageError::io(&self.path, e))
+        self.file.truncate(&self.path, keep, TIME_ENTRY)
     }
 
+    /// Writes the entries added since the last flush and fsyncs the file.
     pub(crate) fn flush(&self) -> Result<(), StorageError> {
+        let from = self.file.persisted.get().min(self.entries.len());
+        let mut pending = Vec::with_capacity((self.entries.len() - from) * TIME_ENTRY);
+        for &(timestamp, rel) in &self.entries[from..] {
+            pending.extend_from_slice(&timestamp.to_be_bytes());
+            pending.extend_from_slice(&rel.to_be_bytes());
+        }
         self.file
-            .sync_data()
-            .map_err(|e| StorageError::io(&self.path, e))
+            .flush(&self.path, &pending, TIME_ENTRY, self.entries.len())
     }
 }
 
@@ -352,6 +422,10 @@ mod tests {
         assert_eq!(idx.lookup(119), (119, 4100));
         assert_eq!(idx.lookup(128), (119, 4100));
         assert_eq!(idx.lookup(1000), (129, 8200));
+        // Entries reach the file when the segment is flushed, not before.
+        assert!(!p.exists());
+        idx.flush().unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 24);
         drop(idx);
         let mut idx = OffsetIndex::open(&p, 100, 1024).unwrap();
         idx.sanity_check(10_000).unwrap();
@@ -369,6 +443,41 @@ mod tests {
     }
 
     #[test]
+    fn flush_writes_only_what_is_new_after_a_truncation() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("00000000000000000000.index");
+        let mut idx = OffsetIndex::open(&p, 0, 1024).unwrap();
+        idx.append(9, 0).unwrap();
+        idx.append(19, 4100).unwrap();
+        idx.flush().unwrap();
+        idx.append(29, 8200).unwrap();
+        // Truncating below an entry that was never written, then below a written one.
+        idx.truncate_to(29).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 16);
+        idx.truncate_to(19).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 8);
+        idx.append(25, 5000).unwrap();
+        idx.append(35, 9000).unwrap();
+        idx.flush().unwrap();
+        let reopened = OffsetIndex::open(&p, 0, 1024).unwrap();
+        assert_eq!(reopened.entries, vec![(9, 0), (25, 5000), (35, 9000)]);
+        reopened.sanity_check(10_000).unwrap();
+    }
+
+    #[test]
+    fn flush_creates_an_index_file_without_entries() {
+        // A segment with under index.interval.bytes of data has no entries; its files
+        // must still exist after a clean close, or the next open rebuilds the segment.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("00000000000000000000.index");
+        let t = dir.path().join("00000000000000000000.timeindex");
+        OffsetIndex::open(&p, 0, 1024).unwrap().flush().unwrap();
+        TimeIndex::open(&t, 0, 1024).unwrap().flush().unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+        assert_eq!(std::fs::metadata(&t).unwrap().len(), 0);
+    }
+
+    #[test]
     fn time_index_lookup_and_monotonicity() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("00000000000000000000.timeindex");
@@ -380,6 +489,7 @@ mod tests {
         assert_eq!(idx.lookup(999), None);
         assert_eq!(idx.lookup(1500), Some((1000, 5)));
         assert_eq!(idx.lookup(5000), Some((2000, 12)));
+        idx.flush().unwrap();
         drop(idx);
         let mut idx = TimeIndex::open(&p, 0, 1024).unwrap();
         idx.sanity_check(13).unwrap();

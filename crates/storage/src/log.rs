@@ -297,7 +297,10 @@ impl UnifiedLog {
         }
         let trimmed = leader_epoch_cache.truncate_from_end(log_end)
             | leader_epoch_cache.truncate_from_start(log_start_offset);
-        if rebuild_epochs || trimmed {
+        // An empty rebuilt cache (a new log) has nothing to persist: a missing file
+        // rebuilds to the same nothing. Skipping it saves a new partition two fsyncs.
+        let rebuilt_something = rebuild_epochs && !leader_epoch_cache.entries().is_empty();
+        if rebuilt_something || trimmed {
             leader_epoch_cache.flush()?;
         }
 

@@ -318,7 +318,12 @@ impl LogSegment {
             Ok(None)
         } else {
             tracing::warn!(segment = %self.log_path.display(), "index missing or inconsistent, rebuilding");
-            self.recover().map(Some)
+            let outcome = self.recover()?;
+            // Index entries reach their files only on a flush (see `index`), and a segment
+            // that is not the active one is never flushed again: write the rebuilt ones now.
+            self.offset_index.flush()?;
+            self.time_index.flush()?;
+            Ok(Some(outcome))
         }
     }
 

@@ -393,6 +393,19 @@ fn clean_shutdown_marker() {
 }
 
 #[test]
+fn clean_close_leaves_index_files_for_a_segment_without_entries() {
+    // One small batch: below index.interval.bytes, so the active segment has no index
+    // entries; its index files must still exist for the next open to trust them.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    fill(&mut log, 1);
+    log.close().unwrap();
+    for suffix in ["index", "timeindex"] {
+        assert!(crate::segment::segment_file(dir.path(), 0, suffix).exists());
+    }
+}
+
+#[test]
 fn missing_or_corrupt_indexes_are_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();

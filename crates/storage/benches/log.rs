@@ -1,0 +1,108 @@
+//! Criterion benchmarks of the partition log's data path: a producer's 64 KiB batch
+//! appended as leader (validation, offset assignment, the write to the page cache, index
+//! upkeep; no fsync, as with Kafka's default `flush.messages`), and reads by offset, both
+//! as bytes (the TLS path) and as a file range (the sendfile path).
+//!
+//! Run with `cargo bench -p rill-storage --bench log`. The logs live in temporary
+//! directories under the system's temp dir, so the append figure is the page cache's
+//! speed on this machine, not the device's. Under `cargo test --all-targets` each
+//! benchmark runs once as a smoke test.
+#![allow(clippy::expect_used)] // benchmark set-up: a failure is a bug in the bench
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use rill_protocol::records::{CompressionType, RecordBatchBuilder};
+use rill_storage::{AppendOrigin, LogConfig, UnifiedLog};
+
+const NOW_MS: i64 = 1_700_000_000_000;
+
+/// Appends to one log before it is thrown away and a fresh one opened (outside the
+/// timed part): 256 MiB of 64 KiB batches, so that a long measurement neither rolls a
+/// segment (a roll fsyncs, which is not what this measures) nor fills the disk.
+const APPENDS_PER_LOG: u64 = 4096;
+
+/// 62 records of 1 KiB with 8-byte keys: one 64 KiB batch as `rill bench produce` sends.
+fn batch_64k() -> Bytes {
+    let value: Vec<u8> = (0..1024).map(|i| (i * 31 % 251) as u8).collect();
+    let mut b = RecordBatchBuilder::new(CompressionType::None, 0);
+    for i in 0..62u64 {
+        b.append(NOW_MS + i as i64, Some(&i.to_be_bytes()), Some(&value), &[])
+            .expect("record fits");
+    }
+    b.build().expect("batch builds")
+}
+
+fn append(c: &mut Criterion) {
+    let records = batch_64k();
+    let mut g = c.benchmark_group("log_append");
+    g.throughput(Throughput::Bytes(records.len() as u64));
+    g.bench_function("64KiB_batch_as_leader", |b| {
+        b.iter_custom(|iters| {
+            let mut elapsed = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let mut log =
+                    UnifiedLog::open(dir.path(), LogConfig::default(), NOW_MS).expect("opens");
+                let n = left.min(APPENDS_PER_LOG);
+                let start = Instant::now();
+                for _ in 0..n {
+                    let info = log
+                        .append_as_leader(records.clone(), 0, AppendOrigin::Client, NOW_MS)
+                        .expect("appends");
+                    black_box(info.last_offset);
+                }
+                elapsed += start.elapsed();
+                left -= n;
+            }
+            elapsed
+        })
+    });
+    g.finish();
+}
+
+fn read(c: &mut Criterion) {
+    // 16 MiB of 64 KiB batches; reads of up to 1 MiB (a consumer's
+    // max.partition.fetch.bytes) starting at offsets spread over the log.
+    let records = batch_64k();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log = UnifiedLog::open(dir.path(), LogConfig::default(), NOW_MS).expect("opens");
+    for _ in 0..256 {
+        log.append_as_leader(records.clone(), 0, AppendOrigin::Client, NOW_MS)
+            .expect("appends");
+    }
+    let end = log.log_end_offset();
+    log.update_high_watermark(end);
+    let step = end / 97;
+    // Whole batches up to 1 MiB: 15 of them, so that is the throughput's unit.
+    let returned = log
+        .read(0, 1 << 20, end, true)
+        .expect("reads")
+        .records
+        .len();
+    let mut g = c.benchmark_group("log_read");
+    g.throughput(Throughput::Bytes(returned as u64));
+    for (name, zero_copy) in [("1MiB_as_bytes", false), ("1MiB_as_file_range", true)] {
+        let mut next = 0i64;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                // Start inside a batch, as a consumer resuming after a partial batch does.
+                next = (next + step) % (end - 1024);
+                let info = if zero_copy {
+                    log.read_file_range(next, 1 << 20, end, true)
+                } else {
+                    log.read(next, 1 << 20, end, true)
+                }
+                .expect("reads");
+                black_box(info)
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, append, read);
+criterion_main!(benches);
