@@ -298,7 +298,11 @@ impl Server {
 async fn resolve_node_id(mut config: BrokerConfig) -> Result<BrokerConfig, BrokerError> {
     let roles = config.process_roles()?;
     let explicit = config.explicit().any(|(k, _)| k == "node.id");
-    if roles.controller || !roles.broker || explicit {
+    let voters_given = config
+        .get("controller.quorum.voters")
+        .is_some_and(|v| !v.trim().is_empty());
+    // Without voters there is no controller to ask: the roles check says so later.
+    if roles.controller || !roles.broker || explicit || !voters_given {
         return Ok(config);
     }
     if let Some(id) = meta_properties::stored_node_id(&config.data_dir())? {
