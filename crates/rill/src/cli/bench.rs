@@ -19,7 +19,7 @@ use bytes::Bytes;
 use clap::{Args, Subcommand};
 use rill_client::{
     Acks, Admin, AutoOffsetReset, Consumer, ConsumerConfig, NewTopic, OffsetSpec, Producer,
-    ProducerConfig, ProducerRecord,
+    ProducerConfig, ProducerRecord, TopicPartition,
 };
 use serde_json::json;
 
@@ -152,16 +152,37 @@ fn random_pool(len: usize) -> Bytes {
     Bytes::from(out)
 }
 
-/// Creates `topic` with `partitions` unless it exists already.
-async fn ensure_topic(common: &Common, topic: &str, partitions: i32) -> anyhow::Result<()> {
+/// Creates `topic` with `partitions` unless it exists already, and returns its
+/// partitions once the broker the admin client asks knows them.
+///
+/// In a cluster, CreateTopics answers once the controller has committed the topic; the
+/// other brokers learn it a moment later from the metadata log, and one of them may
+/// still answer UNKNOWN_TOPIC_OR_PARTITION (as Kafka's brokers do), so that is waited
+/// out for up to the request timeout.
+async fn ensure_topic(
+    common: &Common,
+    topic: &str,
+    partitions: i32,
+) -> anyhow::Result<Vec<TopicPartition>> {
     let admin = Admin::new(common.client())?;
     match admin
         .create_topics(&[NewTopic::new(topic, partitions)])
         .await
     {
-        Ok(()) => Ok(()),
-        Err(e) if e.code() == Some(rill_protocol::ErrorCode::TOPIC_ALREADY_EXISTS) => Ok(()),
-        Err(e) => Err(e).context("creating the topic"),
+        Ok(()) => {}
+        Err(e) if e.code() == Some(rill_protocol::ErrorCode::TOPIC_ALREADY_EXISTS) => {}
+        Err(e) => return Err(e).context("creating the topic"),
+    }
+    let deadline = Instant::now() + Duration::from_millis(common.request_timeout_ms);
+    loop {
+        match admin.partitions_of(topic).await {
+            Ok(found) if !found.is_empty() => return Ok(found),
+            Ok(_) | Err(rill_client::Error::UnknownTopic(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(_) => anyhow::bail!("topic {topic} has no partitions"),
+            Err(e) => return Err(e).context("describing the topic"),
+        }
     }
 }
 

@@ -28,7 +28,7 @@ use anyhow::Context;
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Args;
 use rill_client::{
-    Acks, Admin, Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec, Producer, ProducerConfig,
+    Acks, Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec, Producer, ProducerConfig,
     ProducerRecord,
 };
 use serde_json::json;
@@ -129,16 +129,8 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
         scheduled <= MAX_RECORDS,
         "--rate x --duration is {scheduled} records, more than {MAX_RECORDS}"
     );
-    ensure_topic(common, &args.topic, args.partitions).await?;
-
     // 1. The consumer starts at the end offsets, before anything is sent.
-    let admin = Admin::new(common.client())?;
-    let partitions = admin.partitions_of(&args.topic).await?;
-    anyhow::ensure!(
-        !partitions.is_empty(),
-        "topic {} has no partitions",
-        args.topic
-    );
+    let partitions = ensure_topic(common, &args.topic, args.partitions).await?;
     let mut consumer = Consumer::new(ConsumerConfig::new(common.client()))?;
     consumer.assign(&partitions)?;
     consumer
