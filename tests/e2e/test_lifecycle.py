@@ -1,9 +1,11 @@
 """Log lifecycle against the real broker: compaction keeps the latest value per key,
 DeleteRecords and a live retention.ms change take effect without a restart, and a consumer
-whose offset fell below the log start resets as configured."""
+whose offset fell below the log start resets as configured; the cleaner's I/O bound is
+set at run time and slows a clean down to it."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from pathlib import Path
@@ -17,6 +19,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kafka_helpers import create_topic, read_all, unique_topic, wait_for
+from test_configs import alter_cluster_default
 
 FAST_MAINTENANCE = {
     "log.retention.check.interval.ms": "200",
@@ -147,3 +150,49 @@ def test_delete_records_and_live_retention(rill_factory):
     finally:
         consumer.close()
     assert isinstance(admin, AdminClient)
+
+
+CLEANED = re.compile(r"cleaned log.*?bytes_read=(\d+).*?clean_ms=([\d.]+).*?throttled_ms=([\d.]+)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_cleaner_io_bound_is_dynamic_and_slows_cleaning(rill_factory):
+    """log.cleaner.io.max.bytes.per.second is a dynamic cluster-wide config: a bad value
+    is refused with INVALID_CONFIG, and a set bound makes the next clean sleep so that it
+    reads no faster than the bound allows (the broker's `cleaned log` line says how long)."""
+    rill = rill_factory(overrides=FAST_MAINTENANCE)
+    key = "log.cleaner.io.max.bytes.per.second"
+    assert alter_cluster_default(rill.bootstrap, {key: "0"})[0] == 40  # INVALID_CONFIG
+    rate = 1_000_000
+    assert alter_cluster_default(rill.bootstrap, {key: str(rate)}) == (0, None)
+    topic = unique_topic("throttled-clean")
+    create_topic(
+        rill.bootstrap,
+        topic,
+        1,
+        {
+            "cleanup.policy": "compact",
+            "segment.bytes": "65536",
+            "segment.ms": "1000",
+            "min.cleanable.dirty.ratio": "0.01",
+        },
+    )
+    # About 2 MB over 50 keys: cleaning it reads far more than one interval's allowance.
+    records = [(f"key-{i % 50}".encode(), bytes(1000)) for i in range(2000)]
+    produce(rill.bootstrap, topic, records)
+
+    def cleans():
+        text = ANSI.sub("", rill.log_text())
+        return [tuple(map(float, m.groups())) for m in CLEANED.finditer(text)]
+
+    found = wait_for(
+        lambda: [c for c in cleans() if c[0] > 1_000_000] or None,
+        120,
+        "a clean of more than 1 MB",
+        interval_s=0.5,
+    )
+    for bytes_read, clean_ms, throttled_ms in found:
+        assert throttled_ms > 0, (bytes_read, clean_ms, throttled_ms)
+        # At most one 300 ms interval's allowance (0.3 MB at 1 MB/s) goes unthrottled.
+        floor_ms = (bytes_read - 0.3 * rate) / rate * 1000
+        assert clean_ms >= floor_ms, (bytes_read, clean_ms, floor_ms)

@@ -305,11 +305,21 @@ pub fn is_dynamic_broker_only(key: &str) -> bool {
     DYNAMIC_BROKER_ONLY.contains(&key)
 }
 
-/// Broker keys that are no topic's default yet change at runtime, as Kafka's
-/// `DynamicConnectionQuota` keys do: the listener reads them for every connection it
-/// accepts (connections already open stay open when a limit is lowered). Each is an
-/// int of at least 0.
-const DYNAMIC_BROKER_ONLY: &[&str] = &["max.connections", "max.connections.per.ip"];
+/// Broker keys that are no topic's default yet change at runtime: Kafka's
+/// `DynamicConnectionQuota` keys, which the listener reads for every connection it
+/// accepts (connections already open stay open when a limit is lowered), and the log
+/// cleaner's keys of Kafka's `LogCleaner.ReconfigurableConfigs` that Rill has, which the
+/// cleaner reads for every clean.
+const DYNAMIC_BROKER_ONLY: &[&str] = &[
+    "max.connections",
+    "max.connections.per.ip",
+    "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.dedupe.buffer.size",
+];
+
+/// Kafka's `log.cleaner.io.max.bytes.per.second` default, `Double.MaxValue` as Java
+/// prints it: no bound.
+pub const CLEANER_IO_UNBOUNDED: &str = "1.7976931348623157E308";
 
 /// The topic config a broker key supplies the default of, if any.
 pub fn topic_config_for_broker_key(key: &str) -> Option<&'static TopicConfigDef> {
@@ -319,18 +329,64 @@ pub fn topic_config_for_broker_key(key: &str) -> Option<&'static TopicConfigDef>
 /// Checks a value for a dynamic broker key: its type and allowed values are those of the
 /// topic config it is the default of.
 pub fn validate_broker_config(key: &str, value: &str) -> Result<(), String> {
-    if DYNAMIC_BROKER_ONLY.contains(&key) {
-        return match value.trim().parse::<i32>() {
-            Ok(v) if v >= 0 => Ok(()),
-            _ => Err(format!(
-                "Invalid value {value} for configuration {key}: Value must be at least 0"
-            )),
-        };
+    let invalid = |why: &str| format!("Invalid value {value} for configuration {key}: {why}");
+    match key {
+        "max.connections" | "max.connections.per.ip" => {
+            return match value.trim().parse::<i32>() {
+                Ok(v) if v >= 0 => Ok(()),
+                _ => Err(invalid("Value must be at least 0")),
+            };
+        }
+        "log.cleaner.io.max.bytes.per.second" => {
+            // Java's Double.parseDouble takes the default's "1.7976931348623157E308";
+            // Rust's f64 parser does too. Zero or less would stop the cleaner forever.
+            return match value.trim().parse::<f64>() {
+                Ok(v) if v > 0.0 && !v.is_nan() => Ok(()),
+                _ => Err(invalid("Value must be a number above 0")),
+            };
+        }
+        "log.cleaner.dedupe.buffer.size" => {
+            return match value.trim().parse::<i64>() {
+                Ok(v) if v >= MIN_DEDUPE_BUFFER_BYTES => Ok(()),
+                _ => Err(invalid(&format!(
+                    "Value must be at least {MIN_DEDUPE_BUFFER_BYTES}"
+                ))),
+            };
+        }
+        _ => {}
     }
     let Some(d) = topic_config_for_broker_key(key) else {
         return Err(format!("Cannot update these configs dynamically: {key}"));
     };
     validate_topic_config(d.name, value).map_err(|m| m.replace(d.name, key))
+}
+
+/// The smallest `log.cleaner.dedupe.buffer.size` accepted: Kafka asks for room for at
+/// least one segment's keys; a 1 MiB map keeps each clean to a few segments at worst.
+const MIN_DEDUPE_BUFFER_BYTES: i64 = 1 << 20;
+
+/// The log cleaner's settings as they are now: this broker's dynamic value, then the
+/// cluster-wide default, then the static config, then Kafka's default.
+pub fn cleaner_config(
+    static_config: &BrokerConfig,
+    image: &rill_metadata::MetadataImage,
+    node_id: i32,
+) -> rill_storage::CleanerConfig {
+    let defaults = rill_storage::CleanerConfig::default();
+    let value = |key: &str| {
+        broker_config_value(static_config, image, node_id, key)
+            .map(|(v, _)| v)
+            .filter(|v| validate_broker_config(key, v).is_ok())
+    };
+    rill_storage::CleanerConfig {
+        io_max_bytes_per_second: value("log.cleaner.io.max.bytes.per.second")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(defaults.io_max_bytes_per_second),
+        dedupe_buffer_size: value("log.cleaner.dedupe.buffer.size")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(defaults.dedupe_buffer_size),
+        ..defaults
+    }
 }
 
 /// A broker key's value at every level where it is set, highest precedence first, as
@@ -504,6 +560,8 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("leader.imbalance.check.interval.seconds", "300"),
     ("listeners", "PLAINTEXT://127.0.0.1:9092"),
     ("log.cleaner.backoff.ms", "15000"),
+    ("log.cleaner.dedupe.buffer.size", "134217728"),
+    ("log.cleaner.io.max.bytes.per.second", CLEANER_IO_UNBOUNDED),
     ("log.dirs", "./rill-data"),
     ("log.retention.check.interval.ms", "300000"),
     ("max.connections", "2147483647"),
@@ -867,6 +925,14 @@ impl BrokerConfig {
         self.default_replication_factor()?;
         self.socket_request_max_bytes()?;
         self.group_config()?;
+        for key in [
+            "log.cleaner.io.max.bytes.per.second",
+            "log.cleaner.dedupe.buffer.size",
+        ] {
+            if let Some(v) = self.props.get(key) {
+                validate_broker_config(key, v).map_err(BrokerError::Config)?;
+            }
+        }
         if let Some(v) = self.props.get("offsets.topic.segment.bytes") {
             validate_topic_config("segment.bytes", v)
                 .map_err(|e| BrokerError::Config(format!("offsets.topic.segment.bytes: {e}")))?;
@@ -1067,6 +1133,32 @@ mod tests {
         let e = validate_broker_config("log.retention.ms", "soon").unwrap_err();
         assert!(e.contains("log.retention.ms"), "{e}");
         assert!(validate_broker_config("compression.type", "brotli").is_err());
+        assert!(is_dynamic_broker_config(
+            "log.cleaner.io.max.bytes.per.second"
+        ));
+        assert!(validate_broker_config("log.cleaner.io.max.bytes.per.second", "1048576").is_ok());
+        assert!(validate_broker_config("log.cleaner.io.max.bytes.per.second", "5e6").is_ok());
+        assert!(validate_broker_config(
+            "log.cleaner.io.max.bytes.per.second",
+            CLEANER_IO_UNBOUNDED
+        )
+        .is_ok());
+        for bad in ["0", "-1", "NaN", "fast"] {
+            assert!(
+                validate_broker_config("log.cleaner.io.max.bytes.per.second", bad).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(validate_broker_config("log.cleaner.dedupe.buffer.size", "134217728").is_ok());
+        assert!(validate_broker_config("log.cleaner.dedupe.buffer.size", "1024").is_err());
+        let c = BrokerConfig::default();
+        let cleaner = cleaner_config(&c, &rill_metadata::MetadataImage::default(), 1);
+        assert_eq!(cleaner.io_max_bytes_per_second, f64::MAX);
+        assert_eq!(cleaner.dedupe_buffer_size, 134_217_728);
+        let mut c = BrokerConfig::default();
+        c.set("log.cleaner.io.max.bytes.per.second", "2000000");
+        let cleaner = cleaner_config(&c, &rill_metadata::MetadataImage::default(), 1);
+        assert_eq!(cleaner.io_max_bytes_per_second, 2e6);
         assert!(validate_broker_config("listeners", "x")
             .unwrap_err()
             .contains("Cannot update these configs dynamically"));

@@ -257,8 +257,13 @@ impl Server {
         });
         let (shutdown, rx) = watch::channel(false);
         metadata_publisher::start(broker.clone(), rx.clone());
+        let weak = Arc::downgrade(&broker);
         log_manager::start(
             broker.replicas.clone(),
+            Box::new(move || match weak.upgrade() {
+                Some(b) => config::cleaner_config(&b.config, &b.image(), b.node_id),
+                None => rill_storage::CleanerConfig::default(),
+            }),
             broker.config.log_manager_config()?,
             rx.clone(),
         );

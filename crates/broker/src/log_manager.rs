@@ -29,9 +29,13 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The cleaner's settings as they are at the start of a clean (some are dynamic).
+pub type CleanerConfigSource = Box<dyn Fn() -> CleanerConfig + Send + Sync>;
+
 /// Starts the retention and cleaner loops; they stop when `shutdown` turns true.
 pub fn start(
     replicas: Arc<ReplicaManager>,
+    cleaner_config: CleanerConfigSource,
     config: LogManagerConfig,
     shutdown: watch::Receiver<bool>,
 ) {
@@ -40,7 +44,12 @@ pub fn start(
         config.retention_check_interval,
         shutdown.clone(),
     ));
-    tokio::spawn(cleaner_loop(replicas, config.cleaner_backoff, shutdown));
+    tokio::spawn(cleaner_loop(
+        replicas,
+        cleaner_config,
+        config.cleaner_backoff,
+        shutdown,
+    ));
 }
 
 async fn retention_loop(
@@ -85,10 +94,10 @@ async fn retention_loop(
 
 async fn cleaner_loop(
     replicas: Arc<ReplicaManager>,
+    cleaner_config: CleanerConfigSource,
     backoff: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let cleaner = CleanerConfig::default();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
@@ -114,6 +123,7 @@ async fn cleaner_loop(
             let Some((_, tp, partition)) = dirtiest else {
                 break;
             };
+            let cleaner = cleaner_config();
             let Ok(Some(task)) = partition.with_log(|log| log.prepare_clean(now, &cleaner)) else {
                 break;
             };
@@ -149,6 +159,7 @@ async fn cleaner_loop(
                     // (bench/cleaner.sh reads these).
                     clean_ms = elapsed.as_secs_f64() * 1e3,
                     mb_per_s = stats.bytes_read as f64 / 1e6 / elapsed.as_secs_f64().max(1e-9),
+                    throttled_ms = stats.throttled.as_secs_f64() * 1e3,
                     "cleaned log"
                 ),
                 Ok(Ok(None)) => {}

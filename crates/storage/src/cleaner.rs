@@ -71,6 +71,7 @@
 //! itself kept (it is the map's offset) unless it is a tombstone past its horizon, whose
 //! older records were removed in the clean that set the horizon.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
@@ -90,6 +91,9 @@ use crate::segment::{
     TIME_INDEX_FILE_SUFFIX,
 };
 use crate::StorageError;
+use throttle::Throttler;
+
+mod throttle;
 
 /// The swap manifest: its presence means a committed swap is to be finished.
 pub const CLEANER_SWAP_FILE: &str = "cleaner-swap";
@@ -106,12 +110,15 @@ const IO_CHUNK: usize = 1 << 20;
 const MAP_ENTRY_OVERHEAD: usize = 48;
 
 /// Broker-wide cleaner settings (Kafka's `log.cleaner.*`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CleanerConfig {
     /// `log.cleaner.dedupe.buffer.size`: memory for the offset map of one clean.
     pub dedupe_buffer_size: usize,
     /// The largest decompressed batch the cleaner decodes; a larger one is kept as is.
     pub max_batch_decompressed_bytes: usize,
+    /// `log.cleaner.io.max.bytes.per.second`: the bound on the bytes one clean reads and
+    /// writes per second (see [`throttle`]); `f64::MAX`, Kafka's default, is no bound.
+    pub io_max_bytes_per_second: f64,
 }
 
 impl Default for CleanerConfig {
@@ -119,6 +126,7 @@ impl Default for CleanerConfig {
         Self {
             dedupe_buffer_size: 128 * 1024 * 1024,
             max_batch_decompressed_bytes: 64 * 1024 * 1024,
+            io_max_bytes_per_second: f64::MAX,
         }
     }
 }
@@ -138,6 +146,8 @@ pub struct CleanStats {
     pub keyless_removed: u64,
     /// Distinct keys in the offset map.
     pub map_keys: usize,
+    /// Time the clean spent asleep to stay under `log.cleaner.io.max.bytes.per.second`.
+    pub throttled: std::time::Duration,
     /// The cleaned range was `[log's first base, end_offset)`; the first dirty offset is
     /// now `end_offset`.
     pub end_offset: i64,
@@ -225,15 +235,17 @@ fn tailed(dir: &Path, base: i64, suffix: &str, tail: &str) -> PathBuf {
 /// Reads the batches of a source segment in order, in chunks.
 struct BatchReader<'a> {
     src: &'a SourceSegment,
+    throttle: &'a RefCell<Throttler>,
     pos: u64,
     chunk: Bytes,
     chunk_start: u64,
 }
 
 impl<'a> BatchReader<'a> {
-    fn new(src: &'a SourceSegment) -> Self {
+    fn new(src: &'a SourceSegment, throttle: &'a RefCell<Throttler>) -> Self {
         Self {
             src,
+            throttle,
             pos: 0,
             chunk: Bytes::new(),
             chunk_start: 0,
@@ -261,6 +273,7 @@ impl<'a> BatchReader<'a> {
                 .file
                 .read_exact_at(&mut buf, pos)
                 .map_err(|e| StorageError::io(&self.src.path, e))?;
+            self.throttle.borrow_mut().maybe_throttle(want);
             self.chunk = Bytes::from(buf);
             self.chunk_start = pos;
         }
@@ -371,6 +384,7 @@ impl CleanTask {
     fn run_inner(&self, new_bases: &mut Vec<i64>) -> Result<CleanedSegments, StorageError> {
         let mut stats = CleanStats::default();
         let cap = self.cleaner.max_batch_decompressed_bytes;
+        let throttle = RefCell::new(Throttler::new(self.cleaner.io_max_bytes_per_second));
 
         // Step 2: the offset map over the dirty segments.
         let mut map: HashMap<Box<[u8]>, i64> = HashMap::new();
@@ -388,7 +402,7 @@ impl CleanTask {
                 end_offset = src.base_offset;
                 break;
             }
-            let mut reader = BatchReader::new(src);
+            let mut reader = BatchReader::new(src, &throttle);
             while let Some(batch) = reader.next_batch()? {
                 if batch.is_control() || batch.is_transactional() {
                     continue;
@@ -450,15 +464,20 @@ impl CleanTask {
                 continue;
             };
             o.sources += 1;
-            let mut reader = BatchReader::new(src);
+            let mut reader = BatchReader::new(src, &throttle);
             while let Some(batch) = reader.next_batch()? {
+                let written = o.size();
                 self.clean_batch(&batch, &map, &src.path, o, &mut stats, &mut horizon)?;
+                throttle
+                    .borrow_mut()
+                    .maybe_throttle(o.size().saturating_sub(written));
             }
         }
         if let Some(o) = out.take() {
             stats.bytes_written += o.finish()?;
         }
         stats.segments_written = new_bases.len();
+        stats.throttled = throttle.into_inner().slept;
         checkpoint::sync_dir(&self.dir)?;
         Ok(CleanedSegments {
             dir: self.dir.clone(),

@@ -533,6 +533,59 @@ fn a_crash_at_any_step_of_the_swap_leaves_the_old_or_the_new_log() {
     assert!(saw_old && saw_new);
 }
 
+#[test]
+fn io_bound_slows_a_clean_down_to_the_configured_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        segment_bytes: 64 * 1024,
+        index_interval_bytes: 4096,
+        ..config()
+    };
+    let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+    let value = vec![b'v'; 1000];
+    // 2,000 records of 1 KB over 100 keys: about 2 MB read, 0.1 MB written.
+    for b in 0..400 {
+        let records: Vec<_> = (0..5)
+            .map(|r| (key((b * 5 + r) % 100), Some(value.clone())))
+            .collect();
+        log.append_as_leader(
+            batch(CompressionType::None, &records, T0),
+            0,
+            AppendOrigin::Client,
+            T0,
+        )
+        .unwrap();
+    }
+    let end = log.log_end_offset();
+    log.update_high_watermark(end);
+    let now = T0 + 8 * DAY;
+    roll(&mut log, now);
+
+    let rate = 2e6;
+    let bounded = CleanerConfig {
+        io_max_bytes_per_second: rate,
+        ..CleanerConfig::default()
+    };
+    let started = std::time::Instant::now();
+    let stats = log.clean(now, &bounded).unwrap().unwrap();
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(stats.records_retained, 100);
+    // Only the last, unfinished interval's allowance may go unthrottled.
+    let io = (stats.bytes_read + stats.bytes_written) as f64;
+    let allowance = rate * throttle::CHECK_INTERVAL.as_secs_f64();
+    let floor = (io - allowance) / rate;
+    assert!(
+        io > 2.0 * allowance,
+        "the clean must be longer than the allowance: {io}"
+    );
+    assert!(
+        elapsed >= floor,
+        "{io} bytes at {rate} B/s took {elapsed:.3} s, under {floor:.3} s"
+    );
+    assert!(stats.throttled.as_secs_f64() > 0.0);
+    assert_eq!(read_records(&log).len(), 100);
+}
+
 /// The cleaner's throughput on 100k records over 1,000 keys. Run with
 /// `cargo test -p rill-storage --release -- --ignored --nocapture cleaner_throughput`.
 #[test]
