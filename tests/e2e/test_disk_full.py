@@ -7,13 +7,19 @@ behaviour for a single log directory follows: the produce gets KAFKA_STORAGE_ERR
 directory is marked failed, and the broker shuts down ("all log dirs ... have failed")
 with a non-zero exit. Restarted without the limit, it has every acknowledged record at
 its offset, nothing else, and serves produce and consume again. On a three-node cluster a
-follower whose disk fills stops the same way while the leader carries on without it.
+follower whose disk fills stops the same way while the leader carries on without it. A
+write to the metadata log that fails stops the node too (Kafka halts on a metadata-log
+fault), and no topic whose creation was acknowledged is lost.
 """
+
+import time
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from kafka_helpers import create_topic, read_all, unique_topic, wait_for_leaders
+from confluent_kafka.admin import NewTopic
+
+from kafka_helpers import admin, create_topic, read_all, unique_topic, wait_for_leaders
 from test_cluster import create_replicated_topic
 from test_replicated_lifecycle import lead_by, read_from_beginning, settled_partition
 
@@ -23,6 +29,7 @@ VALUE_BYTES = 1000
 # Twice the limit: the stream surely reaches it.
 MAX_RECORDS = 2 * FILE_SIZE_LIMIT // VALUE_BYTES
 EXIT_LOG_DIR_FAILED = 3
+EXIT_METADATA_LOG_FAILED = 4
 
 
 def value_for(sequence: int) -> bytes:
@@ -183,3 +190,46 @@ def test_a_follower_with_a_full_disk_stops_and_the_cluster_loses_nothing(rill_cl
     assert sorted(stored) == sorted(acked), "the former follower's log differs from the acks"
     for offset, value in acked.items():
         assert stored[offset][1] == value, f"record {offset} changed"
+
+
+def test_a_metadata_log_that_cannot_grow_stops_the_node_and_loses_no_created_topic(rill_factory):
+    # Topics of many partitions grow the metadata log (a record per partition) far faster
+    # than the server's own log (a line per topic), so the metadata log hits the limit
+    # first, while the partition logs stay empty.
+    limit = 128 << 10
+    partitions = 100
+    rill = rill_factory(file_size_limit_bytes=limit)
+    client = admin(rill.bootstrap)
+    created: list[str] = []
+    failed = 0
+    started = time.monotonic()
+    for i in range(4 * limit // (partitions * 40)):
+        if not rill.is_running():
+            break
+        name = f"meta-full-{i:03d}"
+        future = client.create_topics(
+            [NewTopic(name, partitions, 1)], operation_timeout=10, request_timeout=15
+        )[name]
+        try:
+            future.result(timeout=30)
+            created.append(name)
+        except Exception:  # noqa: BLE001 - any failure: the node is going down
+            failed += 1
+    del client  # its reconnects to the stopped node would only fill the output
+    code = rill.wait_exit(timeout_s=60)
+    stopped_after = time.monotonic() - started
+    log = rill.log_text()
+    assert code == EXIT_METADATA_LOG_FAILED, f"exit code {code}\n{rill.log_excerpt()}"
+    assert "the metadata log failed" in log and "File too large" in log, rill.log_excerpt()
+    assert created, "no topic was created before the metadata log filled up"
+
+    # Room again: every topic the controller acknowledged is there, with its partitions.
+    rill.file_size_limit_bytes = None
+    rill.start()
+    client = admin(rill.bootstrap)
+    for name in created:
+        wait_for_leaders(client, name, partitions)
+    print(
+        f"created {len(created)} topics of {partitions} partitions, {failed} failed, "
+        f"stopped after {stopped_after:.1f} s"
+    )

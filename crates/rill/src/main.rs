@@ -158,6 +158,9 @@ fn main() -> anyhow::Result<()> {
 /// fsync refused by the disk), apart from 1 (bad configuration, start-up errors) so that
 /// a supervisor can tell "fix the disk" from "fix the config".
 const EXIT_LOG_DIR_FAILED: i32 = 3;
+/// Exit status after a write or fsync of the metadata log (or the vote) failed, which
+/// stops Raft on this node for good.
+const EXIT_METADATA_LOG_FAILED: i32 = 4;
 
 /// Makes a write past `RLIMIT_FSIZE` fail with EFBIG instead of killing the process.
 ///
@@ -259,8 +262,21 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
                 None => std::future::pending().await,
             }
         };
+        let quorum = match &node {
+            Node::Broker(server) => server.broker.quorum.clone(),
+            Node::Controller(controller) => controller.quorum.clone(),
+        };
         tokio::select! {
             r = wait_for_signal() => r?,
+            fatal = quorum.fatal() => {
+                // Kafka halts on a metadata-log fault too: this node can no longer vote
+                // or learn new metadata, and serving clients from its frozen image would
+                // hand out leaders and configs that are no longer true. No controlled
+                // shutdown: it would need the quorum.
+                tracing::error!(error = %fatal, "the metadata log failed; stopping");
+                eprintln!("error: the metadata log failed: {fatal}");
+                std::process::exit(EXIT_METADATA_LOG_FAILED);
+            }
             failure = failed => {
                 // Kafka halts here too: no controlled shutdown (it would write to the
                 // failed directory), no clean-shutdown markers, so that the next start

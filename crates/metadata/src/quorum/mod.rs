@@ -610,6 +610,24 @@ impl MetadataQuorum {
             .is_ok_and(|r| r.is_ok())
     }
 
+    /// Resolves when Raft has stopped on its own: a write or fsync of the metadata log or
+    /// of the vote failed (openraft then stops this node for good), or Raft panicked.
+    /// Never resolves while Raft runs. The node cannot take part in the quorum any more,
+    /// and its image stops at what it had applied; the caller halts the process, as
+    /// Kafka's brokers and controllers do on a metadata-log fault, rather than serve
+    /// from that frozen image.
+    pub async fn fatal(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Err(fatal) = &metrics.borrow_and_update().running_state {
+                return fatal.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return "the Raft core stopped without saying why".to_owned();
+            }
+        }
+    }
+
     /// Stops Raft and the listener. The files stay; a later start recovers from them.
     pub async fn shutdown(self) -> Result<(), MetadataError> {
         self.abort_tasks();
