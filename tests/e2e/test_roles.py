@@ -11,6 +11,9 @@ quorum port. What these tests hold such a cluster to, driven by confluent-kafka:
   can be created and written, and the brokers serve throughout;
 - a broker-only node killed and restarted catches up and returns to the ISR;
 - a combined node with a broker-only node beside it makes a working cluster;
+- a stopped broker-only node can be unregistered (`rill cluster unregister`, Kafka's
+  UnregisterBroker): the controller forgets it and drops its observer, and when it comes
+  back it joins and registers again and returns to the ISR;
 - a broker-only node without a node id is given one (1001) and keeps it across restarts;
 - a node whose roles contradict the voter list refuses to start, saying why.
 """
@@ -191,6 +194,55 @@ def test_combined_node_with_a_broker_only_node(rill_cluster_factory):
     # controller (a broker too, so clients are told it).
     assert "joined the metadata quorum as an observer" in ANSI.sub("", cluster.node(2).log_text())
     assert client.list_topics(timeout=10).controller_id == 1
+
+
+def rill_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(rill_binary()), *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_stopped_broker_only_node_is_unregistered_and_may_return(rill_cluster_factory):
+    cluster = rill_cluster_factory(size=2, overrides=TWO_BROKERS, roles={2: "broker"})
+    bootstrap = cluster.node(1).bootstrap
+    client = admin(bootstrap)
+    topic = unique_topic("unregister")
+    create_replicated_topic(cluster.bootstrap, topic, 2, 2)
+    acked = produce(cluster.bootstrap, topic, [f"a{i}" for i in range(100)])
+
+    unknown = rill_cli("cluster", "unregister", "--broker-id", "7", "-b", bootstrap)
+    assert unknown.returncode != 0 and "BROKER_ID_NOT_REGISTERED" in unknown.stderr, unknown
+
+    cluster.node(2).stop()
+    done = rill_cli("cluster", "unregister", "--broker-id", "2", "-b", bootstrap)
+    assert done.returncode == 0, done
+    assert "Unregistered broker 2." in done.stdout
+    wait_for(
+        lambda: "removed the unregistered broker's observer" in ANSI.sub("", cluster.node(1).log_text()),
+        SETTLE_TIMEOUT_S,
+        "the controller to drop node 2's observer",
+    )
+    for p in partition_metadata(client, topic).values():
+        assert p.leader == 1 and p.isrs == [1], p
+        assert sorted(p.replicas) == [1, 2], "replica lists stay until reassigned"
+    again = rill_cli("cluster", "unregister", "--broker-id", "2", "-b", bootstrap)
+    assert again.returncode != 0 and "BROKER_ID_NOT_REGISTERED" in again.stderr, again
+    # The cluster writes on without it (min.insync.replicas is 1 here).
+    acked.update(produce(bootstrap, topic, [f"b{i}" for i in range(100)]))
+
+    # Back: it joins the quorum again, registers, catches up and rejoins the ISR.
+    cluster.start_node(2)
+    wait_for(
+        lambda: sorted(client.list_topics(timeout=10).brokers) == [1, 2],
+        SETTLE_TIMEOUT_S,
+        "node 2 registered again",
+    )
+    wait_for(
+        lambda: all(sorted(p.isrs) == [1, 2] for p in partition_metadata(client, topic).values()),
+        SETTLE_TIMEOUT_S,
+        "node 2 back in every ISR",
+    )
+    check_readable(cluster.node(2).bootstrap, topic, 2, acked)
 
 
 def start_fails(tmp_path, *args: str) -> str:

@@ -25,7 +25,7 @@ use rill_protocol::generated::{
     AlterPartitionReassignmentsRequest, CreatePartitionsRequest, CreateTopicsRequest,
     DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
     DescribeGroupsRequest, ElectLeadersRequest, IncrementalAlterConfigsRequest, ListGroupsRequest,
-    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsRequest, UnregisterBrokerRequest,
 };
 use rill_protocol::{ErrorCode, Request};
 
@@ -46,6 +46,7 @@ const LIST_GROUPS_VERSION: i16 = 4;
 const DESCRIBE_GROUPS_VERSION: i16 = 5;
 const DELETE_GROUPS_VERSION: i16 = 2;
 const ELECT_LEADERS_VERSION: i16 = 2;
+const UNREGISTER_BROKER_VERSION: i16 = 0;
 const ALTER_PARTITION_REASSIGNMENTS_VERSION: i16 = 0;
 const LIST_PARTITION_REASSIGNMENTS_VERSION: i16 = 0;
 
@@ -713,6 +714,38 @@ impl Admin {
         }
         self.net.invalidate_metadata();
         Ok(out)
+    }
+
+    /// Removes a broker's registration from the cluster (UnregisterBroker, KIP-631), for
+    /// a broker that is gone for good: it leaves every ISR and leads nothing, and the
+    /// controller forgets it. Its replicas stay in the partitions' replica lists; move
+    /// them with [`Admin::alter_partition_reassignments`]. A broker that is still running
+    /// registers again at its next heartbeat. `BROKER_ID_NOT_REGISTERED` when the
+    /// controller does not know the id.
+    ///
+    /// ```no_run
+    /// use rill_client::{Admin, ClientConfig};
+    ///
+    /// # async fn run() -> rill_client::Result<()> {
+    /// let admin = Admin::new(ClientConfig::new("127.0.0.1:9092"))?;
+    /// admin.unregister_broker(4).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn unregister_broker(&self, broker_id: i32) -> Result<()> {
+        let request = UnregisterBrokerRequest {
+            broker_id,
+            ..Default::default()
+        };
+        let response = self
+            .send_controller(&request, UNREGISTER_BROKER_VERSION)
+            .await?;
+        let message = response.error_message;
+        check(response.error_code, || match message {
+            Some(m) => format!("unregistering broker {broker_id}: {m}"),
+            None => format!("unregistering broker {broker_id}"),
+        })?;
+        self.net.invalidate_metadata();
+        Ok(())
     }
 
     /// Starts, replaces or cancels partition reassignments

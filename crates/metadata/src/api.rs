@@ -30,6 +30,9 @@ pub enum ControllerEvent {
     AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
     AllocateProducerIds(AllocateProducerIdsRequest),
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
+    /// An operator removes a broker's registration (Kafka's UnregisterBroker, for a
+    /// broker that is gone for good).
+    UnregisterBroker(UnregisterBrokerRequest),
 }
 
 /// What the controller decided: records to append to the metadata log (in this order,
@@ -55,6 +58,19 @@ pub enum ControllerResponse {
     AlterPartitionReassignments(Vec<PartitionResult>),
     AllocateProducerIds(AllocateProducerIdsResponse),
     IncrementalAlterConfigs(Vec<AlterConfigsResourceResult>),
+    UnregisterBroker(UnregisterBrokerResponse),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnregisterBrokerRequest {
+    pub broker_id: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnregisterBrokerResponse {
+    #[serde(with = "ErrorCodeDef")]
+    pub error_code: ErrorCode,
+    pub error_message: Option<String>,
 }
 
 /// A broker asks to join the cluster (Kafka's BrokerRegistrationRequest).

@@ -38,7 +38,7 @@ use rill_protocol::generated::metadata::register_broker_record::BrokerEndpoint;
 use rill_protocol::generated::metadata::{
     BrokerRegistrationChangeRecord, ConfigRecord, FenceBrokerRecord, PartitionChangeRecord,
     PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord,
-    UnfenceBrokerRecord,
+    UnfenceBrokerRecord, UnregisterBrokerRecord,
 };
 use rill_protocol::{ErrorCode, Uuid};
 
@@ -502,7 +502,51 @@ impl QuorumController {
             ControllerEvent::AlterPartitionReassignments(r) => self.alter_reassignments(r, image),
             ControllerEvent::AllocateProducerIds(r) => self.allocate_producer_ids(r, image),
             ControllerEvent::IncrementalAlterConfigs(r) => self.alter_configs(r, image),
+            ControllerEvent::UnregisterBroker(r) => self.unregister_broker(r, image),
         }
+    }
+
+    /// UnregisterBroker: forgets a broker's registration, as Kafka's controller does for
+    /// an operator removing a broker that is gone for good. Its replicas stay in the
+    /// partitions' replica lists (a reassignment moves them), but it leaves every ISR and
+    /// leads nothing, as a fenced broker. A broker that is still running finds its next
+    /// heartbeat refused and registers again, as in Kafka.
+    fn unregister_broker(
+        &mut self,
+        req: UnregisterBrokerRequest,
+        image: &MetadataImage,
+    ) -> ControllerResult {
+        let mut s = Scratch::new(image);
+        let Some(broker) = image.broker(req.broker_id).cloned() else {
+            return s.finish(ControllerResponse::UnregisterBroker(
+                UnregisterBrokerResponse {
+                    error_code: ErrorCode::BROKER_ID_NOT_REGISTERED,
+                    error_message: Some(format!(
+                        "Broker ID {} is not currently registered",
+                        req.broker_id
+                    )),
+                },
+            ));
+        };
+        tracing::info!(
+            broker = broker.id,
+            fenced = broker.fenced,
+            "unregistering broker"
+        );
+        self.remove_from_partitions(&mut s, broker.id);
+        s.emit(MetadataRecord::UnregisterBroker(UnregisterBrokerRecord {
+            broker_id: broker.id,
+            broker_epoch: broker.epoch,
+            ..Default::default()
+        }));
+        self.last_contact_ms.remove(&broker.id);
+        self.heard_from.remove(&broker.id);
+        s.finish(ControllerResponse::UnregisterBroker(
+            UnregisterBrokerResponse {
+                error_code: ErrorCode::NONE,
+                error_message: None,
+            },
+        ))
     }
 
     /// Fences every unfenced broker whose lease lapsed by `now_ms`, moving its

@@ -1,4 +1,5 @@
-//! Cluster discovery: Metadata, FindCoordinator and DescribeCluster.
+//! Cluster discovery: Metadata, FindCoordinator and DescribeCluster; and
+//! UnregisterBroker, which removes a broker from what they describe.
 //!
 //! Every broker answers from its own metadata image: the registered, unfenced brokers
 //! with the endpoints they registered, each partition's leader, leader epoch, replicas
@@ -6,7 +7,10 @@
 //! its `__consumer_offsets` partition (created on the first FindCoordinator, as Kafka
 //! does).
 
-use rill_metadata::{CreatableTopic, MetadataImage, TopicImage};
+use rill_metadata::{
+    ControllerEvent, ControllerResponse, CreatableTopic, MetadataImage, TopicImage,
+    UnregisterBrokerRequest as CtlUnregisterBroker,
+};
 use rill_protocol::generated::describe_cluster_request::DescribeClusterRequest;
 use rill_protocol::generated::describe_cluster_response::{
     DescribeClusterBroker, DescribeClusterResponse,
@@ -17,6 +21,8 @@ use rill_protocol::generated::metadata_request::MetadataRequest;
 use rill_protocol::generated::metadata_response::{
     MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
+use rill_protocol::generated::unregister_broker_request::UnregisterBrokerRequest;
+use rill_protocol::generated::unregister_broker_response::UnregisterBrokerResponse;
 use rill_protocol::ErrorCode;
 
 use crate::group_coordinator::OFFSETS_TOPIC;
@@ -349,6 +355,33 @@ impl Broker {
             cluster_id: self.cluster_id.clone(),
             controller_id: controller_id_for_clients(self, &image),
             brokers,
+            ..Default::default()
+        }
+    }
+
+    /// UnregisterBroker (KIP-631): the controller forgets the broker's registration; see
+    /// `QuorumController::unregister_broker`.
+    pub(crate) async fn handle_unregister_broker(
+        &self,
+        request: UnregisterBrokerRequest,
+    ) -> UnregisterBrokerResponse {
+        let event = ControllerEvent::UnregisterBroker(CtlUnregisterBroker {
+            broker_id: request.broker_id,
+        });
+        let (code, message) = match self.controller_call(event).await {
+            Ok(ControllerResponse::UnregisterBroker(r)) => (r.error_code, r.error_message),
+            Ok(other) => {
+                tracing::error!(?other, "unexpected controller answer to UnregisterBroker");
+                (ErrorCode::UNKNOWN_SERVER_ERROR, None)
+            }
+            Err(code) => (code, None),
+        };
+        if code == ErrorCode::NONE {
+            tracing::info!(broker = request.broker_id, "unregistered broker");
+        }
+        UnregisterBrokerResponse {
+            error_code: code.code(),
+            error_message: message,
             ..Default::default()
         }
     }

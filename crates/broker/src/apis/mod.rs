@@ -59,6 +59,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::UnregisterBroker, 0, 0),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -169,6 +170,7 @@ impl Broker {
             RequestBody::ListPartitionReassignments(r) => {
                 respond!(self.handle_list_partition_reassignments(r))
             }
+            RequestBody::UnregisterBroker(r) => respond!(self.handle_unregister_broker(r).await),
             RequestBody::JoinGroup(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or_default();
                 respond!(self.handle_join_group(r, version, client_id, peer).await)

@@ -55,12 +55,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::{Raft, ServerState};
+use std::collections::BTreeSet;
+
+use openraft::{ChangeMembers, Raft, ServerState};
+use rill_protocol::ErrorCode;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::{leader_image_of, propose_batch, Shared, TypeConfig};
-use crate::api::{ControllerEvent, SubmitResult};
+use crate::api::{ControllerEvent, ControllerResponse, SubmitResult};
 use crate::controller::{ControllerConfig, QuorumController};
 use crate::error::MetadataError;
 use crate::image::MetadataImage;
@@ -254,12 +257,50 @@ impl EventLoop {
                 leader_id: self.known_leader(),
             });
         };
+        // A broker-only node gone for good also leaves the quorum's learners (openraft
+        // keeps them in its membership, and a cap bounds how many there may be). One
+        // that is still running keeps its place: it registers again and needs the log.
+        let departing_observer = match &event {
+            ControllerEvent::UnregisterBroker(r) if !active.image.is_live(r.broker_id) => {
+                u64::try_from(r.broker_id).ok()
+            }
+            _ => None,
+        };
         let result = active.controller.handle(event, &active.image, now_ms);
         let next_offset = self.commit(result.records).await?;
+        if let (Some(id), ControllerResponse::UnregisterBroker(r)) =
+            (departing_observer, &result.response)
+        {
+            if r.error_code == ErrorCode::NONE {
+                self.remove_learner(id).await;
+            }
+        }
         Ok(SubmitResult {
             response: result.response,
             next_offset,
         })
+    }
+
+    /// Removes `id` from the quorum's learners, if it is one (never a voter). Best
+    /// effort: the registration is gone either way, and a learner left behind costs only
+    /// its replication.
+    async fn remove_learner(&self, id: u64) {
+        let is_learner = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .learner_ids()
+            .any(|l| l == id);
+        if !is_learner {
+            return;
+        }
+        let change = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
+        match self.raft.change_membership(change, false).await {
+            Ok(_) => tracing::info!(node = id, "removed the unregistered broker's observer"),
+            Err(e) => tracing::warn!(node = id, error = %e, "could not remove the observer"),
+        }
     }
 
     async fn on_timer(&mut self) {

@@ -45,8 +45,12 @@
 //!   so that a second process with a live broker's id cannot take its log away), and
 //!   refused for a voter's id.
 //!
-//! A learner stays in the membership after its broker is gone for good: the leader keeps
-//! trying to reach it, which costs a reconnect attempt per heartbeat and nothing else.
+//! A learner stays in the membership after its broker is gone until an operator
+//! unregisters that broker (UnregisterBroker): the controller then removes a fenced
+//! broker's learner too. Until then the leader keeps trying to reach it, which costs a
+//! reconnect attempt per heartbeat and nothing else. A joined observer asks to join again
+//! every few seconds (an immediate yes for a member), so that one unregistered while it
+//! was cut off gets back in once it is reachable and registers again.
 
 mod event_loop;
 mod log_store;
@@ -95,6 +99,8 @@ const FORWARD_IDLE_MAX: usize = 4;
 const JOIN_BACKOFF_MIN: Duration = Duration::from_millis(50);
 const JOIN_BACKOFF_MAX: Duration = Duration::from_secs(1);
 const JOIN_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a joined observer asks again to be a learner (see `join_as_observer`).
+const REJOIN_CHECK: Duration = Duration::from_secs(5);
 
 /// A Raft log entry's payload: one batch of records ([`crate::encode_batch`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,7 +194,8 @@ pub struct MetadataQuorum {
     /// This node's controller event loop (see `event_loop.rs`); `None` on an observer.
     events: Option<mpsc::Sender<Submission>>,
     event_loop: Option<JoinHandle<()>>,
-    /// An observer's task that asks to be added as a learner, until it is.
+    /// An observer's task that asks to be added as a learner, and asks again now and
+    /// then in case it was removed.
     join: Option<JoinHandle<()>>,
     /// Idle connections to peers for forwarded submissions; never locked across an
     /// await.
@@ -712,6 +719,7 @@ async fn join_as_observer(
     // observer that is not a member yet hears of no new one), ask the voters instead.
     let mut skip_known = false;
     let mut round = 0usize;
+    let mut joined = false;
     loop {
         let known = raft.metrics().borrow().current_leader;
         let target = match (hint.take(), known) {
@@ -733,8 +741,16 @@ async fn join_as_observer(
         };
         match tokio::time::timeout(JOIN_ATTEMPT_TIMEOUT, attempt).await {
             Ok(Ok(Ok(()))) => {
-                tracing::info!(node_id, %addr, controller = target, "joined the metadata quorum as an observer");
-                return;
+                if !joined {
+                    tracing::info!(node_id, %addr, controller = target, "joined the metadata quorum as an observer");
+                    joined = true;
+                }
+                // Asked again now and then (the answer is immediate for a member): an
+                // operator may have unregistered this broker while it was cut off, which
+                // removes it from the learners, and it would hear no more of the log.
+                backoff = JOIN_BACKOFF_MIN;
+                tokio::time::sleep(REJOIN_CHECK).await;
+                continue;
             }
             Ok(Ok(Err(ForwardError::NotController { leader_id }))) => {
                 hint = leader_id.filter(|l| *l != target);

@@ -116,6 +116,67 @@ fn heartbeat_errors() {
     assert_eq!(h.heartbeat(7).error_code, ErrorCode::STALE_BROKER_EPOCH);
 }
 
+fn unregister(h: &mut Harness, id: i32) -> UnregisterBrokerResponse {
+    match h
+        .run(ControllerEvent::UnregisterBroker(UnregisterBrokerRequest {
+            broker_id: id,
+        }))
+        .response
+    {
+        ControllerResponse::UnregisterBroker(r) => r,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn unregistered_broker_leaves_every_isr_and_may_register_again() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2, 3]);
+    h.create_topic("t", 3, 3);
+    let before: Vec<_> = (0..3).map(|p| h.partition("t", p)).collect();
+    assert_eq!(
+        unregister(&mut h, 9).error_code,
+        ErrorCode::BROKER_ID_NOT_REGISTERED
+    );
+
+    assert_eq!(unregister(&mut h, 1).error_code, ErrorCode::NONE);
+    assert!(h.image.broker(1).is_none());
+    for (p, old) in before.iter().enumerate() {
+        let new = h.partition("t", p as i32);
+        assert!(
+            !new.isr.contains(&1),
+            "an unregistered broker leaves the ISR"
+        );
+        assert_ne!(new.leader, 1);
+        assert_eq!(
+            new.replicas, old.replicas,
+            "replica lists stay as they were"
+        );
+    }
+    // Forgotten: a second unregistration, and its heartbeats, are refused.
+    assert_eq!(
+        unregister(&mut h, 1).error_code,
+        ErrorCode::BROKER_ID_NOT_REGISTERED
+    );
+    assert_eq!(
+        h.heartbeat(1).error_code,
+        ErrorCode::BROKER_ID_NOT_REGISTERED
+    );
+    // Its lease is gone too: ticking never fences it.
+    h.now += 60_000;
+    h.heartbeat(2);
+    h.heartbeat(3);
+    assert!(!h
+        .tick()
+        .records
+        .iter()
+        .any(|r| matches!(r, MetadataRecord::FenceBroker(f) if f.id == 1)));
+    // It may come back as a new registration.
+    assert_eq!(h.register(1).error_code, ErrorCode::NONE);
+    assert!(h.image.broker(1).is_some());
+    h.check_replay();
+}
+
 #[test]
 fn lapsed_lease_fences_and_moves_leadership() {
     let mut h = Harness::new();

@@ -1,5 +1,6 @@
-//! `rill cluster describe|elect-leaders`: cluster id, controller, brokers and the
-//! partitions in trouble; preferred and unclean leader elections.
+//! `rill cluster describe|elect-leaders|unregister`: cluster id, controller, brokers and
+//! the partitions in trouble; preferred and unclean leader elections; removing a broker
+//! that is gone for good.
 
 use clap::Subcommand;
 use rill_client::{Admin, ElectionType, TopicMetadata, TopicPartition};
@@ -36,6 +37,15 @@ pub enum ClusterCommand {
         /// Only these partitions of --topic; repeatable.
         #[arg(long, requires = "topic")]
         partition: Vec<i32>,
+    },
+    /// Remove a broker that is gone for good from the cluster (like `kafka-cluster.sh
+    /// unregister`): it leaves every ISR and the controller forgets it. Its replicas stay
+    /// in the partitions' replica lists until reassigned. A broker still running
+    /// registers again.
+    Unregister {
+        /// The broker's node id.
+        #[arg(long = "broker-id")]
+        broker_id: i32,
     },
 }
 
@@ -95,6 +105,15 @@ pub async fn run(common: &Common, command: ClusterCommand) -> anyhow::Result<()>
             topic,
             partition,
         } => elect_leaders(common, &admin, election_type, topic, partition).await,
+        ClusterCommand::Unregister { broker_id } => {
+            admin.unregister_broker(broker_id).await?;
+            if common.json() {
+                print_json(&json!({ "unregistered": broker_id }));
+            } else {
+                println!("Unregistered broker {broker_id}.");
+            }
+            Ok(())
+        }
     }
 }
 
