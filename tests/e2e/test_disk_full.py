@@ -9,13 +9,13 @@ with a non-zero exit. Restarted without the limit, it has every acknowledged rec
 its offset, nothing else, and serves produce and consume again. On a three-node cluster a
 follower whose disk fills stops the same way while the leader carries on without it. A
 write to the metadata log that fails stops the node too (Kafka halts on a metadata-log
-fault), and no topic whose creation was acknowledged is lost.
+fault), and no topic whose creation was acknowledged is lost. So does a read that fails.
 """
 
 import time
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 
 from confluent_kafka.admin import NewTopic
 
@@ -233,3 +233,46 @@ def test_a_metadata_log_that_cannot_grow_stops_the_node_and_loses_no_created_top
         f"created {len(created)} topics of {partitions} partitions, {failed} failed, "
         f"stopped after {stopped_after:.1f} s"
     )
+
+
+def test_a_read_that_fails_stops_the_broker(rill_factory):
+    """A segment that cannot be read back (here: cut short behind the broker's back, so
+    a read past the new end fails) fails the data directory as a failed write does: Kafka
+    treats a read IOException the same way. The restarted broker recovers the log to its
+    last whole batch and serves again."""
+    rill = rill_factory()
+    topic = unique_topic("bad-read")
+    create_topic(rill.bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": rill.bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(2000):
+        producer.produce(topic, value=value_for(i))
+    assert producer.flush(30) == 0
+    segment = next((rill.data_dir / f"{topic}-0").glob("*.log"))
+    size = segment.stat().st_size
+    with open(segment, "r+b") as f:
+        f.truncate(size // 2)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": rill.bootstrap,
+            "group.id": unique_topic("g"),
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 60
+    while rill.is_running() and time.monotonic() < deadline:
+        consumer.poll(0.2)
+    consumer.close()
+    code = rill.wait_exit(timeout_s=30)
+    log = rill.log_text()
+    assert code == EXIT_LOG_DIR_FAILED, f"exit code {code}\n{rill.log_excerpt()}"
+    assert f"read of {topic}-0" in log, rill.log_excerpt()
+
+    rill.start()
+    stored = read_all(rill.bootstrap, topic, 1)[0]
+    assert 0 < len(stored) < 2000
+    assert sorted(stored) == list(range(len(stored))), "offsets are not dense after recovery"
+    for offset, record in stored.items():
+        assert record.value == value_for(offset)

@@ -867,6 +867,7 @@ impl ReplicaManager {
             self.appended.notify_waiters();
         }
         read_partition(
+            &self.log_dir_failure,
             tp,
             &partition,
             fetch_offset,
@@ -1007,6 +1008,7 @@ impl ReplicaManager {
     ) -> Result<FetchResult, (ErrorCode, Option<PartitionOffsets>)> {
         let (partition, _) = self.leader_partition(tp).map_err(|code| (code, None))?;
         read_partition(
+            &self.log_dir_failure,
             tp,
             &partition,
             offset,
@@ -1032,6 +1034,7 @@ impl ReplicaManager {
             .check_leader_epoch(tp, current_leader_epoch)
             .map_err(|code| (code, None))?;
         read_partition(
+            &self.log_dir_failure,
             tp,
             &partition,
             offset,
@@ -1118,6 +1121,7 @@ enum ReadUpTo {
 /// file range that holds them; out-of-range and storage failures come back with the
 /// partition's offsets so that the response can still carry its watermarks.
 fn read_partition(
+    failure: &LogDirFailureChannel,
     tp: &TopicPartition,
     partition: &Partition,
     offset: i64,
@@ -1156,6 +1160,15 @@ fn read_partition(
         }
         (offsets, Err(e)) => {
             tracing::error!(%tp, error = %e, "read failed");
+            // A disk that fails reads fails the directory, as Kafka's
+            // `maybeHandleIOException` does for reads too: what it returns can no longer
+            // be trusted, and a follower or consumer would only retry into it. A corrupt
+            // batch found by a read is not an I/O failure and stays this fetch's error.
+            if let ReadError::Io(storage) = &e {
+                if storage.io_error().is_some() {
+                    failure.maybe_add_offline_log_dir(&format!("read of {tp}"), &e);
+                }
+            }
             Err((ErrorCode::KAFKA_STORAGE_ERROR, Some(offsets)))
         }
     }
