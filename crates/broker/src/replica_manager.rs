@@ -870,11 +870,13 @@ impl ReplicaManager {
             &self.log_dir_failure,
             tp,
             &partition,
-            fetch_offset,
-            max_bytes,
-            true,
-            zero_copy,
-            ReadUpTo::LogEnd,
+            ReadSpec {
+                offset: fetch_offset,
+                max_bytes,
+                min_one_message: true,
+                zero_copy,
+                up_to: ReadUpTo::LogEnd,
+            },
         )
     }
 
@@ -1011,11 +1013,13 @@ impl ReplicaManager {
             &self.log_dir_failure,
             tp,
             &partition,
-            offset,
-            max_bytes,
-            true,
-            false,
-            ReadUpTo::LogEnd,
+            ReadSpec {
+                offset,
+                max_bytes,
+                min_one_message: true,
+                zero_copy: false,
+                up_to: ReadUpTo::LogEnd,
+            },
         )
     }
 
@@ -1037,11 +1041,13 @@ impl ReplicaManager {
             &self.log_dir_failure,
             tp,
             &partition,
-            offset,
-            max_bytes,
-            min_one_message,
-            zero_copy,
-            ReadUpTo::HighWatermark,
+            ReadSpec {
+                offset,
+                max_bytes,
+                min_one_message,
+                zero_copy,
+                up_to: ReadUpTo::HighWatermark,
+            },
         )
     }
 
@@ -1117,6 +1123,16 @@ enum ReadUpTo {
     LogEnd,
 }
 
+/// What one read asks of a partition's log.
+struct ReadSpec {
+    offset: i64,
+    max_bytes: usize,
+    min_one_message: bool,
+    /// The file range that holds the records instead of the records (for sendfile).
+    zero_copy: bool,
+    up_to: ReadUpTo,
+}
+
 /// Reads from `offset` up to the bound, as record bytes or, with `zero_copy`, as the
 /// file range that holds them; out-of-range and storage failures come back with the
 /// partition's offsets so that the response can still carry its watermarks.
@@ -1124,12 +1140,15 @@ fn read_partition(
     failure: &LogDirFailureChannel,
     tp: &TopicPartition,
     partition: &Partition,
-    offset: i64,
-    max_bytes: usize,
-    min_one_message: bool,
-    zero_copy: bool,
-    up_to: ReadUpTo,
+    spec: ReadSpec,
 ) -> Result<FetchResult, (ErrorCode, Option<PartitionOffsets>)> {
+    let ReadSpec {
+        offset,
+        max_bytes,
+        min_one_message,
+        zero_copy,
+        up_to,
+    } = spec;
     let result = partition
         .with_log(|log| {
             let offsets = PartitionOffsets {
