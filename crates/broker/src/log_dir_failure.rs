@@ -1,7 +1,8 @@
 //! The log directory's failure state (Kafka's `LogDirFailureChannel`).
 //!
 //! Any write or fsync that fails in the log directory — an append, a flush, a roll, a
-//! checkpoint, the cleaner's swap, a follower's truncation — reports here. The first
+//! checkpoint, the cleaner's swap, a follower's truncation — and any read that fails
+//! with an I/O error reports here. The first
 //! report marks the directory failed for good: from then on the replica manager
 //! refuses every append with `KAFKA_STORAGE_ERROR` without touching the disk, and the
 //! server's main task, which waits on [`LogDirFailureChannel::failed`], stops the
