@@ -13,7 +13,8 @@ quorum port. What these tests hold such a cluster to, driven by confluent-kafka:
 - a combined node with a broker-only node beside it makes a working cluster;
 - a stopped broker-only node can be unregistered (`rill cluster unregister`, Kafka's
   UnregisterBroker): the controller forgets it and drops its observer, and when it comes
-  back it joins and registers again and returns to the ISR;
+  back it joins and registers again and returns to the ISR; one unregistered while it
+  runs registers again at once;
 - a broker-only node without a node id is given one (1001) and keeps it across restarts;
 - a node whose roles contradict the voter list refuses to start, saying why.
 """
@@ -242,6 +243,23 @@ def test_a_stopped_broker_only_node_is_unregistered_and_may_return(rill_cluster_
         SETTLE_TIMEOUT_S,
         "node 2 back in every ISR",
     )
+    check_readable(cluster.node(2).bootstrap, topic, 2, acked)
+
+    # Unregistered while running, a broker registers again at its next heartbeat (as in
+    # Kafka) and keeps its place in the quorum.
+    live = rill_cli("cluster", "unregister", "--broker-id", "2", "-b", bootstrap)
+    assert live.returncode == 0, live
+    wait_for(
+        lambda: "heartbeat refused; registering again" in ANSI.sub("", cluster.node(2).log_text()),
+        SETTLE_TIMEOUT_S,
+        "node 2 to register again",
+    )
+    wait_for(
+        lambda: all(sorted(p.isrs) == [1, 2] for p in partition_metadata(client, topic).values()),
+        SETTLE_TIMEOUT_S,
+        "node 2 back in every ISR after registering again",
+    )
+    acked.update(produce(cluster.bootstrap, topic, [f"c{i}" for i in range(100)]))
     check_readable(cluster.node(2).bootstrap, topic, 2, acked)
 
 
