@@ -41,7 +41,7 @@ use rill_protocol::primitives::{
 };
 use rill_protocol::records::{CompressionType, Header, RecordBatchBuilder};
 use rill_protocol::ErrorCode;
-use tokio::sync::{oneshot, Notify, Semaphore, TryAcquireError};
+use tokio::sync::{Notify, Semaphore, TryAcquireError};
 use tokio::task::JoinHandle;
 
 use crate::config::ClientConfig;
@@ -260,31 +260,115 @@ pub struct RecordMetadata {
 }
 
 /// Resolves when the broker has acknowledged (or refused) one record.
+///
+/// Every record of a batch waits on the batch's one [`BatchOutcome`]: a shared pointer
+/// and the record's place in the batch, instead of a channel allocated per record.
 pub struct DeliveryFuture {
-    rx: oneshot::Receiver<Result<RecordMetadata>>,
+    outcome: Arc<BatchOutcome>,
+    /// The record's offset delta in its batch.
+    index: u32,
+    timestamp: i64,
+    /// Where this future's waker is in the outcome's list, once it has been polled.
+    waker_slot: Option<usize>,
 }
 
 impl Future for DeliveryFuture {
     type Output = Result<RecordMetadata>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match Pin::new(&mut self.rx).poll(cx) {
-            Poll::Ready(Ok(r)) => Poll::Ready(r),
-            Poll::Ready(Err(_)) => Poll::Ready(Err(Error::Closed)),
-            Poll::Pending => Poll::Pending,
+        let this = &mut *self;
+        let Ok(mut state) = this.outcome.state.lock() else {
+            return Poll::Ready(Err(Error::Closed));
+        };
+        match &state.result {
+            Some(Ok((base, append_time))) => Poll::Ready(Ok(RecordMetadata {
+                topic: this.outcome.topic.clone(),
+                partition: this.outcome.partition,
+                offset: if *base >= 0 {
+                    base + i64::from(this.index)
+                } else {
+                    -1
+                },
+                timestamp: if *append_time >= 0 {
+                    *append_time
+                } else {
+                    this.timestamp
+                },
+            })),
+            Some(Err(e)) => Poll::Ready(Err(e.clone())),
+            None => {
+                let waker = cx.waker();
+                match this.waker_slot.and_then(|i| state.wakers.get_mut(i)) {
+                    Some(w) => {
+                        if !w.will_wake(waker) {
+                            w.clone_from(waker);
+                        }
+                    }
+                    None => {
+                        this.waker_slot = Some(state.wakers.len());
+                        state.wakers.push(waker.clone());
+                    }
+                }
+                Poll::Pending
+            }
         }
     }
 }
 
-struct Delivery {
-    tx: oneshot::Sender<Result<RecordMetadata>>,
-    timestamp: i64,
+/// The outcome of one batch, which each of its records' [`DeliveryFuture`]s reads.
+struct BatchOutcome {
+    topic: String,
+    partition: i32,
+    state: Mutex<OutcomeState>,
+}
+
+#[derive(Default)]
+struct OutcomeState {
+    /// Base offset and log append time, or why the batch failed; set once.
+    result: Option<Result<(i64, i64)>>,
+    wakers: Vec<std::task::Waker>,
+}
+
+/// The batch's side of its [`BatchOutcome`]: sets it when the batch completes, and to
+/// [`Error::Closed`] when the batch is dropped without completing (the producer went
+/// away), so that no delivery future waits forever.
+struct OutcomeSender(Arc<BatchOutcome>);
+
+impl OutcomeSender {
+    fn new(tp: &TopicPartition) -> Self {
+        Self(Arc::new(BatchOutcome {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            state: Mutex::new(OutcomeState::default()),
+        }))
+    }
+
+    fn set(&self, result: Result<(i64, i64)>) {
+        let wakers = match self.0.state.lock() {
+            Ok(mut state) if state.result.is_none() => {
+                state.result = Some(result);
+                std::mem::take(&mut state.wakers)
+            }
+            _ => return,
+        };
+        for w in wakers {
+            w.wake();
+        }
+    }
+}
+
+impl Drop for OutcomeSender {
+    fn drop(&mut self) {
+        self.set(Err(Error::Closed));
+    }
 }
 
 struct ProducerBatch {
     tp: TopicPartition,
     builder: RecordBatchBuilder,
     created: Instant,
-    deliveries: Vec<Delivery>,
+    outcome: OutcomeSender,
+    /// Records in the batch, each with a [`DeliveryFuture`] on `outcome`.
+    records: usize,
     memory: usize,
     /// Set when the batch is first drained (idempotence), kept across retries.
     base_sequence: Option<i32>,
@@ -566,10 +650,11 @@ impl Producer {
             // Room for the whole batch at once: growing step by step would copy it again.
             builder.reserve(config.batch_size.min(config.max_request_size).max(size));
             queue.batches.push_back(ProducerBatch {
+                outcome: OutcomeSender::new(&tp),
                 tp,
                 builder,
                 created: Instant::now(),
-                deliveries: Vec::new(),
+                records: 0,
                 memory: 0,
                 base_sequence: None,
                 encoded: None,
@@ -586,16 +671,21 @@ impl Producer {
             record.value.as_deref(),
             &record.headers,
         )?;
-        let (tx, rx) = oneshot::channel();
+        let delivery = DeliveryFuture {
+            outcome: batch.outcome.0.clone(),
+            index: u32::try_from(batch.records).unwrap_or(u32::MAX),
+            timestamp,
+            waker_slot: None,
+        };
+        batch.records += 1;
         batch.memory += size;
-        batch.deliveries.push(Delivery { tx, timestamp });
         if batch.builder.size_in_bytes() >= config.batch_size {
             batch.full = true;
             wake = true;
         }
         wake |= *pending == 0;
         *pending += 1;
-        Ok((DeliveryFuture { rx }, wake))
+        Ok((delivery, wake))
     }
 
     /// Sends `record` and waits for its delivery.
@@ -696,23 +786,8 @@ impl ProducerInner {
     }
 
     fn complete(&self, batch: ProducerBatch, result: Result<(i64, i64)>) {
-        let n = batch.deliveries.len();
-        for (i, d) in batch.deliveries.into_iter().enumerate() {
-            let r = match &result {
-                Ok((base, append_time)) => Ok(RecordMetadata {
-                    topic: batch.tp.topic.clone(),
-                    partition: batch.tp.partition,
-                    offset: if *base >= 0 { base + i as i64 } else { -1 },
-                    timestamp: if *append_time >= 0 {
-                        *append_time
-                    } else {
-                        d.timestamp
-                    },
-                }),
-                Err(e) => Err(e.clone()),
-            };
-            let _ = d.tx.send(r);
-        }
+        let n = batch.records;
+        batch.outcome.set(result);
         self.memory.add_permits(batch.memory);
         if let Ok(mut s) = self.state.lock() {
             s.pending = s.pending.saturating_sub(n);
@@ -775,7 +850,7 @@ impl ProducerInner {
         let mut expired = Vec::new();
         for q in s.queues.values_mut() {
             while let Some(front) = q.batches.front() {
-                if front.deliveries.is_empty() {
+                if front.records == 0 {
                     q.batches.pop_front();
                     continue;
                 }
@@ -812,7 +887,7 @@ impl ProducerInner {
                         break;
                     }
                     let seq = q.next_sequence;
-                    q.next_sequence = seq.wrapping_add(batch.deliveries.len() as i32) & i32::MAX;
+                    q.next_sequence = seq.wrapping_add(batch.records as i32) & i32::MAX;
                     batch.base_sequence = Some(seq);
                     let builder = std::mem::replace(
                         &mut batch.builder,
