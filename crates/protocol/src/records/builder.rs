@@ -70,10 +70,6 @@ pub struct RecordBatchBuilder {
     /// `HEADER_LEN` bytes of room for the header (written by `finish`/`build`), then the
     /// uncompressed records.
     buf: Vec<u8>,
-    /// CRC32C of the records so far, taken as each is appended while its bytes are still
-    /// in cache; an uncompressed batch's CRC is then this combined with the header's,
-    /// instead of a second pass over the whole batch.
-    records_crc: u32,
 }
 
 impl RecordBatchBuilder {
@@ -102,7 +98,6 @@ impl RecordBatchBuilder {
             last_offset_delta: None,
             record_count: 0,
             buf,
-            records_crc: 0,
         }
     }
 
@@ -215,7 +210,6 @@ impl RecordBatchBuilder {
         let timestamp_delta = timestamp
             .checked_sub(base)
             .ok_or(BatchError::InvalidRecord("timestamp delta overflows"))?;
-        let start = self.buf.len();
         encode_record(
             &mut self.buf,
             timestamp_delta,
@@ -224,8 +218,6 @@ impl RecordBatchBuilder {
             value,
             headers,
         )?;
-        let appended = self.buf.get(start..).unwrap_or_default();
-        self.records_crc = crc32c::crc32c_append(self.records_crc, appended);
         self.base_timestamp.get_or_insert(timestamp);
         self.max_timestamp = self.max_timestamp.max(timestamp);
         self.last_offset_delta = Some(offset_delta);
@@ -276,9 +268,7 @@ impl RecordBatchBuilder {
     /// the builder as it was; [`Self::finish`] does the same without copying the records.
     pub fn build(&self) -> Result<Bytes, BatchError> {
         let mut out = Vec::new();
-        let compressed = self.compressed_payload()?;
-        let payload_crc = compressed.is_none().then_some(self.records_crc);
-        match compressed {
+        match self.compressed_payload()? {
             Some(payload) => {
                 out.reserve_exact(HEADER_LEN + payload.len());
                 out.resize(HEADER_LEN, 0);
@@ -286,7 +276,7 @@ impl RecordBatchBuilder {
             }
             None => out.extend_from_slice(&self.buf),
         }
-        self.write_header(&mut out, payload_crc)?;
+        self.write_header(&mut out)?;
         Ok(Bytes::from(out))
     }
 
@@ -295,9 +285,7 @@ impl RecordBatchBuilder {
     /// not copied; with compression the compressed payload goes after a fresh header.
     /// The buffer can go back into [`Self::with_buffer`] once it has been sent.
     pub fn finish(mut self) -> Result<Vec<u8>, BatchError> {
-        let compressed = self.compressed_payload()?;
-        let payload_crc = compressed.is_none().then_some(self.records_crc);
-        let mut out = match compressed {
+        let mut out = match self.compressed_payload()? {
             Some(payload) => {
                 let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
                 out.resize(HEADER_LEN, 0);
@@ -306,7 +294,7 @@ impl RecordBatchBuilder {
             }
             None => std::mem::take(&mut self.buf),
         };
-        self.write_header(&mut out, payload_crc)?;
+        self.write_header(&mut out)?;
         Ok(out)
     }
 
@@ -321,9 +309,8 @@ impl RecordBatchBuilder {
     }
 
     /// Fills in the first `HEADER_LEN` bytes of `out` (which holds the payload after
-    /// them) and the CRC32C over everything from `attributes` on; `payload_crc` is the
-    /// payload's CRC when it is known already.
-    fn write_header(&self, out: &mut [u8], payload_crc: Option<u32>) -> Result<(), BatchError> {
+    /// them) and the CRC32C over everything from `attributes` on.
+    fn write_header(&self, out: &mut [u8]) -> Result<(), BatchError> {
         let payload_len = out
             .len()
             .checked_sub(HEADER_LEN)
@@ -366,14 +353,7 @@ impl RecordBatchBuilder {
         put(&self.record_count.to_be_bytes());
         debug_assert_eq!(at, HEADER_LEN);
         out[..HEADER_LEN].copy_from_slice(&h);
-        let crc = match payload_crc {
-            Some(payload) => crc32c::crc32c_combine(
-                crc32c::crc32c(&out[CRC + 4..HEADER_LEN]),
-                payload,
-                payload_len,
-            ),
-            None => crc32c::crc32c(&out[CRC + 4..]),
-        };
+        let crc = crc32c::crc32c(&out[CRC + 4..]);
         out[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
         Ok(())
     }
