@@ -1109,6 +1109,10 @@ async fn dispatch(inner: &Arc<ProducerInner>, ready: Vec<ProducerBatch>) {
     }
 }
 
+/// One topic of a Produce request: its name and, per partition, the index and the
+/// record batch to splice in.
+type TopicBatches<'a> = (&'a str, Vec<(i32, &'a [u8])>);
+
 /// Error, base offset, log append time and message of one partition's answer.
 type PartitionResult = (ErrorCode, i64, i64, Option<String>);
 
@@ -1135,7 +1139,7 @@ async fn send_produce(inner: &Arc<ProducerInner>, leader: i32, batches: Vec<Prod
             .or_default()
             .push((b.tp.partition, b.encoded.as_deref().unwrap_or_default()));
     }
-    let topics: Vec<(&str, Vec<(i32, &[u8])>)> = topics.into_iter().collect();
+    let topics: Vec<TopicBatches<'_>> = topics.into_iter().collect();
     let timeout_ms =
         i32::try_from(inner.config.client.request_timeout.as_millis()).unwrap_or(i32::MAX);
     let acks = inner.config.acks;
@@ -1193,7 +1197,7 @@ fn encode_produce(
     frame: &mut SplicedFrame,
     acks: i16,
     timeout_ms: i32,
-    topics: &[(&str, Vec<(i32, &[u8])>)],
+    topics: &[TopicBatches<'_>],
 ) -> Result<()> {
     let version = frame.version;
     if !(0..=11).contains(&version) {
@@ -1330,14 +1334,14 @@ mod tests {
     #[test]
     fn spliced_produce_frame_matches_the_generated_encoder() {
         let big: Vec<u8> = (0..70_000u32).map(|i| (i * 31 % 251) as u8).collect();
-        let topics: Vec<(&str, Vec<(i32, &[u8])>)> = vec![
+        let topics: Vec<TopicBatches<'_>> = vec![
             (
                 "orders",
                 vec![(0, &b"batch-0"[..]), (3, &big[..]), (5, &[][..])],
             ),
             ("t", vec![(1, &big[..1000])]),
         ];
-        let empty: Vec<(&str, Vec<(i32, &[u8])>)> = Vec::new();
+        let empty: Vec<TopicBatches<'_>> = Vec::new();
         for version in 0..=11i16 {
             for topics in [&topics, &empty] {
                 let header = RequestHeader {
