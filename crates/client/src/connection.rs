@@ -11,12 +11,18 @@
 //! slot whose correlation id the frame carries. Kafka answers a connection's requests in
 //! order, but matching by id makes the order irrelevant here.
 //!
+//! Large requests: [`BrokerConnection::write_spliced`] writes a frame whose big byte
+//! fields (the producer's record batches) are not copied into it but handed to one
+//! vectored write between the encoded pieces around them, so that a batch goes from its
+//! own buffer straight to the socket.
+//!
 //! Failure: every request has a deadline. When it passes, the connection is closed (the
 //! broker may be stopped, or the answer lost) and every other waiting request fails with
 //! [`Error::Disconnected`]; the owner then opens a new connection. A request therefore
 //! never waits longer than its timeout, whatever the broker does.
 
 use std::collections::HashMap;
+use std::io::IoSlice;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -25,7 +31,10 @@ use bytes::{Bytes, BytesMut};
 use rill_protocol::generated::{
     ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
 };
-use rill_protocol::{decode_frame, encode_request_frame, ApiKey, Decodable, ErrorCode, Request};
+use rill_protocol::{
+    begin_frame, decode_frame, encode_request_frame, ApiKey, Decodable, Encodable, ErrorCode,
+    Request,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
@@ -231,23 +240,6 @@ impl BrokerConnection {
             .await
     }
 
-    /// Writes `request` now and returns the wait for its answer, so that a caller can
-    /// put several requests on the wire in a chosen order (the producer: one partition's
-    /// batches in sequence order) and wait for their answers elsewhere.
-    pub(crate) async fn write_request<R: Request>(
-        self: &Arc<Self>,
-        request: &R,
-        ours: i16,
-    ) -> Result<InFlight<R>> {
-        let api = api_key::<R>()?;
-        let version = self.version(api, ours)?;
-        let mut in_flight = self
-            .write_at(request, version, self.request_timeout)
-            .await?;
-        in_flight.conn = Some(self.clone());
-        Ok(in_flight)
-    }
-
     async fn write_at<R: Request>(
         &self,
         request: &R,
@@ -279,29 +271,96 @@ impl BrokerConnection {
         })
     }
 
-    /// Writes a request that gets no response (Produce with acks=0).
-    pub(crate) async fn send_no_response<R: Request>(&self, request: &R, ours: i16) -> Result<()> {
+    /// Starts a request frame for [`Self::write_spliced`]: the size prefix (filled in when
+    /// it is written) and the request header at the negotiated version (at most `ours`).
+    pub(crate) fn begin_spliced<R: Request>(&self, ours: i16) -> Result<SplicedFrame> {
         let api = api_key::<R>()?;
         let version = self.version(api, ours)?;
-        let (_, frame) = self.encode(request, version)?;
-        if let Ok(p) = self.shared.pending.lock() {
+        let header = RequestHeader {
+            request_api_key: R::API_KEY,
+            request_api_version: version,
+            correlation_id: self.next_correlation_id(),
+            client_id: Some(self.client_id.clone()),
+            ..Default::default()
+        };
+        SplicedFrame::new(&header, api.request_header_version(version))
+    }
+
+    /// Writes a frame begun with [`Self::begin_spliced`], its spliced byte fields in
+    /// place, with vectored writes; returns the wait for its answer, or `None` when
+    /// `expect_response` is false (Produce with acks=0).
+    pub(crate) async fn write_spliced<R: Request>(
+        self: &Arc<Self>,
+        frame: SplicedFrame,
+        spliced: &[&[u8]],
+        expect_response: bool,
+    ) -> Result<Option<InFlight<R>>> {
+        let api = api_key::<R>()?;
+        let SplicedFrame {
+            mut head,
+            splices,
+            version,
+            correlation_id,
+        } = frame;
+        if splices.len() != spliced.len() {
+            return Err(Error::IllegalState(
+                "spliced frame: slices do not match their places".into(),
+            ));
+        }
+        let body_len = head.len() - 4 + spliced.iter().map(|s| s.len()).sum::<usize>();
+        let size = i32::try_from(body_len)
+            .map_err(|_| Error::Encode(rill_protocol::EncodeError::TooLong(body_len)))?;
+        head[..4].copy_from_slice(&size.to_be_bytes());
+        let mut slices = Vec::with_capacity(2 * spliced.len() + 1);
+        let mut from = 0;
+        for (&at, bytes) in splices.iter().zip(spliced) {
+            let piece = head
+                .get(from..at)
+                .ok_or_else(|| Error::IllegalState("spliced frame: places out of order".into()))?;
+            slices.push(IoSlice::new(piece));
+            slices.push(IoSlice::new(bytes));
+            from = at;
+        }
+        slices.push(IoSlice::new(head.get(from..).unwrap_or_default()));
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut p = self.shared.pending.lock().map_err(|_| Error::Closed)?;
             if let Some(why) = &p.closed {
                 return Err(Error::Disconnected {
                     addr: self.addr().to_string(),
                     message: why.clone(),
                 });
             }
+            if expect_response {
+                p.slots.insert(correlation_id, tx);
+            }
         }
-        self.write(&frame, self.request_timeout).await
+        self.write_vectored(&mut slices, self.request_timeout)
+            .await?;
+        if !expect_response {
+            return Ok(None);
+        }
+        Ok(Some(InFlight {
+            rx,
+            api,
+            version,
+            timeout: self.request_timeout,
+            shared: self.shared.clone(),
+            conn: Some(self.clone()),
+            _response: std::marker::PhantomData,
+        }))
     }
 
-    fn encode<R: Request>(&self, request: &R, version: i16) -> Result<(i32, BytesMut)> {
-        let correlation_id = self
-            .next_correlation_id
+    fn next_correlation_id(&self) -> i32 {
+        self.next_correlation_id
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
                 Some(if c == i32::MAX { 1 } else { c + 1 })
             })
-            .unwrap_or(1);
+            .unwrap_or(1)
+    }
+
+    fn encode<R: Request>(&self, request: &R, version: i16) -> Result<(i32, BytesMut)> {
+        let correlation_id = self.next_correlation_id();
         let header = RequestHeader {
             request_api_key: R::API_KEY,
             request_api_version: version,
@@ -337,6 +396,90 @@ impl BrokerConnection {
                 })
             }
         }
+    }
+}
+
+impl BrokerConnection {
+    /// [`Self::write`] for a frame in pieces: one `writev` for as many pieces as the socket
+    /// takes, the rest after it.
+    async fn write_vectored(&self, slices: &mut [IoSlice<'_>], timeout: Duration) -> Result<()> {
+        let result = tokio::time::timeout(timeout, async {
+            let mut w = self.writer.lock().await;
+            let mut slices = slices;
+            while !slices.is_empty() {
+                let n = w.write_vectored(slices).await?;
+                if n == 0 {
+                    return Err(std::io::Error::from(std::io::ErrorKind::WriteZero));
+                }
+                IoSlice::advance_slices(&mut slices, n);
+            }
+            Ok(())
+        })
+        .await;
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                self.close(&e.to_string());
+                Err(Error::Disconnected {
+                    addr: self.addr().to_string(),
+                    message: e.to_string(),
+                })
+            }
+            Err(_) => {
+                self.close("write timed out");
+                Err(Error::Timeout {
+                    what: format!("writing to {}", self.addr()),
+                    after: timeout,
+                })
+            }
+        }
+    }
+}
+
+/// A request frame with gaps for byte fields that are written from their own buffers:
+/// see [`BrokerConnection::begin_spliced`]. The encoder appends to `head` and calls
+/// [`Self::splice_here`] where each spliced field's bytes go.
+pub(crate) struct SplicedFrame {
+    pub(crate) head: BytesMut,
+    splices: Vec<usize>,
+    pub(crate) version: i16,
+    correlation_id: i32,
+}
+
+impl SplicedFrame {
+    /// A frame holding the size prefix (filled in when it is written) and `header`.
+    pub(crate) fn new(header: &RequestHeader, header_version: i16) -> Result<Self> {
+        let mut head = BytesMut::with_capacity(256);
+        begin_frame(&mut head);
+        header.encode(&mut head, header_version)?;
+        Ok(Self {
+            head,
+            splices: Vec::new(),
+            version: header.request_api_version,
+            correlation_id: header.correlation_id,
+        })
+    }
+
+    /// The whole frame as one buffer, with `spliced` in place (what `write_spliced` puts
+    /// on the wire), for tests that compare it with the plain encoder's frame.
+    #[cfg(test)]
+    pub(crate) fn assemble(&self, spliced: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut from = 0;
+        for (&at, bytes) in self.splices.iter().zip(spliced) {
+            out.extend_from_slice(&self.head[from..at]);
+            out.extend_from_slice(bytes);
+            from = at;
+        }
+        out.extend_from_slice(&self.head[from..]);
+        let size = (out.len() - 4) as i32;
+        out[..4].copy_from_slice(&size.to_be_bytes());
+        out
+    }
+
+    /// Marks the end of `head` as the place of the next spliced field.
+    pub(crate) fn splice_here(&mut self) {
+        self.splices.push(self.head.len());
     }
 }
 

@@ -18,6 +18,7 @@
 //!   tries them.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -115,6 +116,10 @@ pub(crate) struct NetworkClient {
     pub(crate) config: ClientConfig,
     slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
     metadata: RwLock<MetadataState>,
+    /// Bumped whenever the snapshot is replaced or marked stale, so that a caller may keep
+    /// what it derived from the metadata (the producer: partition counts) until then
+    /// without asking for it on every record.
+    generation: AtomicU64,
     refresh_lock: tokio::sync::Mutex<()>,
 }
 
@@ -132,6 +137,7 @@ impl NetworkClient {
                 all: None,
                 stale: true,
             }),
+            generation: AtomicU64::new(0),
             refresh_lock: tokio::sync::Mutex::new(()),
         }))
     }
@@ -271,6 +277,23 @@ impl NetworkClient {
         if let Ok(mut m) = self.metadata.write() {
             m.stale = true;
         }
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// See the field: changes whenever what [`Self::ensure_topics`] would do may change.
+    pub(crate) fn metadata_generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Until when [`Self::ensure_topics`] would take `topic`'s metadata as fresh, if it
+    /// would now (the same test it makes).
+    pub(crate) fn topic_fresh_until(&self, topic: &str) -> Option<Instant> {
+        let m = self.metadata.read().ok()?;
+        if m.stale || !m.snapshot.topics.contains_key(topic) {
+            return None;
+        }
+        let at = m.refreshed.get(topic).or(m.all.as_ref())?;
+        at.checked_add(self.config.metadata_max_age)
     }
 
     /// Makes sure the metadata of `topics` is known and younger than
@@ -386,6 +409,7 @@ impl NetworkClient {
         }
         m.snapshot = Arc::new(snapshot);
         m.stale = false;
+        self.generation.fetch_add(1, Ordering::Release);
         Ok(())
     }
 

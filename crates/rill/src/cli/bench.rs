@@ -246,6 +246,9 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
                 }
             });
             let begin = Instant::now();
+            let begin_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
             for i in 0..count {
                 if let Some(rate) = rate {
                     let due = begin + Duration::from_secs_f64(i as f64 / rate);
@@ -254,7 +257,11 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
                 let offset = ((i as usize).wrapping_mul(7919) ^ (w as usize * 104_729)) % POOL;
                 let value = pool.slice(offset..offset + size);
                 let sent = Instant::now();
-                let delivery = producer.send(ProducerRecord::new(&topic, value)).await?;
+                // The create time is the send time, from the clock read the latency needs
+                // anyway rather than a second one in the producer.
+                let timestamp = begin_ms + sent.duration_since(begin).as_millis() as i64;
+                let record = ProducerRecord::new(&topic, value).timestamp(timestamp);
+                let delivery = producer.send(record).await?;
                 if tx.send((sent, delivery)).is_err() {
                     break;
                 }
