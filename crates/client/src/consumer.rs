@@ -579,13 +579,23 @@ impl Consumer {
     fn take_buffered(&mut self) -> Vec<ConsumerRecord> {
         let n = self.buffered.len().min(self.config.max_poll_records.max(1));
         let out: Vec<ConsumerRecord> = self.buffered.drain(..n).collect();
-        for r in &out {
+        // Records come in runs of one partition, in offset order: one position update per
+        // run rather than a key built and looked up per record.
+        let mut run_start = 0;
+        while run_start < out.len() {
+            let first = &out[run_start];
+            let run_len = out[run_start..]
+                .iter()
+                .take_while(|r| r.partition == first.partition && r.topic == first.topic)
+                .count();
+            let last = &out[run_start + run_len - 1];
             if let Some(s) = self
                 .assignment
-                .get_mut(&TopicPartition::new(r.topic.clone(), r.partition))
+                .get_mut(&TopicPartition::new(first.topic.clone(), first.partition))
             {
-                s.position = Some(r.offset + 1);
+                s.position = Some(last.offset + 1);
             }
+            run_start += run_len;
         }
         // Once the buffer is empty the consumed position catches up with the fetch
         // position (which may have skipped control records or compacted offsets).
