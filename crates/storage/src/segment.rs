@@ -626,8 +626,18 @@ impl LogSegment {
             return Ok(Some(info));
         }
         if !load {
-            // One small read per batch header; the batch bodies are never read here.
+            // Small reads of batch headers only; the batch bodies are never read here.
+            // The offset index names batch starts further on: every batch before such a
+            // start is whole, and when the entry's offset is at most `max_offset` so is
+            // every offset before it, so the headers up to it need not be read one by
+            // one (with 64 KiB batches that is about 15 reads fewer per 1 MiB fetched).
             let mut end = 0u64;
+            if let Some((_, position)) =
+                self.offset_index
+                    .last_entry_within(start_pos, start_pos + want, max_offset)
+            {
+                end = u64::from(position) - start_pos;
+            }
             while end + HEADER_LEN as u64 <= want {
                 let Some(h) = self.read_header(start_pos + end)? else {
                     break;
