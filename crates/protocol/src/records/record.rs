@@ -429,22 +429,26 @@ struct Cursor<'a> {
 }
 
 impl Cursor<'_> {
+    #[inline]
     fn rest(&self) -> &[u8] {
         &self.buf[self.pos..self.end]
     }
 
+    #[inline]
     fn byte(&mut self, what: &'static str) -> Result<u8, BatchError> {
         let b = *self.rest().first().ok_or(BatchError::InvalidRecord(what))?;
         self.pos += 1;
         Ok(b)
     }
 
+    #[inline]
     fn varint(&mut self, what: &'static str) -> Result<i32, BatchError> {
         let (v, n) = varint::read_varint(self.rest()).map_err(|e| varint_error(e, what))?;
         self.pos += n;
         Ok(v)
     }
 
+    #[inline]
     fn varlong(&mut self, what: &'static str) -> Result<i64, BatchError> {
         let (v, n) = varint::read_varlong(self.rest()).map_err(|e| varint_error(e, what))?;
         self.pos += n;
@@ -452,6 +456,7 @@ impl Cursor<'_> {
     }
 
     /// A varint length (-1 for null), then that many bytes: their range in `buf`.
+    #[inline]
     fn nullable(&mut self, what: &'static str) -> Result<Option<Range<usize>>, BatchError> {
         let len = self.varint(what)?;
         if len == -1 {
