@@ -39,9 +39,12 @@
 //! # Zero-copy Fetch
 //!
 //! A Fetch is answered as [`ResponseChunk`]s: encoded bytes interleaved with ranges of
-//! segment files. The bytes go through the connection's buffer; before each file range the
-//! buffer is flushed and the range goes out with `sendfile`, so record bytes never pass
-//! through user space (DESIGN.md §3). A socket `sendfile` refuses falls back to reading
+//! segment files. The bytes before each file range are sent with `MSG_MORE` (one
+//! `sendmsg` of their slices) and the range goes out with `sendfile`, so record bytes
+//! never pass through user space (DESIGN.md §3), and the few bytes of framing ride in
+//! the file's first segment instead of a tiny TCP segment of their own (which over
+//! loopback costs the broker a whole receive path and the client a wake-up). The bytes
+//! after the last range go through the connection's buffer like any response. A socket `sendfile` refuses falls back to reading
 //! the range and writing it; a file that turns out shorter than its range (truncated
 //! under the response) closes the connection rather than send a short frame.
 //!
@@ -528,27 +531,83 @@ async fn acquire_bytes(
     pools.bytes.acquire_many(want).await.ok()
 }
 
-/// Writes a response made of chunks: bytes through the buffer, file ranges with
-/// `sendfile` straight from the page cache once the bytes before them are flushed.
+/// Writes a response made of chunks: the bytes before each file range corked, the
+/// range with `sendfile` straight from the page cache, the bytes after the last range
+/// through the buffer (see the module note).
 async fn write_chunks(
     writer: &mut BufWriter<OwnedWriteHalf>,
     chunks: &[ResponseChunk],
     idle: Duration,
 ) -> Result<(), ConnectionError> {
-    for chunk in chunks {
-        match chunk {
-            ResponseChunk::Bytes(b) => write_within(writer, b, idle).await?,
-            ResponseChunk::File { file, offset, len } => {
-                match tokio::time::timeout(idle, writer.flush()).await {
-                    Ok(r) => r?,
-                    Err(_) => return Err(ConnectionError::Idle(idle)),
-                }
-                let end = offset.saturating_add(*len as u64);
-                let sent = send_file(writer.get_ref().as_ref(), file, *offset, end, idle).await?;
-                if sent < end {
-                    copy_file(writer, file, sent, end, idle).await?;
+    let mut rest = chunks;
+    while !rest.is_empty() {
+        let bytes = rest
+            .iter()
+            .take_while(|c| matches!(c, ResponseChunk::Bytes(_)))
+            .count();
+        let (run, after) = rest.split_at(bytes);
+        let Some((ResponseChunk::File { file, offset, len }, after)) = after.split_first() else {
+            for chunk in run {
+                if let ResponseChunk::Bytes(b) = chunk {
+                    write_within(writer, b, idle).await?;
                 }
             }
+            return Ok(());
+        };
+        rest = after;
+        if !writer.buffer().is_empty() {
+            // An earlier pipelined response is still buffered: it goes first.
+            match tokio::time::timeout(idle, writer.flush()).await {
+                Ok(r) => r?,
+                Err(_) => return Err(ConnectionError::Idle(idle)),
+            }
+        }
+        let slices: Vec<&[u8]> = run
+            .iter()
+            .filter_map(|c| match c {
+                ResponseChunk::Bytes(b) => Some(&b[..]),
+                ResponseChunk::File { .. } => None,
+            })
+            .collect();
+        send_corked(writer.get_ref().as_ref(), &slices, idle).await?;
+        let end = offset.saturating_add(*len as u64);
+        let sent = send_file(writer.get_ref().as_ref(), file, *offset, end, idle).await?;
+        if sent < end {
+            copy_file(writer, file, sent, end, idle).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Sends `parts` with `MSG_MORE`: the kernel holds them until the next send without the
+/// flag (the `sendfile` that follows, whose last piece pushes), so that they go out in
+/// the same segment as the file's first bytes.
+async fn send_corked(
+    socket: &TcpStream,
+    parts: &[&[u8]],
+    idle: Duration,
+) -> Result<(), ConnectionError> {
+    let mut slices: Vec<std::io::IoSlice<'_>> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| std::io::IoSlice::new(p))
+        .collect();
+    let mut rest = &mut slices[..];
+    let flags = rustix::net::SendFlags::MORE | rustix::net::SendFlags::NOSIGNAL;
+    while !rest.is_empty() {
+        match tokio::time::timeout(idle, socket.writable()).await {
+            Ok(r) => r?,
+            Err(_) => return Err(ConnectionError::Idle(idle)),
+        }
+        let sent = socket.try_io(Interest::WRITABLE, || {
+            let mut control = rustix::net::SendAncillaryBuffer::default();
+            rustix::net::sendmsg(socket, rest, &mut control, flags).map_err(Into::into)
+        });
+        match sent {
+            Ok(0) => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),
+            Ok(n) => std::io::IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())

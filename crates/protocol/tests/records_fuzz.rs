@@ -78,6 +78,77 @@ proptest! {
         let batch = RecordBatch::new(Bytes::from(raw)).unwrap();
         let _ = batch.records(1 << 16);
     }
+
+    /// The borrowed walk the leader validates with (`next_ref`) accepts exactly what the
+    /// owned decoder accepts, record for record, on garbage and on damaged valid records.
+    #[test]
+    fn borrowed_and_owned_walks_agree(
+        codec in prop_oneof![Just(0u8), 0u8..5],
+        count in prop_oneof![Just(-5), 0i32..20],
+        payload in proptest::collection::vec(any::<u8>(), 0..300),
+        valid in any::<bool>(),
+        flip in any::<prop::sample::Index>(),
+        x in any::<u8>(),
+    ) {
+        let mut payload = if valid { valid_records(count.max(0)) } else { payload };
+        if !payload.is_empty() {
+            let i = flip.index(payload.len());
+            payload[i] ^= x;
+        }
+        let raw = batch_bytes(i16::from(codec), count, &payload);
+        let batch = RecordBatch::new(Bytes::from(raw)).unwrap();
+        prop_assert_eq!(borrowed_walk(&batch), owned_walk(&batch));
+    }
+}
+
+/// What a walk saw: (offset, offset delta, timestamp, key, value, header count) per record.
+type Walk = Result<Vec<(i64, i32, i64, Option<Vec<u8>>, Option<Vec<u8>>, usize)>, BatchError>;
+
+fn owned_walk(batch: &RecordBatch) -> Walk {
+    let mut out = Vec::new();
+    for r in batch.record_iter(1 << 16)? {
+        let r = r?;
+        out.push((
+            r.offset,
+            r.offset_delta,
+            r.timestamp,
+            r.key.map(|k| k.to_vec()),
+            r.value.map(|v| v.to_vec()),
+            r.headers.len(),
+        ));
+    }
+    Ok(out)
+}
+
+fn borrowed_walk(batch: &RecordBatch) -> Walk {
+    let mut out = Vec::new();
+    let mut it = batch.record_iter(1 << 16)?;
+    while let Some(r) = it.next_ref() {
+        let r = r?;
+        out.push((
+            r.offset,
+            r.offset_delta,
+            r.timestamp,
+            r.key.map(<[u8]>::to_vec),
+            r.value.map(<[u8]>::to_vec),
+            r.header_count,
+        ));
+    }
+    Ok(out)
+}
+
+/// `count` well-formed uncompressed records with keys, values and a header each.
+fn valid_records(count: i32) -> Vec<u8> {
+    let mut b = rill_protocol::records::RecordBatchBuilder::new(CompressionType::None, 0);
+    for i in 0..count {
+        let h = [rill_protocol::records::Header::new(
+            "h",
+            Some(vec![i as u8]),
+        )];
+        b.append(i64::from(i), Some(&[i as u8]), Some(&[1, 2, 3]), &h)
+            .unwrap();
+    }
+    b.build().unwrap()[61..].to_vec()
 }
 
 fn batch_bytes(attributes: i16, count: i32, payload: &[u8]) -> Vec<u8> {
@@ -135,6 +206,10 @@ fn malformed_records_are_refused() {
         let batch = RecordBatch::new(Bytes::from(batch_bytes(0, 1, payload))).unwrap();
         batch.validate().unwrap();
         assert!(batch.records(1 << 16).is_err(), "{what} was accepted");
+        assert!(
+            borrowed_walk(&batch).is_err(),
+            "{what} was accepted borrowed"
+        );
     }
     // The smallest valid record, for contrast: null key, null value, no headers.
     let ok: &[u8] = &[0x0c, 0, 0, 0, 0x01, 0x01, 0x00];
@@ -151,6 +226,14 @@ fn malformed_records_are_refused() {
         batch.records(1 << 16),
         Err(BatchError::InvalidRecord(_))
     ));
+    assert!(matches!(
+        borrowed_walk(&batch),
+        Err(BatchError::InvalidRecord(_))
+    ));
+    // A count that claims more records than the bytes hold is refused by both walks.
+    let batch = RecordBatch::new(Bytes::from(batch_bytes(0, 2, ok))).unwrap();
+    assert!(batch.records(1 << 16).is_err());
+    assert!(borrowed_walk(&batch).is_err());
     // Codecs 5-7 are unknown.
     let batch = RecordBatch::new(Bytes::from(batch_bytes(5, 1, ok))).unwrap();
     assert_eq!(

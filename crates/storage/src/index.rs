@@ -203,6 +203,24 @@ impl OffsetIndex {
         }
     }
 
+    /// The last entry, as (absolute offset, position), whose position is in
+    /// `[min_position, max_position]` and whose offset is `<= max_offset`: a batch start
+    /// that a read from `min_position` may skip to without reading the headers before it.
+    pub fn last_entry_within(
+        &self,
+        min_position: u64,
+        max_position: u64,
+        max_offset: i64,
+    ) -> Option<(i64, u32)> {
+        // Offsets and positions both increase along the entries, so the predicate is true
+        // on a prefix and a binary search finds its end.
+        let i = self.entries.partition_point(|&(r, p)| {
+            u64::from(p) <= max_position && self.base_offset + i64::from(r) <= max_offset
+        });
+        let &(r, p) = self.entries.get(i.checked_sub(1)?)?;
+        (u64::from(p) >= min_position).then_some((self.base_offset + i64::from(r), p))
+    }
+
     /// Adds an entry; ignored unless it is beyond the last one (as Kafka refuses
     /// non-increasing entries) and the relative offset fits.
     pub(crate) fn append(&mut self, offset: i64, position: u32) -> Result<(), StorageError> {

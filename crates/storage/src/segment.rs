@@ -9,7 +9,9 @@
 //!
 //! Append:
 //! 1. The log has validated every batch and assigned its offsets; the segment writes the
-//!    whole record set with one positional write at its end.
+//!    whole record set with one positional vectored write at its end (`pwritev`: on the
+//!    leader each batch is its rewritten 61-byte header and the rest as the client sent
+//!    it; a short write is continued, and a torn one is what recovery below handles).
 //! 2. For each batch, in order: if the batch's max timestamp is the greatest so far, it
 //!    becomes `max_timestamp_so_far` (with the batch's last offset); if more than
 //!    `index.interval.bytes` were written since the last index entry, the offset index
@@ -52,6 +54,7 @@
 //! by header, to find the end offset and the max timestamp.
 
 use std::fs::{self, File, OpenOptions};
+use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -518,11 +521,24 @@ impl LogSegment {
         records: &[u8],
         batches: &[BatchSummary],
     ) -> Result<(), StorageError> {
-        self.log
-            .write_all_at(records, self.size)
+        self.append_vectored(&[records], batches)
+    }
+
+    /// Appends the batches laid out back to back in `parts` (their concatenation, as
+    /// one positional vectored write): the leader passes each batch as its rewritten
+    /// header and the untouched rest of the client's bytes, so that nothing is copied in
+    /// user space before the kernel copies it into the page cache.
+    pub(crate) fn append_vectored(
+        &mut self,
+        parts: &[&[u8]],
+        batches: &[BatchSummary],
+    ) -> Result<(), StorageError> {
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        debug_assert_eq!(len, batches.iter().map(|b| b.size).sum::<u64>());
+        write_all_vectored_at(&self.log, parts, self.size)
             .map_err(|e| StorageError::io(&self.log_path, e))?;
         let mut pos = self.size;
-        self.size += records.len() as u64;
+        self.size += len;
         for b in batches {
             self.index_batch(*b, pos)?;
             pos += b.size;
@@ -610,8 +626,18 @@ impl LogSegment {
             return Ok(Some(info));
         }
         if !load {
-            // One small read per batch header; the batch bodies are never read here.
+            // Small reads of batch headers only; the batch bodies are never read here.
+            // The offset index names batch starts further on: every batch before such a
+            // start is whole, and when the entry's offset is at most `max_offset` so is
+            // every offset before it, so the headers up to it need not be read one by
+            // one (with 64 KiB batches that is about 15 reads fewer per 1 MiB fetched).
             let mut end = 0u64;
+            if let Some((_, position)) =
+                self.offset_index
+                    .last_entry_within(start_pos, start_pos + want, max_offset)
+            {
+                end = u64::from(position) - start_pos;
+            }
             while end + HEADER_LEN as u64 <= want {
                 let Some(h) = self.read_header(start_pos + end)? else {
                     break;
@@ -719,4 +745,35 @@ impl LogSegment {
         }
         Ok(())
     }
+}
+
+/// Writes the concatenation of `parts` at `pos` with `pwritev`, as many calls as short
+/// writes and the kernel's limit on the number of slices per call make necessary.
+fn write_all_vectored_at(file: &File, parts: &[&[u8]], mut pos: u64) -> std::io::Result<()> {
+    // Linux's IOV_MAX: a call with more slices fails with EINVAL.
+    const MAX_SLICES_PER_CALL: usize = 1024;
+    let mut slices: Vec<IoSlice<'_>> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| IoSlice::new(p))
+        .collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let window = rest.len().min(MAX_SLICES_PER_CALL);
+        match rustix::io::pwritev(file, &rest[..window], pos) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::WriteZero,
+                    "pwritev wrote nothing",
+                ))
+            }
+            Ok(n) => {
+                pos += n as u64;
+                IoSlice::advance_slices(&mut rest, n);
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }

@@ -85,38 +85,68 @@ pub(crate) fn corrupt_to_append_error(e: BatchError) -> AppendError {
 
 /// Decodes and checks every record of a client's batch (see the module note). Returns
 /// the records when `keep` is set (the caller re-encodes them), else an empty vector.
+///
+/// Without `keep` the records are only borrowed ([`next_ref`]): the same
+/// decoding and the same checks, but no reference count, header allocation or copy per
+/// record, which made this walk a tenth of the broker's produce CPU. The walk itself
+/// stays even when the topic asks for no per-record check: it is what proves that the
+/// batch holds exactly `recordCount` well-formed records with offset deltas 0, 1, 2, …
+/// (Kafka's leader iterates every record of a batch too), which the CRC cannot, since a
+/// client computes the CRC over whatever it sends.
+///
+/// [`next_ref`]: rill_protocol::records::RecordIter::next_ref
 pub(crate) fn validate_records(
     batch: &RecordBatch,
     checks: &RecordChecks,
     keep: bool,
 ) -> Result<Vec<Record>, AppendError> {
-    let records = batch
+    let mut records = batch
         .record_iter(MAX_DECOMPRESSED_BATCH_BYTES)
         .map_err(corrupt_to_append_error)?;
     // A LogAppendTime batch reports its max timestamp for every record; Kafka checks
     // create times only, so such a batch from a client is judged by that one value.
     let create_time = batch.timestamp_type() == TimestampType::CreateTime;
-    let mut kept = Vec::new();
-    for (i, record) in records.enumerate() {
-        let record = record.map_err(corrupt_to_append_error)?;
-        if i64::from(record.offset_delta) != i as i64 {
+    let check = |i: usize, offset_delta: i32, has_key: bool, timestamp: i64| {
+        if i64::from(offset_delta) != i as i64 {
             return Err(AppendError::InvalidRecord(format!(
-                "record {i} of the batch has offset delta {}",
-                record.offset_delta
+                "record {i} of the batch has offset delta {offset_delta}"
             )));
         }
-        if checks.require_keys && record.key.is_none() {
+        if checks.require_keys && !has_key {
             return Err(AppendError::InvalidRecord(
                 "compacted topic cannot accept a record without a key".into(),
             ));
         }
         if let Some(window) = &checks.timestamp_window {
             if create_time || i == 0 {
-                window.check(i, record.timestamp)?;
+                window.check(i, timestamp)?;
             }
         }
-        if keep {
+        Ok(())
+    };
+    let mut kept = Vec::new();
+    if keep {
+        for (i, record) in records.by_ref().enumerate() {
+            let record = record.map_err(corrupt_to_append_error)?;
+            check(
+                i,
+                record.offset_delta,
+                record.key.is_some(),
+                record.timestamp,
+            )?;
             kept.push(record);
+        }
+    } else {
+        let mut i = 0usize;
+        while let Some(record) = records.next_ref() {
+            let record = record.map_err(corrupt_to_append_error)?;
+            check(
+                i,
+                record.offset_delta,
+                record.key.is_some(),
+                record.timestamp,
+            )?;
+            i += 1;
         }
     }
     Ok(kept)

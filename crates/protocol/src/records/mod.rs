@@ -19,4 +19,4 @@ mod varint;
 
 pub use batch::{BatchError, CompressionType, RecordBatch, TimestampType};
 pub use builder::RecordBatchBuilder;
-pub use record::{end_txn_marker_value, ControlRecordType, Header, Record, RecordIter};
+pub use record::{end_txn_marker_value, ControlRecordType, Header, Record, RecordIter, RecordRef};

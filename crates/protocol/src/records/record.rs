@@ -20,6 +20,8 @@
 //! preallocated from a count the bytes could not back. Keys and values are slices of the
 //! batch (or of its decompressed payload), never copies.
 
+use std::ops::Range;
+
 use bytes::Bytes;
 
 use super::batch::{BatchError, CompressionType, RecordBatch, TimestampType};
@@ -193,6 +195,12 @@ impl RecordBatch {
 }
 
 /// Iterator over the decoded records of one batch; see [`RecordBatch::record_iter`].
+///
+/// Besides [`Iterator::next`], which hands out owned [`Record`]s, [`RecordIter::next_ref`]
+/// decodes and checks the same way but borrows keys and values from the iterator's buffer
+/// and does not collect the headers: a caller that only inspects records (the leader's
+/// validation of a produced batch) then pays no reference count, allocation or copy per
+/// record.
 pub struct RecordIter {
     buf: Bytes,
     pos: usize,
@@ -203,13 +211,95 @@ pub struct RecordIter {
     failed: bool,
 }
 
+/// One record as [`RecordIter::next_ref`] returns it: every field decoded and checked as
+/// for [`Record`] (headers included), keys and values borrowed, headers only counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    /// `baseOffset + offsetDelta`.
+    pub offset: i64,
+    pub offset_delta: i32,
+    /// As [`Record::timestamp`].
+    pub timestamp: i64,
+    pub attributes: i8,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub header_count: usize,
+}
+
+/// Where one decoded record's parts lie in the iterator's buffer.
+struct RecordSpan {
+    offset: i64,
+    offset_delta: i32,
+    timestamp: i64,
+    attributes: i8,
+    key: Option<Range<usize>>,
+    value: Option<Range<usize>>,
+    header_count: usize,
+    /// The headers, already checked (non-null UTF-8 keys, lengths within the record).
+    headers: Range<usize>,
+}
+
 impl RecordIter {
     /// The decompressed records section, as the records' slices share it.
     pub fn buffer(&self) -> &Bytes {
         &self.buf
     }
 
-    fn next_record(&mut self) -> Result<Record, BatchError> {
+    /// The next record, borrowed (see the type's note); the same records, checks and
+    /// errors as [`Iterator::next`], which it advances exactly as that would.
+    ///
+    /// ```
+    /// use rill_protocol::records::{CompressionType, RecordBatch, RecordBatchBuilder};
+    ///
+    /// let mut builder = RecordBatchBuilder::new(CompressionType::None, 0);
+    /// builder.append(1_700_000_000_000, Some(b"k"), Some(b"v"), &[]).unwrap();
+    /// let batch = RecordBatch::new(builder.build().unwrap()).unwrap();
+    /// let mut records = batch.record_iter(1 << 20).unwrap();
+    /// let first = records.next_ref().unwrap().unwrap();
+    /// assert_eq!((first.offset_delta, first.key), (0, Some(&b"k"[..])));
+    /// assert!(records.next_ref().is_none());
+    /// ```
+    pub fn next_ref(&mut self) -> Option<Result<RecordRef<'_>, BatchError>> {
+        let span = match self.advance()? {
+            Ok(span) => span,
+            Err(e) => return Some(Err(e)),
+        };
+        let buf = &self.buf[..];
+        Some(Ok(RecordRef {
+            offset: span.offset,
+            offset_delta: span.offset_delta,
+            timestamp: span.timestamp,
+            attributes: span.attributes,
+            key: span.key.map(|r| &buf[r]),
+            value: span.value.map(|r| &buf[r]),
+            header_count: span.header_count,
+        }))
+    }
+
+    /// Counts down `recordCount`, refuses trailing bytes after the last record, and stops
+    /// for good at the first error.
+    fn advance(&mut self) -> Option<Result<RecordSpan, BatchError>> {
+        if self.failed {
+            return None;
+        }
+        if self.remaining == 0 {
+            if self.pos != self.buf.len() {
+                self.failed = true;
+                return Some(Err(BatchError::InvalidRecord(
+                    "bytes remain after the batch's last record",
+                )));
+            }
+            return None;
+        }
+        let r = self.next_span();
+        match r {
+            Ok(_) => self.remaining -= 1,
+            Err(_) => self.failed = true,
+        }
+        Some(r)
+    }
+
+    fn next_span(&mut self) -> Result<RecordSpan, BatchError> {
         let mut cursor = Cursor {
             buf: &self.buf,
             pos: self.pos,
@@ -229,8 +319,8 @@ impl RecordIter {
         let attributes = cursor.byte("record attributes")? as i8;
         let timestamp_delta = cursor.varlong("timestamp delta")?;
         let offset_delta = cursor.varint("offset delta")?;
-        let key = cursor.nullable_bytes("key")?;
-        let value = cursor.nullable_bytes("value")?;
+        let key = cursor.nullable("key")?;
+        let value = cursor.nullable("value")?;
         let header_count = cursor.varint("header count")?;
         let header_count = usize::try_from(header_count)
             .map_err(|_| BatchError::InvalidRecord("negative header count"))?;
@@ -239,15 +329,14 @@ impl RecordIter {
                 "header count exceeds the record's length",
             ));
         }
-        let mut headers = Vec::with_capacity(header_count);
+        let headers_start = cursor.pos;
         for _ in 0..header_count {
             let key = cursor
-                .nullable_bytes("header key")?
+                .nullable("header key")?
                 .ok_or(BatchError::InvalidRecord("null header key"))?;
-            let key = String::from_utf8(key.to_vec())
+            std::str::from_utf8(&cursor.buf[key])
                 .map_err(|_| BatchError::InvalidRecord("header key is not UTF-8"))?;
-            let value = cursor.nullable_bytes("header value")?;
-            headers.push(Header { key, value });
+            cursor.nullable("header value")?;
         }
         if cursor.pos != cursor.end {
             return Err(BatchError::InvalidRecord(
@@ -266,13 +355,42 @@ impl RecordIter {
             .base_offset
             .checked_add(i64::from(offset_delta))
             .ok_or(BatchError::InvalidRecord("offset delta overflows"))?;
-        Ok(Record {
+        Ok(RecordSpan {
             offset,
             offset_delta,
             timestamp,
             attributes,
             key,
             value,
+            header_count,
+            headers: headers_start..cursor.end,
+        })
+    }
+
+    /// The owned record of a span `next_span` has checked.
+    fn to_record(&self, span: RecordSpan) -> Result<Record, BatchError> {
+        let mut cursor = Cursor {
+            buf: &self.buf,
+            pos: span.headers.start,
+            end: span.headers.end,
+        };
+        let mut headers = Vec::with_capacity(span.header_count);
+        for _ in 0..span.header_count {
+            let key = cursor
+                .nullable("header key")?
+                .ok_or(BatchError::InvalidRecord("null header key"))?;
+            let key = String::from_utf8(self.buf[key].to_vec())
+                .map_err(|_| BatchError::InvalidRecord("header key is not UTF-8"))?;
+            let value = cursor.nullable("header value")?.map(|r| self.buf.slice(r));
+            headers.push(Header { key, value });
+        }
+        Ok(Record {
+            offset: span.offset,
+            offset_delta: span.offset_delta,
+            timestamp: span.timestamp,
+            attributes: span.attributes,
+            key: span.key.map(|r| self.buf.slice(r)),
+            value: span.value.map(|r| self.buf.slice(r)),
             headers,
         })
     }
@@ -282,22 +400,13 @@ impl Iterator for RecordIter {
     type Item = Result<Record, BatchError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
-        if self.remaining == 0 {
-            if self.pos != self.buf.len() {
-                self.failed = true;
-                return Some(Err(BatchError::InvalidRecord(
-                    "bytes remain after the batch's last record",
-                )));
-            }
-            return None;
-        }
-        let r = self.next_record();
-        match r {
-            Ok(_) => self.remaining -= 1,
-            Err(_) => self.failed = true,
+        let span = match self.advance()? {
+            Ok(span) => span,
+            Err(e) => return Some(Err(e)),
+        };
+        let r = self.to_record(span);
+        if r.is_err() {
+            self.failed = true;
         }
         Some(r)
     }
@@ -312,38 +421,43 @@ impl Iterator for RecordIter {
     }
 }
 
-/// A bounded reader over `buf[pos..end]` that hands out zero-copy slices.
+/// A bounded reader over `buf[pos..end]`.
 struct Cursor<'a> {
-    buf: &'a Bytes,
+    buf: &'a [u8],
     pos: usize,
     end: usize,
 }
 
 impl Cursor<'_> {
+    #[inline]
     fn rest(&self) -> &[u8] {
         &self.buf[self.pos..self.end]
     }
 
+    #[inline]
     fn byte(&mut self, what: &'static str) -> Result<u8, BatchError> {
         let b = *self.rest().first().ok_or(BatchError::InvalidRecord(what))?;
         self.pos += 1;
         Ok(b)
     }
 
+    #[inline]
     fn varint(&mut self, what: &'static str) -> Result<i32, BatchError> {
         let (v, n) = varint::read_varint(self.rest()).map_err(|e| varint_error(e, what))?;
         self.pos += n;
         Ok(v)
     }
 
+    #[inline]
     fn varlong(&mut self, what: &'static str) -> Result<i64, BatchError> {
         let (v, n) = varint::read_varlong(self.rest()).map_err(|e| varint_error(e, what))?;
         self.pos += n;
         Ok(v)
     }
 
-    /// A varint length (-1 for null), then that many bytes, sliced without copying.
-    fn nullable_bytes(&mut self, what: &'static str) -> Result<Option<Bytes>, BatchError> {
+    /// A varint length (-1 for null), then that many bytes: their range in `buf`.
+    #[inline]
+    fn nullable(&mut self, what: &'static str) -> Result<Option<Range<usize>>, BatchError> {
         let len = self.varint(what)?;
         if len == -1 {
             return Ok(None);
@@ -352,9 +466,9 @@ impl Cursor<'_> {
         if len > self.end - self.pos {
             return Err(BatchError::InvalidRecord(what));
         }
-        let slice = self.buf.slice(self.pos..self.pos + len);
+        let range = self.pos..self.pos + len;
         self.pos += len;
-        Ok(Some(slice))
+        Ok(Some(range))
     }
 }
 

@@ -23,7 +23,16 @@ pub(crate) enum VarintError {
 
 /// Reads an unsigned varint of at most `max_len` bytes from the front of `buf`, returning
 /// the value and the number of bytes it took.
+#[inline]
 fn read_unsigned(buf: &[u8], max_len: usize) -> Result<(u64, usize), VarintError> {
+    // Most of a record's varints fit one byte (small deltas, short key lengths, header
+    // counts), and the leader reads every one of them for every produced record, so that
+    // case skips the loop.
+    if let Some(&byte) = buf.first() {
+        if byte & 0x80 == 0 {
+            return Ok((u64::from(byte), 1));
+        }
+    }
     let mut value: u64 = 0;
     for (i, &byte) in buf.iter().enumerate() {
         if i >= max_len {
@@ -44,6 +53,7 @@ fn read_unsigned(buf: &[u8], max_len: usize) -> Result<(u64, usize), VarintError
 }
 
 /// Reads a zig-zag encoded `int32`.
+#[inline]
 pub(crate) fn read_varint(buf: &[u8]) -> Result<(i32, usize), VarintError> {
     let (raw, len) = read_unsigned(buf, MAX_VARINT_LEN)?;
     let raw = raw as u32;
@@ -51,6 +61,7 @@ pub(crate) fn read_varint(buf: &[u8]) -> Result<(i32, usize), VarintError> {
 }
 
 /// Reads a zig-zag encoded `int64`.
+#[inline]
 pub(crate) fn read_varlong(buf: &[u8]) -> Result<(i64, usize), VarintError> {
     let (raw, len) = read_unsigned(buf, MAX_VARLONG_LEN)?;
     Ok((((raw >> 1) as i64) ^ -((raw & 1) as i64), len))

@@ -217,6 +217,38 @@ fn validation_errors() {
     assert_eq!(log.log_end_offset(), 1);
 }
 
+/// A client computes the CRC over whatever it sends, so a batch whose header claims more
+/// or fewer records than it holds passes the CRC check: only the record walk, which the
+/// leader keeps for every batch whatever the topic's settings, can refuse it.
+#[test]
+fn record_count_lies_with_a_valid_crc_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), LogConfig::default(), T0).unwrap();
+    let honest = TestBatch::new(3, T0).value_len(20).build();
+    for claimed in [1i32, 2, 4, 1_000] {
+        let mut lie = honest.clone();
+        lie[23..27].copy_from_slice(&(claimed - 1).to_be_bytes()); // lastOffsetDelta
+        lie[57..61].copy_from_slice(&claimed.to_be_bytes()); // recordCount
+        let crc = crc32c::crc32c(&lie[21..]);
+        lie[17..21].copy_from_slice(&crc.to_be_bytes());
+        RecordBatch::new(Bytes::from(lie.clone()))
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert!(
+            matches!(
+                log.append_as_leader(Bytes::from(lie), 0, AppendOrigin::Client, T0),
+                Err(AppendError::InvalidRecord(_))
+            ),
+            "a batch of 3 records claiming {claimed} was accepted"
+        );
+    }
+    assert_eq!(log.log_end_offset(), 0);
+    log.append_as_leader(Bytes::from(honest), 0, AppendOrigin::Client, T0)
+        .unwrap();
+    assert_eq!(log.log_end_offset(), 3);
+}
+
 #[test]
 fn several_batches_in_one_record_set() {
     let dir = tempfile::tempdir().unwrap();
@@ -258,6 +290,99 @@ fn log_append_time_rewrites_max_timestamp() {
     assert_eq!(b.max_timestamp(), T0 + 7);
     let found = log.offset_for_timestamp(T0).unwrap().unwrap();
     assert_eq!((found.offset, found.timestamp), (0, T0 + 7));
+}
+
+/// The concatenation of every `.log` file of the log, in offset order.
+fn log_file_bytes(dir: &Path) -> Vec<u8> {
+    let mut logs: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    logs.iter().flat_map(|p| fs::read(p).unwrap()).collect()
+}
+
+/// What the leader used to write, by copying each batch and rewriting the copy: the
+/// reference the vectored write (rewritten header, untouched rest) must match byte for byte.
+fn copied_and_rewritten(
+    set: &[u8],
+    first_offset: i64,
+    epoch: i32,
+    append_time: Option<i64>,
+) -> Vec<u8> {
+    use rill_protocol::records::batch::{
+        set_base_offset, set_log_append_time, set_partition_leader_epoch,
+    };
+    let mut out = Vec::new();
+    let mut offset = first_offset;
+    for b in batches(&Bytes::copy_from_slice(set)) {
+        let mut copy = b.as_bytes().to_vec();
+        set_base_offset(&mut copy, offset);
+        set_partition_leader_epoch(&mut copy, epoch);
+        if let Some(t) = append_time {
+            set_log_append_time(&mut copy, t);
+        }
+        offset += i64::from(b.last_offset_delta()) + 1;
+        out.extend(copy);
+    }
+    out
+}
+
+#[test]
+fn leader_writes_the_bytes_the_copying_path_wrote() {
+    for timestamp_type in [
+        MessageTimestampType::CreateTime,
+        MessageTimestampType::LogAppendTime,
+    ] {
+        // 1,500 batches in one record set: 3,000 slices, more than one `pwritev` takes; and a
+        // small segment size, so that the set is also split across rolls.
+        for segment_bytes in [1 << 30, 20_000] {
+            let dir = tempfile::tempdir().unwrap();
+            let cfg = LogConfig {
+                message_timestamp_type: timestamp_type,
+                ..config(segment_bytes)
+            };
+            let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+            let lead = TestBatch::new(2, T0).value_len(10).build();
+            log.append_as_leader(Bytes::from(lead.clone()), 3, AppendOrigin::Client, T0)
+                .unwrap();
+            let mut set = Vec::new();
+            for i in 0..1_500 {
+                set.extend(
+                    TestBatch::new(1 + i % 3, T0 + i as i64)
+                        .value_len(i % 40)
+                        .build(),
+                );
+            }
+            let now = T0 + 99;
+            log.append_as_leader(Bytes::from(set.clone()), 4, AppendOrigin::Client, now)
+                .unwrap();
+            let append_time =
+                (timestamp_type == MessageTimestampType::LogAppendTime).then_some(now);
+            let mut want = copied_and_rewritten(&lead, 0, 3, append_time.map(|_| T0));
+            want.extend(copied_and_rewritten(&set, 2, 4, append_time));
+            assert_eq!(
+                log_file_bytes(dir.path()),
+                want,
+                "{timestamp_type:?}, {segment_bytes}"
+            );
+            assert_eq!(segment_bytes == 20_000, log.segment_count() > 1);
+            // Every batch on disk passes the CRC check, the LogAppendTime ones included.
+            for b in read_all(&log, 1 << 20) {
+                b.validate().unwrap();
+                if let Some(t) = append_time {
+                    assert!(b.max_timestamp() == t || b.max_timestamp() == T0);
+                }
+            }
+            log.close().unwrap();
+            let log = UnifiedLog::open(dir.path(), config(segment_bytes), T0).unwrap();
+            assert_eq!(
+                log.log_end_offset(),
+                2 + (0..1_500).map(|i| 1 + i % 3).sum::<i64>()
+            );
+        }
+    }
 }
 
 #[test]
