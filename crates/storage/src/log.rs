@@ -12,9 +12,16 @@
 //! - `cleaner-offset-checkpoint`: the first offset the cleaner has not cleaned yet.
 //! - `*.cleaned`, `*.swap`, `cleaner-swap`: a clean in progress, finished or rolled back
 //!   at open (see [`cleaner`]).
-//! - `.clean_shutdown`: written by [`UnifiedLog::close`] after everything was fsynced and
-//!   removed by [`UnifiedLog::open`]; when it is absent at open, the previous run did
-//!   not close the log and the active segment is recovered.
+//! - `.clean_shutdown`: written by earlier versions at a clean close, one per log; open
+//!   still takes it for a clean shutdown and removes it. The marker is now one per data
+//!   directory (see [`crate::clean_shutdown`]): whoever owns the directory tells
+//!   [`UnifiedLog::open`] how the previous run ended ([`PreviousShutdown`]); after an
+//!   unclean one the active segment is recovered and the producer state and any leader
+//!   epochs missing from the checkpoint are rebuilt from the batches.
+//!
+//! [`UnifiedLog::close`] writes the index entries and checkpoints without fsync: the
+//! caller makes a whole directory of closed logs durable with one `syncfs` before it
+//! records the clean shutdown.
 //!
 //! A failed write or fsync takes the log offline (Kafka's `maybeHandleIOException`): a
 //! write may have left a torn tail and a failed fsync may have dropped dirty pages, so
@@ -37,7 +44,8 @@ use rill_protocol::records::batch::{
 };
 use rill_protocol::records::RecordBatch;
 
-use crate::checkpoint;
+use crate::checkpoint::{self, Durability};
+use crate::clean_shutdown::{PreviousShutdown, CLEAN_SHUTDOWN_FILE};
 use crate::config::{LogConfig, MessageTimestampType};
 use crate::epoch::LeaderEpochFileCache;
 use crate::error::{AppendError, ReadError, StorageError};
@@ -53,7 +61,6 @@ use crate::validator::{
     corrupt_to_append_error, recompress, validate_records, RecordChecks, TimestampWindow,
 };
 
-pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
 pub const HIGH_WATERMARK_FILE: &str = "high-watermark";
 pub const LOG_START_OFFSET_FILE: &str = "log-start-offset";
 pub const CLEANER_OFFSET_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
@@ -138,12 +145,24 @@ pub use crate::validator::MAX_DECOMPRESSED_BATCH_BYTES;
 
 impl UnifiedLog {
     /// Opens the log in `dir`, creating it when absent and recovering it when the last
-    /// run did not [`close`](Self::close) it.
-    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Self, StorageError> {
+    /// run did not close it cleanly: `previous` says how that run ended for the whole
+    /// data directory (see [`crate::clean_shutdown`]); a standalone log that was not
+    /// [`close`](Self::close)d, or whose close was not made durable, is `Unclean`.
+    pub fn open(
+        dir: &Path,
+        config: LogConfig,
+        now_ms: i64,
+        previous: PreviousShutdown,
+    ) -> Result<Self, StorageError> {
         config.validate()?;
         fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
-        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
-        let clean = marker.exists();
+        // The per-log marker of earlier versions: only a clean close by such a version
+        // leaves one (this one never writes it), so it still means what it meant.
+        let legacy_marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let legacy_clean = legacy_marker
+            .try_exists()
+            .map_err(|e| StorageError::io(&legacy_marker, e))?;
+        let clean = previous == PreviousShutdown::Clean || legacy_clean;
 
         // 0. Finish or roll back a segment swap the cleaner was doing (see `cleaner`).
         crate::cleaner::recover_swap(dir)?;
@@ -264,9 +283,16 @@ impl UnifiedLog {
             .clamp(log_start_offset, log_end);
 
         // 4. Leader epochs from their checkpoint, or from the batches; producer state
-        //    from the batches.
+        //    from the batches. After an unclean shutdown the checkpoint may lack the
+        //    newest epochs (a new leader records its epoch without fsync, see `epoch`):
+        //    every batch of an epoch newer than the latest known one assigns it, in
+        //    offset order, so each such epoch starts at its first batch (Kafka's
+        //    recovery does the same). A missing or malformed checkpoint is rebuilt
+        //    from all batches.
         let loaded_cache = LeaderEpochFileCache::load(dir)?;
         let rebuild_epochs = loaded_cache.is_none();
+        let rederive_epochs = !clean && !rebuild_epochs;
+        let mut rederived = false;
         let mut leader_epoch_cache =
             loaded_cache.unwrap_or_else(|| LeaderEpochFileCache::empty(dir));
         let snapshot = if clean {
@@ -277,7 +303,7 @@ impl UnifiedLog {
         let replay_producers = snapshot.is_none();
         let mut producer_state = snapshot.unwrap_or_default();
         for seg in segments.values() {
-            if !replay_producers && !rebuild_epochs {
+            if !replay_producers && !rebuild_epochs && !rederive_epochs {
                 break;
             }
             seg.for_each_header(0, |_, h| {
@@ -285,8 +311,11 @@ impl UnifiedLog {
                     if replay_producers {
                         producer_state.replay(h);
                     }
-                    if rebuild_epochs {
-                        leader_epoch_cache.assign(
+                    let newer = leader_epoch_cache
+                        .latest_epoch()
+                        .is_none_or(|latest| h.partition_leader_epoch > latest);
+                    if rebuild_epochs || (rederive_epochs && newer) {
+                        rederived |= leader_epoch_cache.assign(
                             h.partition_leader_epoch,
                             h.base_offset.max(log_start_offset),
                         );
@@ -299,9 +328,8 @@ impl UnifiedLog {
             | leader_epoch_cache.truncate_from_start(log_start_offset);
         // An empty rebuilt cache (a new log) has nothing to persist: a missing file
         // rebuilds to the same nothing. Skipping it saves a new partition two fsyncs.
-        let rebuilt_something = rebuild_epochs && !leader_epoch_cache.entries().is_empty();
-        if rebuilt_something || trimmed {
-            leader_epoch_cache.flush()?;
+        if rederived || trimmed {
+            leader_epoch_cache.flush(Durability::Durable)?;
         }
 
         let first_dirty_offset =
@@ -313,11 +341,12 @@ impl UnifiedLog {
             .unwrap_or(log_start_offset)
             .clamp(log_start_offset, log_end);
 
-        // 5. From now on a crash is an unclean shutdown, and the producer snapshot is
-        //    stale as soon as anything is appended.
+        // 5. The producer snapshot is stale as soon as anything is appended. A crash
+        //    from now on is an unclean shutdown: the data directory's marker is the
+        //    caller's to remove, an earlier version's marker of this log goes here.
         ProducerStateManager::delete_snapshots(dir, None)?;
-        if clean {
-            fs::remove_file(&marker).map_err(|e| StorageError::io(&marker, e))?;
+        if legacy_clean {
+            fs::remove_file(&legacy_marker).map_err(|e| StorageError::io(&legacy_marker, e))?;
             checkpoint::sync_dir(dir)?;
         }
         tracing::debug!(
@@ -428,7 +457,11 @@ impl UnifiedLog {
 
     /// Writes the `high-watermark` checkpoint.
     pub fn checkpoint_high_watermark(&self) -> Result<(), StorageError> {
-        checkpoint::write_offset(&self.dir.join(HIGH_WATERMARK_FILE), self.high_watermark)
+        checkpoint::write_offset(
+            &self.dir.join(HIGH_WATERMARK_FILE),
+            self.high_watermark,
+            Durability::Durable,
+        )
     }
 
     /// Validates a record set: framing, size, magic, CRC, count, and the origin's rules;
@@ -744,7 +777,7 @@ impl UnifiedLog {
         if epochs_changed {
             // Before the data: a crash in between leaves an entry past the log end,
             // which open trims; the reverse order could lose an epoch boundary.
-            self.leader_epoch_cache.flush()?;
+            self.leader_epoch_cache.flush(Durability::Durable)?;
         }
         let mut pending_start = 0usize; // byte position in buf of the first pending batch
         let mut pending_len = 0u64;
@@ -819,6 +852,14 @@ impl UnifiedLog {
                 entry.get_mut().on_become_inactive()?;
                 self.recovery_point = self.recovery_point.max(entry.get().next_offset());
             }
+        }
+        // An epoch recorded without fsync (by a new leader) may start in the segment
+        // that stops being the active one. Recovery would find it again from the
+        // batches, but once the segment is inactive the cleaner may remove the epoch's
+        // first batch, and the epoch would be found starting later: make the entry
+        // durable while the segment is still whole.
+        if self.leader_epoch_cache.is_deferred() {
+            self.leader_epoch_cache.flush(Durability::Durable)?;
         }
         let seg = LogSegment::create(
             &self.dir,
@@ -1023,7 +1064,7 @@ impl UnifiedLog {
         checkpoint::sync_dir(&self.dir)?;
         let log_end = self.log_end_offset();
         if self.leader_epoch_cache.truncate_from_end(log_end) {
-            self.leader_epoch_cache.flush()?;
+            self.leader_epoch_cache.flush(Durability::Durable)?;
         }
         // As Kafka: a truncation below the log start moves the log start down with it.
         self.log_start_offset = self.log_start_offset.min(log_end);
@@ -1062,9 +1103,13 @@ impl UnifiedLog {
         self.first_dirty_offset = offset;
         self.checkpoint_first_dirty_offset()?;
         self.leader_epoch_cache.clear();
-        self.leader_epoch_cache.flush()?;
+        self.leader_epoch_cache.flush(Durability::Durable)?;
         self.producer_state.clear();
-        checkpoint::write_offset(&self.dir.join(LOG_START_OFFSET_FILE), offset)?;
+        checkpoint::write_offset(
+            &self.dir.join(LOG_START_OFFSET_FILE),
+            offset,
+            Durability::Durable,
+        )?;
         self.checkpoint_high_watermark()
     }
 
@@ -1077,9 +1122,13 @@ impl UnifiedLog {
         }
         self.log_start_offset = offset;
         if self.leader_epoch_cache.truncate_from_start(offset) {
-            self.leader_epoch_cache.flush()?;
+            self.leader_epoch_cache.flush(Durability::Durable)?;
         }
-        checkpoint::write_offset(&self.dir.join(LOG_START_OFFSET_FILE), offset)?;
+        checkpoint::write_offset(
+            &self.dir.join(LOG_START_OFFSET_FILE),
+            offset,
+            Durability::Durable,
+        )?;
         Ok(true)
     }
 
@@ -1115,14 +1164,16 @@ impl UnifiedLog {
     }
 
     /// Records that `epoch` starts at `start_offset` (a replica becoming leader records its
-    /// log end offset before the first append in the new epoch).
+    /// log end offset before the first append in the new epoch). The checkpoint is
+    /// written without fsync (KAFKA-15046): why a crash cannot lose anything that
+    /// matters is in [`crate::epoch`].
     pub fn assign_epoch_start_offset(
         &mut self,
         epoch: i32,
         start_offset: i64,
     ) -> Result<(), StorageError> {
         if self.leader_epoch_cache.assign(epoch, start_offset) {
-            self.leader_epoch_cache.flush()?;
+            self.leader_epoch_cache.flush(Durability::Deferred)?;
         }
         Ok(())
     }
@@ -1142,21 +1193,36 @@ impl UnifiedLog {
         Ok(())
     }
 
-    /// Flushes everything, writes the checkpoints and the clean-shutdown marker, so that
-    /// the next open skips recovery.
+    /// Writes the active segment's index entries and the checkpoints (high watermark,
+    /// log start, leader epochs, producer state) so that the next open can skip
+    /// recovery — without any fsync: nothing is durable when this returns. The owner
+    /// of the data directory makes every closed log durable at once (one `syncfs`) and
+    /// only then records the clean shutdown (see [`crate::clean_shutdown`]); until it
+    /// does, the next open must be [`PreviousShutdown::Unclean`]. An offline log
+    /// writes nothing and returns its error.
     pub fn close(mut self) -> Result<(), StorageError> {
-        // Offline: no checkpoints and, above all, no clean-shutdown marker.
-        self.flush()?;
-        self.checkpoint_high_watermark()?;
-        checkpoint::write_offset(&self.dir.join(LOG_START_OFFSET_FILE), self.log_start_offset)?;
-        self.leader_epoch_cache.flush()?;
+        self.check_online()?;
+        let written = self.write_close_checkpoints();
+        written.map_err(|e| self.go_offline(e))
+    }
+
+    fn write_close_checkpoints(&mut self) -> Result<(), StorageError> {
+        if let Some(active) = self.active_segment() {
+            active.write_indexes()?;
+        }
+        checkpoint::write_offset(
+            &self.dir.join(HIGH_WATERMARK_FILE),
+            self.high_watermark,
+            Durability::Deferred,
+        )?;
+        checkpoint::write_offset(
+            &self.dir.join(LOG_START_OFFSET_FILE),
+            self.log_start_offset,
+            Durability::Deferred,
+        )?;
+        self.leader_epoch_cache.flush(Durability::Deferred)?;
         self.producer_state
-            .write_snapshot(&self.dir, self.log_end_offset())?;
-        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
-        fs::File::create(&marker)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| StorageError::io(&marker, e))?;
-        checkpoint::sync_dir(&self.dir)
+            .write_snapshot(&self.dir, self.log_end_offset(), Durability::Deferred)
     }
 
     /// Removes the partition directory and everything in it.
@@ -1187,7 +1253,7 @@ mod file_range_tests {
             index_interval_bytes: 256,
             ..LogConfig::default()
         };
-        let mut log = UnifiedLog::open(dir.path(), config, T0).unwrap();
+        let mut log = UnifiedLog::open(dir.path(), config, T0, PreviousShutdown::Unclean).unwrap();
         for i in 0..40usize {
             let b = TestBatch::new(1 + i % 3, T0).value_len(20 + i * 3);
             log.append_as_leader(b.bytes(), 0, AppendOrigin::Client, T0)
