@@ -1351,3 +1351,108 @@ pub fn append_error_code(e: &AppendError) -> ErrorCode {
         _ => ErrorCode::UNKNOWN_SERVER_ERROR,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The data directory's clean-shutdown marker as the replica manager keeps it.
+
+    use super::*;
+    use rill_protocol::records::{CompressionType, RecordBatchBuilder};
+
+    fn manager(dir: &Path) -> ReplicaManager {
+        let config = FetcherConfig {
+            local_id: 1,
+            max_wait: std::time::Duration::from_millis(100),
+            partition_max_bytes: 1 << 20,
+        };
+        ReplicaManager::new(dir, config, 10_000).0
+    }
+
+    fn changes(n: i32, leader_epoch: i32) -> Vec<PartitionChange> {
+        (0..n)
+            .map(|partition| PartitionChange {
+                tp: TopicPartition {
+                    topic: "t".into(),
+                    partition,
+                },
+                topic_id: Uuid([7; 16]),
+                registration: rill_metadata::PartitionRegistration {
+                    replicas: vec![1],
+                    isr: vec![1],
+                    removing_replicas: vec![],
+                    adding_replicas: vec![],
+                    leader: 1,
+                    leader_recovery_state: 0,
+                    leader_epoch,
+                    partition_epoch: leader_epoch,
+                },
+                config: LogConfig::default(),
+            })
+            .collect()
+    }
+
+    fn record() -> Bytes {
+        let mut builder = RecordBatchBuilder::new(CompressionType::None, 0);
+        builder.append(0, Some(b"k"), Some(b"v"), &[]).unwrap();
+        Bytes::from(builder.build().unwrap())
+    }
+
+    fn marker(dir: &Path) -> bool {
+        dir.join(clean_shutdown::CLEAN_SHUTDOWN_FILE).exists()
+    }
+
+    #[test]
+    fn a_clean_shutdown_is_recorded_once_for_the_directory_and_removed_at_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let rm = manager(dir.path());
+        let cs = changes(40, 1);
+        rm.open_logs(&cs);
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        let tp = &cs[3].tp;
+        rm.append(tp, &record()).unwrap();
+        rm.shutdown();
+        assert!(marker(dir.path()));
+        for c in &cs {
+            let pdir = dir
+                .path()
+                .join(partition_dir_name(&c.tp.topic, c.tp.partition));
+            assert!(!marker(&pdir), "no marker per partition");
+        }
+
+        let rm = manager(dir.path());
+        assert_eq!(rm.previous_shutdown, PreviousShutdown::Clean);
+        assert!(marker(dir.path()), "kept until the logs are open");
+        rm.open_logs(&cs);
+        assert!(!marker(dir.path()), "removed before any log can change");
+        assert_eq!(rm.offsets(tp).unwrap().log_end_offset, 1);
+        // A log still in use cannot be closed: no clean shutdown is recorded.
+        let in_use = rm.get(tp).unwrap();
+        rm.shutdown();
+        assert!(!marker(dir.path()));
+        drop(in_use);
+        assert_eq!(
+            manager(dir.path()).previous_shutdown,
+            PreviousShutdown::Unclean
+        );
+    }
+
+    #[test]
+    fn after_an_unclean_start_a_log_not_opened_keeps_the_next_start_unclean() {
+        let dir = tempfile::tempdir().unwrap();
+        let rm = manager(dir.path());
+        let cs = changes(2, 1);
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        drop(rm); // kill -9: nothing closed
+        let rm = manager(dir.path());
+        assert_eq!(rm.previous_shutdown, PreviousShutdown::Unclean);
+        // Only one of the two logs is opened (and so recovered) in this run.
+        assert!(rm.become_leaders(&cs[..1]).iter().all(Result::is_ok));
+        rm.shutdown();
+        assert!(!marker(dir.path()));
+        // Once both were opened, the stop is clean again.
+        let rm = manager(dir.path());
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        rm.shutdown();
+        assert!(marker(dir.path()));
+    }
+}
