@@ -9,10 +9,11 @@
 //! time it changes, and rebuilt from the batches' `partitionLeaderEpoch` when the file
 //! is missing or malformed.
 //!
-//! Most rewrites are durable (fsynced). The one a replica makes when it becomes leader
-//! is not (Kafka's KAFKA-15046: at a restart every partition gets a new epoch, and two
-//! fsyncs each bounded the start-up): the entry it records may be lost in a crash. That
-//! is safe because (1) an epoch with no batch needs no entry — its end offset is the
+//! Most rewrites are durable (fsynced). Two are not (Kafka's KAFKA-15046: at a restart
+//! every partition is opened and gets a new epoch, and two fsyncs each bounded the
+//! start-up): the rewrite at open, whose trims and rebuilt entries the next open derives
+//! again from the log, and the one a replica makes when it becomes leader, whose entry
+//! may be lost in a crash. That is safe because (1) an epoch with no batch needs no entry — its end offset is the
 //! log end either way — and (2) an epoch with batches is found again from their headers
 //! by the open that follows the crash (`UnifiedLog::open` assigns every epoch newer
 //! than the checkpoint's latest from the batches it scans, as Kafka's recovery does),

@@ -327,9 +327,14 @@ impl UnifiedLog {
         let trimmed = leader_epoch_cache.truncate_from_end(log_end)
             | leader_epoch_cache.truncate_from_start(log_start_offset);
         // An empty rebuilt cache (a new log) has nothing to persist: a missing file
-        // rebuilds to the same nothing. Skipping it saves a new partition two fsyncs.
+        // rebuilds to the same nothing. What is persisted is written without fsync
+        // (Kafka's loader flushes these asynchronously since KAFKA-15046): it is derived
+        // from the batches on disk and the log end, so an open after a crash that lost
+        // it derives and trims the same again. A clean restart always trims the entry a
+        // leader recorded at the end of an empty log, which cost every partition two
+        // fsyncs at each start. As with a new leader's entry, a roll makes it durable.
         if rederived || trimmed {
-            leader_epoch_cache.flush(Durability::Durable)?;
+            leader_epoch_cache.flush(Durability::Deferred)?;
         }
 
         let first_dirty_offset =

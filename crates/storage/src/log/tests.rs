@@ -1138,7 +1138,7 @@ fn an_epoch_lost_in_a_crash_is_found_again_from_its_batches() {
     assert_eq!(log.end_offset_for_epoch(1), (1, 10));
     assert_eq!(log.end_offset_for_epoch(2), (1, 10));
     assert_eq!(log.end_offset_for_epoch(3), (3, 18));
-    // What was found again is durable now: the next open finds it in the file.
+    // What was found again is written back: the next open finds it in the file.
     drop(log);
     let log = UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Clean).unwrap();
     assert_eq!(epoch_entries(&log), vec![(1, 0), (3, 10)]);
