@@ -1394,7 +1394,7 @@ mod tests {
     fn record() -> Bytes {
         let mut builder = RecordBatchBuilder::new(CompressionType::None, 0);
         builder.append(0, Some(b"k"), Some(b"v"), &[]).unwrap();
-        Bytes::from(builder.build().unwrap())
+        builder.build().unwrap()
     }
 
     fn marker(dir: &Path) -> bool {
