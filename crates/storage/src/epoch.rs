@@ -45,6 +45,8 @@ pub struct LeaderEpochFileCache {
     entries: Vec<EpochEntry>,
     /// The file was last written without fsync: it may not survive a crash.
     deferred: bool,
+    /// The file holds `entries` (read from it or written since, durably or not).
+    in_file: bool,
 }
 
 impl LeaderEpochFileCache {
@@ -65,6 +67,7 @@ impl LeaderEpochFileCache {
             path,
             entries: Vec::new(),
             deferred: false,
+            in_file: true,
         };
         for e in entries {
             let [epoch, start_offset] = e.as_slice() else {
@@ -94,6 +97,7 @@ impl LeaderEpochFileCache {
             path: dir.join(LEADER_EPOCH_CHECKPOINT_FILE),
             entries: Vec::new(),
             deferred: false,
+            in_file: false,
         }
     }
 
@@ -126,6 +130,7 @@ impl LeaderEpochFileCache {
             epoch,
             start_offset,
         });
+        self.in_file = false;
         true
     }
 
@@ -165,7 +170,9 @@ impl LeaderEpochFileCache {
     pub(crate) fn truncate_from_end(&mut self, end_offset: i64) -> bool {
         let before = self.entries.len();
         self.entries.retain(|e| e.start_offset < end_offset);
-        before != self.entries.len()
+        let changed = before != self.entries.len();
+        self.in_file &= !changed;
+        changed
     }
 
     /// Drops the entries wholly before `start_offset` (the log start moved up), keeping
@@ -182,11 +189,13 @@ impl LeaderEpochFileCache {
         if let Some(first) = self.entries.first_mut() {
             first.start_offset = start_offset;
         }
+        self.in_file &= !changed;
         changed
     }
 
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
+        self.in_file = false;
     }
 
     /// Writes the checkpoint file atomically, fsynced or not.
@@ -196,9 +205,17 @@ impl LeaderEpochFileCache {
             .iter()
             .map(|e| format!("{} {}", e.epoch, e.start_offset))
             .collect();
+        // Unknown until the write is done: a failed write may have left either version.
+        self.in_file = false;
         checkpoint::write(&self.path, &lines, durability)?;
         self.deferred = durability == Durability::Deferred;
+        self.in_file = true;
         Ok(())
+    }
+
+    /// Whether the file holds the entries as they are in memory.
+    pub(crate) fn is_in_file(&self) -> bool {
+        self.in_file
     }
 
     /// Whether the file was last written without fsync.

@@ -34,6 +34,7 @@
 //! [`cleaner`]: crate::cleaner
 //! [`epoch`]: crate::epoch
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -131,6 +132,10 @@ pub struct UnifiedLog {
     /// Why the log went offline: the first write or fsync that failed. Set once, never
     /// cleared; only a reopen (after a restart) brings the log back.
     offline_cause: Option<String>,
+    /// What the `high-watermark` and `log-start-offset` files hold, as read at open or
+    /// last written (`None`: unknown), so that a close skips a rewrite of the same value.
+    high_watermark_in_file: Cell<Option<i64>>,
+    log_start_in_file: Cell<Option<i64>>,
 }
 
 fn parse_base_offset(file_name: &str, suffix: &str) -> Option<i64> {
@@ -378,6 +383,8 @@ impl UnifiedLog {
             clean_in_progress: false,
             earliest_delete_horizon_ms: None,
             offline_cause: None,
+            high_watermark_in_file: Cell::new(hw),
+            log_start_in_file: Cell::new(log_start_checkpoint),
         })
     }
 
@@ -462,11 +469,28 @@ impl UnifiedLog {
 
     /// Writes the `high-watermark` checkpoint.
     pub fn checkpoint_high_watermark(&self) -> Result<(), StorageError> {
-        checkpoint::write_offset(
-            &self.dir.join(HIGH_WATERMARK_FILE),
-            self.high_watermark,
-            Durability::Durable,
-        )
+        self.write_high_watermark_checkpoint(Durability::Durable)
+    }
+
+    fn write_high_watermark_checkpoint(&self, durability: Durability) -> Result<(), StorageError> {
+        let path = self.dir.join(HIGH_WATERMARK_FILE);
+        // Unknown until the write is done: a failed write may have left either version.
+        self.high_watermark_in_file.set(None);
+        checkpoint::write_offset(&path, self.high_watermark, durability)?;
+        self.high_watermark_in_file.set(Some(self.high_watermark));
+        Ok(())
+    }
+
+    pub(crate) fn write_log_start_checkpoint(
+        &self,
+        offset: i64,
+        durability: Durability,
+    ) -> Result<(), StorageError> {
+        let path = self.dir.join(LOG_START_OFFSET_FILE);
+        self.log_start_in_file.set(None);
+        checkpoint::write_offset(&path, offset, durability)?;
+        self.log_start_in_file.set(Some(offset));
+        Ok(())
     }
 
     /// Validates a record set: framing, size, magic, CRC, count, and the origin's rules;
@@ -1110,11 +1134,7 @@ impl UnifiedLog {
         self.leader_epoch_cache.clear();
         self.leader_epoch_cache.flush(Durability::Durable)?;
         self.producer_state.clear();
-        checkpoint::write_offset(
-            &self.dir.join(LOG_START_OFFSET_FILE),
-            offset,
-            Durability::Durable,
-        )?;
+        self.write_log_start_checkpoint(offset, Durability::Durable)?;
         self.checkpoint_high_watermark()
     }
 
@@ -1129,11 +1149,7 @@ impl UnifiedLog {
         if self.leader_epoch_cache.truncate_from_start(offset) {
             self.leader_epoch_cache.flush(Durability::Durable)?;
         }
-        checkpoint::write_offset(
-            &self.dir.join(LOG_START_OFFSET_FILE),
-            offset,
-            Durability::Durable,
-        )?;
+        self.write_log_start_checkpoint(offset, Durability::Durable)?;
         Ok(true)
     }
 
@@ -1199,8 +1215,9 @@ impl UnifiedLog {
     }
 
     /// Writes the active segment's index entries and the checkpoints (high watermark,
-    /// log start, leader epochs, producer state) so that the next open can skip
-    /// recovery — without any fsync: nothing is durable when this returns. The owner
+    /// log start and leader epochs where the file does not hold them already, the
+    /// producer state always) so that the next open can skip recovery — without any
+    /// fsync: nothing is durable when this returns. The owner
     /// of the data directory makes every closed log durable at once (one `syncfs`) and
     /// only then records the clean shutdown (see [`crate::clean_shutdown`]); until it
     /// does, the next open must be [`PreviousShutdown::Unclean`]. An offline log
@@ -1215,17 +1232,19 @@ impl UnifiedLog {
         if let Some(active) = self.active_segment() {
             active.write_indexes()?;
         }
-        checkpoint::write_offset(
-            &self.dir.join(HIGH_WATERMARK_FILE),
-            self.high_watermark,
-            Durability::Deferred,
-        )?;
-        checkpoint::write_offset(
-            &self.dir.join(LOG_START_OFFSET_FILE),
-            self.log_start_offset,
-            Durability::Deferred,
-        )?;
-        self.leader_epoch_cache.flush(Durability::Deferred)?;
+        // A file that already holds the value is not written again: every rewrite
+        // allocates an inode for its temporary file, and with 10,000 mostly idle logs
+        // those allocations were most of a clean stop. What is in the file (durable or
+        // not) becomes durable with the caller's syncfs like everything else.
+        if self.high_watermark_in_file.get() != Some(self.high_watermark) {
+            self.write_high_watermark_checkpoint(Durability::Deferred)?;
+        }
+        if self.log_start_in_file.get() != Some(self.log_start_offset) {
+            self.write_log_start_checkpoint(self.log_start_offset, Durability::Deferred)?;
+        }
+        if !self.leader_epoch_cache.is_in_file() {
+            self.leader_epoch_cache.flush(Durability::Deferred)?;
+        }
         self.producer_state
             .write_snapshot(&self.dir, self.log_end_offset(), Durability::Deferred)
     }

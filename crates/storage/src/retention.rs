@@ -34,7 +34,7 @@
 
 use crate::checkpoint::{self, Durability};
 use crate::error::DeleteRecordsError;
-use crate::log::{UnifiedLog, LOG_START_OFFSET_FILE};
+use crate::log::UnifiedLog;
 use crate::segment::LogSegment;
 use crate::StorageError;
 
@@ -185,11 +185,7 @@ impl UnifiedLog {
             .map_or(self.log_start_offset, |(b, _)| *b);
         if first_base > self.log_start_offset {
             self.log_start_offset = first_base;
-            checkpoint::write_offset(
-                &self.dir.join(LOG_START_OFFSET_FILE),
-                first_base,
-                Durability::Durable,
-            )?;
+            self.write_log_start_checkpoint(first_base, Durability::Durable)?;
             if self.leader_epoch_cache.truncate_from_start(first_base) {
                 self.leader_epoch_cache.flush(Durability::Durable)?;
             }

@@ -1231,3 +1231,44 @@ fn close_writes_everything_a_clean_open_needs() {
     assert_eq!(epoch_entries(&log), vec![(1, 0), (2, 20)]);
     assert!(log.producer_state(9).is_some());
 }
+
+/// A close rewrites only the checkpoints whose content changed since they were read or
+/// written (each rewrite allocates an inode for its temporary file).
+#[test]
+fn close_leaves_unchanged_checkpoints_alone() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ino = |name: &str| fs::metadata(dir.path().join(name)).unwrap().ino();
+    let epochs = crate::epoch::LEADER_EPOCH_CHECKPOINT_FILE;
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Unclean).unwrap();
+    append_in_epoch(&mut log, 1, 3);
+    log.update_high_watermark(4);
+    log.close().unwrap();
+    let before = [
+        ino(HIGH_WATERMARK_FILE),
+        ino(LOG_START_OFFSET_FILE),
+        ino(epochs),
+    ];
+
+    let log = UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Clean).unwrap();
+    log.close().unwrap();
+    let after = [
+        ino(HIGH_WATERMARK_FILE),
+        ino(LOG_START_OFFSET_FILE),
+        ino(epochs),
+    ];
+    assert_eq!(before, after, "nothing changed, nothing rewritten");
+
+    let mut log = UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Clean).unwrap();
+    log.update_high_watermark(6);
+    log.assign_epoch_start_offset(2, 6).unwrap();
+    log.close().unwrap();
+    assert_ne!(ino(HIGH_WATERMARK_FILE), before[0]);
+    assert_eq!(ino(LOG_START_OFFSET_FILE), before[1]);
+    assert_ne!(ino(epochs), before[2], "the new epoch was written");
+    let log = UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Clean).unwrap();
+    assert_eq!(log.high_watermark(), 6);
+    // An epoch that starts at the log end has no batch: open trims it (as Kafka does).
+    assert_eq!(epoch_entries(&log), vec![(1, 0)]);
+}
