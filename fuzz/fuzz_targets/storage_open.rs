@@ -13,7 +13,7 @@ use std::path::Path;
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use rill_protocol::records::{CompressionType, RecordBatch, RecordBatchBuilder};
-use rill_storage::{AppendOrigin, LogConfig, UnifiedLog};
+use rill_storage::{AppendOrigin, LogConfig, PreviousShutdown, UnifiedLog};
 
 const FILES: &[&str] = &[
     "00000000000000000000.log",
@@ -107,7 +107,7 @@ fuzz_target!(|data: &[u8]| {
     }
     write_files(&dir, data);
 
-    let Ok(mut log) = UnifiedLog::open(&dir, config(), NOW_MS) else {
+    let Ok(mut log) = UnifiedLog::open(&dir, config(), NOW_MS, PreviousShutdown::Unclean) else {
         return;
     };
     read_everything(&log);
@@ -132,7 +132,7 @@ fuzz_target!(|data: &[u8]| {
     if log.close().is_err() {
         return;
     }
-    let again = UnifiedLog::open(&dir, config(), NOW_MS)
+    let again = UnifiedLog::open(&dir, config(), NOW_MS, PreviousShutdown::Clean)
         .unwrap_or_else(|e| panic!("a log closed cleanly does not reopen: {e}"));
     assert_eq!(
         again.log_end_offset(),

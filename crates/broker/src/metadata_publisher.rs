@@ -149,6 +149,15 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
             .collect::<Vec<_>>()
     };
     let leaders = as_changes(&changes.leaders);
+    let followers = as_changes(&changes.followers);
+    // Every log first, leaders' and followers' alike (at a start-up, every log this
+    // broker hosts): the data directory's clean-shutdown marker is removed once they are
+    // all open and before any of them changes (see `replica_manager`).
+    let to_open: Vec<PartitionChange> = leaders.iter().chain(&followers).cloned().collect();
+    let replicas = broker.replicas.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || replicas.open_logs(&to_open)).await {
+        tracing::error!(error = %e, "opening logs failed");
+    }
     let replicas = broker.replicas.clone();
     let results = match tokio::task::spawn_blocking(move || replicas.become_leaders(&leaders)).await
     {
@@ -167,11 +176,6 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
             }
             Err(e) => report_failure(tp, "becoming leader failed", &e),
         }
-    }
-    let followers = as_changes(&changes.followers);
-    let replicas = broker.replicas.clone();
-    if let Err(e) = tokio::task::spawn_blocking(move || replicas.open_logs(&followers)).await {
-        tracing::error!(error = %e, "opening followed logs failed");
     }
     for (tp, topic_id, registration) in &changes.followers {
         if tp.topic == OFFSETS_TOPIC && led_before(tp) {

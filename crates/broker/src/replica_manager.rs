@@ -13,6 +13,13 @@
 //! Every write to a log that fails on disk reports to the [`LogDirFailureChannel`]:
 //! from the first one on, appends are refused with KAFKA_STORAGE_ERROR before they
 //! reach a log, and the server stops (see `log_dir_failure`).
+//!
+//! The replica manager owns the data directory's clean-shutdown marker (the protocol is
+//! in `rill_storage::clean_shutdown`): it reads it when created and opens every log with
+//! that answer, removes it before the first opened log becomes reachable to anything
+//! that could change it (after the whole batch of logs a start-up opens, see
+//! [`ReplicaManager::open_logs`]), and writes it at [`ReplicaManager::shutdown`] after
+//! every log closed and one `syncfs` made them durable.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -22,8 +29,9 @@ use bytes::Bytes;
 use rill_protocol::primitives::Uuid;
 use rill_protocol::ErrorCode;
 use rill_storage::{
-    partition_dir_name, AppendError, AppendOrigin, FetchDataInfo, FileRange, LogAppendInfo,
-    LogConfig, ReadError, TopicPartition, UnifiedLog,
+    clean_shutdown, parse_partition_dir_name, partition_dir_name, AppendError, AppendOrigin,
+    DataDirSync, FetchDataInfo, FileRange, LogAppendInfo, LogConfig, PreviousShutdown, ReadError,
+    TopicPartition, UnifiedLog,
 };
 use tokio::sync::Notify;
 
@@ -36,10 +44,11 @@ use crate::replica_fetcher::{FetcherConfig, ReplicaFetcherManager};
 const ACKS_ALL_RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Threads that open logs and apply leadership when one metadata update touches many
-/// partitions (a restart, a large topic creation). The work is bound by fsync latency
-/// (a clean open fsyncs its directory, a new leader epoch its checkpoint), not by CPU,
-/// so more threads than cores overlap the waits; Kafka's `num.recovery.threads.per.data.dir`
-/// plays the same part.
+/// partitions (a restart, a large topic creation). The work is a few dozen file-system
+/// calls per partition (reading a log's files, writing its leader-epoch checkpoint; after
+/// an unclean shutdown, recovering and fsyncing its active segment), waits in the kernel
+/// rather than CPU, so more threads than cores overlap them; Kafka's
+/// `num.recovery.threads.per.data.dir` plays the same part.
 const PARTITION_CHANGE_THREADS: usize = 8;
 /// Updates touching fewer partitions than this are applied on the calling thread.
 const PARALLEL_CHANGE_MIN: usize = 32;
@@ -198,6 +207,16 @@ pub struct ReplicaManager {
     /// from then on no log is opened, so that a metadata update still being applied
     /// cannot open a second `UnifiedLog` on a directory that is being closed.
     shutting_down: std::sync::atomic::AtomicBool,
+    /// How the previous run ended, from the data directory's marker at creation: every
+    /// log this run opens is opened so.
+    previous_shutdown: PreviousShutdown,
+    /// Whether the marker is gone (removed by this run, or never there); held while it
+    /// is removed, so that no log becomes reachable before.
+    marker_removed: Mutex<bool>,
+    /// Opened at creation, before any log is written, so that the `syncfs` through it
+    /// at shutdown reports any write-back error since (`None`: the directory could not
+    /// be opened, and no clean shutdown is recorded).
+    data_dir_sync: Option<DataDirSync>,
 }
 
 /// Where a replica manager reads the time: every time-dependent rule below it (ISR
@@ -242,6 +261,17 @@ impl ReplicaManager {
     ) {
         let local_id = fetcher_config.local_id;
         let (alter_partition_tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        // Either failure only costs a recovery of every log at the next start.
+        let previous_shutdown = PreviousShutdown::read(data_dir).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "clean-shutdown marker unreadable; recovering every log");
+            PreviousShutdown::Unclean
+        });
+        let data_dir_sync = DataDirSync::open(data_dir)
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "data directory not open for syncfs; no clean shutdown will be recorded");
+            })
+            .ok();
+        tracing::info!(dir = %data_dir.display(), ?previous_shutdown, "data directory");
         let rm = Self {
             data_dir: data_dir.to_path_buf(),
             broker_statuses: RwLock::new(Arc::new(BTreeMap::new())),
@@ -255,6 +285,9 @@ impl ReplicaManager {
             clock,
             log_dir_failure: Arc::new(LogDirFailureChannel::new(data_dir)),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
+            previous_shutdown,
+            marker_removed: Mutex::new(previous_shutdown == PreviousShutdown::Unclean),
+            data_dir_sync,
         };
         (rm, rx)
     }
@@ -296,6 +329,10 @@ impl ReplicaManager {
         self.partitions.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// The partition's hosted replica, opening (recovering if needed) or creating its log
     /// on first use.
     fn ensure_open(
@@ -312,14 +349,54 @@ impl ReplicaManager {
             // A topic deleted and created again under the same name: the old log goes.
             self.delete_partition(tp)?;
         }
-        let shutting_down = || self.shutting_down.load(std::sync::atomic::Ordering::SeqCst);
-        if shutting_down() {
+        let log = self.open_log(tp, config)?;
+        self.remove_clean_shutdown_marker()?;
+        self.insert_log(tp, topic_id, state, log)
+    }
+
+    /// Opens (recovering if the previous run did not end cleanly) or creates the log of
+    /// `tp`, without making it reachable.
+    fn open_log(&self, tp: &TopicPartition, config: &LogConfig) -> Result<UnifiedLog, BrokerError> {
+        if self.is_shutting_down() {
             return Err(BrokerError::ShuttingDown);
         }
         let dir = self
             .data_dir
             .join(partition_dir_name(&tp.topic, tp.partition));
-        let log = UnifiedLog::open(&dir, config.clone(), self.now())?;
+        Ok(UnifiedLog::open(
+            &dir,
+            config.clone(),
+            self.now(),
+            self.previous_shutdown,
+        )?)
+    }
+
+    /// Removes the data directory's clean-shutdown marker, once: from the moment a log
+    /// is reachable it may change, and a crash after that must not be taken for a clean
+    /// shutdown. A failure is the data directory's (fail-stop).
+    fn remove_clean_shutdown_marker(&self) -> Result<(), BrokerError> {
+        let mut removed = self
+            .marker_removed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !*removed {
+            if let Err(e) = clean_shutdown::remove_marker(&self.data_dir) {
+                self.log_dir_failed(format_args!("removing the clean-shutdown marker"), &e);
+                return Err(e.into());
+            }
+            *removed = true;
+        }
+        Ok(())
+    }
+
+    /// Makes an opened log reachable as the partition's replica; the marker must be gone.
+    fn insert_log(
+        &self,
+        tp: &TopicPartition,
+        topic_id: Uuid,
+        state: &PartitionState,
+        log: UnifiedLog,
+    ) -> Result<Arc<Partition>, BrokerError> {
         let partition = Arc::new(Partition {
             topic_id,
             log: Mutex::new(log),
@@ -327,14 +404,10 @@ impl ReplicaManager {
             leader: Mutex::new(None),
         });
         let mut map = self.write_map();
-        if shutting_down() {
-            // Shutdown began while the log was opening: close it as shutdown would.
-            drop(map);
-            if let Ok(p) = Arc::try_unwrap(partition) {
-                if let Ok(log) = p.log.into_inner() {
-                    log.close()?;
-                }
-            }
+        if self.is_shutting_down() {
+            // Shutdown began while the log was opening and will not close it: drop it
+            // unclosed. Opening changed nothing a recovery needs, and shutdown records
+            // a clean shutdown only when no log needs recovering (see `shutdown`).
             return Err(BrokerError::ShuttingDown);
         }
         map.insert(tp.clone(), partition.clone());
@@ -420,16 +493,32 @@ impl ReplicaManager {
     }
 
     /// Opens the logs of the partitions that are not open yet, on several threads when
-    /// there are many, so that a following [`Self::become_follower`] for each finds its log
-    /// open. A log that fails to open is left for `become_follower` to report.
+    /// there are many, so that a following [`Self::become_leader`] or
+    /// [`Self::become_follower`] for each finds its log open. A log that fails to open is
+    /// left for those to report.
+    ///
+    /// All of them are opened before the clean-shutdown marker is removed and any is
+    /// made reachable: a start-up that crashes while opening its logs leaves them, and
+    /// the marker, as the last clean stop did, and the next start can still skip
+    /// recovery.
     pub fn open_logs(&self, changes: &[PartitionChange]) {
-        for_each_partition(changes, |c| {
-            if self.get(&c.tp).is_none() {
-                let state = PartitionState::from_registration(&c.registration);
-                // Errors surface again, with the partition named, in become_follower.
-                let _ = self.ensure_open(&c.tp, c.topic_id, &state, &c.config);
+        let opened: Vec<_> = for_each_owned(changes.iter().collect(), |c| {
+            if self.get(&c.tp).is_some() {
+                return None;
             }
-        });
+            // Errors surface again, with the partition named, in become_leader/follower.
+            self.open_log(&c.tp, &c.config).ok().map(|log| (c, log))
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+        if opened.is_empty() || self.remove_clean_shutdown_marker().is_err() {
+            return;
+        }
+        for (c, log) in opened {
+            let state = PartitionState::from_registration(&c.registration);
+            let _ = self.insert_log(&c.tp, c.topic_id, &state, log);
+        }
     }
 
     /// This broker now follows the partition: it stops accepting client writes and reads
@@ -1079,13 +1168,16 @@ impl ReplicaManager {
         self.appended.notified()
     }
 
-    /// Closes every log (flush, producer snapshot, clean-shutdown marker). A partition
-    /// still referenced by an in-flight request is only flushed; its next open recovers.
+    /// Closes every log (index entries, checkpoints, producer snapshot; no fsync), makes
+    /// all of it durable with one `syncfs`, and records the clean shutdown in the data
+    /// directory's marker, so that the next start skips recovery. A partition still
+    /// referenced by an in-flight request is only flushed, and then no clean shutdown
+    /// is recorded: the next start recovers every log.
     pub fn shutdown(&self) {
         self.fetchers.shutdown();
         if let Some(failure) = self.log_dir_failure.failure() {
-            // Nothing more is written to a failed directory; without their clean-shutdown
-            // markers the logs are recovered from what is on disk at the next start.
+            // Nothing more is written to a failed directory; without the clean-shutdown
+            // marker the logs are recovered from what is on disk at the next start.
             tracing::error!(%failure, "not closing the logs");
             return;
         }
@@ -1095,23 +1187,97 @@ impl ReplicaManager {
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             map.drain().collect()
         };
-        // Closing fsyncs each log and writes its checkpoints: thousands of partitions
-        // take as many fsync round trips, overlapped on several threads.
-        for_each_owned(partitions, |(tp, p)| {
+        // Each close only writes files (no fsync), several partitions at a time.
+        let closed = for_each_owned(partitions, |(tp, p)| {
             let result = match Arc::try_unwrap(p) {
                 Ok(p) => match p.log.into_inner() {
                     Ok(log) => log.close(),
-                    Err(_) => return,
+                    Err(_) => return None,
                 },
-                Err(p) => match p.with_log(|log| log.flush()) {
-                    Ok(r) => r,
-                    Err(_) => return,
-                },
+                Err(p) => {
+                    if let Ok(Err(e)) = p.with_log(|log| log.flush()) {
+                        tracing::error!(%tp, error = %e, "flushing a log in use failed");
+                    }
+                    tracing::warn!(%tp, "log still in use at shutdown, not closed");
+                    return None;
+                }
             };
-            if let Err(e) = result {
-                tracing::error!(%tp, error = %e, "closing log failed");
+            match result {
+                Ok(()) => Some(tp),
+                Err(e) => {
+                    tracing::error!(%tp, error = %e, "closing log failed");
+                    None
+                }
             }
         });
+        let total = closed.len();
+        let closed: std::collections::HashSet<TopicPartition> =
+            closed.into_iter().flatten().collect();
+        if closed.len() != total {
+            tracing::warn!(
+                not_closed = total - closed.len(),
+                "not every log closed; the next start recovers all of them"
+            );
+            return;
+        }
+        if let Err(reason) = self.unopened_logs_are_clean(&closed) {
+            tracing::warn!(%reason, "the next start recovers every log");
+            return;
+        }
+        if let Some(failure) = self.log_dir_failure.failure() {
+            tracing::error!(%failure, "not recording a clean shutdown");
+            return;
+        }
+        let Some(sync) = &self.data_dir_sync else {
+            return;
+        };
+        // One write-back of the whole file system instead of an fsync per file; the
+        // marker only once it succeeded, never retried (as an fsync is not).
+        let started = std::time::Instant::now();
+        if let Err(e) = sync.sync() {
+            self.log_dir_failed(format_args!("syncfs of the closed logs"), &e);
+            return;
+        }
+        let synced = started.elapsed();
+        match clean_shutdown::write_marker(&self.data_dir) {
+            Ok(()) => tracing::info!(
+                logs = total,
+                syncfs_ms = synced.as_secs_f64() * 1e3,
+                "logs closed; clean shutdown recorded"
+            ),
+            Err(e) => tracing::error!(error = %e, "writing the clean-shutdown marker failed"),
+        }
+    }
+
+    /// After an unclean start, a log this run did not open was not recovered either: the
+    /// marker would make the next start trust its tail. Every partition directory must
+    /// then be among the logs just `closed` (the metadata log is not a partition's).
+    fn unopened_logs_are_clean(
+        &self,
+        closed: &std::collections::HashSet<TopicPartition>,
+    ) -> Result<(), String> {
+        if self.previous_shutdown == PreviousShutdown::Clean {
+            // Untouched since the last clean stop: still clean.
+            return Ok(());
+        }
+        let entries = std::fs::read_dir(&self.data_dir)
+            .map_err(|e| format!("listing {}: {e}", self.data_dir.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("listing {}: {e}", self.data_dir.display()))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == crate::metadata_publisher::METADATA_LOG_DIR {
+                continue;
+            }
+            let Ok(tp) = parse_partition_dir_name(&name) else {
+                continue;
+            };
+            if !closed.contains(&tp) && entry.path().is_dir() {
+                return Err(format!(
+                    "log {name} was not opened since an unclean shutdown"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1215,5 +1381,110 @@ pub fn append_error_code(e: &AppendError) -> ErrorCode {
         AppendError::Io(_) => ErrorCode::KAFKA_STORAGE_ERROR,
         #[allow(unreachable_patterns, reason = "the storage enum may grow")]
         _ => ErrorCode::UNKNOWN_SERVER_ERROR,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The data directory's clean-shutdown marker as the replica manager keeps it.
+
+    use super::*;
+    use rill_protocol::records::{CompressionType, RecordBatchBuilder};
+
+    fn manager(dir: &Path) -> ReplicaManager {
+        let config = FetcherConfig {
+            local_id: 1,
+            max_wait: std::time::Duration::from_millis(100),
+            partition_max_bytes: 1 << 20,
+        };
+        ReplicaManager::new(dir, config, 10_000).0
+    }
+
+    fn changes(n: i32, leader_epoch: i32) -> Vec<PartitionChange> {
+        (0..n)
+            .map(|partition| PartitionChange {
+                tp: TopicPartition {
+                    topic: "t".into(),
+                    partition,
+                },
+                topic_id: Uuid([7; 16]),
+                registration: rill_metadata::PartitionRegistration {
+                    replicas: vec![1],
+                    isr: vec![1],
+                    removing_replicas: vec![],
+                    adding_replicas: vec![],
+                    leader: 1,
+                    leader_recovery_state: 0,
+                    leader_epoch,
+                    partition_epoch: leader_epoch,
+                },
+                config: LogConfig::default(),
+            })
+            .collect()
+    }
+
+    fn record() -> Bytes {
+        let mut builder = RecordBatchBuilder::new(CompressionType::None, 0);
+        builder.append(0, Some(b"k"), Some(b"v"), &[]).unwrap();
+        builder.build().unwrap()
+    }
+
+    fn marker(dir: &Path) -> bool {
+        dir.join(clean_shutdown::CLEAN_SHUTDOWN_FILE).exists()
+    }
+
+    #[test]
+    fn a_clean_shutdown_is_recorded_once_for_the_directory_and_removed_at_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let rm = manager(dir.path());
+        let cs = changes(40, 1);
+        rm.open_logs(&cs);
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        let tp = &cs[3].tp;
+        rm.append(tp, &record()).unwrap();
+        rm.shutdown();
+        assert!(marker(dir.path()));
+        for c in &cs {
+            let pdir = dir
+                .path()
+                .join(partition_dir_name(&c.tp.topic, c.tp.partition));
+            assert!(!marker(&pdir), "no marker per partition");
+        }
+
+        let rm = manager(dir.path());
+        assert_eq!(rm.previous_shutdown, PreviousShutdown::Clean);
+        assert!(marker(dir.path()), "kept until the logs are open");
+        rm.open_logs(&cs);
+        assert!(!marker(dir.path()), "removed before any log can change");
+        assert_eq!(rm.offsets(tp).unwrap().log_end_offset, 1);
+        // A log still in use cannot be closed: no clean shutdown is recorded.
+        let in_use = rm.get(tp).unwrap();
+        rm.shutdown();
+        assert!(!marker(dir.path()));
+        drop(in_use);
+        assert_eq!(
+            manager(dir.path()).previous_shutdown,
+            PreviousShutdown::Unclean
+        );
+    }
+
+    #[test]
+    fn after_an_unclean_start_a_log_not_opened_keeps_the_next_start_unclean() {
+        let dir = tempfile::tempdir().unwrap();
+        let rm = manager(dir.path());
+        let cs = changes(2, 1);
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        drop(rm); // kill -9: nothing closed
+        let rm = manager(dir.path());
+        assert_eq!(rm.previous_shutdown, PreviousShutdown::Unclean);
+        // Only one of the two logs is opened (and so recovered) in this run.
+        assert!(rm.become_leaders(&cs[..1]).iter().all(Result::is_ok));
+        rm.shutdown();
+        assert!(!marker(dir.path()));
+        // Once both were opened, the stop is clean again.
+        let rm = manager(dir.path());
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        rm.shutdown();
+        assert!(marker(dir.path()));
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rill_protocol::records::{CompressionType, RecordBatchBuilder};
-use rill_storage::{AppendOrigin, LogConfig, MessageTimestampType, UnifiedLog};
+use rill_storage::{AppendOrigin, LogConfig, MessageTimestampType, PreviousShutdown, UnifiedLog};
 
 const NOW_MS: i64 = 1_700_000_000_000;
 
@@ -55,8 +55,13 @@ fn append(c: &mut Criterion) {
                 let mut left = iters;
                 while left > 0 {
                     let dir = tempfile::tempdir().expect("tempdir");
-                    let mut log =
-                        UnifiedLog::open(dir.path(), config.clone(), NOW_MS).expect("opens");
+                    let mut log = UnifiedLog::open(
+                        dir.path(),
+                        config.clone(),
+                        NOW_MS,
+                        PreviousShutdown::Unclean,
+                    )
+                    .expect("opens");
                     let n = left.min(APPENDS_PER_LOG);
                     let start = Instant::now();
                     for _ in 0..n {
@@ -80,7 +85,13 @@ fn read(c: &mut Criterion) {
     // max.partition.fetch.bytes) starting at offsets spread over the log.
     let records = batch_64k();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut log = UnifiedLog::open(dir.path(), LogConfig::default(), NOW_MS).expect("opens");
+    let mut log = UnifiedLog::open(
+        dir.path(),
+        LogConfig::default(),
+        NOW_MS,
+        PreviousShutdown::Unclean,
+    )
+    .expect("opens");
     for _ in 0..256 {
         log.append_as_leader(records.clone(), 0, AppendOrigin::Client, NOW_MS)
             .expect("appends");

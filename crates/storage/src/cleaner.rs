@@ -82,7 +82,7 @@ use bytes::Bytes;
 use rill_protocol::records::batch::LOG_OVERHEAD;
 use rill_protocol::records::{BatchError, Record, RecordBatch, RecordBatchBuilder, TimestampType};
 
-use crate::checkpoint;
+use crate::checkpoint::{self, Durability};
 use crate::header::rewrite_header;
 use crate::log::{UnifiedLog, CLEANER_OFFSET_CHECKPOINT_FILE};
 use crate::records::validate_stored;
@@ -607,7 +607,7 @@ fn write_manifest(dir: &Path, old: &[i64], new: &[i64], end: i64) -> Result<(), 
     let mut lines: Vec<String> = old.iter().map(|b| format!("{MANIFEST_OLD} {b}")).collect();
     lines.extend(new.iter().map(|b| format!("{MANIFEST_NEW} {b}")));
     lines.push(format!("{MANIFEST_END} {end}"));
-    checkpoint::write(&dir.join(CLEANER_SWAP_FILE), &lines)
+    checkpoint::write(&dir.join(CLEANER_SWAP_FILE), &lines, Durability::Durable)
 }
 
 /// Steps 5.3–5.6, each preceded by a call of `step` (which tests use to stop the swap
@@ -646,7 +646,11 @@ fn finish_swap(
     }
     checkpoint::sync_dir(dir)?;
     step()?;
-    checkpoint::write_offset(&dir.join(CLEANER_OFFSET_CHECKPOINT_FILE), end)?;
+    checkpoint::write_offset(
+        &dir.join(CLEANER_OFFSET_CHECKPOINT_FILE),
+        end,
+        Durability::Durable,
+    )?;
     step()?;
     remove_if_exists(&dir.join(CLEANER_SWAP_FILE))?;
     checkpoint::sync_dir(dir)
@@ -908,6 +912,7 @@ impl UnifiedLog {
         checkpoint::write_offset(
             &self.dir.join(CLEANER_OFFSET_CHECKPOINT_FILE),
             self.first_dirty_offset,
+            Durability::Durable,
         )
     }
 }

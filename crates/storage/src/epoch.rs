@@ -7,11 +7,24 @@
 //! (OffsetForLeaderEpoch, KIP-101/KIP-279) and truncates there, which is what keeps
 //! divergent logs from surviving a leader change. The cache is rewritten atomically each
 //! time it changes, and rebuilt from the batches' `partitionLeaderEpoch` when the file
-//! is missing.
+//! is missing or malformed.
+//!
+//! Most rewrites are durable (fsynced). Two are not (Kafka's KAFKA-15046: at a restart
+//! every partition is opened and gets a new epoch, and two fsyncs each bounded the
+//! start-up): the rewrite at open, whose trims and rebuilt entries the next open derives
+//! again from the log, and the one a replica makes when it becomes leader, whose entry
+//! may be lost in a crash. That is safe because (1) an epoch with no batch needs no entry — its end offset is the
+//! log end either way — and (2) an epoch with batches is found again from their headers
+//! by the open that follows the crash (`UnifiedLog::open` assigns every epoch newer
+//! than the checkpoint's latest from the batches it scans, as Kafka's recovery does),
+//! and (3) the log rewrites a deferred cache durably before a segment rolls, so an
+//! entry can only be lost while its first batch is still in the active segment, which
+//! the cleaner never rewrites: the batch found again is the epoch's first.
 
 use std::path::{Path, PathBuf};
 
-use crate::{checkpoint, StorageError};
+use crate::checkpoint::{self, Durability};
+use crate::StorageError;
 
 pub const LEADER_EPOCH_CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";
 /// Kafka's `UNDEFINED_EPOCH` and `UNDEFINED_EPOCH_OFFSET`.
@@ -30,6 +43,10 @@ pub struct LeaderEpochFileCache {
     path: PathBuf,
     /// Strictly increasing in both epoch and start offset.
     entries: Vec<EpochEntry>,
+    /// The file was last written without fsync: it may not survive a crash.
+    deferred: bool,
+    /// The file holds `entries` (read from it or written since, durably or not).
+    in_file: bool,
 }
 
 impl LeaderEpochFileCache {
@@ -49,6 +66,8 @@ impl LeaderEpochFileCache {
         let mut cache = Self {
             path,
             entries: Vec::new(),
+            deferred: false,
+            in_file: true,
         };
         for e in entries {
             let [epoch, start_offset] = e.as_slice() else {
@@ -77,6 +96,8 @@ impl LeaderEpochFileCache {
         Self {
             path: dir.join(LEADER_EPOCH_CHECKPOINT_FILE),
             entries: Vec::new(),
+            deferred: false,
+            in_file: false,
         }
     }
 
@@ -109,6 +130,7 @@ impl LeaderEpochFileCache {
             epoch,
             start_offset,
         });
+        self.in_file = false;
         true
     }
 
@@ -148,7 +170,9 @@ impl LeaderEpochFileCache {
     pub(crate) fn truncate_from_end(&mut self, end_offset: i64) -> bool {
         let before = self.entries.len();
         self.entries.retain(|e| e.start_offset < end_offset);
-        before != self.entries.len()
+        let changed = before != self.entries.len();
+        self.in_file &= !changed;
+        changed
     }
 
     /// Drops the entries wholly before `start_offset` (the log start moved up), keeping
@@ -165,21 +189,38 @@ impl LeaderEpochFileCache {
         if let Some(first) = self.entries.first_mut() {
             first.start_offset = start_offset;
         }
+        self.in_file &= !changed;
         changed
     }
 
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
+        self.in_file = false;
     }
 
-    /// Writes the checkpoint file atomically.
-    pub(crate) fn flush(&self) -> Result<(), StorageError> {
+    /// Writes the checkpoint file atomically, fsynced or not.
+    pub(crate) fn flush(&mut self, durability: Durability) -> Result<(), StorageError> {
         let lines: Vec<String> = self
             .entries
             .iter()
             .map(|e| format!("{} {}", e.epoch, e.start_offset))
             .collect();
-        checkpoint::write(&self.path, &lines)
+        // Unknown until the write is done: a failed write may have left either version.
+        self.in_file = false;
+        checkpoint::write(&self.path, &lines, durability)?;
+        self.deferred = durability == Durability::Deferred;
+        self.in_file = true;
+        Ok(())
+    }
+
+    /// Whether the file holds the entries as they are in memory.
+    pub(crate) fn is_in_file(&self) -> bool {
+        self.in_file
+    }
+
+    /// Whether the file was last written without fsync.
+    pub(crate) fn is_deferred(&self) -> bool {
+        self.deferred
     }
 }
 
@@ -213,7 +254,7 @@ mod tests {
             (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
         );
         assert_eq!(c.epoch_for_offset(15), Some(3));
-        c.flush().unwrap();
+        c.flush(Durability::Durable).unwrap();
         let loaded = LeaderEpochFileCache::load(dir.path()).unwrap().unwrap();
         assert_eq!(loaded.entries(), c.entries());
         assert!(c.truncate_from_end(20));

@@ -15,7 +15,8 @@
 //!
 //! The files are plain files read fully into memory when a segment is opened. New
 //! entries live in memory until the segment is flushed (`flush.messages`, `flush.ms`, a
-//! roll, a clean shutdown), which writes them at the end of the file and fsyncs it; no
+//! roll, a clean shutdown), which writes them at the end of the file and fsyncs it (a
+//! clean shutdown does not fsync: one `syncfs` of the data directory follows it); no
 //! file handle is kept between flushes (no mmap, no preallocation).
 //!
 //! Why not keep the files open and write each entry as it comes: a broker with 10,000
@@ -32,6 +33,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use crate::checkpoint::Durability;
 use crate::StorageError;
 
 const OFFSET_ENTRY: usize = 8;
@@ -88,14 +90,15 @@ impl FileState {
     }
 
     /// Writes `pending` (the entries after the persisted ones, already encoded) after the
-    /// persisted entries and fsyncs the file; nothing when nothing changed since the last
-    /// flush.
+    /// persisted entries and, when `durability` asks, fsyncs the file; nothing when
+    /// nothing changed since the last fsync.
     fn flush(
         &self,
         path: &Path,
         pending: &[u8],
         entry_len: usize,
         total: usize,
+        durability: Durability,
     ) -> Result<(), StorageError> {
         if !self.dirty.get() && pending.is_empty() {
             return Ok(());
@@ -103,10 +106,15 @@ impl FileState {
         let file = open_for_write(path)?;
         let at = (self.persisted.get() * entry_len) as u64;
         file.write_all_at(pending, at)
-            .and_then(|()| file.sync_data())
             .map_err(|e| StorageError::io(path, e))?;
         self.persisted.set(total);
-        self.dirty.set(false);
+        if durability == Durability::Durable {
+            file.sync_data().map_err(|e| StorageError::io(path, e))?;
+            self.dirty.set(false);
+        } else {
+            // Written but not fsynced: a later durable flush must still fsync.
+            self.dirty.set(true);
+        }
         Ok(())
     }
 }
@@ -258,16 +266,22 @@ impl OffsetIndex {
         self.file.truncate(&self.path, keep, OFFSET_ENTRY)
     }
 
-    /// Writes the entries added since the last flush and fsyncs the file.
-    pub(crate) fn flush(&self) -> Result<(), StorageError> {
+    /// Writes the entries added since the last flush and, when `durability` asks, fsyncs
+    /// the file.
+    pub(crate) fn flush(&self, durability: Durability) -> Result<(), StorageError> {
         let from = self.file.persisted.get().min(self.entries.len());
         let mut pending = Vec::with_capacity((self.entries.len() - from) * OFFSET_ENTRY);
         for &(rel, position) in &self.entries[from..] {
             pending.extend_from_slice(&rel.to_be_bytes());
             pending.extend_from_slice(&position.to_be_bytes());
         }
-        self.file
-            .flush(&self.path, &pending, OFFSET_ENTRY, self.entries.len())
+        self.file.flush(
+            &self.path,
+            &pending,
+            OFFSET_ENTRY,
+            self.entries.len(),
+            durability,
+        )
     }
 }
 
@@ -407,16 +421,22 @@ impl TimeIndex {
         self.file.truncate(&self.path, keep, TIME_ENTRY)
     }
 
-    /// Writes the entries added since the last flush and fsyncs the file.
-    pub(crate) fn flush(&self) -> Result<(), StorageError> {
+    /// Writes the entries added since the last flush and, when `durability` asks, fsyncs
+    /// the file.
+    pub(crate) fn flush(&self, durability: Durability) -> Result<(), StorageError> {
         let from = self.file.persisted.get().min(self.entries.len());
         let mut pending = Vec::with_capacity((self.entries.len() - from) * TIME_ENTRY);
         for &(timestamp, rel) in &self.entries[from..] {
             pending.extend_from_slice(&timestamp.to_be_bytes());
             pending.extend_from_slice(&rel.to_be_bytes());
         }
-        self.file
-            .flush(&self.path, &pending, TIME_ENTRY, self.entries.len())
+        self.file.flush(
+            &self.path,
+            &pending,
+            TIME_ENTRY,
+            self.entries.len(),
+            durability,
+        )
     }
 }
 
@@ -442,7 +462,7 @@ mod tests {
         assert_eq!(idx.lookup(1000), (129, 8200));
         // Entries reach the file when the segment is flushed, not before.
         assert!(!p.exists());
-        idx.flush().unwrap();
+        idx.flush(Durability::Durable).unwrap();
         assert_eq!(std::fs::metadata(&p).unwrap().len(), 24);
         drop(idx);
         let mut idx = OffsetIndex::open(&p, 100, 1024).unwrap();
@@ -467,7 +487,7 @@ mod tests {
         let mut idx = OffsetIndex::open(&p, 0, 1024).unwrap();
         idx.append(9, 0).unwrap();
         idx.append(19, 4100).unwrap();
-        idx.flush().unwrap();
+        idx.flush(Durability::Durable).unwrap();
         idx.append(29, 8200).unwrap();
         // Truncating below an entry that was never written, then below a written one.
         idx.truncate_to(29).unwrap();
@@ -476,7 +496,7 @@ mod tests {
         assert_eq!(std::fs::metadata(&p).unwrap().len(), 8);
         idx.append(25, 5000).unwrap();
         idx.append(35, 9000).unwrap();
-        idx.flush().unwrap();
+        idx.flush(Durability::Durable).unwrap();
         let reopened = OffsetIndex::open(&p, 0, 1024).unwrap();
         assert_eq!(reopened.entries, vec![(9, 0), (25, 5000), (35, 9000)]);
         reopened.sanity_check(10_000).unwrap();
@@ -489,8 +509,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("00000000000000000000.index");
         let t = dir.path().join("00000000000000000000.timeindex");
-        OffsetIndex::open(&p, 0, 1024).unwrap().flush().unwrap();
-        TimeIndex::open(&t, 0, 1024).unwrap().flush().unwrap();
+        OffsetIndex::open(&p, 0, 1024)
+            .unwrap()
+            .flush(Durability::Durable)
+            .unwrap();
+        TimeIndex::open(&t, 0, 1024)
+            .unwrap()
+            .flush(Durability::Durable)
+            .unwrap();
         assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
         assert_eq!(std::fs::metadata(&t).unwrap().len(), 0);
     }
@@ -507,7 +533,7 @@ mod tests {
         assert_eq!(idx.lookup(999), None);
         assert_eq!(idx.lookup(1500), Some((1000, 5)));
         assert_eq!(idx.lookup(5000), Some((2000, 12)));
-        idx.flush().unwrap();
+        idx.flush(Durability::Durable).unwrap();
         drop(idx);
         let mut idx = TimeIndex::open(&p, 0, 1024).unwrap();
         idx.sanity_check(13).unwrap();

@@ -9,14 +9,17 @@
 //! - [`producer_state`]: `ProducerStateManager`, idempotent-producer deduplication.
 //! - [`retention`]: `cleanup.policy=delete`, DeleteRecords, rolling a quiet partition.
 //! - [`cleaner`]: `cleanup.policy=compact`, the log cleaner and its segment swap.
+//! - [`clean_shutdown`]: the data directory's clean-shutdown marker and the one
+//!   `syncfs` that makes a clean close durable.
 //! - `validator`: Kafka's `LogValidator`, the leader's record checks (keys, timestamp
 //!   bounds) and the re-encoding of a batch with the topic's `compression.type`.
 //!
 //! Architecture Invariant: this crate does no networking and reads no clock; every
 //! time-dependent call takes `now_ms`. It depends on `rill-protocol` only for the record
-//! batch header view.
+//! batch header view (and on `rustix` for `syncfs`).
 
 mod checkpoint;
+pub mod clean_shutdown;
 pub mod cleaner;
 pub mod config;
 pub mod epoch;
@@ -34,6 +37,7 @@ mod validator;
 #[cfg(test)]
 mod test_util;
 
+pub use clean_shutdown::{DataDirSync, PreviousShutdown};
 pub use cleaner::{CleanStats, CleanTask, CleanedSegments, CleanerConfig};
 pub use config::{BrokerCompressionType, CleanupPolicy, LogConfig, MessageTimestampType};
 pub use epoch::{EpochEntry, LeaderEpochFileCache, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};

@@ -12,9 +12,16 @@
 //! - `cleaner-offset-checkpoint`: the first offset the cleaner has not cleaned yet.
 //! - `*.cleaned`, `*.swap`, `cleaner-swap`: a clean in progress, finished or rolled back
 //!   at open (see [`cleaner`]).
-//! - `.clean_shutdown`: written by [`UnifiedLog::close`] after everything was fsynced and
-//!   removed by [`UnifiedLog::open`]; when it is absent at open, the previous run did
-//!   not close the log and the active segment is recovered.
+//! - `.clean_shutdown`: written by earlier versions at a clean close, one per log; open
+//!   still takes it for a clean shutdown and removes it. The marker is now one per data
+//!   directory (see [`crate::clean_shutdown`]): whoever owns the directory tells
+//!   [`UnifiedLog::open`] how the previous run ended ([`PreviousShutdown`]); after an
+//!   unclean one the active segment is recovered and the producer state and any leader
+//!   epochs missing from the checkpoint are rebuilt from the batches.
+//!
+//! [`UnifiedLog::close`] writes the index entries and checkpoints without fsync: the
+//! caller makes a whole directory of closed logs durable with one `syncfs` before it
+//! records the clean shutdown.
 //!
 //! A failed write or fsync takes the log offline (Kafka's `maybeHandleIOException`): a
 //! write may have left a torn tail and a failed fsync may have dropped dirty pages, so
@@ -27,6 +34,7 @@
 //! [`cleaner`]: crate::cleaner
 //! [`epoch`]: crate::epoch
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -37,7 +45,8 @@ use rill_protocol::records::batch::{
 };
 use rill_protocol::records::RecordBatch;
 
-use crate::checkpoint;
+use crate::checkpoint::{self, Durability};
+use crate::clean_shutdown::{PreviousShutdown, CLEAN_SHUTDOWN_FILE};
 use crate::config::{LogConfig, MessageTimestampType};
 use crate::epoch::LeaderEpochFileCache;
 use crate::error::{AppendError, ReadError, StorageError};
@@ -53,7 +62,6 @@ use crate::validator::{
     corrupt_to_append_error, recompress, validate_records, RecordChecks, TimestampWindow,
 };
 
-pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
 pub const HIGH_WATERMARK_FILE: &str = "high-watermark";
 pub const LOG_START_OFFSET_FILE: &str = "log-start-offset";
 pub const CLEANER_OFFSET_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
@@ -124,6 +132,10 @@ pub struct UnifiedLog {
     /// Why the log went offline: the first write or fsync that failed. Set once, never
     /// cleared; only a reopen (after a restart) brings the log back.
     offline_cause: Option<String>,
+    /// What the `high-watermark` and `log-start-offset` files hold, as read at open or
+    /// last written (`None`: unknown), so that a close skips a rewrite of the same value.
+    high_watermark_in_file: Cell<Option<i64>>,
+    log_start_in_file: Cell<Option<i64>>,
 }
 
 fn parse_base_offset(file_name: &str, suffix: &str) -> Option<i64> {
@@ -138,12 +150,24 @@ pub use crate::validator::MAX_DECOMPRESSED_BATCH_BYTES;
 
 impl UnifiedLog {
     /// Opens the log in `dir`, creating it when absent and recovering it when the last
-    /// run did not [`close`](Self::close) it.
-    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Self, StorageError> {
+    /// run did not close it cleanly: `previous` says how that run ended for the whole
+    /// data directory (see [`crate::clean_shutdown`]); a standalone log that was not
+    /// [`close`](Self::close)d, or whose close was not made durable, is `Unclean`.
+    pub fn open(
+        dir: &Path,
+        config: LogConfig,
+        now_ms: i64,
+        previous: PreviousShutdown,
+    ) -> Result<Self, StorageError> {
         config.validate()?;
         fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
-        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
-        let clean = marker.exists();
+        // The per-log marker of earlier versions: only a clean close by such a version
+        // leaves one (this one never writes it), so it still means what it meant.
+        let legacy_marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let legacy_clean = legacy_marker
+            .try_exists()
+            .map_err(|e| StorageError::io(&legacy_marker, e))?;
+        let clean = previous == PreviousShutdown::Clean || legacy_clean;
 
         // 0. Finish or roll back a segment swap the cleaner was doing (see `cleaner`).
         crate::cleaner::recover_swap(dir)?;
@@ -264,9 +288,16 @@ impl UnifiedLog {
             .clamp(log_start_offset, log_end);
 
         // 4. Leader epochs from their checkpoint, or from the batches; producer state
-        //    from the batches.
+        //    from the batches. After an unclean shutdown the checkpoint may lack the
+        //    newest epochs (a new leader records its epoch without fsync, see `epoch`):
+        //    every batch of an epoch newer than the latest known one assigns it, in
+        //    offset order, so each such epoch starts at its first batch (Kafka's
+        //    recovery does the same). A missing or malformed checkpoint is rebuilt
+        //    from all batches.
         let loaded_cache = LeaderEpochFileCache::load(dir)?;
         let rebuild_epochs = loaded_cache.is_none();
+        let rederive_epochs = !clean && !rebuild_epochs;
+        let mut rederived = false;
         let mut leader_epoch_cache =
             loaded_cache.unwrap_or_else(|| LeaderEpochFileCache::empty(dir));
         let snapshot = if clean {
@@ -277,7 +308,7 @@ impl UnifiedLog {
         let replay_producers = snapshot.is_none();
         let mut producer_state = snapshot.unwrap_or_default();
         for seg in segments.values() {
-            if !replay_producers && !rebuild_epochs {
+            if !replay_producers && !rebuild_epochs && !rederive_epochs {
                 break;
             }
             seg.for_each_header(0, |_, h| {
@@ -285,8 +316,11 @@ impl UnifiedLog {
                     if replay_producers {
                         producer_state.replay(h);
                     }
-                    if rebuild_epochs {
-                        leader_epoch_cache.assign(
+                    let newer = leader_epoch_cache
+                        .latest_epoch()
+                        .is_none_or(|latest| h.partition_leader_epoch > latest);
+                    if rebuild_epochs || (rederive_epochs && newer) {
+                        rederived |= leader_epoch_cache.assign(
                             h.partition_leader_epoch,
                             h.base_offset.max(log_start_offset),
                         );
@@ -298,10 +332,14 @@ impl UnifiedLog {
         let trimmed = leader_epoch_cache.truncate_from_end(log_end)
             | leader_epoch_cache.truncate_from_start(log_start_offset);
         // An empty rebuilt cache (a new log) has nothing to persist: a missing file
-        // rebuilds to the same nothing. Skipping it saves a new partition two fsyncs.
-        let rebuilt_something = rebuild_epochs && !leader_epoch_cache.entries().is_empty();
-        if rebuilt_something || trimmed {
-            leader_epoch_cache.flush()?;
+        // rebuilds to the same nothing. What is persisted is written without fsync
+        // (Kafka's loader flushes these asynchronously since KAFKA-15046): it is derived
+        // from the batches on disk and the log end, so an open after a crash that lost
+        // it derives and trims the same again. A clean restart always trims the entry a
+        // leader recorded at the end of an empty log, which cost every partition two
+        // fsyncs at each start. As with a new leader's entry, a roll makes it durable.
+        if rederived || trimmed {
+            leader_epoch_cache.flush(Durability::Deferred)?;
         }
 
         let first_dirty_offset =
@@ -313,11 +351,12 @@ impl UnifiedLog {
             .unwrap_or(log_start_offset)
             .clamp(log_start_offset, log_end);
 
-        // 5. From now on a crash is an unclean shutdown, and the producer snapshot is
-        //    stale as soon as anything is appended.
+        // 5. The producer snapshot is stale as soon as anything is appended. A crash
+        //    from now on is an unclean shutdown: the data directory's marker is the
+        //    caller's to remove, an earlier version's marker of this log goes here.
         ProducerStateManager::delete_snapshots(dir, None)?;
-        if clean {
-            fs::remove_file(&marker).map_err(|e| StorageError::io(&marker, e))?;
+        if legacy_clean {
+            fs::remove_file(&legacy_marker).map_err(|e| StorageError::io(&legacy_marker, e))?;
             checkpoint::sync_dir(dir)?;
         }
         tracing::debug!(
@@ -344,6 +383,8 @@ impl UnifiedLog {
             clean_in_progress: false,
             earliest_delete_horizon_ms: None,
             offline_cause: None,
+            high_watermark_in_file: Cell::new(hw),
+            log_start_in_file: Cell::new(log_start_checkpoint),
         })
     }
 
@@ -428,7 +469,28 @@ impl UnifiedLog {
 
     /// Writes the `high-watermark` checkpoint.
     pub fn checkpoint_high_watermark(&self) -> Result<(), StorageError> {
-        checkpoint::write_offset(&self.dir.join(HIGH_WATERMARK_FILE), self.high_watermark)
+        self.write_high_watermark_checkpoint(Durability::Durable)
+    }
+
+    fn write_high_watermark_checkpoint(&self, durability: Durability) -> Result<(), StorageError> {
+        let path = self.dir.join(HIGH_WATERMARK_FILE);
+        // Unknown until the write is done: a failed write may have left either version.
+        self.high_watermark_in_file.set(None);
+        checkpoint::write_offset(&path, self.high_watermark, durability)?;
+        self.high_watermark_in_file.set(Some(self.high_watermark));
+        Ok(())
+    }
+
+    pub(crate) fn write_log_start_checkpoint(
+        &self,
+        offset: i64,
+        durability: Durability,
+    ) -> Result<(), StorageError> {
+        let path = self.dir.join(LOG_START_OFFSET_FILE);
+        self.log_start_in_file.set(None);
+        checkpoint::write_offset(&path, offset, durability)?;
+        self.log_start_in_file.set(Some(offset));
+        Ok(())
     }
 
     /// Validates a record set: framing, size, magic, CRC, count, and the origin's rules;
@@ -756,7 +818,7 @@ impl UnifiedLog {
         if epochs_changed {
             // Before the data: a crash in between leaves an entry past the log end,
             // which open trims; the reverse order could lose an epoch boundary.
-            self.leader_epoch_cache.flush()?;
+            self.leader_epoch_cache.flush(Durability::Durable)?;
         }
         let mut pending_start = 0usize; // index in `batches` of the first pending batch
         let mut pending_len = 0u64;
@@ -830,6 +892,14 @@ impl UnifiedLog {
                 entry.get_mut().on_become_inactive()?;
                 self.recovery_point = self.recovery_point.max(entry.get().next_offset());
             }
+        }
+        // An epoch recorded without fsync (by a new leader) may start in the segment
+        // that stops being the active one. Recovery would find it again from the
+        // batches, but once the segment is inactive the cleaner may remove the epoch's
+        // first batch, and the epoch would be found starting later: make the entry
+        // durable while the segment is still whole.
+        if self.leader_epoch_cache.is_deferred() {
+            self.leader_epoch_cache.flush(Durability::Durable)?;
         }
         let seg = LogSegment::create(
             &self.dir,
@@ -1034,7 +1104,7 @@ impl UnifiedLog {
         checkpoint::sync_dir(&self.dir)?;
         let log_end = self.log_end_offset();
         if self.leader_epoch_cache.truncate_from_end(log_end) {
-            self.leader_epoch_cache.flush()?;
+            self.leader_epoch_cache.flush(Durability::Durable)?;
         }
         // As Kafka: a truncation below the log start moves the log start down with it.
         self.log_start_offset = self.log_start_offset.min(log_end);
@@ -1073,9 +1143,9 @@ impl UnifiedLog {
         self.first_dirty_offset = offset;
         self.checkpoint_first_dirty_offset()?;
         self.leader_epoch_cache.clear();
-        self.leader_epoch_cache.flush()?;
+        self.leader_epoch_cache.flush(Durability::Durable)?;
         self.producer_state.clear();
-        checkpoint::write_offset(&self.dir.join(LOG_START_OFFSET_FILE), offset)?;
+        self.write_log_start_checkpoint(offset, Durability::Durable)?;
         self.checkpoint_high_watermark()
     }
 
@@ -1088,9 +1158,9 @@ impl UnifiedLog {
         }
         self.log_start_offset = offset;
         if self.leader_epoch_cache.truncate_from_start(offset) {
-            self.leader_epoch_cache.flush()?;
+            self.leader_epoch_cache.flush(Durability::Durable)?;
         }
-        checkpoint::write_offset(&self.dir.join(LOG_START_OFFSET_FILE), offset)?;
+        self.write_log_start_checkpoint(offset, Durability::Durable)?;
         Ok(true)
     }
 
@@ -1126,14 +1196,16 @@ impl UnifiedLog {
     }
 
     /// Records that `epoch` starts at `start_offset` (a replica becoming leader records its
-    /// log end offset before the first append in the new epoch).
+    /// log end offset before the first append in the new epoch). The checkpoint is
+    /// written without fsync (KAFKA-15046): why a crash cannot lose anything that
+    /// matters is in [`crate::epoch`].
     pub fn assign_epoch_start_offset(
         &mut self,
         epoch: i32,
         start_offset: i64,
     ) -> Result<(), StorageError> {
         if self.leader_epoch_cache.assign(epoch, start_offset) {
-            self.leader_epoch_cache.flush()?;
+            self.leader_epoch_cache.flush(Durability::Deferred)?;
         }
         Ok(())
     }
@@ -1153,21 +1225,39 @@ impl UnifiedLog {
         Ok(())
     }
 
-    /// Flushes everything, writes the checkpoints and the clean-shutdown marker, so that
-    /// the next open skips recovery.
+    /// Writes the active segment's index entries and the checkpoints (high watermark,
+    /// log start and leader epochs where the file does not hold them already, the
+    /// producer state always) so that the next open can skip recovery — without any
+    /// fsync: nothing is durable when this returns. The owner
+    /// of the data directory makes every closed log durable at once (one `syncfs`) and
+    /// only then records the clean shutdown (see [`crate::clean_shutdown`]); until it
+    /// does, the next open must be [`PreviousShutdown::Unclean`]. An offline log
+    /// writes nothing and returns its error.
     pub fn close(mut self) -> Result<(), StorageError> {
-        // Offline: no checkpoints and, above all, no clean-shutdown marker.
-        self.flush()?;
-        self.checkpoint_high_watermark()?;
-        checkpoint::write_offset(&self.dir.join(LOG_START_OFFSET_FILE), self.log_start_offset)?;
-        self.leader_epoch_cache.flush()?;
+        self.check_online()?;
+        let written = self.write_close_checkpoints();
+        written.map_err(|e| self.go_offline(e))
+    }
+
+    fn write_close_checkpoints(&mut self) -> Result<(), StorageError> {
+        if let Some(active) = self.active_segment() {
+            active.write_indexes()?;
+        }
+        // A file that already holds the value is not written again: every rewrite
+        // allocates an inode for its temporary file, and with 10,000 mostly idle logs
+        // those allocations were most of a clean stop. What is in the file (durable or
+        // not) becomes durable with the caller's syncfs like everything else.
+        if self.high_watermark_in_file.get() != Some(self.high_watermark) {
+            self.write_high_watermark_checkpoint(Durability::Deferred)?;
+        }
+        if self.log_start_in_file.get() != Some(self.log_start_offset) {
+            self.write_log_start_checkpoint(self.log_start_offset, Durability::Deferred)?;
+        }
+        if !self.leader_epoch_cache.is_in_file() {
+            self.leader_epoch_cache.flush(Durability::Deferred)?;
+        }
         self.producer_state
-            .write_snapshot(&self.dir, self.log_end_offset())?;
-        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
-        fs::File::create(&marker)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| StorageError::io(&marker, e))?;
-        checkpoint::sync_dir(&self.dir)
+            .write_snapshot(&self.dir, self.log_end_offset(), Durability::Deferred)
     }
 
     /// Removes the partition directory and everything in it.
@@ -1198,7 +1288,8 @@ mod file_range_tests {
             index_interval_bytes: 256,
             ..LogConfig::default()
         };
-        let mut log = UnifiedLog::open(dir.path(), config.clone(), T0).unwrap();
+        let mut log =
+            UnifiedLog::open(dir.path(), config.clone(), T0, PreviousShutdown::Unclean).unwrap();
         for i in 0..40usize {
             let b = TestBatch::new(1 + i % 3, T0).value_len(20 + i * 3);
             log.append_as_leader(b.bytes(), 0, AppendOrigin::Client, T0)
@@ -1209,7 +1300,7 @@ mod file_range_tests {
         // Again with the indexes read back from their files, as after a restart: a range
         // read skips ahead by the offset index, so it must agree with the index on disk too.
         log.close().unwrap();
-        let log = UnifiedLog::open(dir.path(), config, T0).unwrap();
+        let log = UnifiedLog::open(dir.path(), config, T0, PreviousShutdown::Clean).unwrap();
         check_file_ranges_against_reads(&log, end);
         assert!(log.read_file_range(end + 1, 100, i64::MAX, true).is_err());
     }

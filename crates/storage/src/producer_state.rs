@@ -31,10 +31,11 @@ use std::collections::{HashMap, VecDeque};
 use std::fs;
 use std::path::Path;
 
+use crate::checkpoint::{self, Durability};
 use crate::error::AppendError;
 use crate::header::BatchHeader;
 use crate::segment::segment_file;
-use crate::{checkpoint, StorageError};
+use crate::StorageError;
 
 pub const PRODUCER_SNAPSHOT_SUFFIX: &str = "snapshot";
 
@@ -315,7 +316,12 @@ impl ProducerStateManager {
     }
 
     /// Writes the snapshot of the state at `offset` (the log end) and removes older ones.
-    pub(crate) fn write_snapshot(&self, dir: &Path, offset: i64) -> Result<(), StorageError> {
+    pub(crate) fn write_snapshot(
+        &self,
+        dir: &Path,
+        offset: i64,
+        durability: Durability,
+    ) -> Result<(), StorageError> {
         let mut ids: Vec<_> = self.producers.keys().copied().collect();
         ids.sort_unstable();
         let mut lines = Vec::with_capacity(ids.len());
@@ -339,7 +345,7 @@ impl ProducerStateManager {
             lines.push(line);
         }
         let path = segment_file(dir, offset, PRODUCER_SNAPSHOT_SUFFIX);
-        checkpoint::write(&path, &lines)?;
+        checkpoint::write(&path, &lines, durability)?;
         Self::delete_snapshots(dir, Some(&path))
     }
 

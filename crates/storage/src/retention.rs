@@ -32,9 +32,9 @@
 //! `segment.ms` (Kafka rolls on the next append only, so a quiet partition would keep
 //! its last segment forever), and the next retention pass can then delete it.
 
-use crate::checkpoint;
+use crate::checkpoint::{self, Durability};
 use crate::error::DeleteRecordsError;
-use crate::log::{UnifiedLog, LOG_START_OFFSET_FILE};
+use crate::log::UnifiedLog;
 use crate::segment::LogSegment;
 use crate::StorageError;
 
@@ -185,9 +185,9 @@ impl UnifiedLog {
             .map_or(self.log_start_offset, |(b, _)| *b);
         if first_base > self.log_start_offset {
             self.log_start_offset = first_base;
-            checkpoint::write_offset(&self.dir.join(LOG_START_OFFSET_FILE), first_base)?;
+            self.write_log_start_checkpoint(first_base, Durability::Durable)?;
             if self.leader_epoch_cache.truncate_from_start(first_base) {
-                self.leader_epoch_cache.flush()?;
+                self.leader_epoch_cache.flush(Durability::Durable)?;
             }
         }
         self.first_dirty_offset = self.first_dirty_offset.max(self.log_start_offset);

@@ -63,6 +63,7 @@ use bytes::{Bytes, BytesMut};
 use rill_protocol::records::batch::{HEADER_LEN, LOG_OVERHEAD};
 use rill_protocol::records::RecordBatch;
 
+use crate::checkpoint::Durability;
 use crate::header::BatchHeader;
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::records::validate_stored;
@@ -324,8 +325,8 @@ impl LogSegment {
             let outcome = self.recover()?;
             // Index entries reach their files only on a flush (see `index`), and a segment
             // that is not the active one is never flushed again: write the rebuilt ones now.
-            self.offset_index.flush()?;
-            self.time_index.flush()?;
+            self.offset_index.flush(Durability::Durable)?;
+            self.time_index.flush(Durability::Durable)?;
             Ok(Some(outcome))
         }
     }
@@ -722,12 +723,20 @@ impl LogSegment {
         self.flush()
     }
 
+    /// Fsyncs the log and writes and fsyncs the index entries not yet in their files.
     pub(crate) fn flush(&self) -> Result<(), StorageError> {
         self.log
             .sync_data()
             .map_err(|e| StorageError::io(&self.log_path, e))?;
-        self.offset_index.flush()?;
-        self.time_index.flush()
+        self.offset_index.flush(Durability::Durable)?;
+        self.time_index.flush(Durability::Durable)
+    }
+
+    /// Writes the index entries not yet in their files, without any fsync (a clean
+    /// close, which one `syncfs` of the file system makes durable afterwards).
+    pub(crate) fn write_indexes(&self) -> Result<(), StorageError> {
+        self.offset_index.flush(Durability::Deferred)?;
+        self.time_index.flush(Durability::Deferred)
     }
 
     /// Deletes the segment's three files.

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use proptest::prelude::*;
 use rill_protocol::records::{CompressionType, RecordBatch, RecordBatchBuilder};
-use rill_storage::{AppendOrigin, LogConfig, UnifiedLog};
+use rill_storage::{AppendOrigin, LogConfig, PreviousShutdown, UnifiedLog};
 
 const NOW_MS: i64 = 1_700_000_000_000;
 
@@ -45,7 +45,7 @@ fn make_log(dir: &Path, clean: bool) {
         CompressionType::Lz4,
         CompressionType::Zstd,
     ];
-    let mut log = UnifiedLog::open(dir, config(), NOW_MS).unwrap();
+    let mut log = UnifiedLog::open(dir, config(), NOW_MS, PreviousShutdown::Unclean).unwrap();
     for i in 0..40 {
         log.append_as_leader(
             batch(codecs[i % codecs.len()], i as i64),
@@ -141,7 +141,7 @@ fn read_everything(log: &UnifiedLog) {
 }
 
 fn check_open(dir: &Path) {
-    let Ok(mut log) = UnifiedLog::open(dir, config(), NOW_MS) else {
+    let Ok(mut log) = UnifiedLog::open(dir, config(), NOW_MS, PreviousShutdown::Unclean) else {
         return;
     };
     read_everything(&log);
@@ -159,7 +159,7 @@ fn check_open(dir: &Path) {
     if log.close().is_err() {
         return;
     }
-    let again = UnifiedLog::open(dir, config(), NOW_MS)
+    let again = UnifiedLog::open(dir, config(), NOW_MS, PreviousShutdown::Clean)
         .unwrap_or_else(|e| panic!("a log closed cleanly does not reopen: {e}"));
     assert_eq!(
         again.log_end_offset(),

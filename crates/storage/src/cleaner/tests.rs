@@ -10,7 +10,7 @@ use rill_protocol::records::{CompressionType, RecordBatch, RecordBatchBuilder};
 
 use super::*;
 use crate::records::validate_stored;
-use crate::{AppendOrigin, CleanupPolicy, LogConfig, UnifiedLog};
+use crate::{AppendOrigin, CleanupPolicy, LogConfig, PreviousShutdown, UnifiedLog};
 
 const T0: i64 = 1_700_000_000_000;
 const DAY: i64 = 24 * 3_600_000;
@@ -132,7 +132,8 @@ fn roll(log: &mut UnifiedLog, now: i64) {
 fn compaction_keeps_the_latest_value_per_key_at_its_offset_with_every_codec() {
     for codec in CODECS {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = UnifiedLog::open(dir.path(), config(), T0).unwrap();
+        let mut log =
+            UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
         let written = fill(&mut log, codec, 80, 25);
         let now = T0 + 8 * DAY;
         roll(&mut log, now);
@@ -195,11 +196,13 @@ fn compaction_keeps_the_latest_value_per_key_at_its_offset_with_every_codec() {
                 std::fs::remove_file(p).unwrap();
             }
         }
-        let mut log = UnifiedLog::open(dir.path(), config(), T0).unwrap();
+        let mut log =
+            UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
         log.update_high_watermark(i64::MAX);
         assert_eq!(read_records(&log), done);
         let fdir = tempfile::tempdir().unwrap();
-        let mut follower = UnifiedLog::open(fdir.path(), config(), T0).unwrap();
+        let mut follower =
+            UnifiedLog::open(fdir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
         for b in read_batches(&log) {
             follower.append_as_follower(b.into_bytes(), T0).unwrap();
         }
@@ -220,6 +223,7 @@ fn tombstones_in_the_active_or_uncleanable_part_stay() {
             ..config()
         },
         T0,
+        PreviousShutdown::Unclean,
     )
     .unwrap();
     let written = fill(&mut log, CompressionType::None, 40, 10);
@@ -257,6 +261,7 @@ fn dirty_ratio_and_compaction_lags_decide_when_to_clean() {
             ..config()
         },
         T0,
+        PreviousShutdown::Unclean,
     )
     .unwrap();
     // Not compacted: never.
@@ -322,7 +327,7 @@ fn dirty_ratio_and_compaction_lags_decide_when_to_clean() {
 #[test]
 fn producer_state_transactions_and_control_batches_survive_cleaning() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(), T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
     // Producer 7 writes key-0 twice; its last batch's record is later superseded by a
     // non-idempotent write, so that batch is emptied but kept.
     for seq in 0..2 {
@@ -385,7 +390,7 @@ fn producer_state_transactions_and_control_batches_survive_cleaning() {
     // After an unclean restart (state rebuilt from the log), a retry of producer 7's
     // last batch is still recognised as a duplicate.
     drop(log);
-    let mut log = UnifiedLog::open(dir.path(), config(), T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
     assert_eq!(log.producer_state(7).unwrap().last_seq(), 1);
     let mut retry = RecordBatchBuilder::new(CompressionType::Lz4, 0).producer(7, 3, 1);
     retry.append(T0, Some(&key(0)), Some(b"p"), &[]).unwrap();
@@ -407,6 +412,7 @@ fn a_clean_overtaken_by_retention_or_truncation_is_discarded() {
             ..config()
         },
         T0,
+        PreviousShutdown::Unclean,
     )
     .unwrap();
     fill(&mut log, CompressionType::Snappy, 40, 10);
@@ -475,7 +481,8 @@ fn a_crash_at_any_step_of_the_swap_leaves_the_old_or_the_new_log() {
     let origin = tempfile::tempdir().unwrap();
     let now = T0 + 8 * DAY;
     let (old_records, written, end) = {
-        let mut log = UnifiedLog::open(origin.path(), config(), T0).unwrap();
+        let mut log =
+            UnifiedLog::open(origin.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
         let written = fill(&mut log, CompressionType::Zstd, 120, 8);
         roll(&mut log, now);
         let end = log.log_end_offset();
@@ -492,7 +499,7 @@ fn a_crash_at_any_step_of_the_swap_leaves_the_old_or_the_new_log() {
     for crash_after in 0.. {
         let dir = tempfile::tempdir().unwrap();
         copy_dir(origin.path(), dir.path());
-        let mut log = UnifiedLog::open(dir.path(), config(), T0).unwrap();
+        let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Clean).unwrap();
         let task = log.prepare_clean(now, &CleanerConfig::default()).unwrap();
         let cleaned = task.run().unwrap();
         assert!(cleaned.old_bases.len() > cleaned.new_bases.len());
@@ -511,7 +518,8 @@ fn a_crash_at_any_step_of_the_swap_leaves_the_old_or_the_new_log() {
         let finished = result.is_ok();
         // The process dies: no close, the next open recovers.
         drop(log);
-        let mut log = UnifiedLog::open(dir.path(), config(), T0).unwrap();
+        let mut log =
+            UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
         assert_eq!(leftovers(dir.path()), 0, "crash after {crash_after}");
         let got = read_records(&log);
         if got == old_records {
@@ -541,7 +549,7 @@ fn io_bound_slows_a_clean_down_to_the_configured_rate() {
         index_interval_bytes: 4096,
         ..config()
     };
-    let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), cfg, T0, PreviousShutdown::Unclean).unwrap();
     let value = vec![b'v'; 1000];
     // 2,000 records of 1 KB over 100 keys: about 2 MB read, 0.1 MB written.
     for b in 0..400 {
@@ -602,7 +610,7 @@ fn cleaner_throughput() {
             index_interval_bytes: 4096,
             ..config()
         };
-        let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+        let mut log = UnifiedLog::open(dir.path(), cfg, T0, PreviousShutdown::Unclean).unwrap();
         let value = vec![b'v'; 100];
         for b in 0..1000 {
             let mut builder = RecordBatchBuilder::new(codec, 0);

@@ -63,7 +63,8 @@ fn read_all(log: &UnifiedLog, max_bytes: usize) -> Vec<RecordBatch> {
 #[test]
 fn append_and_read_across_many_rolls() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(2000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(2000), T0, PreviousShutdown::Unclean).unwrap();
     let appended = fill(&mut log, 300);
     assert!(
         log.segment_count() > 10,
@@ -107,7 +108,13 @@ fn append_and_read_across_many_rolls() {
 #[test]
 fn read_honours_max_bytes_max_offset_and_min_one_message() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), LogConfig::default(), T0).unwrap();
+    let mut log = UnifiedLog::open(
+        dir.path(),
+        LogConfig::default(),
+        T0,
+        PreviousShutdown::Unclean,
+    )
+    .unwrap();
     for _ in 0..10 {
         log.append_as_leader(
             TestBatch::new(2, T0).value_len(100).bytes(),
@@ -173,7 +180,7 @@ fn validation_errors() {
         max_message_bytes: 500,
         ..LogConfig::default()
     };
-    let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), cfg, T0, PreviousShutdown::Unclean).unwrap();
     let big = TestBatch::new(1, T0).value_len(600).bytes();
     assert!(matches!(
         log.append_as_leader(big, 0, AppendOrigin::Client, T0),
@@ -223,7 +230,13 @@ fn validation_errors() {
 #[test]
 fn record_count_lies_with_a_valid_crc_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), LogConfig::default(), T0).unwrap();
+    let mut log = UnifiedLog::open(
+        dir.path(),
+        LogConfig::default(),
+        T0,
+        PreviousShutdown::Unclean,
+    )
+    .unwrap();
     let honest = TestBatch::new(3, T0).value_len(20).build();
     for claimed in [1i32, 2, 4, 1_000] {
         let mut lie = honest.clone();
@@ -252,7 +265,8 @@ fn record_count_lies_with_a_valid_crc_are_refused() {
 #[test]
 fn several_batches_in_one_record_set() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(1000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Unclean).unwrap();
     let mut set = Vec::new();
     for i in 0..10 {
         set.extend(TestBatch::new(3, T0 + i).value_len(40).build());
@@ -275,7 +289,7 @@ fn log_append_time_rewrites_max_timestamp() {
         message_timestamp_type: MessageTimestampType::LogAppendTime,
         ..LogConfig::default()
     };
-    let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), cfg, T0, PreviousShutdown::Unclean).unwrap();
     let info = log
         .append_as_leader(
             TestBatch::new(3, 5).bytes(),
@@ -343,7 +357,7 @@ fn leader_writes_the_bytes_the_copying_path_wrote() {
                 message_timestamp_type: timestamp_type,
                 ..config(segment_bytes)
             };
-            let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+            let mut log = UnifiedLog::open(dir.path(), cfg, T0, PreviousShutdown::Unclean).unwrap();
             let lead = TestBatch::new(2, T0).value_len(10).build();
             log.append_as_leader(Bytes::from(lead.clone()), 3, AppendOrigin::Client, T0)
                 .unwrap();
@@ -376,7 +390,13 @@ fn leader_writes_the_bytes_the_copying_path_wrote() {
                 }
             }
             log.close().unwrap();
-            let log = UnifiedLog::open(dir.path(), config(segment_bytes), T0).unwrap();
+            let log = UnifiedLog::open(
+                dir.path(),
+                config(segment_bytes),
+                T0,
+                PreviousShutdown::Clean,
+            )
+            .unwrap();
             assert_eq!(
                 log.log_end_offset(),
                 2 + (0..1_500).map(|i| 1 + i % 3).sum::<i64>()
@@ -392,7 +412,7 @@ fn segment_ms_rolls_by_time() {
         segment_ms: 1000,
         ..LogConfig::default()
     };
-    let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), cfg, T0, PreviousShutdown::Unclean).unwrap();
     log.append_as_leader(TestBatch::new(1, T0).bytes(), 0, AppendOrigin::Client, T0)
         .unwrap();
     log.append_as_leader(
@@ -420,7 +440,7 @@ fn flush_messages_moves_the_recovery_point() {
         flush_messages: Some(3),
         ..LogConfig::default()
     };
-    let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), cfg, T0, PreviousShutdown::Unclean).unwrap();
     log.append_as_leader(TestBatch::new(2, T0).bytes(), 0, AppendOrigin::Client, T0)
         .unwrap();
     assert_eq!(log.recovery_point(), 0);
@@ -443,7 +463,8 @@ fn last_log_file(dir: &Path) -> std::path::PathBuf {
 /// `cut` (a fraction of its size) and appends `garbage`, then reopens.
 fn crash_and_recover(cut_permille: u64, garbage: Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
     fill(&mut log, 60);
     let before = read_all(&log, usize::MAX);
     drop(log);
@@ -455,7 +476,8 @@ fn crash_and_recover(cut_permille: u64, garbage: Vec<u8>) {
     std::os::unix::fs::FileExt::write_all_at(&f, &garbage, cut).unwrap();
     drop(f);
 
-    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
     let seg_base: i64 = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
     // Every batch wholly before the cut survives; nothing after it does.
     let mut pos = 0u64;
@@ -482,7 +504,7 @@ fn crash_and_recover(cut_permille: u64, garbage: Vec<u8>) {
     assert_eq!(info.first_offset, end);
     assert_eq!(read_all(&log, 1000).len(), expected.len() + 1);
     log.close().unwrap();
-    let log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let log = UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Clean).unwrap();
     assert_eq!(log.log_end_offset(), end + 2);
 }
 
@@ -503,18 +525,49 @@ proptest! {
 }
 
 #[test]
-fn clean_shutdown_marker() {
+fn clean_close_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
     fill(&mut log, 20);
     log.update_high_watermark(15);
     log.close().unwrap();
-    assert!(dir.path().join(CLEAN_SHUTDOWN_FILE).exists());
-    let log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    // The marker is the data directory's now (see `clean_shutdown`), never the log's.
     assert!(!dir.path().join(CLEAN_SHUTDOWN_FILE).exists());
+    let log = UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Clean).unwrap();
     assert_eq!(log.high_watermark(), 15);
     assert_eq!(log.log_end_offset(), 50);
     assert_eq!(read_all(&log, 1000).len(), 20);
+}
+
+/// A log closed by an earlier version carries its own marker: it still means a clean
+/// shutdown (the producer snapshot is used), and open removes it, so that a crash later
+/// in this run is taken for what it is.
+#[test]
+fn a_per_log_marker_of_an_earlier_version_is_honoured_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
+    let b = TestBatch::new(2, T0).producer(7, 0, 0).bytes();
+    log.append_as_leader(b, 0, AppendOrigin::Client, T0)
+        .unwrap();
+    log.close().unwrap();
+    fs::write(dir.path().join(CLEAN_SHUTDOWN_FILE), b"").unwrap();
+    // Take the batches' producer state away: only a clean open reads the snapshot.
+    let snapshot = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "snapshot"))
+        .unwrap();
+    let text = fs::read_to_string(&snapshot).unwrap();
+    fs::write(&snapshot, text.replacen("\n7 0 ", "\n8 0 ", 1)).unwrap();
+    let log = UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
+    assert!(!dir.path().join(CLEAN_SHUTDOWN_FILE).exists());
+    assert!(log.producer_state(8).is_some(), "the snapshot was used");
+    drop(log);
+    let log = UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
+    assert!(log.producer_state(7).is_some(), "rebuilt from the batches");
+    assert!(log.producer_state(8).is_none());
 }
 
 #[test]
@@ -522,7 +575,8 @@ fn clean_close_leaves_index_files_for_a_segment_without_entries() {
     // One small batch: below index.interval.bytes, so the active segment has no index
     // entries; its index files must still exist for the next open to trust them.
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
     fill(&mut log, 1);
     log.close().unwrap();
     for suffix in ["index", "timeindex"] {
@@ -533,7 +587,8 @@ fn clean_close_leaves_index_files_for_a_segment_without_entries() {
 #[test]
 fn missing_or_corrupt_indexes_are_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
     fill(&mut log, 100);
     let bases = log.segment_base_offsets();
     assert!(bases.len() >= 3);
@@ -548,7 +603,7 @@ fn missing_or_corrupt_indexes_are_rebuilt() {
     fs::remove_file(index(bases[0], "index")).unwrap();
     fs::write(index(bases[1], "timeindex"), [1, 2, 3]).unwrap();
     fs::write(index(bases[2], "index"), [0xff; 16]).unwrap();
-    let log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let log = UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Clean).unwrap();
     assert_eq!(
         fs::metadata(index(bases[0], "index")).unwrap().len(),
         index_len
@@ -563,7 +618,8 @@ fn missing_or_corrupt_indexes_are_rebuilt() {
 #[test]
 fn idempotent_producer_duplicates_gaps_and_fencing() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
     let pid = 1000;
     let mut sent = Vec::new();
     let mut seq = 0;
@@ -627,16 +683,17 @@ fn idempotent_producer_duplicates_gaps_and_fencing() {
     log.close().unwrap();
     let snapshot = crate::segment::segment_file(dir.path(), end, "snapshot");
     assert!(snapshot.exists());
-    let log2 = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let log2 = UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Clean).unwrap();
     assert!(!snapshot.exists(), "a snapshot is consumed by open");
     assert_eq!(log2.producer_state(pid), Some(&state));
     log2.close().unwrap();
     // A corrupt snapshot falls back to reading the log.
     fs::write(&snapshot, "0\n1\n1000 x\n").unwrap();
-    let log2 = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let log2 = UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Clean).unwrap();
     assert_eq!(log2.producer_state(pid), Some(&state));
     drop(log2);
-    let mut log3 = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let mut log3 =
+        UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
     assert_eq!(log3.producer_state(pid), Some(&state));
     let again = TestBatch::new(1, T0).producer(pid, 1, 0).bytes();
     assert!(
@@ -649,13 +706,15 @@ fn idempotent_producer_duplicates_gaps_and_fencing() {
 #[test]
 fn duplicates_survive_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
     let b = TestBatch::new(3, T0).producer(5, 2, 0);
     let info = log
         .append_as_leader(b.bytes(), 0, AppendOrigin::Client, T0)
         .unwrap();
     drop(log);
-    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
     let dup = log
         .append_as_leader(b.bytes(), 0, AppendOrigin::Client, T0)
         .unwrap();
@@ -669,7 +728,8 @@ fn duplicates_survive_reopen() {
 #[test]
 fn offset_for_timestamp_and_max_timestamp() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(2000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(2000), T0, PreviousShutdown::Unclean).unwrap();
     // Batch i has records with timestamps T0 + 10 i + j for j in 0..count.
     let appended = fill(&mut log, 100);
     assert!(log.segment_count() > 3);
@@ -717,7 +777,8 @@ fn offset_for_timestamp_and_max_timestamp() {
 #[test]
 fn truncate_to_and_leader_epochs() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(1000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Unclean).unwrap();
     for epoch in [1, 1, 2, 2, 2, 5] {
         for _ in 0..10 {
             log.append_as_leader(
@@ -764,7 +825,8 @@ fn truncate_to_and_leader_epochs() {
     // The epoch cache checkpoint is rebuilt from the batches when it is missing.
     drop(log);
     fs::remove_file(dir.path().join(crate::epoch::LEADER_EPOCH_CHECKPOINT_FILE)).unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(1000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Unclean).unwrap();
     let entries: Vec<_> = log
         .leader_epoch_cache()
         .entries()
@@ -791,7 +853,7 @@ fn truncate_to_and_leader_epochs() {
     log.append_as_leader(TestBatch::new(1, T0).bytes(), 7, AppendOrigin::Client, T0)
         .unwrap();
     log.close().unwrap();
-    let log = UnifiedLog::open(dir.path(), config(1000), T0).unwrap();
+    let log = UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Clean).unwrap();
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (500, 501));
     log.delete().unwrap();
     assert!(!dir.path().exists());
@@ -800,9 +862,21 @@ fn truncate_to_and_leader_epochs() {
 #[test]
 fn follower_append_keeps_offsets() {
     let dir = tempfile::tempdir().unwrap();
-    let mut leader = UnifiedLog::open(&dir.path().join("leader"), config(1000), T0).unwrap();
+    let mut leader = UnifiedLog::open(
+        &dir.path().join("leader"),
+        config(1000),
+        T0,
+        PreviousShutdown::Unclean,
+    )
+    .unwrap();
     fill(&mut leader, 30);
-    let mut follower = UnifiedLog::open(&dir.path().join("follower"), config(1000), T0).unwrap();
+    let mut follower = UnifiedLog::open(
+        &dir.path().join("follower"),
+        config(1000),
+        T0,
+        PreviousShutdown::Unclean,
+    )
+    .unwrap();
     while follower.log_end_offset() < leader.log_end_offset() {
         let data = leader
             .read(follower.log_end_offset(), 300, i64::MAX, true)
@@ -837,7 +911,8 @@ fn follower_append_keeps_offsets() {
 #[test]
 fn corruption_in_an_older_segment_drops_the_later_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(2000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(2000), T0, PreviousShutdown::Unclean).unwrap();
     fill(&mut log, 60);
     let bases = log.segment_base_offsets();
     assert!(bases.len() >= 4);
@@ -850,7 +925,7 @@ fn corruption_in_an_older_segment_drops_the_later_ones() {
     data[mid] ^= 0x55;
     fs::write(&seg, &data).unwrap();
     fs::remove_file(crate::segment::segment_file(dir.path(), bases[1], "index")).unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(2000), T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(2000), T0, PreviousShutdown::Clean).unwrap();
     assert_eq!(log.segment_base_offsets(), bases[..2].to_vec());
     let end = log.log_end_offset();
     assert!(end > bases[1] && end < bases[2]);
@@ -865,7 +940,8 @@ fn corruption_in_an_older_segment_drops_the_later_ones() {
 #[test]
 fn truncate_below_the_log_start_moves_it_down() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(1000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Unclean).unwrap();
     fill(&mut log, 40);
     log.update_high_watermark(80);
     assert!(log.maybe_increment_log_start_offset(60).unwrap());
@@ -883,14 +959,15 @@ fn truncate_below_the_log_start_moves_it_down() {
     );
     assert!(log.log_start_offset() <= log.log_end_offset());
     log.close().unwrap();
-    let log = UnifiedLog::open(dir.path(), config(1000), T0).unwrap();
+    let log = UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Clean).unwrap();
     assert!(log.log_start_offset() <= log.log_end_offset());
 }
 
 #[test]
 fn follower_gaps_are_kept_and_readable() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
     let mut set = TestBatch::new(2, T0).at(0, 3).build();
     set.extend(TestBatch::new(2, T0).at(10, 3).build());
     let info = log.append_as_follower(Bytes::from(set), T0).unwrap();
@@ -908,7 +985,7 @@ fn follower_gaps_are_kept_and_readable() {
     let bs = batches(&log.read(12, usize::MAX, i64::MAX, false).unwrap().records);
     assert_eq!(bs[0].base_offset(), far);
     log.close().unwrap();
-    let log = UnifiedLog::open(dir.path(), config(4000), T0).unwrap();
+    let log = UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Clean).unwrap();
     assert_eq!(log.log_end_offset(), far + 1);
     assert_eq!(log.end_offset_for_epoch(3), (3, far));
 }
@@ -937,7 +1014,7 @@ fn compression_type_reencodes_client_batches_on_the_leader_only() {
         compression_type: "zstd".parse().unwrap(),
         ..config(1 << 20)
     };
-    let mut log = UnifiedLog::open(dir.path(), cfg.clone(), T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), cfg.clone(), T0, PreviousShutdown::Unclean).unwrap();
     let sent = client_batch(CompressionType::None, 20, T0);
     let info = log
         .append_as_leader(sent.clone(), 3, AppendOrigin::Client, T0)
@@ -969,7 +1046,7 @@ fn compression_type_reencodes_client_batches_on_the_leader_only() {
         compression_type: "gzip".parse().unwrap(),
         ..config(1 << 20)
     };
-    let mut follower = UnifiedLog::open(fdir.path(), fcfg, T0).unwrap();
+    let mut follower = UnifiedLog::open(fdir.path(), fcfg, T0, PreviousShutdown::Unclean).unwrap();
     follower
         .append_as_follower(stored[0].as_bytes().clone(), T0)
         .unwrap();
@@ -990,7 +1067,7 @@ fn compression_type_producer_and_same_codec_keep_the_bytes_sent() {
             compression_type: setting.parse().unwrap(),
             ..config(1 << 20)
         };
-        let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+        let mut log = UnifiedLog::open(dir.path(), cfg, T0, PreviousShutdown::Unclean).unwrap();
         let sent = client_batch(codec, 5, T0);
         log.append_as_leader(sent.clone(), 0, AppendOrigin::Client, T0)
             .unwrap();
@@ -1022,7 +1099,7 @@ fn recompressed_batch_over_max_message_bytes_is_refused() {
         max_message_bytes: sent.len(),
         ..config(1 << 20)
     };
-    let mut log = UnifiedLog::open(dir.path(), cfg, T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), cfg, T0, PreviousShutdown::Unclean).unwrap();
     let err = log
         .append_as_leader(sent, 0, AppendOrigin::Client, T0)
         .unwrap_err();
@@ -1038,7 +1115,7 @@ fn timestamp_bounds_refuse_client_batches_and_spare_followers() {
         message_timestamp_after_max_ms: 60_000,
         ..config(1 << 20)
     };
-    let mut log = UnifiedLog::open(dir.path(), cfg.clone(), T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), cfg.clone(), T0, PreviousShutdown::Unclean).unwrap();
     let two_days = 2 * 24 * 3_600_000;
     let old = TestBatch::new(3, T0 - two_days).bytes();
     let err = log
@@ -1064,7 +1141,8 @@ fn timestamp_bounds_refuse_client_batches_and_spare_followers() {
 
     // Followers copy what the leader accepted, whatever their clock says.
     let fdir = tempfile::tempdir().unwrap();
-    let mut follower = UnifiedLog::open(fdir.path(), cfg.clone(), T0).unwrap();
+    let mut follower =
+        UnifiedLog::open(fdir.path(), cfg.clone(), T0, PreviousShutdown::Unclean).unwrap();
     follower
         .append_as_follower(TestBatch::new(3, T0 - two_days).at(0, 0).bytes(), T0)
         .unwrap();
@@ -1075,7 +1153,7 @@ fn timestamp_bounds_refuse_client_batches_and_spare_followers() {
         message_timestamp_type: MessageTimestampType::LogAppendTime,
         ..cfg
     };
-    let mut lat = UnifiedLog::open(ldir.path(), lcfg, T0).unwrap();
+    let mut lat = UnifiedLog::open(ldir.path(), lcfg, T0, PreviousShutdown::Unclean).unwrap();
     let info = lat
         .append_as_leader(old, 0, AppendOrigin::Client, T0)
         .unwrap();
@@ -1084,12 +1162,13 @@ fn timestamp_bounds_refuse_client_batches_and_spare_followers() {
 
 /// A write the kernel refuses (ENOSPC from `/dev/full`, the same error a full disk
 /// gives) takes the log offline: the append fails with the disk's error, every later
-/// append and flush is refused without touching the disk, `close` writes no
-/// clean-shutdown marker, and a reopen on a healthy disk finds every earlier record.
+/// append and flush is refused without touching the disk, `close` refuses (so that no
+/// clean shutdown is recorded), and a reopen on a healthy disk finds every earlier record.
 #[test]
 fn a_failed_write_takes_the_log_offline_and_close_leaves_it_unclean() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(1024), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1024), T0, PreviousShutdown::Unclean).unwrap();
     let appended = fill(&mut log, 40);
     let end = log.log_end_offset();
     log.close().unwrap();
@@ -1097,7 +1176,7 @@ fn a_failed_write_takes_the_log_offline_and_close_leaves_it_unclean() {
     // with ENOSPC.
     let full = crate::segment::segment_file(dir.path(), end, LOG_FILE_SUFFIX);
     std::os::unix::fs::symlink("/dev/full", &full).unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(1024), T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(1024), T0, PreviousShutdown::Clean).unwrap();
     assert_eq!(log.log_end_offset(), end);
 
     let b = TestBatch::new(2, T0).bytes();
@@ -1125,16 +1204,15 @@ fn a_failed_write_takes_the_log_offline_and_close_leaves_it_unclean() {
         Err(AppendError::Io(StorageError::Offline { .. }))
     ));
     assert!(matches!(log.flush(), Err(StorageError::Offline { .. })));
-    assert!(log.close().is_err());
-    assert!(
-        !dir.path().join(CLEAN_SHUTDOWN_FILE).exists(),
-        "an offline log must not be marked clean"
-    );
+    // The error is what keeps the data directory's owner from recording a clean
+    // shutdown (see `clean_shutdown`): the next open recovers.
+    assert!(matches!(log.close(), Err(StorageError::Offline { .. })));
 
     // The disk is healthy again (the device file is gone): everything acknowledged
     // before the failure is there, at its offsets, and the log takes writes again.
     fs::remove_file(&full).unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(1024), T0).unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1024), T0, PreviousShutdown::Unclean).unwrap();
     assert_eq!(log.log_end_offset(), end);
     let all = read_all(&log, 4096);
     assert_eq!(all.len(), appended.len());
@@ -1148,4 +1226,186 @@ fn a_failed_write_takes_the_log_offline_and_close_leaves_it_unclean() {
         .append_as_leader(b, 1, AppendOrigin::Client, T0)
         .unwrap();
     assert_eq!(info.first_offset, end);
+}
+
+fn epoch_entries(log: &UnifiedLog) -> Vec<(i32, i64)> {
+    log.leader_epoch_cache()
+        .entries()
+        .iter()
+        .map(|e| (e.epoch, e.start_offset))
+        .collect()
+}
+
+/// Appends `n` batches of two records as leader in `epoch`.
+fn append_in_epoch(log: &mut UnifiedLog, epoch: i32, n: usize) {
+    for _ in 0..n {
+        log.append_as_leader(
+            TestBatch::new(2, T0).bytes(),
+            epoch,
+            AppendOrigin::Client,
+            T0,
+        )
+        .unwrap();
+    }
+}
+
+/// KAFKA-15046: a new leader records its epoch without fsync, so a crash may leave the
+/// checkpoint as it was before. The batches written in that epoch say where it started:
+/// an unclean open finds the epoch again from them, and keeps the older entries.
+#[test]
+fn an_epoch_lost_in_a_crash_is_found_again_from_its_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join(crate::epoch::LEADER_EPOCH_CHECKPOINT_FILE);
+    let mut log =
+        UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
+    append_in_epoch(&mut log, 1, 5);
+    let before = fs::read(&checkpoint).unwrap();
+    // Becoming leader in epoch 3 at the log end, then appending in it.
+    log.assign_epoch_start_offset(3, log.log_end_offset())
+        .unwrap();
+    append_in_epoch(&mut log, 3, 4);
+    assert_eq!(epoch_entries(&log), vec![(1, 0), (3, 10)]);
+    log.flush().unwrap();
+    drop(log);
+    // The crash lost the deferred rewrite: the file is the version before it.
+    fs::write(&checkpoint, &before).unwrap();
+
+    let log = UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Unclean).unwrap();
+    assert_eq!(epoch_entries(&log), vec![(1, 0), (3, 10)]);
+    assert_eq!(log.end_offset_for_epoch(1), (1, 10));
+    assert_eq!(log.end_offset_for_epoch(2), (1, 10));
+    assert_eq!(log.end_offset_for_epoch(3), (3, 18));
+    // What was found again is written back: the next open finds it in the file.
+    drop(log);
+    let log = UnifiedLog::open(dir.path(), config(4000), T0, PreviousShutdown::Clean).unwrap();
+    assert_eq!(epoch_entries(&log), vec![(1, 0), (3, 10)]);
+}
+
+/// The same across segments, and the roll makes a deferred epoch durable first.
+#[test]
+fn an_epoch_lost_in_a_crash_is_found_again_in_older_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join(crate::epoch::LEADER_EPOCH_CHECKPOINT_FILE);
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Unclean).unwrap();
+    append_in_epoch(&mut log, 1, 3);
+    let before = fs::read(&checkpoint).unwrap();
+    log.assign_epoch_start_offset(2, log.log_end_offset())
+        .unwrap();
+    assert!(log.leader_epoch_cache.is_deferred());
+    append_in_epoch(&mut log, 2, 30);
+    assert!(log.segment_count() > 2, "the epoch spans several segments");
+    assert!(
+        !log.leader_epoch_cache.is_deferred(),
+        "a roll rewrites a deferred checkpoint durably"
+    );
+    log.assign_epoch_start_offset(4, log.log_end_offset())
+        .unwrap();
+    append_in_epoch(&mut log, 4, 2);
+    let entries = epoch_entries(&log);
+    assert_eq!(entries, vec![(1, 0), (2, 6), (4, 66)]);
+    drop(log);
+    // The worst a crash could leave (both deferred rewrites lost), even though the roll
+    // made the first one durable.
+    fs::write(&checkpoint, &before).unwrap();
+    let log = UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Unclean).unwrap();
+    assert_eq!(epoch_entries(&log), entries);
+}
+
+/// A deferred rewrite may leave an empty or partial file after a crash: it is taken for
+/// missing and the cache is rebuilt from every batch, after a clean or an unclean end.
+#[test]
+fn an_empty_or_torn_epoch_checkpoint_is_rebuilt_from_the_batches() {
+    for (content, previous) in [
+        (&b""[..], PreviousShutdown::Unclean),
+        (&b"0\n2\n1 0\n"[..], PreviousShutdown::Unclean),
+        (&b""[..], PreviousShutdown::Clean),
+        (&b"0\n"[..], PreviousShutdown::Clean),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log =
+            UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Unclean).unwrap();
+        append_in_epoch(&mut log, 1, 10);
+        log.assign_epoch_start_offset(5, log.log_end_offset())
+            .unwrap();
+        append_in_epoch(&mut log, 5, 10);
+        let entries = epoch_entries(&log);
+        assert_eq!(entries, vec![(1, 0), (5, 20)]);
+        log.close().unwrap();
+        let checkpoint = dir.path().join(crate::epoch::LEADER_EPOCH_CHECKPOINT_FILE);
+        fs::write(&checkpoint, content).unwrap();
+        let log = UnifiedLog::open(dir.path(), config(1000), T0, previous).unwrap();
+        assert_eq!(epoch_entries(&log), entries, "{content:?} {previous:?}");
+    }
+}
+
+/// A clean close writes its files without fsync; the next open after a clean shutdown
+/// loads them as they are (no recovery, the producer snapshot used).
+#[test]
+fn close_writes_everything_a_clean_open_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Unclean).unwrap();
+    append_in_epoch(&mut log, 1, 10);
+    log.assign_epoch_start_offset(2, log.log_end_offset())
+        .unwrap();
+    log.append_as_leader(
+        TestBatch::new(1, T0).producer(9, 0, 0).bytes(),
+        2,
+        AppendOrigin::Client,
+        T0,
+    )
+    .unwrap();
+    log.update_high_watermark(15);
+    let end = log.log_end_offset();
+    log.close().unwrap();
+    for name in [HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE] {
+        assert!(dir.path().join(name).exists(), "{name}");
+    }
+    let log = UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Clean).unwrap();
+    assert_eq!(log.high_watermark(), 15);
+    assert_eq!(log.log_end_offset(), end);
+    assert_eq!(epoch_entries(&log), vec![(1, 0), (2, 20)]);
+    assert!(log.producer_state(9).is_some());
+}
+
+/// A close rewrites only the checkpoints whose content changed since they were read or
+/// written (each rewrite allocates an inode for its temporary file).
+#[test]
+fn close_leaves_unchanged_checkpoints_alone() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ino = |name: &str| fs::metadata(dir.path().join(name)).unwrap().ino();
+    let epochs = crate::epoch::LEADER_EPOCH_CHECKPOINT_FILE;
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Unclean).unwrap();
+    append_in_epoch(&mut log, 1, 3);
+    log.update_high_watermark(4);
+    log.close().unwrap();
+    let before = [
+        ino(HIGH_WATERMARK_FILE),
+        ino(LOG_START_OFFSET_FILE),
+        ino(epochs),
+    ];
+
+    let log = UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Clean).unwrap();
+    log.close().unwrap();
+    let after = [
+        ino(HIGH_WATERMARK_FILE),
+        ino(LOG_START_OFFSET_FILE),
+        ino(epochs),
+    ];
+    assert_eq!(before, after, "nothing changed, nothing rewritten");
+
+    let mut log = UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Clean).unwrap();
+    log.update_high_watermark(6);
+    log.assign_epoch_start_offset(2, 6).unwrap();
+    log.close().unwrap();
+    assert_ne!(ino(HIGH_WATERMARK_FILE), before[0]);
+    assert_eq!(ino(LOG_START_OFFSET_FILE), before[1]);
+    assert_ne!(ino(epochs), before[2], "the new epoch was written");
+    let log = UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Clean).unwrap();
+    assert_eq!(log.high_watermark(), 6);
+    // An epoch that starts at the log end has no batch: open trims it (as Kafka does).
+    assert_eq!(epoch_entries(&log), vec![(1, 0)]);
 }

@@ -2,7 +2,7 @@
 
 use crate::error::{DeleteRecordsError, ReadError};
 use crate::test_util::TestBatch;
-use crate::{AppendOrigin, CleanupPolicy, LogConfig, UnifiedLog};
+use crate::{AppendOrigin, CleanupPolicy, LogConfig, PreviousShutdown, UnifiedLog};
 
 const T0: i64 = 1_700_000_000_000;
 const HOUR: i64 = 3_600_000;
@@ -45,6 +45,7 @@ fn retention_by_time_deletes_old_segments_and_moves_the_log_start() {
             ..config()
         },
         T0,
+        PreviousShutdown::Unclean,
     )
     .unwrap();
     fill(&mut log, 40);
@@ -74,7 +75,7 @@ fn retention_by_time_deletes_old_segments_and_moves_the_log_start() {
 
     // The log start survives a restart, clean or not.
     drop(log);
-    let mut log = UnifiedLog::open(dir.path(), config(), T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
     assert_eq!(log.log_start_offset(), first);
     // The high watermark was not checkpointed: nothing above it may go.
     assert_eq!(
@@ -102,6 +103,7 @@ fn retention_never_deletes_above_the_high_watermark_or_with_compact_only() {
             ..config()
         },
         T0,
+        PreviousShutdown::Unclean,
     )
     .unwrap();
     fill(&mut log, 40);
@@ -154,6 +156,7 @@ fn retention_by_size_keeps_the_newest_bytes() {
             ..config()
         },
         T0,
+        PreviousShutdown::Unclean,
     )
     .unwrap();
     fill(&mut log, 60);
@@ -202,6 +205,7 @@ fn maybe_roll_rolls_a_quiet_partition_so_retention_can_delete_it() {
             ..LogConfig::default()
         },
         T0,
+        PreviousShutdown::Unclean,
     )
     .unwrap();
     // An empty active segment is never rolled.
@@ -245,7 +249,7 @@ fn maybe_roll_rolls_a_quiet_partition_so_retention_can_delete_it() {
 #[test]
 fn delete_records_moves_the_log_start_inside_a_segment() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(), T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
     fill(&mut log, 40);
     let bases = log.segment_base_offsets();
     let hw = log.log_end_offset() - 3;
@@ -279,7 +283,7 @@ fn delete_records_moves_the_log_start_inside_a_segment() {
 
     // The log start survives an unclean restart.
     drop(log);
-    let mut log = UnifiedLog::open(dir.path(), config(), T0).unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
     assert_eq!(log.log_start_offset(), target);
     log.update_high_watermark(hw);
     assert!(out_of_range(&log, target - 1));
