@@ -374,28 +374,8 @@ impl BrokerConnection {
     }
 
     async fn write(&self, frame: &[u8], timeout: Duration) -> Result<()> {
-        let result = tokio::time::timeout(timeout, async {
-            let mut w = self.writer.lock().await;
-            w.write_all(frame).await
-        })
-        .await;
-        match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => {
-                self.close(&e.to_string());
-                Err(Error::Disconnected {
-                    addr: self.addr().to_string(),
-                    message: e.to_string(),
-                })
-            }
-            Err(_) => {
-                self.close("write timed out");
-                Err(Error::Timeout {
-                    what: format!("writing to {}", self.addr()),
-                    after: timeout,
-                })
-            }
-        }
+        self.write_vectored(&mut [IoSlice::new(frame)], timeout)
+            .await
     }
 }
 
