@@ -138,6 +138,7 @@ fn bench_produce_then_consume() {
         produced["latency_ms"]["p50"].as_f64().unwrap()
             <= produced["latency_ms"]["max"].as_f64().unwrap()
     );
+    assert_histogram(&produced, 2000);
 
     let consumed = bench(
         bootstrap,
@@ -182,6 +183,36 @@ fn bench_e2e_reports_latency_and_nothing_missing() {
     assert!(max > 0.0, "{e2e}");
     assert!(p50 <= p99 && p99 <= max, "{e2e}");
     assert!(e2e["send_lag_ms"]["max"].as_f64().unwrap() >= 0.0, "{e2e}");
+    assert_histogram(&e2e, 400);
+}
+
+/// The end-of-run histogram: percentiles ascending to 100, values and counts never
+/// falling, and the last row counting every record at the reported maximum.
+fn assert_histogram(report: &serde_json::Value, records: u64) {
+    let rows = report["latency_histogram"].as_array().unwrap();
+    assert!(rows.len() >= 5, "{report}");
+    let field = |row: &serde_json::Value, name: &str| row[name].as_f64().unwrap();
+    for pair in rows.windows(2) {
+        assert!(
+            field(&pair[0], "percentile") < field(&pair[1], "percentile"),
+            "{report}"
+        );
+        assert!(field(&pair[0], "ms") <= field(&pair[1], "ms"), "{report}");
+        assert!(
+            field(&pair[0], "count") <= field(&pair[1], "count"),
+            "{report}"
+        );
+    }
+    let last = rows.last().unwrap();
+    assert_eq!(field(last, "percentile"), 100.0, "{report}");
+    assert_eq!(last["count"], records, "{report}");
+    assert_eq!(
+        field(last, "ms"),
+        report["latency_ms"]["max"].as_f64().unwrap()
+    );
+    let median = &rows[0];
+    assert_eq!(field(median, "percentile"), 50.0, "{report}");
+    assert!(field(median, "count") >= records as f64 / 2.0, "{report}");
 }
 
 #[test]

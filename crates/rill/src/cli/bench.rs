@@ -5,10 +5,8 @@
 //! `produce` and `consume` live here; `e2e` (produce-to-consume latency at a fixed rate)
 //! and `limits` (loopback TCP, disk and memcpy bandwidth) in the submodules.
 //!
-//! The producer side measures each record from `send` to its delivery acknowledgement.
-//! Latencies are kept as microseconds in a vector and sorted at the end: exact
-//! percentiles for the record counts a benchmark run uses (4 bytes a record), without a
-//! histogram dependency.
+//! The producer side measures each record from `send` to its delivery acknowledgement,
+//! into an HDR histogram (`latency`) printed at the end of the run.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,7 +25,10 @@ use super::produce::parse_compression;
 use super::{print_json, Common};
 
 mod e2e;
+mod latency;
 mod limits;
+
+use latency::{Latencies, LatencySummary};
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
@@ -186,15 +187,6 @@ async fn ensure_topic(
     }
 }
 
-/// Value at quantile `q` of sorted microseconds, in ms.
-fn percentile_ms(sorted_us: &[u32], q: f64) -> f64 {
-    if sorted_us.is_empty() {
-        return 0.0;
-    }
-    let rank = ((q * sorted_us.len() as f64).ceil() as usize).clamp(1, sorted_us.len());
-    f64::from(sorted_us[rank - 1]) / 1000.0
-}
-
 async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
     let acks = parse_acks(&args.acks)?;
     let compression = parse_compression(&args.compression)?;
@@ -232,13 +224,12 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
             let collector = tokio::spawn({
                 let progress = progress.clone();
                 async move {
-                    let mut latencies: Vec<u32> = Vec::new();
+                    let mut latencies = Latencies::new()?;
                     while let Some((sent, delivery)) = rx.recv().await {
                         let delivery: rill_client::DeliveryFuture = delivery;
                         let sent: Instant = sent;
                         delivery.await?;
-                        let us = sent.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
-                        latencies.push(us);
+                        latencies.record(sent.elapsed());
                         progress.records.fetch_add(1, Ordering::Relaxed);
                         progress.bytes.fetch_add(size as u64, Ordering::Relaxed);
                     }
@@ -273,22 +264,22 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
             anyhow::Ok(latencies)
         }));
     }
-    let mut latencies = Vec::with_capacity(args.records as usize);
+    let mut latencies = Latencies::new()?;
     for worker in workers {
-        latencies.extend(worker.await??);
+        latencies.add(&worker.await??)?;
     }
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     reporter.abort();
-    latencies.sort_unstable();
-    let records = latencies.len() as u64;
+    let records = latencies.len();
     let bytes = records * args.record_size as u64;
+    let summary = latencies.summary();
     let LatencySummary {
         avg,
         p50,
         p99,
         p999,
         max,
-    } = LatencySummary::of_sorted(&latencies);
+    } = summary;
     let records_per_sec = records as f64 / secs;
     let mb_per_sec = bytes as f64 / secs / 1e6;
     if common.json() {
@@ -298,7 +289,8 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
             "seconds": secs,
             "records_per_sec": records_per_sec,
             "mb_per_sec": mb_per_sec,
-            "latency_ms": { "avg": avg, "p50": p50, "p99": p99, "p999": p999, "max": max },
+            "latency_ms": summary.to_json(),
+            "latency_histogram": latencies.table_json(),
         }));
     } else {
         println!(
@@ -306,42 +298,9 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
              {mb_per_sec:.2} MB/s; latency avg {avg:.2} ms, p50 {p50:.2} ms, \
              p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms"
         );
+        latencies.print_table("delivery latency");
     }
     Ok(())
-}
-
-/// Mean, percentiles and maximum of a run's latencies, in ms.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct LatencySummary {
-    avg: f64,
-    p50: f64,
-    p99: f64,
-    p999: f64,
-    max: f64,
-}
-
-impl LatencySummary {
-    /// Summarises microseconds sorted in ascending order (all zeros when empty).
-    fn of_sorted(sorted_us: &[u32]) -> Self {
-        let avg = if sorted_us.is_empty() {
-            0.0
-        } else {
-            sorted_us.iter().map(|&us| f64::from(us)).sum::<f64>() / sorted_us.len() as f64 / 1000.0
-        };
-        Self {
-            avg,
-            p50: percentile_ms(sorted_us, 0.50),
-            p99: percentile_ms(sorted_us, 0.99),
-            p999: percentile_ms(sorted_us, 0.999),
-            max: sorted_us.last().map_or(0.0, |&us| f64::from(us) / 1000.0),
-        }
-    }
-
-    fn to_json(self) -> serde_json::Value {
-        json!({
-            "avg": self.avg, "p50": self.p50, "p99": self.p99, "p999": self.p999, "max": self.max,
-        })
-    }
 }
 
 async fn consume(common: &Common, args: ConsumeBench) -> anyhow::Result<()> {
@@ -425,15 +384,6 @@ async fn consume(common: &Common, args: ConsumeBench) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percentiles_by_rank() {
-        let v: Vec<u32> = (1..=1000).map(|i| i * 1000).collect();
-        assert_eq!(percentile_ms(&v, 0.5), 500.0);
-        assert_eq!(percentile_ms(&v, 0.99), 990.0);
-        assert_eq!(percentile_ms(&v, 0.999), 999.0);
-        assert_eq!(percentile_ms(&[], 0.5), 0.0);
-    }
 
     #[test]
     fn acks_names() {

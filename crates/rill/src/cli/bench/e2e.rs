@@ -33,7 +33,7 @@ use rill_client::{
 };
 use serde_json::json;
 
-use super::{ensure_topic, parse_acks, random_pool, spawn_progress, LatencySummary, Progress};
+use super::{ensure_topic, parse_acks, random_pool, spawn_progress, Latencies, Progress};
 use crate::cli::{print_json, Common};
 
 /// Bytes of the header at the start of every value: run id, sequence, due time.
@@ -105,8 +105,8 @@ impl Stamp {
 
 /// What the consumer saw.
 struct Received {
-    /// Produce-to-consume latency of each record seen once, in µs.
-    latencies_us: Vec<u32>,
+    /// Produce-to-consume latency of each record seen once.
+    latencies: Latencies,
     /// Records of this run seen more than once.
     duplicates: u64,
     /// When the last record of this run arrived, from `start`.
@@ -205,10 +205,10 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
                 args.record_size,
                 sent.clone(),
             );
+            // How late each send began after its due time: the generator's own share
+            // of the latency (a busy machine, a blocked `send`), reported apart.
+            let mut send_lag = Latencies::new()?;
             move || {
-                // How late each send began after its due time: the generator's own share
-                // of the latency (a busy machine, a blocked `send`), reported apart.
-                let mut send_lag_us: Vec<u32> = Vec::with_capacity(scheduled as usize);
                 let mut send_error = None;
                 for seq in 0..scheduled {
                     let due = Duration::from_secs_f64(seq as f64 / rate as f64);
@@ -217,7 +217,7 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
                         std::thread::sleep(due - now);
                     }
                     let lag = start.elapsed().saturating_sub(due);
-                    send_lag_us.push(lag.as_micros().min(u128::from(u32::MAX)) as u32);
+                    send_lag.record(lag);
                     let mut value = BytesMut::with_capacity(record_size);
                     Stamp {
                         run_id,
@@ -238,14 +238,13 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
                         }
                     }
                 }
-                (send_lag_us, send_error)
+                (send_lag, send_error)
             }
         })
         .context("starting the sender thread")?;
-    let (mut send_lag_us, send_error) =
-        tokio::task::spawn_blocking(move || sender.join())
-            .await?
-            .map_err(|_| anyhow::anyhow!("the sender thread panicked"))?;
+    let (send_lag, send_error) = tokio::task::spawn_blocking(move || sender.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("the sender thread panicked"))?;
     let send_seconds = start.elapsed().as_secs_f64().max(1e-9);
     let flushed = producer.flush().await;
     sending_done.store(true, Ordering::Release);
@@ -263,16 +262,14 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
 
     let sent = sent.load(Ordering::Acquire);
     let Received {
-        mut latencies_us,
+        latencies,
         duplicates,
         last_at,
     } = received;
-    latencies_us.sort_unstable();
-    let records_received = latencies_us.len() as u64;
+    let records_received = latencies.len();
     let missing = sent.saturating_sub(records_received);
-    let summary = LatencySummary::of_sorted(&latencies_us);
-    send_lag_us.sort_unstable();
-    let send_lag = LatencySummary::of_sorted(&send_lag_us);
+    let summary = latencies.summary();
+    let send_lag_summary = send_lag.summary();
     let produce_rate = sent as f64 / send_seconds;
     let consume_seconds = last_at.as_secs_f64().max(1e-9);
     let consume_rate = records_received as f64 / consume_seconds;
@@ -292,7 +289,8 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
             "records_per_sec": consume_rate,
             "mb_per_sec": mb_per_sec,
             "latency_ms": summary.to_json(),
-            "send_lag_ms": send_lag.to_json(),
+            "latency_histogram": latencies.table_json(),
+            "send_lag_ms": send_lag_summary.to_json(),
         }));
     } else {
         println!(
@@ -308,10 +306,11 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
             summary.p99,
             summary.p999,
             summary.max,
-            send_lag.p50,
-            send_lag.p99,
-            send_lag.max
+            send_lag_summary.p50,
+            send_lag_summary.p99,
+            send_lag_summary.max
         );
+        latencies.print_table("produce-to-consume latency");
     }
     if let Some(e) = ack_error {
         eprintln!("{failed} records failed; the first: {e}");
@@ -336,7 +335,7 @@ struct ConsumeLoop {
 async fn consume_loop(mut consumer: Consumer, ctx: ConsumeLoop) -> anyhow::Result<Received> {
     let mut seen = vec![false; ctx.scheduled as usize];
     let mut received = Received {
-        latencies_us: Vec::with_capacity(ctx.scheduled as usize),
+        latencies: Latencies::new()?,
         duplicates: 0,
         last_at: Duration::ZERO,
     };
@@ -344,7 +343,7 @@ async fn consume_loop(mut consumer: Consumer, ctx: ConsumeLoop) -> anyhow::Resul
     loop {
         if ctx.sending_done.load(Ordering::Acquire) {
             let sent = ctx.sent.load(Ordering::Acquire);
-            if received.latencies_us.len() as u64 >= sent {
+            if received.latencies.len() >= sent {
                 break;
             }
             let deadline =
@@ -390,9 +389,7 @@ fn record_batch(
         }
         *flag = true;
         let latency = now.saturating_sub(Duration::from_nanos(stamp.due_ns));
-        received
-            .latencies_us
-            .push(latency.as_micros().min(u128::from(u32::MAX)) as u32);
+        received.latencies.record(latency);
         received.last_at = now;
         count += 1;
         bytes += value.len() as u64;
@@ -452,7 +449,7 @@ mod tests {
         };
         let mut seen = vec![false; 3];
         let mut received = Received {
-            latencies_us: Vec::new(),
+            latencies: Latencies::new().unwrap(),
             duplicates: 0,
             last_at: Duration::ZERO,
         };
@@ -470,7 +467,12 @@ mod tests {
             &mut received,
         );
         // A record due at 0 ms and read at 50 ms waited 50 ms, however late it was sent.
-        assert_eq!(received.latencies_us, vec![50_000, 40_000]);
+        let s = received.latencies.summary();
+        assert_eq!(received.latencies.len(), 2);
+        assert!(
+            (s.max - 50.0).abs() < 0.05 && (s.avg - 45.0).abs() < 0.05,
+            "{s:?}"
+        );
         assert_eq!(received.duplicates, 1);
         assert_eq!(seen, vec![true, false, true]);
     }
