@@ -2,17 +2,23 @@
 
     python3 bench/scale_partitions.py --rill target/release/rill [--topics 100]
         [--partitions-per-topic 100] [--restarts 3] [--data-dir DIR] [--port 19092]
+        [--data-gb 10] [--unclean-restarts 1]
 
 1. Starts `rill server` on an empty data directory and creates TOPICS topics of
    PARTITIONS_PER_TOPIC partitions each (RF=1) with `rill topic create`, then waits until a
    Metadata request shows every partition with a leader.
+   With --data-gb, fills the partitions with that much data (1 KiB records through
+   `rill bench produce`, one run a topic, acks=1) and reports the write rate and the
+   bytes on disk.
 2. Lets the broker settle, then reads its idle RSS (VmRSS), open files and threads.
 3. Stops it with SIGTERM (a clean shutdown) and starts it again RESTARTS times, each
    time measuring, from the moment the process was spawned:
    - `listening`: until the server prints its `rill listening on …` line;
    - `ready`: until a Metadata request (v1, every topic) answers with every partition
      led, polled every 20 ms over a fresh connection;
-   and the idle RSS a few seconds later.
+   and the idle RSS a few seconds later. With --unclean-restarts, then kills it with
+   SIGKILL and restarts that many times, measured the same way (the recovery of the
+   segments past each log's recovery point is in these figures).
 4. Prints one JSON object with every figure.
 
 Only the standard library and the `rill` binary are needed. The broker's stdout and
@@ -72,6 +78,12 @@ class Server:
         assert self.process is not None
         return self.process.pid
 
+    def kill(self) -> None:
+        """SIGKILL and reap: the next start recovers as after a crash."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+
     def stop(self, timeout_s: float) -> float:
         """SIGTERM and wait; returns seconds until exit."""
         assert self.process is not None
@@ -113,6 +125,30 @@ def snapshot(pid: int) -> dict:
     }
 
 
+def fill(args: argparse.Namespace, bootstrap: str, prefix: str, data_dir: Path) -> dict:
+    """Writes about `args.data_gb` GB of 1 KiB records, the same share to each topic."""
+    record_size = 1024
+    per_topic = int(args.data_gb * 1e9 / record_size / args.topics)
+    started = time.monotonic()
+    for t in range(args.topics):
+        subprocess.run(
+            [args.rill, "bench", "produce", "--topic", f"{prefix}{t:04}", "--records", str(per_topic),
+             "--record-size", str(record_size), "--acks", "1", "-b", bootstrap, "--output", "json"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    seconds = time.monotonic() - started
+    on_disk = sum(f.stat().st_size for f in data_dir.rglob("*.log") if f.is_file())
+    return {
+        "records": per_topic * args.topics,
+        "seconds": round(seconds, 1),
+        "mb_per_sec": round(per_topic * args.topics * record_size / seconds / 1e6, 1),
+        "log_bytes_on_disk": on_disk,
+        "segments": sum(1 for _ in data_dir.rglob("*.log")),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rill", default="target/release/rill")
@@ -125,6 +161,8 @@ def main() -> None:
     ap.add_argument("--timeout-s", type=float, default=600.0)
     ap.add_argument("--override", action="append", default=[], help="broker config KEY=VALUE")
     ap.add_argument("--keep", action="store_true", help="keep the data directory")
+    ap.add_argument("--data-gb", type=float, default=0.0, help="GB of 1 KiB records to write before restarting")
+    ap.add_argument("--unclean-restarts", type=int, default=0, help="kill -9 and restart this many times")
     args = ap.parse_args()
 
     expected = args.topics * args.partitions_per_topic
@@ -150,12 +188,14 @@ def main() -> None:
                 stdout=subprocess.DEVNULL,
             )
         result["create_s"] = round(wait_ready(args.port, expected, created, args.timeout_s, prefix), 3)
+        if args.data_gb > 0:
+            result["fill"] = fill(args, bootstrap, prefix, data_dir)
+            print(json.dumps({"fill": result["fill"]}), file=sys.stderr)
         time.sleep(args.settle_s)
         result["after_create_idle"] = snapshot(server.pid)
         result["stop_s"] = [round(server.stop(args.timeout_s), 3)]
 
-        result["restarts"] = []
-        for _ in range(args.restarts):
+        def restart() -> dict:
             spawned, listening = server.start(args.timeout_s)
             ready = wait_ready(args.port, expected, spawned, args.timeout_s, prefix)
             at_ready = snapshot(server.pid)
@@ -166,8 +206,20 @@ def main() -> None:
                 "at_ready": at_ready,
                 "idle": snapshot(server.pid),
             }
-            result["restarts"].append(run)
             print(json.dumps(run), file=sys.stderr)
+            return run
+
+        result["restarts"] = []
+        for _ in range(args.restarts):
+            result["restarts"].append(restart())
+            result["stop_s"].append(round(server.stop(args.timeout_s), 3))
+        if args.unclean_restarts > 0:
+            server.start(args.timeout_s)
+            wait_ready(args.port, expected, time.monotonic(), args.timeout_s, prefix)
+            result["unclean_restarts"] = []
+            for _ in range(args.unclean_restarts):
+                server.kill()
+                result["unclean_restarts"].append(restart())
             result["stop_s"].append(round(server.stop(args.timeout_s), 3))
     finally:
         if server.process is not None and server.process.poll() is None:
