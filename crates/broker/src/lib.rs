@@ -14,6 +14,7 @@
 
 pub mod alter_partition;
 pub mod apis;
+pub mod append_signal;
 pub mod broker_lifecycle;
 pub mod config;
 pub mod controller_server;

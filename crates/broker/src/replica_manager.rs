@@ -7,8 +7,8 @@
 //! metadata. When the ISR is the leader alone, the high watermark moves to the log end
 //! offset as soon as an append returns. Each partition's log sits behind its own lock,
 //! held only for the append or the read itself, never across an `.await`. Fetches that
-//! found too few bytes park on [`ReplicaManager::appended`] until new data or their max
-//! wait.
+//! found too few bytes park on [`ReplicaManager::signals`] (the shards of their
+//! partitions) until new data or their max wait.
 //!
 //! Every write to a log that fails on disk reports to the [`LogDirFailureChannel`]:
 //! from the first one on, appends are refused with KAFKA_STORAGE_ERROR before they
@@ -33,8 +33,8 @@ use rill_storage::{
     DataDirSync, FetchDataInfo, FileRange, LogAppendInfo, LogConfig, PreviousShutdown, ReadError,
     TopicPartition, UnifiedLog,
 };
-use tokio::sync::Notify;
 
+use crate::append_signal::AppendSignals;
 use crate::error::BrokerError;
 use crate::isr::{self, LeaderState};
 use crate::log_dir_failure::LogDirFailureChannel;
@@ -198,7 +198,7 @@ pub struct ReplicaManager {
     /// This broker's id.
     local_id: i32,
     partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
-    appended: Notify,
+    appended: AppendSignals,
     /// Milliseconds since the epoch: the wall clock, or a simulation's.
     clock: Clock,
     /// Set by the first failed write in the data directory; stops every later one.
@@ -281,7 +281,7 @@ impl ReplicaManager {
             fetchers: ReplicaFetcherManager::new(fetcher_config),
             local_id,
             partitions: RwLock::new(HashMap::new()),
-            appended: Notify::new(),
+            appended: AppendSignals::default(),
             clock,
             log_dir_failure: Arc::new(LogDirFailureChannel::new(data_dir)),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
@@ -480,7 +480,7 @@ impl ReplicaManager {
             Ok(Err(e)) => tracing::error!(%tp, error = %e, "leader state refused the registration"),
             Err(code) => tracing::error!(%tp, error = code.name(), "partition log unusable"),
         }
-        self.appended.notify_waiters();
+        self.appended.notify(tp);
         Ok(())
     }
 
@@ -544,7 +544,7 @@ impl ReplicaManager {
                 .add_partition(self, leader, addr, tp, topic_id, epoch),
             _ => self.fetchers.remove_partition(tp),
         }
-        self.appended.notify_waiters();
+        self.appended.notify(tp);
         Ok(())
     }
 
@@ -736,7 +736,7 @@ impl ReplicaManager {
         let removed = self.write_map().remove(tp);
         // Produces and fetches parked on the partition must learn that it is gone now,
         // not at their timeout.
-        self.appended.notify_waiters();
+        self.appended.notify(tp);
         if let Some(partition) = removed {
             // Wait for in-flight users: they hold their own Arc, the log is dropped last.
             let dir = self
@@ -807,7 +807,7 @@ impl ReplicaManager {
         drop(leader);
         match result {
             Ok(ok) => {
-                self.appended.notify_waiters();
+                self.appended.notify(tp);
                 Ok(ok)
             }
             Err(e) => {
@@ -845,9 +845,7 @@ impl ReplicaManager {
         deadline: tokio::time::Instant,
     ) -> ErrorCode {
         loop {
-            let notified = self.appended.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
+            let notified = self.appended.one(tp);
             match self.commit_progress(tp, leader_epoch, required_offset, min_insync) {
                 None => return ErrorCode::NOT_LEADER_OR_FOLLOWER,
                 Some(isr::AcksAllProgress::Done) => return ErrorCode::NONE,
@@ -953,7 +951,7 @@ impl ReplicaManager {
             self.send_alter_partition(tp, partition.topic_id, p);
         }
         if moved {
-            self.appended.notify_waiters();
+            self.appended.notify(tp);
         }
         read_partition(
             &self.log_dir_failure,
@@ -1027,7 +1025,7 @@ impl ReplicaManager {
                         }
                     });
                 }
-                self.appended.notify_waiters();
+                self.appended.notify(tp);
                 None
             }
             isr::AlterPartitionOutcome::Retry(p) => Some(p),
@@ -1161,11 +1159,13 @@ impl ReplicaManager {
         Ok(storage_result(tp, found)?.map(|t| (t.offset, t.timestamp)))
     }
 
-    /// A future that resolves at the next append to any partition. Fetches create it
-    /// before they read and await it after, racing their deadline, so no append between
-    /// the read and the wait is missed; a spurious wake-up only costs one more read.
-    pub fn appended(&self) -> tokio::sync::futures::Notified<'_> {
-        self.appended.notified()
+    /// What parked requests wait on: a partition's shard is notified at each append
+    /// to it, each move of its high watermark and each change of its leadership.
+    /// Fetches take [`AppendSignals::any_of`] their partitions' shards before they
+    /// read and await it after, racing their deadline, so no append between the read
+    /// and the wait is missed; a spurious wake-up only costs one more read.
+    pub fn signals(&self) -> &AppendSignals {
+        &self.appended
     }
 
     /// Closes every log (index entries, checkpoints, producer snapshot; no fsync), makes

@@ -34,6 +34,7 @@ use rill_protocol::primitives::{
 use rill_protocol::{EncodeError, ErrorCode};
 use rill_storage::{FileRange, TopicPartition};
 
+use crate::append_signal::AppendSignals;
 use crate::group_coordinator::OFFSETS_TOPIC;
 use crate::network::ResponseChunk;
 use crate::Broker;
@@ -218,12 +219,11 @@ impl Broker {
         let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
         let deadline = tokio::time::Instant::now() + max_wait;
         let min_bytes = request.min_bytes.max(0) as usize;
+        let shards = self.fetch_shards(request, version);
         loop {
             // Registered before reading so that an append between the read and the wait
             // still wakes this fetch.
-            let appended = self.replicas.appended();
-            tokio::pin!(appended);
-            appended.as_mut().enable();
+            let appended = self.replicas.signals().any_of(&shards);
             let (response, ranges, bytes, errored) = self.read_fetch(request, version, zero_copy);
             if bytes >= min_bytes || errored || tokio::time::Instant::now() >= deadline {
                 return (response, ranges);
@@ -233,6 +233,31 @@ impl Broker {
                 _ = tokio::time::sleep_until(deadline) => {}
             }
         }
+    }
+
+    /// The append-signal shards of a fetch's partitions (see `append_signal`). A topic
+    /// id this broker does not know has none: its partitions answer with an error at
+    /// once, and a topic created meanwhile is found by the next fetch.
+    fn fetch_shards(&self, request: &FetchRequest, version: i16) -> Vec<usize> {
+        let mut shards = Vec::new();
+        for topic in &request.topics {
+            let name = if version >= 13 {
+                self.topic_name_by_id(&topic.topic_id)
+            } else {
+                Some(topic.topic.clone())
+            };
+            if let Some(name) = name {
+                shards.extend(
+                    topic
+                        .partitions
+                        .iter()
+                        .map(|p| AppendSignals::shard(&name, p.partition)),
+                );
+            }
+        }
+        shards.sort_unstable();
+        shards.dedup();
+        shards
     }
 
     /// One pass over the fetch's partitions: the response, the record bytes in it, and
