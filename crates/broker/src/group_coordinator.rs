@@ -111,6 +111,9 @@ impl GroupCoordinatorHandle {
             .send((call, reply))
             .await
             .map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
+        // A JoinGroup may wait here for the whole rebalance: the request that made the
+        // call gives its slot back (see `request_slot`).
+        crate::request_slot::park();
         rx.await.map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)
     }
 

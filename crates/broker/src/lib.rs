@@ -30,6 +30,7 @@ pub mod replica_fetcher;
 pub mod replica_manager;
 #[cfg(test)]
 mod replication_sim;
+pub mod request_slot;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -25,8 +25,11 @@
 //!    arrive, and charging it would let strangers that send a size prefix and stall hold
 //!    the pool (200 of them would hold 100 MiB) until their idle timeout.
 //! 4. `queued.max.requests` (500): a request takes a slot once its frame is complete and
-//!    holds it while it is handled. Taking the slot only then matters: connections that
-//!    stall half-way into a frame must not hold slots (500 of them would stop the broker).
+//!    holds it while it is handled, until it parks (a fetch waiting for data, an acks=all
+//!    produce waiting for its replicas, a group call waiting for its group: see
+//!    `request_slot`). Taking the slot only then matters: connections that stall
+//!    half-way into a frame must not hold slots (500 of them would stop the broker), nor
+//!    may parked requests (500 idle consumers would).
 //! 5. `connections.max.idle.ms` (10 min): a connection that neither sends a byte nor
 //!    accepts one of its response for that long is closed (a read or a write that makes no
 //!    progress for that long ends the connection), which also bounds a slow-loris peer
@@ -69,7 +72,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-use crate::{Broker, BrokerConfig, BrokerError};
+use crate::{request_slot, Broker, BrokerConfig, BrokerError};
 
 /// Bytes read past the current frame while waiting for the next size prefix: enough for a
 /// handful of pipelined small requests per read system call, small enough that thousands
@@ -259,7 +262,7 @@ fn admit(
 
 /// The pools every connection draws from (limit 3 of the module docs).
 struct RequestPools {
-    requests: Semaphore,
+    requests: Arc<Semaphore>,
     bytes: Semaphore,
     /// The byte pool's size in permits; a frame asks for at most this many.
     bytes_cap: u32,
@@ -271,7 +274,7 @@ impl RequestPools {
         let bytes_cap = limits.queued_max_request_bytes.min(u32::MAX as usize) as u32;
         let requests = limits.queued_max_requests.min(Semaphore::MAX_PERMITS);
         Self {
-            requests: Semaphore::new(requests),
+            requests: Arc::new(Semaphore::new(requests)),
             bytes: Semaphore::new(bytes_cap as usize),
             bytes_cap,
         }
@@ -450,19 +453,25 @@ async fn connection(
             _ = shutdown.changed() => return Ok(()),
         };
         let slot = tokio::select! {
-            slot = pools.requests.acquire() => slot.map_err(|_| ConnectionError::Shutdown)?,
+            slot = pools.requests.clone().acquire_owned() => {
+                slot.map_err(|_| ConnectionError::Shutdown)?
+            }
             _ = shutdown.changed() => return Ok(()),
         };
         let mut body = frame;
         let (header, api_key) = decode_request_header(&mut body)
             .map_err(|e| ConnectionError::Protocol(format!("request header: {e}")))?;
-        let response = if api_key == Some(ApiKey::Fetch) {
-            broker.handle_fetch_chunks(&header, body, peer).await
-        } else {
-            let response = broker.handle(&header, api_key, body, peer).await;
-            response.map(|r| r.map(|b| vec![ResponseChunk::Bytes(b.freeze())]))
-        };
-        drop((slot, bytes));
+        // The slot goes back when the request ends or parks (see `request_slot`).
+        let response = request_slot::holding(slot, async {
+            if api_key == Some(ApiKey::Fetch) {
+                broker.handle_fetch_chunks(&header, body, peer).await
+            } else {
+                let response = broker.handle(&header, api_key, body, peer).await;
+                response.map(|r| r.map(|b| vec![ResponseChunk::Bytes(b.freeze())]))
+            }
+        })
+        .await;
+        drop(bytes);
         match response {
             Ok(Some(response)) => {
                 served_one = true;
@@ -903,6 +912,71 @@ mod tests {
             stalled.push(sock);
         }
         assert!(admitted(server.local_addr).await.is_some());
+        server.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn parked_fetches_hold_no_request_slot() {
+        use rill_protocol::generated::create_topics_request::{
+            CreatableTopic, CreateTopicsRequest,
+        };
+        use rill_protocol::generated::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+
+        let (server, _dir) = server(&[("queued.max.requests", "2")]).await;
+        let mut admin = TcpStream::connect(server.local_addr).await.unwrap();
+        let create = CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: "quiet".into(),
+                num_partitions: 1,
+                replication_factor: 1,
+                ..Default::default()
+            }],
+            timeout_ms: 5_000,
+            ..Default::default()
+        };
+        admin
+            .write_all(&request(ApiKey::CreateTopics, 4, 1, &create))
+            .await
+            .unwrap();
+        response_body(&mut admin).await;
+        // Four fetches of an empty partition, each parked for a minute: twice the slots.
+        let fetch = FetchRequest {
+            replica_id: -1,
+            max_wait_ms: 60_000,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            topics: vec![FetchTopic {
+                topic: "quiet".into(),
+                partitions: vec![FetchPartition {
+                    partition: 0,
+                    fetch_offset: 0,
+                    partition_max_bytes: 1 << 20,
+                    current_leader_epoch: -1,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut parked = Vec::new();
+        for id in 0..4 {
+            let mut sock = admitted(server.local_addr).await.unwrap();
+            sock.write_all(&request(ApiKey::Fetch, 4, id, &fetch))
+                .await
+                .unwrap();
+            parked.push(sock);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Others are still served, well before the fetches' minute is up...
+        for _ in 0..3 {
+            assert!(admitted(server.local_addr).await.is_some());
+        }
+        admin.write_all(&api_versions(7)).await.unwrap();
+        assert_eq!(response(&mut admin).await, Some(7));
+        // ...and the fetches are still parked.
+        let mut byte = [0u8; 1];
+        let early = tokio::time::timeout(Duration::from_millis(100), parked[0].read(&mut byte));
+        assert!(early.await.is_err(), "a parked fetch was answered early");
         server.shutdown().await;
     }
 

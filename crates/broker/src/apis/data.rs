@@ -37,6 +37,7 @@ use rill_storage::{FileRange, TopicPartition};
 use crate::append_signal::AppendSignals;
 use crate::group_coordinator::OFFSETS_TOPIC;
 use crate::network::ResponseChunk;
+use crate::request_slot;
 use crate::Broker;
 use rill_metadata::{AllocateProducerIdsRequest, ControllerEvent, ControllerResponse};
 use rill_protocol::generated::offset_for_leader_epoch_request::OffsetForLeaderEpochRequest;
@@ -136,6 +137,10 @@ impl Broker {
         if acks == 0 {
             return None;
         }
+        if !waits.is_empty() {
+            // Waiting for the replicas is not work: give the request slot back.
+            request_slot::park();
+        }
         for (t, p, tp, epoch, required, min_insync) in waits {
             let code = self
                 .replicas
@@ -228,6 +233,8 @@ impl Broker {
             if bytes >= min_bytes || errored || tokio::time::Instant::now() >= deadline {
                 return (response, ranges);
             }
+            // Parked until data or the deadline: the request slot is for work.
+            request_slot::park();
             tokio::select! {
                 _ = appended => {}
                 _ = tokio::time::sleep_until(deadline) => {}
