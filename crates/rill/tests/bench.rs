@@ -139,6 +139,14 @@ fn bench_produce_then_consume() {
             <= produced["latency_ms"]["max"].as_f64().unwrap()
     );
     assert_histogram(&produced, 2000);
+    assert!(
+        produced["client_cpu_s"].as_f64().unwrap() > 0.0,
+        "{produced}"
+    );
+    assert!(
+        produced["client_cpu_s_per_gb"].as_f64().unwrap() > 0.0,
+        "{produced}"
+    );
 
     let consumed = bench(
         bootstrap,
@@ -148,6 +156,10 @@ fn bench_produce_then_consume() {
     assert_eq!(consumed["bytes"], 200_000, "{consumed}");
     assert!(consumed["records_per_sec"].as_f64().unwrap() > 0.0);
     assert!(consumed["mb_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(
+        consumed["client_cpu_s"].as_f64().unwrap() > 0.0,
+        "{consumed}"
+    );
 }
 
 #[test]

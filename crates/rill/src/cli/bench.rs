@@ -24,6 +24,7 @@ use serde_json::json;
 use super::produce::parse_compression;
 use super::{print_json, Common};
 
+mod cpu;
 mod e2e;
 mod latency;
 mod limits;
@@ -198,6 +199,7 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
     let progress = Arc::new(Progress::default());
     let reporter = spawn_progress(progress.clone(), "produce");
     let started = Instant::now();
+    let cpu_start = cpu::process_cpu();
     let mut workers = Vec::new();
     for w in 0..args.producers {
         let count = args.records / args.producers + u64::from(w < args.records % args.producers);
@@ -282,6 +284,7 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
     } = summary;
     let records_per_sec = records as f64 / secs;
     let mb_per_sec = bytes as f64 / secs / 1e6;
+    let (cpu_s, cpu_per_gb) = cpu::report(cpu_start, bytes);
     if common.json() {
         print_json(&json!({
             "records": records,
@@ -289,6 +292,8 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
             "seconds": secs,
             "records_per_sec": records_per_sec,
             "mb_per_sec": mb_per_sec,
+            "client_cpu_s": cpu_s,
+            "client_cpu_s_per_gb": cpu_per_gb,
             "latency_ms": summary.to_json(),
             "latency_histogram": latencies.table_json(),
         }));
@@ -296,7 +301,8 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
         println!(
             "{records} records sent in {secs:.2} s: {records_per_sec:.0} records/s, \
              {mb_per_sec:.2} MB/s; latency avg {avg:.2} ms, p50 {p50:.2} ms, \
-             p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms"
+             p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms; \
+             this client used {cpu_s:.2} CPU-s ({cpu_per_gb:.2} CPU-s/GB)"
         );
         latencies.print_table("delivery latency");
     }
@@ -339,6 +345,7 @@ async fn consume(common: &Common, args: ConsumeBench) -> anyhow::Result<()> {
     let reporter = spawn_progress(progress.clone(), "consume");
     let idle = Duration::from_millis(args.idle_timeout_ms);
     let started = Instant::now();
+    let cpu_start = cpu::process_cpu();
     let (mut records, mut bytes) = (0u64, 0u64);
     let mut last_record = Instant::now();
     while records < target {
@@ -364,6 +371,7 @@ async fn consume(common: &Common, args: ConsumeBench) -> anyhow::Result<()> {
     consumer.close().await?;
     let records_per_sec = records as f64 / secs;
     let mb_per_sec = bytes as f64 / secs / 1e6;
+    let (cpu_s, cpu_per_gb) = cpu::report(cpu_start, bytes);
     if common.json() {
         print_json(&json!({
             "records": records,
@@ -371,11 +379,14 @@ async fn consume(common: &Common, args: ConsumeBench) -> anyhow::Result<()> {
             "seconds": secs,
             "records_per_sec": records_per_sec,
             "mb_per_sec": mb_per_sec,
+            "client_cpu_s": cpu_s,
+            "client_cpu_s_per_gb": cpu_per_gb,
         }));
     } else {
         println!(
             "{records} records ({bytes} bytes) read in {secs:.2} s: \
-             {records_per_sec:.0} records/s, {mb_per_sec:.2} MB/s"
+             {records_per_sec:.0} records/s, {mb_per_sec:.2} MB/s; \
+             this client used {cpu_s:.2} CPU-s ({cpu_per_gb:.2} CPU-s/GB)"
         );
     }
     Ok(())
