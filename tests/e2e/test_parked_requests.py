@@ -8,10 +8,11 @@ fetches held their places, the producer below would wait out those 30 s.
 """
 
 import time
+import uuid
 
 from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 
-from kafka_helpers import create_topic, reading_consumer, unique_topic
+from kafka_helpers import create_topic, reading_consumer, unique_topic, wait_for
 
 FETCH_WAIT_MS = 30_000
 CONSUMERS = 8
@@ -63,3 +64,20 @@ def test_parked_fetches_do_not_hold_request_slots(rill_factory):
     finally:
         for c in consumers:
             c.close()
+
+
+def test_a_group_larger_than_the_request_slots_settles(rill_factory):
+    """JoinGroup waits for the rest of the group in the coordinator: six members each
+    parked there at once, with two slots, must still all get in."""
+    from test_groups import PARTITIONS, Member, settled
+
+    rill = rill_factory(overrides={"queued.max.requests": "2"})
+    topic = unique_topic("slots-group")
+    create_topic(rill.bootstrap, topic, PARTITIONS)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    members = [Member(rill.bootstrap, group, topic, "range") for _ in range(PARTITIONS)]
+    try:
+        wait_for(lambda: settled(members, [1] * PARTITIONS), 60, "one partition for each of six members")
+    finally:
+        for m in members:
+            m.close()
