@@ -181,10 +181,10 @@ def main() -> None:
             ).stdout
             result["rdkafka"] = out.strip().splitlines()
         if args.rdkafka_performance:
-            from rdkafka_performance import tool_round
+            from rdkafka_performance import Setup, tool_round
 
-            tool = tool_round(args.rdkafka_performance, args.rill, bootstrap, pid, "rk1",
-                              args.records, args.record_size, 6)
+            setup = Setup(args.rill, bootstrap, [pid], args.records, args.record_size, 6)
+            tool = tool_round(args.rdkafka_performance, setup, "rk1")
             for side in tool.values():
                 side["fraction_of_loopback"] = round(side["mb_per_sec"] / loopback, 3)
             result["rdkafka_performance"] = tool
