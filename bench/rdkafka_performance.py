@@ -27,9 +27,10 @@ Prints one JSON object: every run, and per measure the minimum, median and maxim
 runs (a shared machine is noisy: compare medians, and the best case with the maximum).
 
 rdkafka_performance reports its own rates: the producer's from its first produce call to
-the last delivery report, the consumer's from the first record received (so its time leaves
-out connecting and the first fetch). The wall-clock rate of the whole process is given
-beside them. Its records are a repeated text pattern, `rill bench`'s are random bytes; no
+the last delivery report, the consumer's from the first record received. The wall-clock
+rate of the whole process is given beside them; for the consumer it includes ~0.5 s of
+librdkafka's own making: its partition consumer (-C) asks for the start offsets before the
+first metadata response names the leaders, and retries only after a 500 ms backoff. Its records are a repeated text pattern, `rill bench`'s are random bytes; no
 compression is used by either.
 """
 
