@@ -3,6 +3,7 @@ CPU per GB and its memory, each measured in the same run.
 
     python3 bench/single_node.py --rill target/release/rill [--records 1000000]
         [--port 19192] [--data-dir DIR] [--e2e-rate 50000] [--partitions-under-load 1000]
+        [--rdkafka-performance target/rdkafka-performance/rdkafka_performance]
 
 Steps (each a `rill bench` command, run one after the other against one fresh server):
 1. `bench limits` on the server's data directory (loopback TCP, disk, memcpy);
@@ -13,7 +14,11 @@ Steps (each a `rill bench` command, run one after the other against one fresh se
 3. `bench e2e` at E2E_RATE records/s for 10 s;
 4. `bench produce --acks 1` of RECORDS records to a topic of PARTITIONS_UNDER_LOAD
    partitions, with the peak RSS during it: memory at full load with many partitions;
-5. with --rdkafka-python, `bench/rdkafka_throughput.py` (librdkafka) for RECORDS/2 records.
+5. with --rdkafka-python, `bench/rdkafka_throughput.py` (librdkafka) for RECORDS/2 records;
+6. with --rdkafka-performance (built by `cargo xtask rdkafka-performance`), librdkafka's own
+   rdkafka_performance produces RECORDS records with acks=1 to a 6-partition topic and
+   reads them back, with the broker's CPU-seconds per GB (`bench/rdkafka_performance.py`
+   runs it several times beside `rill bench`).
 The server's idle RSS is read before step 1 and after step 4.
 
 Prints one JSON object with every figure, each throughput also as a fraction of the
@@ -91,6 +96,7 @@ def main() -> None:
     ap.add_argument("--e2e-seconds", type=int, default=10)
     ap.add_argument("--partitions-under-load", type=int, default=1000)
     ap.add_argument("--rdkafka-python", help="a python with confluent-kafka: also run rdkafka_throughput.py")
+    ap.add_argument("--rdkafka-performance", help="librdkafka's rdkafka_performance: also run it")
     args = ap.parse_args()
 
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="rill-single-"))
@@ -174,6 +180,14 @@ def main() -> None:
                 check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             ).stdout
             result["rdkafka"] = out.strip().splitlines()
+        if args.rdkafka_performance:
+            from rdkafka_performance import Setup, tool_round
+
+            setup = Setup(args.rill, bootstrap, [pid], args.records, args.record_size, 6)
+            tool = tool_round(args.rdkafka_performance, setup, "rk1")
+            for side in tool.values():
+                side["fraction_of_loopback"] = round(side["mb_per_sec"] / loopback, 3)
+            result["rdkafka_performance"] = tool
         time.sleep(2.0)
         result["idle_rss_after_mib"] = round(rss_mib(pid), 1)
         result["hwm_mib"] = round(hwm_mib(pid), 1)

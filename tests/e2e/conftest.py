@@ -101,6 +101,22 @@ def kcat() -> str:
     pytest.skip("kcat is not installed (`apt-get install -y kcat`, as `cargo xtask test` does)")
 
 
+@pytest.fixture
+def rdkafka_performance() -> str:
+    """Path to librdkafka's rdkafka_performance, which `cargo xtask test` builds and passes
+    in RDKAFKA_PERFORMANCE (`cargo xtask rdkafka-performance` builds it alone); skips (or,
+    on CI, fails) when it is absent."""
+    path = os.environ.get("RDKAFKA_PERFORMANCE")
+    if path and os.access(path, os.X_OK):
+        return path
+    if os.environ.get("RILL_E2E_REQUIRE_RDKAFKA_PERFORMANCE") == "1":
+        pytest.fail(
+            "rdkafka_performance is required here (RILL_E2E_REQUIRE_RDKAFKA_PERFORMANCE=1) "
+            f"but RDKAFKA_PERFORMANCE={path!r} is not an executable"
+        )
+    pytest.skip("rdkafka_performance is not built (`cargo xtask rdkafka-performance`)")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

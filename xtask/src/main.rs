@@ -3,7 +3,10 @@
 //! - `cargo xtask codegen [--check]`: regenerates `crates/protocol/src/generated/` from
 //!   `../shared/kafka-message-specs/`; `--check` fails when the committed output is stale.
 //! - `cargo xtask test`: every test, unit to end-to-end, installing what the end-to-end
-//!   tests need (a Python venv under `target/`, kcat) by itself.
+//!   tests need (a Python venv under `target/`, kcat, librdkafka's `rdkafka_performance`)
+//!   by itself.
+//! - `cargo xtask rdkafka-performance`: builds (or reuses) `rdkafka_performance` under
+//!   `target/` and prints its path, for the benchmarks.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -13,6 +16,7 @@
 
 mod codegen;
 mod layering;
+mod rdkafka_performance;
 mod test;
 
 use std::path::PathBuf;
@@ -22,8 +26,9 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("codegen") => codegen::run(&workspace_root(), &args[1..]),
         Some("test") => test::run(&workspace_root(), &args[1..]),
+        Some("rdkafka-performance") => rdkafka_performance::run(&workspace_root(), &args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <codegen [--check] | test [args]>");
+            eprintln!("usage: cargo xtask <codegen [--check] | test [args] | rdkafka-performance>");
             std::process::exit(2);
         }
     }

@@ -6,8 +6,10 @@
 //!    `cargo test --workspace --no-fail-fast` (the Rust half; skipped by `--e2e-only`).
 //! 2. `cargo build -p rill`, unless `RILL_BIN` names a binary already.
 //! 3. A Python venv at `target/e2e-venv` with the pinned clients of
-//!    `tests/e2e/requirements.txt` (made once, reinstalled when the pins change), and
-//!    `kcat` from Debian's packages when it is not on `PATH`.
+//!    `tests/e2e/requirements.txt` (made once, reinstalled when the pins change),
+//!    `kcat` from Debian's packages when it is not on `PATH`, and librdkafka's
+//!    `rdkafka_performance` built against the venv's librdkafka (`rdkafka_performance.rs`;
+//!    reused while its pins hold).
 //! 4. `pytest tests/e2e` with the venv's interpreter; arguments after `--` go to pytest
 //!    (`cargo xtask test --e2e-only -- -k produce`). Steps 2-4 are skipped by `--rust-only`.
 //! 5. Every `cargo fuzz` target for `RILL_FUZZ_SECONDS` (15) seconds when a nightly
@@ -23,6 +25,8 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+
+use crate::rdkafka_performance;
 
 const USAGE: &str = "usage: cargo xtask test [--rust-only | --e2e-only] [-- <pytest args>]";
 
@@ -84,7 +88,19 @@ fn run_steps(root: &Path, options: &Options, tally: &mut Tally) -> anyhow::Resul
         let rill_bin = rill_binary(root, &cargo)?;
         let python = ensure_venv(root)?;
         let kcat = ensure_kcat()?;
-        pytest(root, &python, &rill_bin, kcat, &options.pytest_args, tally)?;
+        let rdkafka_performance = rdkafka_performance::ensure(root, &python)?;
+        let tools = Tools {
+            kcat,
+            rdkafka_performance,
+        };
+        pytest(
+            root,
+            &python,
+            &rill_bin,
+            &tools,
+            &options.pytest_args,
+            tally,
+        )?;
     }
     if options.rust {
         fuzz(root)?;
@@ -205,7 +221,7 @@ fn target_dir(root: &Path) -> PathBuf {
     }
 }
 
-fn banner(what: &str) {
+pub(crate) fn banner(what: &str) {
     println!("\n==> {what}");
 }
 
@@ -332,7 +348,7 @@ fn rill_binary(root: &Path, cargo: &OsString) -> anyhow::Result<PathBuf> {
 }
 
 /// Makes (or reuses) the venv and returns its interpreter.
-fn ensure_venv(root: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn ensure_venv(root: &Path) -> anyhow::Result<PathBuf> {
     banner(&format!("python venv at {VENV_DIR}"));
     let venv = root.join(VENV_DIR);
     let python = venv.join("bin").join("python");
@@ -440,12 +456,12 @@ fn ensure_kcat() -> anyhow::Result<Option<PathBuf>> {
     Ok(None)
 }
 
-fn on_ci() -> bool {
+pub(crate) fn on_ci() -> bool {
     std::env::var_os("CI").is_some_and(|ci| !ci.is_empty() && ci != "false" && ci != "0")
 }
 
 /// apt-get exists and we are root (it needs root to install).
-fn apt_usable() -> bool {
+pub(crate) fn apt_usable() -> bool {
     find_on_path("apt-get").is_some()
         && Command::new("id")
             .arg("-u")
@@ -454,7 +470,7 @@ fn apt_usable() -> bool {
 }
 
 /// `apt-get update` (package lists may be absent on a fresh machine), then install.
-fn apt_install(package: &str) -> bool {
+pub(crate) fn apt_install(package: &str) -> bool {
     let apt = |args: &[&str]| {
         Command::new("apt-get")
             .args(args)
@@ -474,7 +490,7 @@ fn quiet(command: &mut Command) -> bool {
         .is_ok_and(|status| status.success())
 }
 
-fn find_on_path(program: &str) -> Option<PathBuf> {
+pub(crate) fn find_on_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))
@@ -486,11 +502,18 @@ fn find_on_path(program: &str) -> Option<PathBuf> {
         })
 }
 
+/// The third-party tools found or built for the end-to-end tests; `None` makes their tests
+/// skip (the steps that find them fail on CI instead).
+struct Tools {
+    kcat: Option<PathBuf>,
+    rdkafka_performance: Option<PathBuf>,
+}
+
 fn pytest(
     root: &Path,
     python: &Path,
     rill_bin: &Path,
-    kcat: Option<PathBuf>,
+    tools: &Tools,
     extra: &[String],
     tally: &mut Tally,
 ) -> anyhow::Result<()> {
@@ -510,11 +533,15 @@ fn pytest(
         // Live output through our pipe, and no bytecode files in the source tree.
         .env("PYTHONUNBUFFERED", "1")
         .env("PYTHONDONTWRITEBYTECODE", "1");
-    if let Some(kcat) = kcat {
+    if let Some(kcat) = &tools.kcat {
         command.env("KCAT", kcat);
+    }
+    if let Some(rdkafka_performance) = &tools.rdkafka_performance {
+        command.env("RDKAFKA_PERFORMANCE", rdkafka_performance);
     }
     if on_ci() {
         command.env("RILL_E2E_REQUIRE_KCAT", "1");
+        command.env("RILL_E2E_REQUIRE_RDKAFKA_PERFORMANCE", "1");
     }
     let mut summary = None;
     let status = run_teed(command, |line| {
