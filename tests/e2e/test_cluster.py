@@ -450,3 +450,46 @@ def test_acknowledged_offset_commits_survive_coordinator_kill9(rill_cluster_fact
             SETTLE_TIMEOUT_S,
             f"node {coordinator} back in the ISR",
         )
+
+
+def test_native_consumer_is_not_paced_by_a_quiet_leader(rill_cluster_factory):
+    """`rill bench consume` (the native client) reads a partition whose leader has data
+    while the other leaders' partitions are empty. The client keeps one Fetch in flight
+    per leader across polls; when it waited for every leader's answer before the next
+    round, each 1 MiB round took the quiet leaders' whole fetch wait (500 ms), and a
+    three-node cluster was read at 2 MB/s."""
+    import json
+    import subprocess
+
+    from rill_harness import rill_binary
+
+    cluster = rill_cluster_factory()
+    bootstrap = cluster.node(1).bootstrap
+    topic = unique_topic("quiet-leaders")
+    create_replicated_topic(bootstrap, topic, 3, 1)
+    md = admin(bootstrap).list_topics(topic=topic, timeout=10)
+    leaders = {p: m.leader for p, m in md.topics[topic].partitions.items()}
+    assert len(set(leaders.values())) == 3, leaders
+
+    records = 16_000  # 16 MiB in partition 0: 16 rounds of max.partition.fetch.bytes
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    value = b"x" * 1024
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(60) == 0
+
+    out = subprocess.run(
+        [str(rill_binary()), "bench", "consume", "--topic", topic, "--records", str(records),
+         "-b", bootstrap, "--output", "json", "--idle-timeout-ms", "60000"],
+        check=True, capture_output=True, text=True, timeout=120,
+    )
+    report = json.loads(out.stdout)
+    assert report["records"] == records, report
+    # Paced by the quiet leaders this takes 16 x 500 ms = 8 s at the least; unpaced it
+    # is a fraction of a second even on a loaded machine.
+    assert report["seconds"] < 4.0, report

@@ -21,9 +21,14 @@
 //! 2. Partitions without a position take the committed offset (OffsetFetch), else the
 //!    `auto.offset.reset` policy via ListOffsets (`none` is an error).
 //! 3. Auto-commit when `auto.commit.interval.ms` has passed (in the background).
-//! 4. Return buffered records, or fetch from each leader at once (waiting at most
-//!    `fetch.max.wait.ms` or what is left of the budget) and return what came, up to
-//!    `max.poll.records`; repeat until records arrive or the budget is spent.
+//! 4. Return buffered records, or fetch: one Fetch in flight per leader at a time, sent
+//!    to every leader that has none (for its partitions), and return what the first
+//!    answers brought (waiting at most `fetch.max.wait.ms` or what is left of the
+//!    budget), up to `max.poll.records`; repeat until records arrive or the budget is
+//!    spent. A Fetch still parked on a broker with nothing new stays in flight across
+//!    polls, as in Kafka's `Fetcher`: waiting for every leader's answer before the
+//!    next round let one quiet broker's `fetch.max.wait.ms` pace the reads from all
+//!    the others.
 //!
 //! JoinGroup and SyncGroup are not cut short by the poll budget: a rebalance must finish
 //! for the member to stay in the group, and the coordinator bounds it by the rebalance
@@ -321,7 +326,17 @@ pub struct Consumer {
     last_committed: BTreeMap<TopicPartition, i64>,
     /// The assignor the coordinator chose in the current generation.
     protocol: Option<Assignor>,
+    /// Fetches sent and not yet handled, one at most per leader (see [`Self::fetch`]).
+    in_flight: tokio::task::JoinSet<FetchOutcome>,
+    in_flight_leaders: BTreeSet<i32>,
 }
+
+/// How long past its `max_wait` a poll waits for a Fetch's answer (the round trip).
+const FETCH_ANSWER_SLACK: Duration = Duration::from_millis(100);
+
+/// A Fetch's answer with what it asked for: the leader, and each partition with the
+/// offset it was fetched from.
+type FetchOutcome = (i32, Vec<(TopicPartition, i64)>, Result<FetchResponse>);
 
 impl Consumer {
     /// Creates a consumer; nothing is connected until the first poll. Call from within a
@@ -362,6 +377,8 @@ impl Consumer {
             last_auto_commit: Instant::now(),
             last_committed: BTreeMap::new(),
             protocol: None,
+            in_flight: tokio::task::JoinSet::new(),
+            in_flight_leaders: BTreeSet::new(),
         })
     }
 
@@ -1208,13 +1225,64 @@ impl Consumer {
         }
         self.assignment.clear();
         self.buffered.clear();
+        self.in_flight.abort_all();
+        self.in_flight_leaders.clear();
         self.net.close();
         result
     }
 
     // ---- fetching --------------------------------------------------------------------
 
+    /// Sends a Fetch to each leader of fetchable partitions that has none in flight,
+    /// then handles the answers: the first to come (within `max_wait`) and any others
+    /// already there. Fetches still waiting on their broker stay in flight for the next
+    /// call; their answers are checked against the partitions' state when they arrive
+    /// (a seek, pause or revocation meanwhile drops them, see [`Self::handle_fetch`]).
     async fn fetch(&mut self, max_wait: Duration) -> Result<()> {
+        self.send_fetches(max_wait).await?;
+        if self.in_flight.is_empty() {
+            tokio::time::sleep(max_wait.min(Duration::from_millis(100))).await;
+            return Ok(());
+        }
+        // The fetches just sent answer within `max_wait` plus a round trip; one that is
+        // slower stays in flight and is handled by a later call.
+        let wait = max_wait + FETCH_ANSWER_SLACK;
+        let first = match tokio::time::timeout(wait, self.in_flight.join_next()).await {
+            Ok(Some(joined)) => joined,
+            Ok(None) | Err(_) => return Ok(()),
+        };
+        self.handle_fetch_outcome(first)?;
+        while let Some(joined) = self.in_flight.try_join_next() {
+            self.handle_fetch_outcome(joined)?;
+        }
+        Ok(())
+    }
+
+    fn handle_fetch_outcome(
+        &mut self,
+        joined: std::result::Result<FetchOutcome, tokio::task::JoinError>,
+    ) -> Result<()> {
+        let Ok((leader, partitions, result)) = joined else {
+            // A fetch task that panicked or was aborted: its leader is free again, but
+            // which one is lost with it; start over with every leader.
+            self.in_flight_leaders.clear();
+            self.in_flight.abort_all();
+            return Ok(());
+        };
+        self.in_flight_leaders.remove(&leader);
+        match result {
+            Ok(response) => self.handle_fetch(&partitions, response),
+            Err(e) if e.is_retriable() => {
+                tracing::debug!(error = %e, "fetch failed");
+                self.net.invalidate_metadata();
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The sending half of [`Self::fetch`].
+    async fn send_fetches(&mut self, max_wait: Duration) -> Result<()> {
         let fetchable: Vec<(TopicPartition, i64)> = self
             .assignment
             .iter()
@@ -1222,7 +1290,6 @@ impl Consumer {
             .filter_map(|(tp, s)| s.fetch_offset.map(|o| (tp.clone(), o)))
             .collect();
         if fetchable.is_empty() {
-            tokio::time::sleep(max_wait.min(Duration::from_millis(100))).await;
             return Ok(());
         }
         let mut topics: Vec<String> = fetchable.iter().map(|(tp, _)| tp.topic.clone()).collect();
@@ -1239,6 +1306,8 @@ impl Consumer {
                 .map(|p| p.leader)
                 .filter(|l| *l >= 0);
             match leader {
+                // A leader with a Fetch in flight gets the next one after its answer.
+                Some(l) if self.in_flight_leaders.contains(&l) => {}
                 Some(l) => by_leader.entry(l).or_default().push((tp, offset)),
                 None => leaderless = true,
             }
@@ -1246,37 +1315,24 @@ impl Consumer {
         if leaderless {
             self.net.invalidate_metadata();
         }
-        if by_leader.is_empty() {
+        if by_leader.is_empty() && self.in_flight.is_empty() {
             tokio::time::sleep(self.config.client.retry_backoff.min(max_wait)).await;
             return Ok(());
         }
-        let mut tasks = tokio::task::JoinSet::new();
         for (leader, partitions) in by_leader {
             let request = self.fetch_request(&partitions, max_wait);
             let net = self.net.clone();
             let timeout = max_wait + self.config.client.request_timeout;
-            tasks.spawn(async move {
+            self.in_flight_leaders.insert(leader);
+            self.in_flight.spawn(async move {
                 let result = async {
                     let conn = net.node_connection(leader).await?;
                     conn.send_with_timeout(&request, FETCH_VERSION, timeout)
                         .await
                 }
                 .await;
-                (partitions, result)
+                (leader, partitions, result)
             });
-        }
-        while let Some(joined) = tasks.join_next().await {
-            let Ok((partitions, result)) = joined else {
-                continue;
-            };
-            match result {
-                Ok(response) => self.handle_fetch(&partitions, response)?,
-                Err(e) if e.is_retriable() => {
-                    tracing::debug!(error = %e, "fetch failed");
-                    self.net.invalidate_metadata();
-                }
-                Err(e) => return Err(e),
-            }
         }
         Ok(())
     }
