@@ -4,11 +4,12 @@ partition, and what it costs with one.
 
     python3 bench/flush_group_commit.py --rill target/release/rill [--records 50000]
         [--partitions 4] [--producers 4] [--acks 1] [--batch-size BYTES] [--linger-ms MS]
-        [--rate RECORDS_PER_S] [--port 19292] [--strace]
+        [--rate RECORDS_PER_S] [--topic-config flush.messages=1] [--port 19292] [--strace]
 
 Steps: a fresh one-node server on its own data directory (on the disk, not tmpfs:
 fsync must cost what it costs), `rill topic create` of PARTITIONS partitions with
-`flush.messages=1`, then `rill bench produce` of RECORDS 1 KiB records with PRODUCERS
+`flush.messages=1` (or the TOPIC_CONFIG given, repeatable; `--topic-config none` for the
+defaults, which fsync nothing: the produce path without the flush), then `rill bench produce` of RECORDS 1 KiB records with PRODUCERS
 producers and ACKS (with BATCH_SIZE, LINGER_MS and RATE passed on when given: small
 batches make many appends, so many fsyncs; a RATE below the ceiling makes the latency
 the broker's rather than the producers' queueing). With --strace, `strace -f -c -e trace=fsync,fdatasync` is attached to
@@ -64,8 +65,10 @@ def main() -> None:
     ap.add_argument("--acks", default="1")
     ap.add_argument("--port", type=int, default=19292)
     ap.add_argument("--data-dir", help="parent of the server's data directory (default: the system's temp dir)")
+    ap.add_argument("--topic-config", action="append")
     ap.add_argument("--strace", action="store_true")
     args = ap.parse_args()
+    topic_config = [c for c in (args.topic_config or ["flush.messages=1"]) if c != "none"]
 
     bootstrap = f"127.0.0.1:{args.port}"
     workdir = Path(tempfile.mkdtemp(prefix="rill-flush-bench-", dir=args.data_dir))
@@ -82,7 +85,7 @@ def main() -> None:
                 sys.exit("rill server did not start listening")
         subprocess.run(
             [args.rill, "topic", "create", "t", "-b", bootstrap, "-p", str(args.partitions),
-             "-r", "1", "-c", "flush.messages=1"],
+             "-r", "1", *[arg for c in topic_config for arg in ("-c", c)]],
             check=True, stdout=subprocess.DEVNULL,
         )
         if args.strace:
@@ -117,6 +120,7 @@ def main() -> None:
     shutil.rmtree(workdir, ignore_errors=True)
     result["setup"] = {
         "partitions": args.partitions, "producers": args.producers, "acks": args.acks,
+        "topic_config": topic_config,
         "records": args.records, "record_size": args.record_size,
         "batch_size": args.batch_size, "linger_ms": args.linger_ms, "rate": args.rate,
     }
