@@ -10,6 +10,14 @@
 //! found too few bytes park on [`ReplicaManager::signals`] (the shards of their
 //! partitions) until new data or their max wait.
 //!
+//! An append validates its records before it takes the partition's lock (against a
+//! snapshot of the topic config), and the fsync that `flush.messages` or `flush.ms` asks
+//! for happens after it released the lock, one fsync covering every append written
+//! before it started (group commit, see `rill_storage::flush`): a produce is answered
+//! only once its records are fsynced, and the leader counts them towards the high
+//! watermark only then, so a consumer never sees what a crash could still take back
+//! (as when the fsync was made under the lock).
+//!
 //! Every write to a log that fails on disk reports to the [`LogDirFailureChannel`]:
 //! from the first one on, appends are refused with KAFKA_STORAGE_ERROR before they
 //! reach a log, and the server stops (see `log_dir_failure`).
@@ -30,8 +38,8 @@ use rill_protocol::primitives::Uuid;
 use rill_protocol::ErrorCode;
 use rill_storage::{
     clean_shutdown, parse_partition_dir_name, partition_dir_name, AppendError, AppendOrigin,
-    DataDirSync, FetchDataInfo, FileRange, LogAppendInfo, LogConfig, PreviousShutdown, ReadError,
-    TopicPartition, UnifiedLog,
+    DataDirSync, FetchDataInfo, FileRange, FlushDone, LogAppendInfo, LogConfig, PendingFlush,
+    PreviousShutdown, ReadError, StorageError, TopicPartition, UnifiedLog,
 };
 
 use crate::append_signal::AppendSignals;
@@ -156,6 +164,30 @@ impl Partition {
             Ok(mut log) => Ok(f(&mut log)),
             Err(_) => Err(ErrorCode::KAFKA_STORAGE_ERROR),
         }
+    }
+}
+
+/// A leader append that is written but may still owe its fsync
+/// ([`ReplicaManager::append_deferred`]).
+pub struct DeferredAppend {
+    pub info: LogAppendInfo,
+    /// The log start offset after the append.
+    pub log_start_offset: i64,
+    partition: Arc<Partition>,
+    flush: Option<PendingFlush>,
+}
+
+impl DeferredAppend {
+    /// The fsync to make (blocking, [`PendingFlush::sync`]) and hand to
+    /// [`ReplicaManager::complete_flush`] before the append may be acknowledged; `None`
+    /// when the flush policy asks for none.
+    pub fn take_flush(&mut self) -> Option<PendingFlush> {
+        self.flush.take()
+    }
+
+    /// The partition appended to, for [`ReplicaManager::complete_flush`].
+    pub fn partition(&self) -> &Arc<Partition> {
+        &self.partition
     }
 }
 
@@ -621,14 +653,34 @@ impl ReplicaManager {
         let p = self
             .follower_partition(tp, leader_epoch)
             .ok_or(ErrorCode::NOT_LEADER_OR_FOLLOWER)?;
-        p.with_log(|log| {
-            if !records.is_empty() {
-                log.append_as_follower(records, self.now()).map_err(|e| {
-                    if let AppendError::Io(io) = &e {
-                        self.log_dir_failed(format_args!("follower append to {tp}"), io);
-                    }
-                    append_error_code(&e)
-                })?;
+        let now = self.now();
+        let failed = |e: &AppendError| {
+            if let AppendError::Io(io) = e {
+                self.log_dir_failed(format_args!("follower append to {tp}"), io);
+            }
+            append_error_code(e)
+        };
+        // Validated without the lock, against a snapshot of the config (see the module
+        // docs); an offline log refuses before any check of the records, as before.
+        let validated = if records.is_empty() {
+            None
+        } else {
+            let config = p.with_log(|log| log.config_for_append())?;
+            Some(
+                config
+                    .and_then(|c| {
+                        UnifiedLog::validate_records(&c, &records, AppendOrigin::Replication, now)
+                    })
+                    .map_err(|e| failed(&e))?,
+            )
+        };
+        let flush = p.with_log(|log| {
+            let mut flush = None;
+            if let Some(validated) = validated {
+                let (_, pending) = log
+                    .append_validated_as_follower(validated, now)
+                    .map_err(|e| failed(&e))?;
+                flush = pending;
             }
             let hw = leader_high_watermark.min(log.log_end_offset());
             if hw > log.high_watermark() {
@@ -640,8 +692,16 @@ impl ReplicaManager {
                     return Err(ErrorCode::KAFKA_STORAGE_ERROR);
                 }
             }
-            Ok(())
-        })?
+            Ok(flush)
+        })??;
+        // The fetcher fetches again only after this returns, so the next records of this
+        // partition wait for the fsync as they did when it was made under the lock; the
+        // lock is free meanwhile for reads and for the leader's other work. Blocking, on
+        // the fetcher's task, as the append itself.
+        match flush {
+            Some(flush) => self.complete_flush(tp, &p, flush.sync()),
+            None => Ok(()),
+        }
     }
 
     /// The leader said the fetch offset is out of range. When this log ends below the
@@ -777,46 +837,125 @@ impl ReplicaManager {
 
     /// Appends as [`Self::append`] does, for a writer other than a client (the group
     /// coordinator writes `__consumer_offsets` as `Coordinator`).
+    ///
+    /// A flush the policy asks for is made here, on the calling thread (blocking), after
+    /// the partition's lock is released; the produce path uses [`Self::append_deferred`]
+    /// instead to make it off the async workers.
     pub fn append_with_origin(
         &self,
         tp: &TopicPartition,
         records: &Bytes,
         origin: AppendOrigin,
     ) -> Result<(LogAppendInfo, i64), ErrorCode> {
+        let mut appended = self.append_deferred(tp, records, origin)?;
+        if let Some(flush) = appended.take_flush() {
+            self.complete_flush(tp, &appended.partition, flush.sync())?;
+        }
+        Ok((appended.info, appended.log_start_offset))
+    }
+
+    /// Appends as [`Self::append_with_origin`] but leaves the fsync the flush policy asks
+    /// for to the caller: [`DeferredAppend::take_flush`], [`PendingFlush::sync`] where
+    /// blocking is acceptable, then [`Self::complete_flush`], all before the append is
+    /// acknowledged. Until then the records are not counted towards the high watermark.
+    pub fn append_deferred(
+        &self,
+        tp: &TopicPartition,
+        records: &Bytes,
+        origin: AppendOrigin,
+    ) -> Result<DeferredAppend, ErrorCode> {
         self.check_log_dir_online()?;
         let (partition, epoch) = self.leader_partition(tp)?;
+        let now = self.now();
+        // The storage treats `Replication` as `Coordinator` on a leader append.
+        let origin = if origin == AppendOrigin::Replication {
+            AppendOrigin::Coordinator
+        } else {
+            origin
+        };
+        // Validation (CRC, the record walk, a re-compression) without the lock: it needs
+        // only the config, read under the lock, which also refuses an offline log first
+        // as the append always did.
+        let validated = partition
+            .with_log(|log| log.config_for_append())?
+            .and_then(|config| UnifiedLog::validate_records(&config, records, origin, now));
+        let validated = match validated {
+            Ok(v) => v,
+            Err(e) => return Err(self.append_failed(tp, &e)),
+        };
         let statuses = self.broker_statuses();
         let mut leader = partition.leader_state();
         let result = partition.with_log(|log| {
-            let now = self.now();
-            let info = log.append_as_leader(records.clone(), epoch, origin, now)?;
-            if let Some(ls) = leader.as_mut() {
-                let leo = log.log_end_offset();
-                match ls.update_leader_log_end(leo, now, &*statuses) {
-                    Ok(Some(hw)) => {
-                        log.update_high_watermark(hw);
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::error!(%tp, error = %e, "leader state out of step with the log")
-                    }
+            let (info, flush) = log.append_validated_as_leader(validated, epoch, now)?;
+            // Records that still owe their fsync count towards the high watermark only
+            // once it is made (`complete_flush`).
+            if flush.is_none() {
+                if let Some(ls) = leader.as_mut() {
+                    let leo = log.log_end_offset();
+                    update_leader_log_end(tp, ls, log, leo, now, &*statuses);
                 }
             }
-            Ok::<_, AppendError>((info, log.log_start_offset()))
+            Ok::<_, AppendError>((info, log.log_start_offset(), flush))
         })?;
         drop(leader);
         match result {
-            Ok(ok) => {
-                self.appended.notify(tp);
-                Ok(ok)
-            }
-            Err(e) => {
-                if let AppendError::Io(io) = &e {
-                    self.log_dir_failed(format_args!("append to {tp}"), io);
+            Ok((info, log_start_offset, flush)) => {
+                if flush.is_none() {
+                    self.appended.notify(tp);
                 }
-                Err(append_error_code(&e))
+                Ok(DeferredAppend {
+                    info,
+                    log_start_offset,
+                    partition,
+                    flush,
+                })
             }
+            Err(e) => Err(self.append_failed(tp, &e)),
         }
+    }
+
+    /// Step 3 of group commit, with the outcome of a [`PendingFlush::sync`] of `tp`'s
+    /// log: moves the recovery point and, on a leader, counts what is now durable
+    /// towards the high watermark; a failed fsync takes the log and the data directory
+    /// offline and the append fails with KAFKA_STORAGE_ERROR, as a failed write does.
+    pub fn complete_flush(
+        &self,
+        tp: &TopicPartition,
+        partition: &Arc<Partition>,
+        synced: Result<FlushDone, StorageError>,
+    ) -> Result<(), ErrorCode> {
+        let now = self.now();
+        let statuses = self.broker_statuses();
+        let mut leader = partition.leader_state();
+        let result = partition.with_log(|log| match synced {
+            Ok(done) => {
+                log.complete_flush(done);
+                if let Some(ls) = leader.as_mut() {
+                    // Only what is fsynced: appends written after this sync started may
+                    // still wait for theirs.
+                    let durable = log.recovery_point().min(log.log_end_offset());
+                    if durable > ls.log_end_offset() {
+                        update_leader_log_end(tp, ls, log, durable, now, &*statuses);
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => Err(log.flush_failed(e)),
+        })?;
+        drop(leader);
+        self.appended.notify(tp);
+        result.map_err(|e| {
+            self.log_dir_failed(format_args!("flush of {tp}"), &e);
+            ErrorCode::KAFKA_STORAGE_ERROR
+        })
+    }
+
+    /// Maps a failed append to its error code, reporting a disk failure.
+    fn append_failed(&self, tp: &TopicPartition, e: &AppendError) -> ErrorCode {
+        if let AppendError::Io(io) = e {
+            self.log_dir_failed(format_args!("append to {tp}"), io);
+        }
+        append_error_code(e)
     }
 
     /// The committed ISR size of a partition this broker leads, for
@@ -1369,6 +1508,25 @@ fn storage_result<T>(
     })
 }
 
+/// The leader's own log end moved to `leo` (all of it, or what is fsynced of it): the
+/// high watermark may follow.
+fn update_leader_log_end(
+    tp: &TopicPartition,
+    ls: &mut LeaderState,
+    log: &mut UnifiedLog,
+    leo: i64,
+    now: i64,
+    statuses: &impl isr::BrokerLiveness,
+) {
+    match ls.update_leader_log_end(leo, now, statuses) {
+        Ok(Some(hw)) => {
+            log.update_high_watermark(hw);
+        }
+        Ok(None) => {}
+        Err(e) => tracing::error!(%tp, error = %e, "leader state out of step with the log"),
+    }
+}
+
 /// Maps the log's refusal of an append to the code Kafka gives for it.
 pub fn append_error_code(e: &AppendError) -> ErrorCode {
     match e {
@@ -1466,6 +1624,76 @@ mod tests {
             manager(dir.path()).previous_shutdown,
             PreviousShutdown::Unclean
         );
+    }
+
+    fn flushing_leader(dir: &Path) -> (ReplicaManager, TopicPartition) {
+        let rm = manager(dir);
+        let mut cs = changes(1, 1);
+        cs[0].config = LogConfig {
+            flush_messages: Some(1),
+            ..LogConfig::default()
+        };
+        rm.open_logs(&cs);
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        (rm, cs[0].tp.clone())
+    }
+
+    #[test]
+    fn a_flushed_append_counts_towards_the_high_watermark_once_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let (rm, tp) = flushing_leader(dir.path());
+        let mut a = rm
+            .append_deferred(&tp, &record(), AppendOrigin::Client)
+            .unwrap();
+        let mut b = rm
+            .append_deferred(&tp, &record(), AppendOrigin::Client)
+            .unwrap();
+        assert_eq!(rm.offsets(&tp).unwrap().log_end_offset, 2);
+        assert_eq!(
+            rm.offsets(&tp).unwrap().high_watermark,
+            0,
+            "nothing synced yet"
+        );
+        let (fa, fb) = (a.take_flush().unwrap(), b.take_flush().unwrap());
+        rm.complete_flush(&tp, a.partition(), fa.sync()).unwrap();
+        // The first sync started after both writes: it covered both.
+        assert_eq!(rm.offsets(&tp).unwrap().high_watermark, 2);
+        rm.complete_flush(&tp, b.partition(), fb.sync()).unwrap();
+        let fsyncs = a.partition().with_log(|l| l.flusher().fsync_count());
+        assert_eq!(fsyncs, Ok(1));
+        // The blocking form syncs before it returns.
+        rm.append(&tp, &record()).unwrap();
+        assert_eq!(rm.offsets(&tp).unwrap().high_watermark, 3);
+        let recovery_point = a.partition().with_log(|l| l.recovery_point());
+        assert_eq!(recovery_point, Ok(3));
+    }
+
+    #[test]
+    fn a_failed_flush_fails_the_append_and_takes_the_directory_offline() {
+        let dir = tempfile::tempdir().unwrap();
+        let (rm, tp) = flushing_leader(dir.path());
+        let mut a = rm
+            .append_deferred(&tp, &record(), AppendOrigin::Client)
+            .unwrap();
+        let flush = a.take_flush().unwrap();
+        let injected = StorageError::Io {
+            path: dir.path().to_owned(),
+            source: std::io::Error::other("injected"),
+        };
+        assert_eq!(
+            rm.complete_flush(&tp, a.partition(), Err(injected)),
+            Err(ErrorCode::KAFKA_STORAGE_ERROR)
+        );
+        assert_eq!(rm.offsets(&tp).unwrap().high_watermark, 0);
+        assert!(rm.log_dir_failure().is_offline());
+        // Never retried: the promise fails without an fsync.
+        assert!(flush.sync().is_err());
+        assert_eq!(
+            rm.append(&tp, &record()).map(|_| ()),
+            Err(ErrorCode::KAFKA_STORAGE_ERROR)
+        );
+        let offline = a.partition().with_log(|l| l.offline_cause().is_some());
+        assert_eq!(offline, Ok(true));
     }
 
     #[test]

@@ -14,10 +14,12 @@
 //!   increase, so a lookup by timestamp is a binary search.
 //!
 //! The files are plain files read fully into memory when a segment is opened. New
-//! entries live in memory until the segment is flushed (`flush.messages`, `flush.ms`, a
-//! roll, a clean shutdown), which writes them at the end of the file and fsyncs it (a
-//! clean shutdown does not fsync: one `syncfs` of the data directory follows it); no
-//! file handle is kept between flushes (no mmap, no preallocation).
+//! entries live in memory until the segment is flushed (a roll, a clean shutdown, an
+//! explicit `UnifiedLog::flush`), which writes them at the end of the file and fsyncs it
+//! (a clean shutdown does not fsync: one `syncfs` of the data directory follows it; the
+//! fsyncs that `flush.messages` and `flush.ms` ask for cover the `.log` alone, see
+//! [`crate::flush`]); no file handle is kept between flushes (no mmap, no
+//! preallocation).
 //!
 //! Why not keep the files open and write each entry as it comes: a broker with 10,000
 //! partitions would hold three descriptors per segment, 30,000 for the active segments

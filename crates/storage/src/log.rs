@@ -2,8 +2,11 @@
 //! offset, leader epochs and producer state — behind one `&mut self` API.
 //!
 //! The broker keeps one `UnifiedLog` per partition behind a lock; nothing here is
-//! shared or asynchronous. Time is passed in (`now_ms`) so that rolling and flushing
-//! are deterministic in tests.
+//! asynchronous. Time is passed in (`now_ms`) so that rolling and flushing are
+//! deterministic in tests. Two parts of an append need no lock and may be split off
+//! by the caller: validating the records ([`UnifiedLog::validate_records`], against a
+//! snapshot of the config) and the fsync the flush policy asks for (a
+//! [`PendingFlush`], shared with the log through [`crate::flush`]'s group commit).
 //!
 //! Files in the partition directory:
 //! - `<base offset, 20 digits>.log|.index|.timeindex`: the segments (see [`segment`]).
@@ -26,7 +29,8 @@
 //! A failed write or fsync takes the log offline (Kafka's `maybeHandleIOException`): a
 //! write may have left a torn tail and a failed fsync may have dropped dirty pages, so
 //! nothing that follows can be trusted to land where the in-memory state says. From then
-//! on every append, flush and roll returns [`StorageError::Offline`], and
+//! on every append, flush and roll returns [`StorageError::Offline`] (so does every
+//! pending flush: an fsync is never retried), and
 //! [`UnifiedLog::close`] refuses to write the clean-shutdown marker, so that the next
 //! open recovers the active segment from what is really on disk.
 //!
@@ -36,8 +40,9 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::fs;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rill_protocol::records::batch::{
@@ -50,6 +55,7 @@ use crate::clean_shutdown::{PreviousShutdown, CLEAN_SHUTDOWN_FILE};
 use crate::config::{LogConfig, MessageTimestampType};
 use crate::epoch::LeaderEpochFileCache;
 use crate::error::{AppendError, ReadError, StorageError};
+use crate::flush::{FlushDone, LogFlusher, PendingFlush};
 use crate::producer_state::{
     AppendOrigin, ProducerAppendInfo, ProducerBatch, ProducerStateEntry, ProducerStateManager,
 };
@@ -102,11 +108,25 @@ struct ValidBatch {
     batch: RecordBatch,
 }
 
+/// A record set checked by [`UnifiedLog::validate_records`] against a snapshot of the
+/// log's config, ready for [`UnifiedLog::append_validated_as_leader`] or
+/// [`UnifiedLog::append_validated_as_follower`]. Validation (CRC, the record walk, a
+/// re-compression) needs no log state, so the broker does it without the partition's
+/// lock.
+#[derive(Debug)]
+pub struct ValidatedRecords {
+    batches: Vec<ValidBatch>,
+    origin: AppendOrigin,
+    /// The size of the record set as received.
+    received_bytes: usize,
+}
+
 /// The partition log.
 #[derive(Debug)]
 pub struct UnifiedLog {
     pub(crate) dir: PathBuf,
-    pub(crate) config: LogConfig,
+    /// Shared with validations in flight (see [`UnifiedLog::config_for_append`]).
+    pub(crate) config: Arc<LogConfig>,
     /// By base offset; never empty (the last one is the active segment).
     pub(crate) segments: BTreeMap<i64, LogSegment>,
     pub(crate) log_start_offset: i64,
@@ -117,6 +137,9 @@ pub struct UnifiedLog {
     pub(crate) producer_state: ProducerStateManager,
     unflushed_messages: u64,
     last_flush_ms: i64,
+    /// Group commit of the fsyncs that `flush.messages` and `flush.ms` ask for (see
+    /// [`crate::flush`]).
+    flusher: Arc<LogFlusher>,
     /// The cleaner's progress: every segment below this offset has been cleaned
     /// (Kafka's `cleaner-offset-checkpoint`, kept per partition here).
     pub(crate) first_dirty_offset: i64,
@@ -367,9 +390,15 @@ impl UnifiedLog {
             log_end,
             "log opened"
         );
+        let flusher = LogFlusher::new(
+            segments
+                .last_key_value()
+                .map(|(_, s)| (s.log_file(), s.log_path().to_owned())),
+            log_end,
+        );
         Ok(Self {
             dir: dir.to_owned(),
-            config,
+            config: Arc::new(config),
             segments,
             log_start_offset,
             high_watermark,
@@ -378,6 +407,7 @@ impl UnifiedLog {
             producer_state,
             unflushed_messages: 0,
             last_flush_ms: now_ms,
+            flusher,
             first_dirty_offset,
             layout_version: 0,
             clean_in_progress: false,
@@ -392,8 +422,26 @@ impl UnifiedLog {
     /// next append.
     pub fn update_config(&mut self, config: LogConfig) -> Result<(), StorageError> {
         config.validate()?;
-        self.config = config;
+        self.config = Arc::new(config);
         Ok(())
+    }
+
+    /// The config to validate an append with, without the log: refuses (as the append
+    /// itself would, and before any check of the records) when the log is offline.
+    pub fn config_for_append(&self) -> Result<Arc<LogConfig>, AppendError> {
+        self.check_online()?;
+        Ok(Arc::clone(&self.config))
+    }
+
+    /// The log's group-commit state (its fsync count, for tests and metrics).
+    pub fn flusher(&self) -> &Arc<LogFlusher> {
+        &self.flusher
+    }
+
+    /// The active segment's `.log`, for the flusher.
+    fn active_file(&self) -> Option<(Arc<File>, PathBuf)> {
+        self.active_segment()
+            .map(|s| (s.log_file(), s.log_path().to_owned()))
     }
 
     /// The first write or fsync failure of this log, when it is offline.
@@ -416,7 +464,9 @@ impl UnifiedLog {
     pub(crate) fn go_offline(&mut self, e: StorageError) -> StorageError {
         if self.offline_cause.is_none() && !matches!(e, StorageError::Offline { .. }) {
             tracing::error!(dir = %self.dir.display(), error = %e, "log write failed; log is offline");
-            self.offline_cause = Some(e.to_string());
+            let cause = e.to_string();
+            self.flusher.fail(&cause);
+            self.offline_cause = Some(cause);
         }
         e
     }
@@ -498,7 +548,7 @@ impl UnifiedLog {
     /// topic's `compression.type` asks for another codec (see [`crate::validator`]).
     /// `now_ms` is the broker's clock for `message.timestamp.*.max.ms`.
     fn analyze_and_validate(
-        &self,
+        config: &LogConfig,
         records: &Bytes,
         origin: AppendOrigin,
         now_ms: i64,
@@ -507,16 +557,16 @@ impl UnifiedLog {
         let mut rest = records.clone();
         while !rest.is_empty() {
             let batch = RecordBatch::split_from(&mut rest).map_err(AppendError::CorruptMessage)?;
-            if origin != AppendOrigin::Replication && batch.size() > self.config.max_message_bytes {
+            if origin != AppendOrigin::Replication && batch.size() > config.max_message_bytes {
                 return Err(AppendError::MessageTooLarge {
                     size: batch.size(),
-                    max: self.config.max_message_bytes,
+                    max: config.max_message_bytes,
                 });
             }
-            if batch.size() as u64 > self.config.segment_bytes {
+            if batch.size() as u64 > config.segment_bytes {
                 return Err(AppendError::MessageTooLarge {
                     size: batch.size(),
-                    max: self.config.segment_bytes as usize,
+                    max: config.segment_bytes as usize,
                 });
             }
             if origin == AppendOrigin::Replication {
@@ -542,26 +592,23 @@ impl UnifiedLog {
                     )));
                 }
                 let checks = RecordChecks {
-                    require_keys: self.config.cleanup_policy.is_compact(),
-                    timestamp_window: (self.config.message_timestamp_type
+                    require_keys: config.cleanup_policy.is_compact(),
+                    timestamp_window: (config.message_timestamp_type
                         == MessageTimestampType::CreateTime)
                         .then_some(TimestampWindow {
                             now_ms,
-                            before_max_ms: self.config.message_timestamp_before_max_ms,
-                            after_max_ms: self.config.message_timestamp_after_max_ms,
+                            before_max_ms: config.message_timestamp_before_max_ms,
+                            after_max_ms: config.message_timestamp_after_max_ms,
                         }),
                 };
                 let source = batch.compression().map_err(AppendError::CorruptMessage)?;
-                let target = self.config.compression_type.target_codec(source);
+                let target = config.compression_type.target_codec(source);
                 let records = validate_records(&batch, &checks, target != source)?;
                 if target != source {
                     let converted = recompress(&batch, &records, target)?;
                     // Kafka checks the size again after a conversion: a batch that grew
                     // (an incompressible payload given a codec's framing) may no longer fit.
-                    let max = self
-                        .config
-                        .max_message_bytes
-                        .min(self.config.segment_bytes as usize);
+                    let max = config.max_message_bytes.min(config.segment_bytes as usize);
                     if converted.size() > max {
                         return Err(AppendError::MessageTooLarge {
                             size: converted.size(),
@@ -589,6 +636,12 @@ impl UnifiedLog {
     ///
     /// A record set from a client is normally one batch (Kafka refuses more for magic 2);
     /// several are accepted, but a duplicate is only recognised as the whole set.
+    ///
+    /// When the flush policy (`flush.messages`, `flush.ms`) asks for a flush, it is done
+    /// before this returns. The broker splits this call so that neither the validation
+    /// nor the fsync holds the partition's lock: [`Self::config_for_append`] and
+    /// [`Self::validate_records`] without it, [`Self::append_validated_as_leader`] with
+    /// it, then the returned [`PendingFlush`] synced without it.
     pub fn append_as_leader(
         &mut self,
         records: Bytes,
@@ -601,12 +654,83 @@ impl UnifiedLog {
         } else {
             origin
         };
+        let config = self.config_for_append()?;
+        let validated = Self::validate_records(&config, &records, origin, now_ms)?;
+        let (info, pending) = self.append_validated_as_leader(validated, leader_epoch, now_ms)?;
+        if let Some(pending) = pending {
+            self.flush_now(&pending)?;
+        }
+        Ok(info)
+    }
+
+    /// Validates a record set for an append (see [`Self::append_as_leader`]) against
+    /// `config`, a snapshot from [`Self::config_for_append`]; needs no log. `origin`
+    /// `Replication` validates for [`Self::append_validated_as_follower`].
+    pub fn validate_records(
+        config: &LogConfig,
+        records: &Bytes,
+        origin: AppendOrigin,
+        now_ms: i64,
+    ) -> Result<ValidatedRecords, AppendError> {
+        Ok(ValidatedRecords {
+            batches: Self::analyze_and_validate(config, records, origin, now_ms)?,
+            origin,
+            received_bytes: records.len(),
+        })
+    }
+
+    /// Syncs a pending flush while holding the log (the callers that do not release it)
+    /// and moves the recovery point.
+    fn flush_now(&mut self, pending: &PendingFlush) -> Result<(), StorageError> {
+        match pending.sync() {
+            Ok(done) => {
+                self.complete_flush(done);
+                Ok(())
+            }
+            Err(e) => Err(self.go_offline(e)),
+        }
+    }
+
+    /// Step 3 of group commit (see [`crate::flush`]): what a [`PendingFlush::sync`]
+    /// made durable moves the recovery point, never past the log end and not at all
+    /// when the log was truncated since the sync started.
+    pub fn complete_flush(&mut self, done: FlushDone) {
+        if done.generation == self.flusher.generation() {
+            self.recovery_point = self
+                .recovery_point
+                .max(done.synced.min(self.log_end_offset()));
+        }
+    }
+
+    /// A [`PendingFlush::sync`] failed: the log goes offline (as when a write fails)
+    /// and the error is passed on.
+    pub fn flush_failed(&mut self, e: StorageError) -> StorageError {
+        self.go_offline(e)
+    }
+
+    /// The part of [`Self::append_as_leader`] that needs the log: producer state,
+    /// offsets, the write. Returns the flush the policy asks for, to be synced before
+    /// the append is acknowledged (`None`: nothing to wait for).
+    pub fn append_validated_as_leader(
+        &mut self,
+        validated: ValidatedRecords,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<(LogAppendInfo, Option<PendingFlush>), AppendError> {
+        // Records validated with the follower's (looser) rules never reach a leader
+        // append: `append_as_leader` turns `Replication` into `Coordinator` first.
+        let origin = validated.origin;
+        if origin == AppendOrigin::Replication {
+            return Err(AppendError::InvalidRecord(
+                "records validated for a follower append".into(),
+            ));
+        }
+        let batches = validated.batches;
         self.check_online()?;
-        let batches = self.analyze_and_validate(&records, origin, now_ms)?;
         let log_append_time =
             self.config.message_timestamp_type == MessageTimestampType::LogAppendTime;
         if batches.is_empty() {
-            return Ok(self.empty_append_info());
+            return Ok((self.empty_append_info(), None));
         }
 
         // Producer state: duplicates, epochs, sequences, staged until the write is done.
@@ -631,7 +755,10 @@ impl UnifiedLog {
                                 "duplicate batch inside a multi-batch record set".into(),
                             ));
                         }
-                        return Ok(LogAppendInfo {
+                        // The original append made (or is making) its own flush; a
+                        // retry of it is answered only when that one is done too.
+                        let pending = self.flush_pending_for(dup.last_offset + 1);
+                        let info = LogAppendInfo {
                             first_offset: dup.first_offset(),
                             last_offset: dup.last_offset,
                             max_timestamp: dup.timestamp,
@@ -641,7 +768,8 @@ impl UnifiedLog {
                             record_count: i64::from(dup.offset_delta) + 1,
                             valid_bytes: 0,
                             duplicate: true,
-                        });
+                        };
+                        return Ok((info, pending));
                     }
                 }
                 self.producer_state
@@ -701,9 +829,8 @@ impl UnifiedLog {
         self.append_batches(&parts, &summaries, now_ms)
             .map_err(|e| self.go_offline(e))?;
         self.producer_state.apply(staged);
-        self.after_append(record_count, now_ms)
-            .map_err(|e| self.go_offline(e))?;
-        Ok(LogAppendInfo {
+        let pending = self.after_append(record_count, now_ms);
+        let info = LogAppendInfo {
             first_offset,
             last_offset: offset - 1,
             max_timestamp,
@@ -713,21 +840,49 @@ impl UnifiedLog {
             record_count,
             valid_bytes,
             duplicate: false,
-        })
+        };
+        Ok((info, pending))
     }
 
     /// Appends batches copied from the leader, keeping their offsets and epochs. Each
     /// batch must start at or after the end of the previous one (and the first at or
     /// after the log end); gaps, which compaction on the leader creates, are kept.
+    ///
+    /// As [`Self::append_as_leader`], a flush the policy asks for is done before this
+    /// returns; the broker splits the call the same way.
     pub fn append_as_follower(
         &mut self,
         records: Bytes,
         now_ms: i64,
     ) -> Result<LogAppendInfo, AppendError> {
+        let config = self.config_for_append()?;
+        let validated =
+            Self::validate_records(&config, &records, AppendOrigin::Replication, now_ms)?;
+        let (info, pending) = self.append_validated_as_follower(validated, now_ms)?;
+        if let Some(pending) = pending {
+            self.flush_now(&pending)?;
+        }
+        Ok(info)
+    }
+
+    /// The part of [`Self::append_as_follower`] that needs the log, for records
+    /// validated with origin `Replication`; returns the flush to sync, as
+    /// [`Self::append_validated_as_leader`] does.
+    pub fn append_validated_as_follower(
+        &mut self,
+        validated: ValidatedRecords,
+        now_ms: i64,
+    ) -> Result<(LogAppendInfo, Option<PendingFlush>), AppendError> {
+        if validated.origin != AppendOrigin::Replication {
+            return Err(AppendError::InvalidRecord(
+                "records validated for a leader append".into(),
+            ));
+        }
+        let received_bytes = validated.received_bytes;
+        let batches = validated.batches;
         self.check_online()?;
-        let batches = self.analyze_and_validate(&records, AppendOrigin::Replication, now_ms)?;
         if batches.is_empty() {
-            return Ok(self.empty_append_info());
+            return Ok((self.empty_append_info(), None));
         }
         let mut expected = self.log_end_offset();
         let mut summaries = Vec::with_capacity(batches.len());
@@ -770,11 +925,10 @@ impl UnifiedLog {
             self.producer_state
                 .replay(&crate::header::BatchHeader::parse(&hb));
         }
-        self.after_append(record_count, now_ms)
-            .map_err(|e| self.go_offline(e))?;
+        let pending = self.after_append(record_count, now_ms);
         let first = summaries.first().map_or(-1, |s| s.0);
         let last = summaries.last().map_or(-1, |s| s.2.last_offset);
-        Ok(LogAppendInfo {
+        let info = LogAppendInfo {
             first_offset: first,
             last_offset: last,
             max_timestamp,
@@ -782,9 +936,10 @@ impl UnifiedLog {
             log_append_time_ms: -1,
             log_start_offset: self.log_start_offset,
             record_count,
-            valid_bytes: records.len(),
+            valid_bytes: received_bytes,
             duplicate: false,
-        })
+        };
+        Ok((info, pending))
     }
 
     fn empty_append_info(&self) -> LogAppendInfo {
@@ -891,6 +1046,7 @@ impl UnifiedLog {
             } else {
                 entry.get_mut().on_become_inactive()?;
                 self.recovery_point = self.recovery_point.max(entry.get().next_offset());
+                self.flusher.record_synced(entry.get().next_offset());
             }
         }
         // An epoch recorded without fsync (by a new leader) may start in the segment
@@ -911,10 +1067,22 @@ impl UnifiedLog {
         checkpoint::sync_dir(&self.dir)?;
         tracing::debug!(dir = %self.dir.display(), base_offset, "rolled new log segment");
         self.segments.insert(base_offset, seg);
+        // Only now, with the old segment fsynced: a sync of the new file must cover
+        // everything below the log end (see `crate::flush`).
+        self.flusher
+            .record_written(self.active_file(), self.log_end_offset());
         Ok(())
     }
 
-    fn after_append(&mut self, record_count: i64, now_ms: i64) -> Result<(), StorageError> {
+    /// After a write: tells the flusher what a sync would now cover, and returns the
+    /// flush the policy asks for. The policy's counters restart here rather than when
+    /// the fsync is done: the caller syncs before it acknowledges anything and a failed
+    /// sync takes the log offline, so the flush is as good as done for the policy, and
+    /// each of several concurrent appends under `flush.messages=1` gets its own promise
+    /// (which one shared fsync may then fulfil).
+    fn after_append(&mut self, record_count: i64, now_ms: i64) -> Option<PendingFlush> {
+        self.flusher
+            .record_written(self.active_file(), self.log_end_offset());
         self.unflushed_messages += record_count.max(0) as u64;
         let by_count = self
             .config
@@ -925,10 +1093,19 @@ impl UnifiedLog {
             .flush_ms
             .is_some_and(|ms| now_ms - self.last_flush_ms >= ms);
         if by_count || by_time {
-            self.flush()?;
+            self.unflushed_messages = 0;
             self.last_flush_ms = now_ms;
+            Some(self.flusher.pending())
+        } else {
+            None
         }
-        Ok(())
+    }
+
+    /// A flush for a retried (duplicate) append whose records end before `end`: `None`
+    /// when they are known to be durable, or no flush policy is set.
+    fn flush_pending_for(&self, end: i64) -> Option<PendingFlush> {
+        let policy = self.config.flush_messages.is_some() || self.config.flush_ms.is_some();
+        (policy && self.recovery_point < end).then(|| self.flusher.pending())
     }
 
     /// Whole batches from the one containing `start_offset`, at most `max_bytes` of them
@@ -1083,6 +1260,9 @@ impl UnifiedLog {
         if target_offset >= self.log_end_offset() {
             return Ok(false);
         }
+        // First, so that a sync in flight does not move the recovery point even when
+        // the truncation fails half-way (see `crate::flush`).
+        self.flusher.record_truncated(None, target_offset);
         let first_base = self.segments.first_key_value().map_or(0, |(b, _)| *b);
         if target_offset <= first_base {
             self.truncate_fully_and_start_at(target_offset.max(0), now_ms)?;
@@ -1114,6 +1294,7 @@ impl UnifiedLog {
         self.checkpoint_first_dirty_offset()?;
         self.high_watermark = self.high_watermark.min(log_end);
         self.recovery_point = self.recovery_point.min(log_end);
+        self.flusher.record_truncated(self.active_file(), log_end);
         Ok(true)
     }
 
@@ -1124,6 +1305,7 @@ impl UnifiedLog {
         offset: i64,
         now_ms: i64,
     ) -> Result<(), StorageError> {
+        self.flusher.record_truncated(None, offset);
         for (_, seg) in std::mem::take(&mut self.segments) {
             seg.delete()?;
         }
@@ -1139,6 +1321,7 @@ impl UnifiedLog {
         self.log_start_offset = offset;
         self.high_watermark = offset;
         self.recovery_point = offset;
+        self.flusher.record_truncated(self.active_file(), offset);
         self.layout_version += 1;
         self.first_dirty_offset = offset;
         self.checkpoint_first_dirty_offset()?;
@@ -1221,6 +1404,7 @@ impl UnifiedLog {
             }
         }
         self.recovery_point = self.log_end_offset();
+        self.flusher.record_synced(self.recovery_point);
         self.unflushed_messages = 0;
         Ok(())
     }
@@ -1332,3 +1516,6 @@ mod file_range_tests {
         }
     }
 }
+
+#[cfg(test)]
+mod group_commit_tests;

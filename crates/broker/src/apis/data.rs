@@ -32,11 +32,12 @@ use rill_protocol::primitives::{
     Decodable, Encodable,
 };
 use rill_protocol::{EncodeError, ErrorCode};
-use rill_storage::{FileRange, TopicPartition};
+use rill_storage::{AppendOrigin, FileRange, PendingFlush, TopicPartition};
 
 use crate::append_signal::AppendSignals;
 use crate::group_coordinator::OFFSETS_TOPIC;
 use crate::network::ResponseChunk;
+use crate::replica_manager::DeferredAppend;
 use crate::request_slot;
 use crate::Broker;
 use rill_metadata::{AllocateProducerIdsRequest, ControllerEvent, ControllerResponse};
@@ -58,7 +59,9 @@ const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
 impl Broker {
     /// Returns `None` for `acks=0`: Kafka sends no response then. With `acks=all` the
     /// answer waits (bounded by the request's timeout) until every in-sync replica has
-    /// the records, i.e. the high watermark passed them.
+    /// the records, i.e. the high watermark passed them. When the topic's flush policy
+    /// asks for an fsync, no answer (nor the high watermark) passes the records before
+    /// it is made.
     pub(crate) async fn handle_produce(
         &self,
         request: ProduceRequest,
@@ -72,6 +75,9 @@ impl Broker {
         let mut responses = Vec::with_capacity(request.topic_data.len());
         // (topic index, partition index, tp, epoch, required offset, min.insync)
         let mut waits = Vec::new();
+        // (topic index, partition index, tp, the append, its fsync still to make)
+        let mut flushes: Vec<(usize, usize, TopicPartition, DeferredAppend, PendingFlush)> =
+            Vec::new();
         for topic in request.topic_data {
             let mut partition_responses = Vec::with_capacity(topic.partition_data.len());
             let min_insync: usize = self
@@ -106,10 +112,11 @@ impl Broker {
                     }
                 };
                 match outcome {
-                    Ok((info, log_start_offset, epoch)) => {
+                    Ok((mut appended, epoch)) => {
+                        let info = &appended.info;
                         resp.base_offset = info.first_offset;
                         resp.log_append_time_ms = info.log_append_time_ms;
-                        resp.log_start_offset = log_start_offset;
+                        resp.log_start_offset = appended.log_start_offset;
                         if acks == -1 && info.last_offset >= 0 {
                             waits.push((
                                 responses.len(),
@@ -118,6 +125,15 @@ impl Broker {
                                 epoch,
                                 info.last_offset + 1,
                                 min_insync,
+                            ));
+                        }
+                        if let Some(flush) = appended.take_flush() {
+                            flushes.push((
+                                responses.len(),
+                                partition_responses.len(),
+                                tp.clone(),
+                                appended,
+                                flush,
                             ));
                         }
                     }
@@ -133,6 +149,10 @@ impl Broker {
                 partition_responses,
                 ..Default::default()
             });
+        }
+        if !flushes.is_empty() {
+            let failed = self.sync_appends(flushes, &mut responses).await;
+            waits.retain(|w| !failed.contains(&(w.0, w.1)));
         }
         if acks == 0 {
             return None;
@@ -163,20 +183,73 @@ impl Broker {
 
     /// Appends as leader; with acks=all, refuses first (NOT_ENOUGH_REPLICAS) when the
     /// ISR is below `min.insync.replicas`, as Kafka does, so that nothing is written
-    /// that could not be acknowledged.
+    /// that could not be acknowledged. The fsync the flush policy may ask for is left to
+    /// [`Self::sync_appends`].
     fn append_checked(
         &self,
         tp: &TopicPartition,
         records: &Bytes,
         acks: i16,
         min_insync: usize,
-    ) -> Result<(rill_storage::LogAppendInfo, i64, i32), ErrorCode> {
+    ) -> Result<(DeferredAppend, i32), ErrorCode> {
         let (isr, epoch) = self.replicas.isr_size(tp)?;
         if acks == -1 && isr < min_insync {
             return Err(ErrorCode::NOT_ENOUGH_REPLICAS);
         }
-        let (info, log_start) = self.replicas.append(tp, records)?;
-        Ok((info, log_start, epoch))
+        let appended = self
+            .replicas
+            .append_deferred(tp, records, AppendOrigin::Client)?;
+        Ok((appended, epoch))
+    }
+
+    /// Makes the fsyncs a produce's appends owe (group commit, see
+    /// `rill_storage::flush`) and records their outcome; a partition whose fsync failed
+    /// gets KAFKA_STORAGE_ERROR. Returns the (topic index, partition index) of those.
+    ///
+    /// The fsyncs run on tokio's blocking pool (bounded, by default at 512 threads), not
+    /// on an async worker: the runtime has two workers, and a worker held by an fsync
+    /// could neither write the next produce requests (which would then miss this fsync
+    /// and need one of their own) nor serve anything else. `block_in_place` would free
+    /// the worker too but panics on a current-thread runtime, which tests use; one hop
+    /// to the pool per produce request costs microseconds against the milliseconds of
+    /// an fsync.
+    async fn sync_appends(
+        &self,
+        flushes: Vec<(usize, usize, TopicPartition, DeferredAppend, PendingFlush)>,
+        responses: &mut [TopicProduceResponse],
+    ) -> Vec<(usize, usize)> {
+        let syncs: Vec<PendingFlush> = flushes.iter().map(|f| f.4.clone()).collect();
+        let synced =
+            tokio::task::spawn_blocking(move || syncs.iter().map(PendingFlush::sync).collect())
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::error!(error = %e, "produce fsync task failed");
+                    Vec::new()
+                });
+        let mut synced = synced.into_iter();
+        let mut failed = Vec::new();
+        for (t, p, tp, appended, _) in flushes {
+            let outcome = match synced.next() {
+                Some(r) => self.replicas.complete_flush(&tp, appended.partition(), r),
+                // The task died: whether the fsync was made is unknown, so the append
+                // cannot be acknowledged.
+                None => Err(ErrorCode::KAFKA_STORAGE_ERROR),
+            };
+            if let Err(code) = outcome {
+                tracing::debug!(%tp, error = code.name(), "produce refused");
+                if let Some(resp) = responses
+                    .get_mut(t)
+                    .and_then(|r| r.partition_responses.get_mut(p))
+                {
+                    resp.error_code = code.code();
+                    resp.base_offset = -1;
+                    resp.log_append_time_ms = -1;
+                    resp.log_start_offset = -1;
+                }
+                failed.push((t, p));
+            }
+        }
+        failed
     }
 
     pub(crate) async fn handle_fetch(&self, request: FetchRequest, version: i16) -> FetchResponse {
