@@ -660,19 +660,31 @@ impl LogSegment {
             return Ok(Some(info));
         }
         // One read of up to `want` bytes, then trimmed to whole batches below max_offset.
+        // Offsets must rise from batch to batch: the CRC does not cover a batch's base
+        // offset, so a flipped bit there in a segment that is not recovered at open (only
+        // the active one is) would otherwise hand a reader offsets that go backwards. The
+        // read stops before such a batch; the next read, from the end of this one, skips
+        // it (its offsets are below that end).
         let mut buf = BytesMut::zeroed(want as usize);
         self.log
             .read_exact_at(&mut buf, start_pos)
             .map_err(|e| StorageError::io(&self.log_path, e))?;
         let mut end = 0usize;
+        let mut prev_next = i64::MIN;
         while end + HEADER_LEN <= buf.len() {
             let mut hb = [0u8; HEADER_LEN];
             hb.copy_from_slice(&buf[end..end + HEADER_LEN]);
             let h = BatchHeader::parse(&hb);
             let size = h.size() as usize;
-            if size < HEADER_LEN || end + size > buf.len() || h.last_offset() >= max_offset {
+            if size < HEADER_LEN
+                || end + size > buf.len()
+                || h.last_offset() >= max_offset
+                || h.last_offset_delta < 0
+                || h.base_offset < prev_next
+            {
                 break;
             }
+            prev_next = h.next_offset();
             end += size;
         }
         buf.truncate(end);
