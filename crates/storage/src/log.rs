@@ -46,9 +46,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use rill_protocol::records::batch::{
-    set_base_offset, set_log_append_time_split, set_partition_leader_epoch, HEADER_LEN,
+    set_base_offset, set_log_append_time_split, set_max_timestamp_split,
+    set_partition_leader_epoch, HEADER_LEN,
 };
-use rill_protocol::records::RecordBatch;
+use rill_protocol::records::{RecordBatch, TimestampType};
 
 use crate::checkpoint::{self, Durability};
 use crate::clean_shutdown::{PreviousShutdown, CLEAN_SHUTDOWN_FILE};
@@ -106,6 +107,10 @@ pub struct TimestampAndOffset {
 #[derive(Debug)]
 struct ValidBatch {
     batch: RecordBatch,
+    /// The largest record timestamp of a CreateTime batch whose header claims another:
+    /// the leader writes this instead (as Kafka's does), so that the time index, time
+    /// lookups and time-based retention see what the records hold.
+    max_timestamp_fix: Option<i64>,
 }
 
 /// A record set checked by [`UnifiedLog::validate_records`] against a snapshot of the
@@ -603,9 +608,9 @@ impl UnifiedLog {
                 };
                 let source = batch.compression().map_err(AppendError::CorruptMessage)?;
                 let target = config.compression_type.target_codec(source);
-                let records = validate_records(&batch, &checks, target != source)?;
+                let checked = validate_records(&batch, &checks, target != source)?;
                 if target != source {
-                    let converted = recompress(&batch, &records, target)?;
+                    let converted = recompress(&batch, &checked.records, target)?;
                     // Kafka checks the size again after a conversion: a batch that grew
                     // (an incompressible payload given a codec's framing) may no longer fit.
                     let max = config.max_message_bytes.min(config.segment_bytes as usize);
@@ -615,11 +620,26 @@ impl UnifiedLog {
                             max,
                         });
                     }
-                    out.push(ValidBatch { batch: converted });
+                    out.push(ValidBatch {
+                        batch: converted,
+                        max_timestamp_fix: None,
+                    });
                     continue;
                 }
+                let max_timestamp_fix = checked.max_timestamp.filter(|&ts| {
+                    batch.timestamp_type() == TimestampType::CreateTime
+                        && ts != batch.max_timestamp()
+                });
+                out.push(ValidBatch {
+                    batch,
+                    max_timestamp_fix,
+                });
+                continue;
             }
-            out.push(ValidBatch { batch });
+            out.push(ValidBatch {
+                batch,
+                max_timestamp_fix: None,
+            });
         }
         Ok(out)
     }
@@ -628,7 +648,8 @@ impl UnifiedLog {
     /// the partition leader in `leader_epoch`: validates it, drops it as a duplicate when
     /// its producer already wrote it, assigns offsets from the log end by rewriting each
     /// batch's `baseOffset` and `partitionLeaderEpoch` (and `maxTimestamp` and the CRC
-    /// under LogAppendTime) in a copy of its 61-byte header, then writes each batch as
+    /// under LogAppendTime, or when a CreateTime batch's `maxTimestamp` is not its
+    /// largest record timestamp) in a copy of its 61-byte header, then writes each batch as
     /// that header and the rest of the bytes received, with one vectored write.
     ///
     /// `origin` is `Client` or `Coordinator`; `Replication` belongs to
@@ -745,7 +766,7 @@ impl UnifiedLog {
                     producer_epoch: b.producer_epoch(),
                     base_sequence: b.base_sequence(),
                     last_offset_delta: b.last_offset_delta(),
-                    max_timestamp: b.max_timestamp(),
+                    max_timestamp: vb.max_timestamp_fix.unwrap_or_else(|| b.max_timestamp()),
                     is_control: b.is_control(),
                 };
                 if origin == AppendOrigin::Client {
@@ -799,6 +820,9 @@ impl UnifiedLog {
             let batch_max_ts = if log_append_time {
                 set_log_append_time_split(&mut header, body, now_ms);
                 now_ms
+            } else if let Some(ts) = vb.max_timestamp_fix {
+                set_max_timestamp_split(&mut header, body, ts);
+                ts
             } else {
                 vb.batch.max_timestamp()
             };

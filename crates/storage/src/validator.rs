@@ -83,8 +83,18 @@ pub(crate) fn corrupt_to_append_error(e: BatchError) -> AppendError {
     }
 }
 
-/// Decodes and checks every record of a client's batch (see the module note). Returns
-/// the records when `keep` is set (the caller re-encodes them), else an empty vector.
+/// What [`validate_records`] found: the records when asked to keep them (else empty), and
+/// the largest record timestamp (`None` for a batch of none).
+#[derive(Debug)]
+pub(crate) struct CheckedRecords {
+    pub(crate) records: Vec<Record>,
+    pub(crate) max_timestamp: Option<i64>,
+}
+
+/// Decodes and checks every record of a client's batch (see the module note), and finds
+/// its largest record timestamp (Kafka's leader stamps that as the batch's `maxTimestamp`
+/// rather than trust the client's). Keeps the records when `keep` is set (the caller
+/// re-encodes them).
 ///
 /// Without `keep` the records are only borrowed ([`next_ref`]): the same
 /// decoding and the same checks, but no reference count, header allocation or copy per
@@ -99,7 +109,7 @@ pub(crate) fn validate_records(
     batch: &RecordBatch,
     checks: &RecordChecks,
     keep: bool,
-) -> Result<Vec<Record>, AppendError> {
+) -> Result<CheckedRecords, AppendError> {
     let mut records = batch
         .record_iter(MAX_DECOMPRESSED_BATCH_BYTES)
         .map_err(corrupt_to_append_error)?;
@@ -125,6 +135,7 @@ pub(crate) fn validate_records(
         Ok(())
     };
     let mut kept = Vec::new();
+    let mut max_timestamp: Option<i64> = None;
     if keep {
         for (i, record) in records.by_ref().enumerate() {
             let record = record.map_err(corrupt_to_append_error)?;
@@ -134,6 +145,7 @@ pub(crate) fn validate_records(
                 record.key.is_some(),
                 record.timestamp,
             )?;
+            max_timestamp = max_timestamp.max(Some(record.timestamp));
             kept.push(record);
         }
     } else {
@@ -146,10 +158,14 @@ pub(crate) fn validate_records(
                 record.key.is_some(),
                 record.timestamp,
             )?;
+            max_timestamp = max_timestamp.max(Some(record.timestamp));
             i += 1;
         }
     }
-    Ok(kept)
+    Ok(CheckedRecords {
+        records: kept,
+        max_timestamp,
+    })
 }
 
 /// Writes `records` (decoded from `batch`) into a new batch compressed with `codec`,
@@ -227,7 +243,9 @@ mod tests {
     fn recompression_keeps_records_and_producer_fields_for_every_codec_pair() {
         for from in CODECS {
             let batch = sample(from);
-            let records = validate_records(&batch, &no_checks(), true).unwrap();
+            let records = validate_records(&batch, &no_checks(), true)
+                .unwrap()
+                .records;
             for to in CODECS {
                 let out = recompress(&batch, &records, to).unwrap();
                 out.validate().unwrap();

@@ -350,6 +350,15 @@ pub fn set_log_append_time(buf: &mut [u8], timestamp: i64) {
     buf[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// Sets a CreateTime batch's `maxTimestamp` (keeping its attributes) and recomputes the
+/// CRC, for a header held apart from the rest of its batch (`body`): Kafka's leader
+/// replaces a client's `maxTimestamp` with the largest record timestamp it found.
+pub fn set_max_timestamp_split(header: &mut [u8; HEADER_LEN], body: &[u8], timestamp: i64) {
+    header[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&timestamp.to_be_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[ATTRIBUTES..]), body);
+    header[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// As [`set_log_append_time`], for a batch held in two parts: `header` (its first
 /// [`HEADER_LEN`] bytes, rewritten) and `body` (the records that follow, untouched). The
 /// CRC is computed over the header's covered part and then the body, so that a caller
@@ -478,6 +487,18 @@ mod tests {
             .unwrap()
             .validate()
             .unwrap();
+    }
+
+    #[test]
+    fn max_timestamp_on_split_parts_keeps_create_time_and_a_valid_crc() {
+        let whole = one_record_batch();
+        let (head, body) = whole.split_at(HEADER_LEN);
+        let mut header: [u8; HEADER_LEN] = head.try_into().unwrap();
+        set_max_timestamp_split(&mut header, body, 1234);
+        let batch = RecordBatch::new(Bytes::from([&header[..], body].concat())).unwrap();
+        batch.validate().unwrap();
+        assert_eq!(batch.max_timestamp(), 1234);
+        assert_eq!(batch.timestamp_type(), TimestampType::CreateTime);
     }
 
     #[test]

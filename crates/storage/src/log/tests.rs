@@ -306,6 +306,53 @@ fn log_append_time_rewrites_max_timestamp() {
     assert_eq!((found.offset, found.timestamp), (0, T0 + 7));
 }
 
+#[test]
+fn a_wrong_client_max_timestamp_is_replaced_by_the_records_largest() {
+    use rill_protocol::records::batch::{set_max_timestamp_split, HEADER_LEN};
+    let dir = tempfile::tempdir().unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1 << 20), T0, PreviousShutdown::Unclean).unwrap();
+    // Records at T0+100..T0+103, and a header that claims T0+1 (with a CRC to match).
+    let mut raw = TestBatch::new(4, T0 + 100).build();
+    let (head, body) = raw.split_at_mut(HEADER_LEN);
+    let mut header: [u8; HEADER_LEN] = (&*head).try_into().unwrap();
+    set_max_timestamp_split(&mut header, body, T0 + 1);
+    head.copy_from_slice(&header);
+    assert_eq!(
+        RecordBatch::new(Bytes::from(raw.clone()))
+            .unwrap()
+            .max_timestamp(),
+        T0 + 1
+    );
+    let info = log
+        .append_as_leader(Bytes::from(raw), 0, AppendOrigin::Client, T0 + 200)
+        .unwrap();
+    assert_eq!(info.max_timestamp, T0 + 103);
+    let b = &batches(&log.read(0, usize::MAX, i64::MAX, true).unwrap().records)[0];
+    b.validate().unwrap();
+    assert_eq!(b.max_timestamp(), T0 + 103);
+    assert_eq!(
+        b.timestamp_type(),
+        rill_protocol::records::TimestampType::CreateTime
+    );
+    // With the client's claim (T0+1) the log would hold nothing at or after T0+50.
+    let found = log.offset_for_timestamp(T0 + 50).unwrap().unwrap();
+    assert_eq!((found.offset, found.timestamp), (0, T0 + 100));
+    assert_eq!(
+        log.max_timestamp_and_offset()
+            .unwrap()
+            .map(|t| (t.offset, t.timestamp)),
+        Some((3, T0 + 103))
+    );
+    // A right one is left as it came: the bytes on disk are the client's but the offset
+    // and the leader epoch (the first 16 bytes, which the CRC does not cover).
+    let right = TestBatch::new(2, T0 + 300).bytes();
+    log.append_as_leader(right.clone(), 0, AppendOrigin::Client, T0 + 400)
+        .unwrap();
+    let stored = &batches(&log.read(4, usize::MAX, i64::MAX, true).unwrap().records)[0];
+    assert_eq!(stored.as_bytes()[16..], right[16..]);
+}
+
 /// The concatenation of every `.log` file of the log, in offset order.
 fn log_file_bytes(dir: &Path) -> Vec<u8> {
     let mut logs: Vec<_> = fs::read_dir(dir)
