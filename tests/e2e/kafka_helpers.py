@@ -169,3 +169,21 @@ def produce_and_read_back(bootstrap: str, count: int = 100) -> None:
     assert sorted(records) == list(range(count))
     for offset, record in records.items():
         assert (record.key, record.value) == (f"k{offset}".encode(), f"v{offset}".encode())
+
+
+def restart_and_check_acknowledged(rill, client: AdminClient, topic: str, partitions: int, acked):
+    """Restarts `rill` (after a kill), reads the topic back and checks the server's promise:
+    offsets dense in every partition, and every acknowledged `(partition, offset, value)`
+    stored at its offset with its value. Returns what was stored."""
+    rill.restart()
+    wait_for_leaders(client, topic, partitions)
+    stored = read_all(rill.bootstrap, topic, partitions)
+    for p, records in stored.items():
+        assert sorted(records) == list(range(len(records))), f"partition {p} has offset gaps"
+    for p, offset, value in acked:
+        assert offset in stored[p], f"acknowledged record {p}/{offset} is missing after restart"
+        assert stored[p][offset].value == value, (
+            f"acknowledged record {p}/{offset} changed: {stored[p][offset].value[:24]!r} "
+            f"!= {value[:24]!r}"
+        )
+    return stored

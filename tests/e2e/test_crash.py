@@ -6,7 +6,7 @@ import time
 
 from confluent_kafka import Producer
 
-from kafka_helpers import create_topic, read_all, unique_topic, wait_for_leaders
+from kafka_helpers import create_topic, restart_and_check_acknowledged, unique_topic
 
 PARTITIONS = 3
 PRODUCE_BEFORE_KILL_S = 2.0
@@ -84,18 +84,7 @@ def test_acknowledged_records_survive_kill9(rill):
     ), f"only {killed_at_acked} records acknowledged in {PRODUCE_BEFORE_KILL_S} s"
     assert sequence > len(acked), "the kill must land mid-stream, with records in flight"
 
-    rill.restart()
-    wait_for_leaders(admin, topic, PARTITIONS)
-    stored = read_all(rill.bootstrap, topic, PARTITIONS)
-
-    for p, records in stored.items():
-        assert sorted(records) == list(range(len(records))), f"partition {p} has offset gaps"
-    for p, offset, value in acked:
-        assert offset in stored[p], f"acknowledged record {p}/{offset} is missing after restart"
-        assert stored[p][offset].value == value, (
-            f"acknowledged record {p}/{offset} changed: {stored[p][offset].value[:20]!r} "
-            f"!= {value[:20]!r}"
-        )
+    stored = restart_and_check_acknowledged(rill, admin, topic, PARTITIONS, acked)
     # Unacknowledged records may or may not have survived, and without idempotence a retry
     # may store one twice: only the acknowledged set and density are the server's promise.
     print(

@@ -7,7 +7,7 @@ import time
 
 from confluent_kafka import Producer
 
-from kafka_helpers import create_topic, read_all, unique_topic, wait_for_leaders
+from kafka_helpers import create_topic, restart_and_check_acknowledged, unique_topic
 
 PARTITIONS = 2
 PRODUCERS = 4
@@ -73,18 +73,7 @@ def test_acknowledged_records_survive_kill9_with_flush_every_message(rill):
     ), f"only {killed_at_acked} records acknowledged in {PRODUCE_BEFORE_KILL_S} s"
     assert sum(sequences) > len(acked), "the kill must land mid-stream, with records in flight"
 
-    rill.restart()
-    wait_for_leaders(admin, topic, PARTITIONS)
-    stored = read_all(rill.bootstrap, topic, PARTITIONS)
-
-    for p, records in stored.items():
-        assert sorted(records) == list(range(len(records))), f"partition {p} has offset gaps"
-    for p, offset, value in acked:
-        assert offset in stored[p], f"acknowledged record {p}/{offset} is missing after restart"
-        assert stored[p][offset].value == value, (
-            f"acknowledged record {p}/{offset} changed: {stored[p][offset].value[:24]!r} "
-            f"!= {value[:24]!r}"
-        )
+    stored = restart_and_check_acknowledged(rill, admin, topic, PARTITIONS, acked)
     print(
         f"produced {sum(sequences)}, acknowledged {len(acked)} ({killed_at_acked} before "
         f"the kill), stored {sum(len(r) for r in stored.values())}"

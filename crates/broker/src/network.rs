@@ -915,18 +915,14 @@ mod tests {
         server.shutdown().await;
     }
 
-    #[tokio::test]
-    async fn parked_fetches_hold_no_request_slot() {
+    /// Creates a one-partition topic over `sock` (correlation id 1) and waits for the answer.
+    async fn create_topic(sock: &mut TcpStream, name: &str) {
         use rill_protocol::generated::create_topics_request::{
             CreatableTopic, CreateTopicsRequest,
         };
-        use rill_protocol::generated::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
-
-        let (server, _dir) = server(&[("queued.max.requests", "2")]).await;
-        let mut admin = TcpStream::connect(server.local_addr).await.unwrap();
         let create = CreateTopicsRequest {
             topics: vec![CreatableTopic {
-                name: "quiet".into(),
+                name: name.into(),
                 num_partitions: 1,
                 replication_factor: 1,
                 ..Default::default()
@@ -934,11 +930,19 @@ mod tests {
             timeout_ms: 5_000,
             ..Default::default()
         };
-        admin
-            .write_all(&request(ApiKey::CreateTopics, 4, 1, &create))
+        sock.write_all(&request(ApiKey::CreateTopics, 4, 1, &create))
             .await
             .unwrap();
-        response_body(&mut admin).await;
+        response_body(sock).await;
+    }
+
+    #[tokio::test]
+    async fn parked_fetches_hold_no_request_slot() {
+        use rill_protocol::generated::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+
+        let (server, _dir) = server(&[("queued.max.requests", "2")]).await;
+        let mut admin = TcpStream::connect(server.local_addr).await.unwrap();
+        create_topic(&mut admin, "quiet").await;
         // Four fetches of an empty partition, each parked for a minute: twice the slots.
         let fetch = FetchRequest {
             replica_id: -1,
@@ -996,9 +1000,6 @@ mod tests {
 
     #[tokio::test]
     async fn fetch_sends_records_from_the_segment_files() {
-        use rill_protocol::generated::create_topics_request::{
-            CreatableTopic, CreateTopicsRequest,
-        };
         use rill_protocol::generated::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
         use rill_protocol::generated::fetch_response::FetchResponse;
         use rill_protocol::generated::produce_request::{
@@ -1009,20 +1010,7 @@ mod tests {
 
         let (server, _dir) = server(&[]).await;
         let mut sock = TcpStream::connect(server.local_addr).await.unwrap();
-        let create = CreateTopicsRequest {
-            topics: vec![CreatableTopic {
-                name: "zc".into(),
-                num_partitions: 1,
-                replication_factor: 1,
-                ..Default::default()
-            }],
-            timeout_ms: 5_000,
-            ..Default::default()
-        };
-        sock.write_all(&request(ApiKey::CreateTopics, 4, 1, &create))
-            .await
-            .unwrap();
-        response_body(&mut sock).await;
+        create_topic(&mut sock, "zc").await;
         // Batches larger than a socket buffer, so that sendfile writes partially.
         let mut sent = Vec::new();
         for i in 0..6u8 {
