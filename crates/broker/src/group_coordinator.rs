@@ -9,20 +9,27 @@
 //! 2. A call that parks (JoinGroup, SyncGroup) gets a responder id; its oneshot waits in
 //!    `pending` until an output names that id, possibly many calls or ticks later.
 //! 3. `Output::Persist` records are appended to their `__consumer_offsets` partitions in
-//!    the order the outputs came, and the responses that depend on them wait until the
-//!    high watermark has passed them (Kafka appends these with acks=all), so no client
-//!    hears of a commit or an assignment that a crash of this broker could lose. The wait
-//!    runs beside the coordinator task, which goes on serving. A failed write answers those
-//!    requests with the mapped error and reloads the partition from the log, which
-//!    rebuilds exactly what was written; a failed wait (leadership moved, timeout) only
-//!    answers with the mapped error: the records stay in the log and the state machine
-//!    agrees with it, whether they later commit here or are truncated after a move.
-//! 4. Between events the task sleeps until [`GroupCoordinator::next_deadline`] and then
+//!    the order the outputs came, and the state machine is told where each batch ended.
+//!    The responses that depend on them wait until the high watermark has passed them
+//!    (Kafka appends these with acks=all), so no client hears of a commit or an
+//!    assignment that a crash of this broker could lose. The wait runs beside the
+//!    coordinator task, which goes on serving; when it ends, the task reports the high
+//!    watermark to the state machine ([`GroupCoordinator::commit_up_to`], which makes the
+//!    offsets visible to OffsetFetch) before it sends the responses, so a client reads
+//!    its own commit. A failed write answers those requests with the mapped error and
+//!    reloads the partition from the log, which rebuilds exactly what was written; a
+//!    failed wait (leadership moved, timeout) only answers with the mapped error: the
+//!    records stay in the log, invisible to reads, and the state machine agrees with the
+//!    log whether they later commit here or are truncated after a move.
+//! 4. While offset records are above the high watermark (a timed-out wait, or a loaded
+//!    tail), the task polls the partition's high watermark every [`HW_POLL`] and
+//!    reports it, so they become visible once replicated without a later write.
+//! 5. Between events the task sleeps until [`GroupCoordinator::next_deadline`] and then
 //!    calls `tick` (session timeouts, rebalance timeouts, the initial delay, offset expiry).
-//! 5. The coordinator serves the groups of the `__consumer_offsets` partitions this broker
+//! 6. The coordinator serves the groups of the `__consumer_offsets` partitions this broker
 //!    leads: when the metadata publisher makes it a partition's leader, the partition is
-//!    replayed from the log ([`GroupCoordinatorHandle::elect`]) before its groups are
-//!    served; when leadership moves away its groups are dropped
+//!    replayed from the log ([`GroupCoordinatorHandle::elect`]; what is above the high
+//!    watermark is replayed as uncommitted) before its groups are served; when leadership moves away its groups are dropped
 //!    ([`GroupCoordinatorHandle::resign`]) and their clients told NOT_COORDINATOR, so that
 //!    they find the new coordinator, which replays the same records.
 //!
@@ -58,6 +65,10 @@ const CALL_QUEUE_DEPTH: usize = 1024;
 /// Largest batch of `__consumer_offsets` decoded while loading.
 const LOAD_MAX_DECOMPRESSED_BYTES: usize = 64 * 1024 * 1024;
 const LOAD_READ_BYTES: usize = 1024 * 1024;
+/// Ended replication waits queued for the coordinator task; waiters wait beyond this.
+const REPLICATED_QUEUE_DEPTH: usize = 1024;
+/// How often the high watermark of a partition with invisible offset records is read.
+const HW_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// A request for the coordinator.
 pub enum GroupCall {
@@ -142,6 +153,14 @@ struct Runtime {
     commit_timeout: std::time::Duration,
     pending: HashMap<u64, oneshot::Sender<GroupReply>>,
     next_responder: u64,
+    replicated: mpsc::Sender<Replicated>,
+}
+
+/// A wait for the high watermark that succeeded: each (partition, offset) was passed;
+/// the responses go out once the state machine has heard of it.
+struct Replicated {
+    reached: Vec<(i32, i64)>,
+    responses: Vec<(oneshot::Sender<GroupReply>, Response)>,
 }
 
 /// Starts the coordinator task; it serves no partition until [`GroupCoordinatorHandle::elect`].
@@ -155,6 +174,7 @@ pub fn start(config: GroupConfig, replicas: Arc<ReplicaManager>) -> GroupCoordin
             .try_into()
             .unwrap_or([7; 8]),
     );
+    let (replicated, replicated_rx) = mpsc::channel(REPLICATED_QUEUE_DEPTH);
     let runtime = Runtime {
         coordinator: GroupCoordinator::new(config, seed),
         replicas,
@@ -162,15 +182,23 @@ pub fn start(config: GroupConfig, replicas: Arc<ReplicaManager>) -> GroupCoordin
         commit_timeout,
         pending: HashMap::new(),
         next_responder: 1,
+        replicated,
     };
     let (tx, rx) = mpsc::channel(CALL_QUEUE_DEPTH);
-    tokio::spawn(runtime.run(rx));
+    tokio::spawn(runtime.run(rx, replicated_rx));
     GroupCoordinatorHandle { tx }
 }
 
 impl Runtime {
-    async fn run(mut self, mut rx: mpsc::Receiver<Envelope>) {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Envelope>,
+        mut replicated_rx: mpsc::Receiver<Replicated>,
+    ) {
+        let mut hw_poll = tokio::time::interval(HW_POLL);
+        hw_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let polling = !self.coordinator.uncommitted_partitions().is_empty();
             let deadline = self.coordinator.next_deadline();
             let sleep = async {
                 match deadline {
@@ -186,10 +214,35 @@ impl Runtime {
                     Some((call, reply)) => self.dispatch(call, reply),
                     None => return,
                 },
+                Some(done) = replicated_rx.recv() => self.on_replicated(done),
+                _ = hw_poll.tick(), if polling => self.report_high_watermarks(),
                 _ = sleep => {
                     let outputs = self.coordinator.tick(now_ms());
                     self.act(outputs);
                 }
+            }
+        }
+    }
+
+    fn on_replicated(&mut self, done: Replicated) {
+        for (partition, offset) in done.reached {
+            self.coordinator.commit_up_to(partition, offset);
+        }
+        for (tx, response) in done.responses {
+            let _ = tx.send(GroupReply::Response(response));
+        }
+    }
+
+    /// Tells the state machine the high watermark of every partition with offset
+    /// records it does not serve yet.
+    fn report_high_watermarks(&mut self) {
+        for partition in self.coordinator.uncommitted_partitions() {
+            let tp = TopicPartition {
+                topic: OFFSETS_TOPIC.to_string(),
+                partition,
+            };
+            if let Ok(o) = self.replicas.offsets(&tp) {
+                self.coordinator.commit_up_to(partition, o.high_watermark);
             }
         }
     }
@@ -256,39 +309,54 @@ impl Runtime {
         for output in outputs {
             match output {
                 Output::Respond(r) => self.send(r),
-                Output::Persist { records, responses } => match self.persist(&records) {
-                    Ok(appended) => self.answer_when_replicated(appended, responses),
-                    Err((code, failed_partitions)) => {
-                        for r in responses {
-                            let response = r.response.failed(code.code());
-                            self.send(Respond {
-                                responder: r.responder,
-                                response,
-                            });
-                        }
-                        for p in failed_partitions {
-                            let outputs = self.coordinator.unload_partition(p);
-                            self.act(outputs);
-                            self.load(p);
-                        }
+                Output::Persist {
+                    write,
+                    records,
+                    responses,
+                } => {
+                    let (appended, failed) = self.persist(&records);
+                    for a in &appended {
+                        self.coordinator
+                            .appended(write, a.tp.partition, a.end_offset);
                     }
-                },
+                    if failed.is_empty() {
+                        self.answer_when_replicated(appended, responses);
+                        continue;
+                    }
+                    for r in responses {
+                        let response = r
+                            .response
+                            .failed(ErrorCode::COORDINATOR_NOT_AVAILABLE.code());
+                        self.send(Respond {
+                            responder: r.responder,
+                            response,
+                        });
+                    }
+                    for p in failed {
+                        let outputs = self.coordinator.unload_partition(p);
+                        self.act(outputs);
+                        self.load(p);
+                    }
+                }
             }
         }
     }
 
     /// Sends `responses` once every appended batch is below its partition's high
     /// watermark (Kafka's DelayedProduce with acks=all, bounded by
-    /// `offsets.commit.timeout.ms`), or with the mapped error when the wait fails.
+    /// `offsets.commit.timeout.ms`), through the coordinator task so that the state
+    /// machine hears of it first; or at once with the mapped error when the wait fails.
     fn answer_when_replicated(&mut self, appended: Vec<Appended>, responses: Vec<Respond>) {
         let waiting: Vec<(oneshot::Sender<GroupReply>, Response)> = responses
             .into_iter()
             .filter_map(|r| self.pending.remove(&r.responder).map(|tx| (tx, r.response)))
             .collect();
         if waiting.is_empty() {
+            // Nothing to answer; the high-watermark poll makes the records visible.
             return;
         }
         let replicas = self.replicas.clone();
+        let replicated = self.replicated.clone();
         let deadline = tokio::time::Instant::now() + self.commit_timeout;
         tokio::spawn(async move {
             let mut error = ErrorCode::NONE;
@@ -304,21 +372,30 @@ impl Runtime {
                     break;
                 }
             }
-            for (tx, response) in waiting {
-                let response = if error == ErrorCode::NONE {
-                    response
-                } else {
-                    let code = replication_error(error, &response);
-                    response.failed(code.code())
+            if error == ErrorCode::NONE {
+                let reached = appended
+                    .iter()
+                    .map(|a| (a.tp.partition, a.end_offset))
+                    .collect();
+                let done = Replicated {
+                    reached,
+                    responses: waiting,
                 };
-                let _ = tx.send(GroupReply::Response(response));
+                // Fails only when the coordinator is gone; the dropped senders then
+                // answer COORDINATOR_NOT_AVAILABLE.
+                let _ = replicated.send(done).await;
+                return;
+            }
+            for (tx, response) in waiting {
+                let code = replication_error(error, &response);
+                let _ = tx.send(GroupReply::Response(response.failed(code.code())));
             }
         });
     }
 
     /// Appends records to their partitions, one batch per partition; says where each
-    /// batch ended, for [`Runtime::answer_when_replicated`].
-    fn persist(&self, records: &[(i32, Record)]) -> Result<Vec<Appended>, (ErrorCode, Vec<i32>)> {
+    /// batch ended, for [`Runtime::answer_when_replicated`], and which partitions failed.
+    fn persist(&self, records: &[(i32, Record)]) -> (Vec<Appended>, Vec<i32>) {
         let mut by_partition: HashMap<i32, Vec<&Record>> = HashMap::new();
         for (p, r) in records {
             by_partition.entry(*p).or_default().push(r);
@@ -353,11 +430,7 @@ impl Runtime {
                 }
             }
         }
-        if failed.is_empty() {
-            Ok(appended)
-        } else {
-            Err((ErrorCode::COORDINATOR_NOT_AVAILABLE, failed))
-        }
+        (appended, failed)
     }
 
     /// Replays one partition of `__consumer_offsets` into the state machine.
@@ -371,9 +444,11 @@ impl Runtime {
             topic: OFFSETS_TOPIC.to_string(),
             partition: p,
         };
-        let mut offset = match self.replicas.offsets(&tp) {
-            Ok(o) => o.log_start_offset,
-            Err(_) => 0,
+        // Records at or above the high watermark may not be on every in-sync replica
+        // yet: they are replayed as uncommitted, served once the mark passes them.
+        let (mut offset, high_watermark) = match self.replicas.offsets(&tp) {
+            Ok(o) => (o.log_start_offset, o.high_watermark),
+            Err(_) => (0, 0),
         };
         let mut replayed = 0usize;
         loop {
@@ -398,7 +473,12 @@ impl Runtime {
                     let Some(record) = decode_record(r.key.as_deref(), r.value.as_deref()) else {
                         continue;
                     };
-                    if let Err(e) = self.coordinator.replay(p, &record) {
+                    let replayed_one = if r.offset < high_watermark {
+                        self.coordinator.replay(p, &record)
+                    } else {
+                        self.coordinator.replay_uncommitted(p, r.offset, &record)
+                    };
+                    if let Err(e) = replayed_one {
                         tracing::warn!(%tp, offset = r.offset, error = %e, "record not replayed");
                     }
                     replayed += 1;
@@ -409,6 +489,9 @@ impl Runtime {
             }
         }
         self.coordinator.load_partition_done(p, now_ms());
+        if let Ok(o) = self.replicas.offsets(&tp) {
+            self.coordinator.commit_up_to(p, o.high_watermark);
+        }
         if replayed > 0 {
             tracing::info!(%tp, records = replayed, "loaded group coordinator partition");
         }

@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 
+use crate::committed_offsets::WriteId;
 use crate::error::error_code;
 use crate::record::Record;
 
@@ -390,11 +391,14 @@ pub struct Respond {
 pub enum Output {
     /// Send this response now.
     Respond(Respond),
-    /// Append `records` (each with its `__consumer_offsets` partition) and, once they are
-    /// all written, send `responses`; if a write fails, send `Response::failed` versions
-    /// and reload the partition (`unload_partition` then load), which rebuilds exactly
-    /// the state that was written.
+    /// Append `records` (each with its `__consumer_offsets` partition), report where each
+    /// partition's batch ended ([`crate::GroupCoordinator::appended`] with `write`), and
+    /// once the high watermark has passed them report it
+    /// ([`crate::GroupCoordinator::commit_up_to`]) and then send `responses`; if a write
+    /// fails, send `Response::failed` versions and reload the partition
+    /// (`unload_partition` then load), which rebuilds exactly the state that was written.
     Persist {
+        write: WriteId,
         records: Vec<(i32, Record)>,
         responses: Vec<Respond>,
     },

@@ -5,15 +5,20 @@
 //! Each call returns [`Output`]s. A call that wrote records returns exactly one
 //! [`Output::Persist`] holding the records and every response of the call, so nothing
 //! is acknowledged before it is durable; a call without records returns plain
-//! [`Output::Respond`]s. The state is updated when the records are produced; if their
-//! write fails the broker reloads the partition, which rebuilds the state that was
-//! written (the same outcome as Kafka's revert to the last committed snapshot).
+//! [`Output::Respond`]s. The groups are updated when the records are produced, so that
+//! the next decision sees them; reads of offsets see only what is replicated
+//! ([`crate::committed_offsets`]: the broker reports each write's end offset with
+//! [`GroupCoordinator::appended`] and the high watermark with
+//! [`GroupCoordinator::commit_up_to`]). If a write fails the broker reloads the
+//! partition, which rebuilds the state that was written (the same outcome as Kafka's
+//! revert to the last committed snapshot).
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
 use crate::api::*;
+use crate::committed_offsets::{CommittedOffsets, WriteId};
 use crate::error::{error_code, GroupError};
 use crate::group::{ClassicGroup, ClassicGroupMember, ClassicGroupState, JoinTimer};
 use crate::partition_for;
@@ -103,15 +108,26 @@ impl Effects {
         self.records.push((partition, record));
     }
 
-    fn into_outputs(self) -> Vec<Output> {
+    /// The call's outputs; a write is named `write` and its offset records are queued
+    /// in `read` until they are replicated.
+    fn into_outputs(self, write: WriteId, read: &mut CommittedOffsets) -> Vec<Output> {
         if self.records.is_empty() {
-            self.responses.into_iter().map(Output::Respond).collect()
-        } else {
-            vec![Output::Persist {
-                records: self.records,
-                responses: self.responses,
-            }]
+            return self.responses.into_iter().map(Output::Respond).collect();
         }
+        let mut by_partition: BTreeMap<i32, Vec<OffsetCommitRecord>> = BTreeMap::new();
+        for (p, r) in &self.records {
+            if let Record::OffsetCommit(r) = r {
+                by_partition.entry(*p).or_default().push(r.clone());
+            }
+        }
+        for (p, records) in by_partition {
+            read.written(p, write, None, records);
+        }
+        vec![Output::Persist {
+            write,
+            records: self.records,
+            responses: self.responses,
+        }]
     }
 }
 
@@ -126,6 +142,9 @@ pub struct GroupCoordinator {
     /// coordinators and restarts while tests stay deterministic.
     rng: u64,
     join_seq: u64,
+    /// What OffsetFetch serves: offsets as of each partition's high watermark.
+    read: CommittedOffsets,
+    next_write: u64,
 }
 
 /// Everything a group transition may touch besides the group itself.
@@ -1044,7 +1063,44 @@ impl GroupCoordinator {
             timer: Timer::default(),
             rng: seed,
             join_seq: 0,
+            read: CommittedOffsets::default(),
+            next_write: 0,
         }
+    }
+
+    /// Turns a call's effects into its outputs, naming its write if it has one.
+    fn finish(&mut self, fx: Effects) -> Vec<Output> {
+        let write = WriteId(self.next_write);
+        if !fx.records.is_empty() {
+            self.next_write += 1;
+        }
+        fx.into_outputs(write, &mut self.read)
+    }
+
+    /// The broker appended the `partition` records of `write` (an [`Output::Persist`]);
+    /// its batch ended before `end_offset` (its last offset + 1).
+    pub fn appended(&mut self, write: WriteId, partition: i32, end_offset: i64) {
+        self.read.appended(partition, write, end_offset);
+    }
+
+    /// The high watermark of `partition` reached `offset`: the offset records written
+    /// below it become visible to OffsetFetch. Returns how many records that made visible.
+    pub fn commit_up_to(&mut self, partition: i32, offset: i64) -> usize {
+        if !self.partitions.contains_key(&partition) {
+            return 0;
+        }
+        self.read.commit_up_to(partition, offset)
+    }
+
+    /// The partitions with offset records that OffsetFetch does not serve yet, whose high
+    /// watermark the broker should report when it moves.
+    pub fn uncommitted_partitions(&self) -> Vec<i32> {
+        self.read.pending_partitions().collect()
+    }
+
+    /// Offset records written to `partition` that OffsetFetch does not serve yet.
+    pub fn uncommitted_offset_records(&self, partition: i32) -> usize {
+        self.read.pending_records(partition)
     }
 
     pub fn config(&self) -> &GroupConfig {
@@ -1120,7 +1176,7 @@ impl GroupCoordinator {
                 responder,
                 Response::JoinGroup(JoinGroupResponse::error(&req.member_id, code)),
             );
-            return fx.into_outputs();
+            return self.finish(fx);
         }
         let partition = self.partition_for(&req.group_id);
         self.groups
@@ -1131,7 +1187,7 @@ impl GroupCoordinator {
         if let Some(g) = groups.get_mut(&group_id) {
             cx.join(g, req, responder);
         }
-        fx.into_outputs()
+        self.finish(fx)
     }
 
     /// SyncGroup. A follower's response is parked until the leader's SyncGroup arrives.
@@ -1156,14 +1212,14 @@ impl GroupCoordinator {
                 responder,
                 Response::SyncGroup(SyncGroupResponse::error(code)),
             );
-            return fx.into_outputs();
+            return self.finish(fx);
         }
         let group_id = req.group_id.clone();
         let (groups, mut cx) = self.split(now_ms, &mut fx);
         if let Some(g) = groups.get_mut(&group_id) {
             cx.sync(g, req, responder);
         }
-        fx.into_outputs()
+        self.finish(fx)
     }
 
     /// Heartbeat; answered at once and never writes records.
@@ -1218,7 +1274,7 @@ impl GroupCoordinator {
             }
         };
         fx.respond(responder, Response::LeaveGroup(response));
-        fx.into_outputs()
+        self.finish(fx)
     }
 
     /// OffsetCommit; the response waits for the offset records.
@@ -1259,7 +1315,7 @@ impl GroupCoordinator {
             }
         };
         fx.respond(responder, Response::OffsetCommit(response));
-        fx.into_outputs()
+        self.finish(fx)
     }
 
     /// OffsetFetch for one group; answered at once.
@@ -1270,9 +1326,11 @@ impl GroupCoordinator {
                 topics: Vec::new(),
             };
         }
-        let group = self.groups.get(&req.group_id);
+        // Only what is replicated: a commit still above the high watermark could be
+        // truncated, and a committed offset must never go backwards.
+        let group = self.read.group(&req.group_id);
         let partition_response = |topic: &str, partition: i32| match group
-            .and_then(|g| g.offsets.get(&(topic.to_owned(), partition)))
+            .and_then(|offsets| offsets.get(&(topic.to_owned(), partition)))
         {
             Some(v) => OffsetFetchResponsePartition {
                 partition_index: partition,
@@ -1304,8 +1362,8 @@ impl GroupCoordinator {
             None => {
                 let mut by_topic: BTreeMap<&str, Vec<OffsetFetchResponsePartition>> =
                     BTreeMap::new();
-                if let Some(g) = group {
-                    for (topic, partition) in g.offsets.keys() {
+                if let Some(offsets) = group {
+                    for (topic, partition) in offsets.keys() {
                         by_topic
                             .entry(topic.as_str())
                             .or_default()
@@ -1388,7 +1446,7 @@ impl GroupCoordinator {
             }
         };
         fx.respond(responder, Response::OffsetDelete(response));
-        fx.into_outputs()
+        self.finish(fx)
     }
 
     /// DescribeGroups; answered at once.
@@ -1531,7 +1589,7 @@ impl GroupCoordinator {
             responder,
             Response::DeleteGroups(DeleteGroupsResponse { results }),
         );
-        fx.into_outputs()
+        self.finish(fx)
     }
 
     /// Tombstones for every offset and the metadata; the group is forgotten.
@@ -1560,7 +1618,7 @@ impl GroupCoordinator {
             };
             self.fire(key, now_ms, &mut fx);
         }
-        fx.into_outputs()
+        self.finish(fx)
     }
 
     /// When `tick` next has something to do.
@@ -1663,9 +1721,41 @@ impl GroupCoordinator {
         outputs
     }
 
-    /// Applies one record read from `__consumer_offsets` during a load. Later records
-    /// win; a tombstone deletes.
+    /// Applies one record read from `__consumer_offsets` during a load, one that is below
+    /// the partition's high watermark (committed). Later records win; a tombstone deletes.
     pub fn replay(&mut self, partition: i32, record: &Record) -> Result<(), GroupError> {
+        self.replay_into_groups(partition, record)?;
+        if let Record::OffsetCommit(r) = record {
+            self.read.apply(r);
+        }
+        Ok(())
+    }
+
+    /// Like [`GroupCoordinator::replay`] for a record at `offset` at or above the
+    /// high watermark: the groups take it at once, OffsetFetch only once
+    /// [`GroupCoordinator::commit_up_to`] passes it (a new leader's tail may not be on
+    /// every in-sync replica yet).
+    pub fn replay_uncommitted(
+        &mut self,
+        partition: i32,
+        offset: i64,
+        record: &Record,
+    ) -> Result<(), GroupError> {
+        self.replay_into_groups(partition, record)?;
+        if let Record::OffsetCommit(r) = record {
+            let write = WriteId(self.next_write);
+            self.next_write += 1;
+            self.read.written(
+                partition,
+                write,
+                Some(offset.saturating_add(1)),
+                vec![r.clone()],
+            );
+        }
+        Ok(())
+    }
+
+    fn replay_into_groups(&mut self, partition: i32, record: &Record) -> Result<(), GroupError> {
         if self.partitions.get(&partition) != Some(&PartitionState::Loading) {
             return Err(GroupError::PartitionNotLoading { partition });
         }
@@ -1746,6 +1836,8 @@ impl GroupCoordinator {
     pub fn unload_partition(&mut self, partition: i32) -> Vec<Output> {
         let mut fx = Effects::default();
         self.partitions.remove(&partition);
+        let n = self.config.offsets_topic_num_partitions;
+        self.read.unload(partition, |group| partition_for(group, n));
         let ids: Vec<String> = self
             .groups
             .values()
@@ -1779,7 +1871,7 @@ impl GroupCoordinator {
         if self.partitions.is_empty() {
             self.timer.cancel(&TimerKey::OffsetExpiration);
         }
-        fx.into_outputs()
+        self.finish(fx)
     }
 
     /// The group's state, if this node knows the group.
@@ -1792,22 +1884,8 @@ impl GroupCoordinator {
         self.groups.get(group_id).map(|g| g.generation_id)
     }
 
-    /// Every committed offset this node holds.
+    /// Every committed offset this node holds: what OffsetFetch would serve.
     pub fn committed_offsets(&self) -> BTreeMap<OffsetCommitKey, OffsetCommitValue> {
-        self.groups
-            .values()
-            .flat_map(|g| {
-                g.offsets.iter().map(|((topic, partition), v)| {
-                    (
-                        OffsetCommitKey {
-                            group: g.group_id.clone(),
-                            topic: topic.clone(),
-                            partition: *partition,
-                        },
-                        v.clone(),
-                    )
-                })
-            })
-            .collect()
+        self.read.all()
     }
 }

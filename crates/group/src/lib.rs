@@ -5,11 +5,15 @@
 //!
 //! The broker owns the sockets and the `__consumer_offsets` log. It calls
 //! [`GroupCoordinator`] with each request, a responder token and the time; it appends
-//! the [`Record`]s of every [`Output::Persist`] and then sends its responses; it calls
+//! the [`Record`]s of every [`Output::Persist`], says where they landed
+//! ([`GroupCoordinator::appended`]), and once its high watermark has passed them says so
+//! ([`GroupCoordinator::commit_up_to`]) and sends the responses; it calls
 //! [`GroupCoordinator::tick`] when [`GroupCoordinator::next_deadline`] is due; and when it
 //! becomes coordinator of a partition it replays the partition's records between
 //! [`GroupCoordinator::load_partition_start`] and
-//! [`GroupCoordinator::load_partition_done`].
+//! [`GroupCoordinator::load_partition_done`] (those at or above the high watermark with
+//! [`GroupCoordinator::replay_uncommitted`]). OffsetFetch serves only offsets whose
+//! records are below the high watermark (DESIGN.md's invariant 9).
 //!
 //! ```
 //! use rill_group::*;
@@ -88,6 +92,7 @@
 //! session timeout), after which the members that hold it up are removed.
 
 mod api;
+mod committed_offsets;
 mod coordinator;
 mod error;
 mod group;
@@ -99,6 +104,7 @@ mod timer;
 mod tests;
 
 pub use api::*;
+pub use committed_offsets::WriteId;
 pub use coordinator::{GroupConfig, GroupCoordinator};
 pub use error::{error_code, GroupError};
 pub use group::{ClassicGroupState, UnknownGroupState};

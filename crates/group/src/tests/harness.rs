@@ -1,6 +1,8 @@
 //! A test driver: a coordinator owning every partition, a clock, and helpers that send
 //! requests and pick responses out of the outputs.
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
 
 use crate::*;
@@ -14,6 +16,18 @@ pub(crate) struct H {
     next: u64,
     /// Every record persisted so far, in order.
     pub log: Vec<(i32, Record)>,
+    /// The offset of each record of `log` in its partition.
+    pub log_offsets: Vec<i64>,
+    /// Each partition's log end offset.
+    pub log_end: BTreeMap<i32, i64>,
+    /// Each partition's high watermark, moved by `commit_up_to`.
+    pub hw: BTreeMap<i32, i64>,
+    /// While set, writes stay above the high watermark (their responses held) until
+    /// `commit_up_to` passes them, as when the followers cannot fetch; otherwise every
+    /// write is replicated at once.
+    pub hold_commits: bool,
+    /// Responses of held writes, with the (partition, end offset) each waits for.
+    held: Vec<(Vec<(i32, i64)>, Vec<Respond>)>,
     /// Every response sent so far.
     pub sent: Vec<Respond>,
 }
@@ -42,6 +56,11 @@ impl H {
             now: 0,
             next: 0,
             log: Vec::new(),
+            log_offsets: Vec::new(),
+            log_end: BTreeMap::new(),
+            hw: BTreeMap::new(),
+            hold_commits: false,
+            held: Vec::new(),
             sent: Vec::new(),
         }
     }
@@ -56,14 +75,66 @@ impl H {
         for o in outputs {
             match o {
                 Output::Respond(r) => out.push(r),
-                Output::Persist { records, responses } => {
-                    self.log.extend(records);
-                    out.extend(responses);
+                Output::Persist {
+                    write,
+                    records,
+                    responses,
+                } => {
+                    let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
+                    for (p, r) in records {
+                        let end = self.log_end.entry(p).or_insert(0);
+                        self.log_offsets.push(*end);
+                        *end += 1;
+                        ends.insert(p, *end);
+                        self.log.push((p, r));
+                    }
+                    for (p, end) in &ends {
+                        self.c.appended(write, *p, *end);
+                    }
+                    if self.hold_commits {
+                        self.held.push((ends.into_iter().collect(), responses));
+                    } else {
+                        for (p, end) in ends {
+                            self.hw.insert(p, end);
+                            self.c.commit_up_to(p, end);
+                        }
+                        out.extend(responses);
+                    }
                 }
             }
         }
         self.sent.extend(out.iter().cloned());
         out
+    }
+
+    /// The high watermark of `partition` reaches `offset` (capped at its log end): the
+    /// coordinator hears of it, then the held responses whose writes are all below their
+    /// partitions' high watermarks are sent, as the broker does.
+    pub fn commit_up_to(&mut self, partition: i32, offset: i64) -> Vec<Respond> {
+        let end = self.log_end.get(&partition).copied().unwrap_or(0);
+        let hw = self.hw.entry(partition).or_insert(0);
+        *hw = (*hw).max(offset.min(end));
+        let hw = *hw;
+        self.c.commit_up_to(partition, hw);
+        let mut out = Vec::new();
+        let held = std::mem::take(&mut self.held);
+        for (ends, responses) in held {
+            if ends
+                .iter()
+                .all(|(p, end)| self.hw.get(p).copied().unwrap_or(0) >= *end)
+            {
+                out.extend(responses);
+            } else {
+                self.held.push((ends, responses));
+            }
+        }
+        self.sent.extend(out.iter().cloned());
+        out
+    }
+
+    /// The log end offset of `partition`.
+    pub fn end_of(&self, partition: i32) -> i64 {
+        self.log_end.get(&partition).copied().unwrap_or(0)
     }
 
     pub fn advance(&mut self, ms: i64) -> Vec<Respond> {
@@ -221,6 +292,33 @@ impl H {
         partition: i32,
         offset: i64,
     ) -> i16 {
+        let r = self.commit_unanswered(group, member, generation, topic, partition, offset);
+        self.commit_answer(r).expect("answered")
+    }
+
+    /// The error code of OffsetCommit `responder`, once answered.
+    pub fn commit_answer(&self, responder: u64) -> Option<i16> {
+        self.sent
+            .iter()
+            .rev()
+            .find(|s| s.responder == responder)
+            .map(|s| match &s.response {
+                Response::OffsetCommit(c) => c.topics[0].partitions[0].error_code,
+                other => panic!("unexpected {other:?}"),
+            })
+    }
+
+    /// Sends an OffsetCommit as a member without waiting for an answer (which a held
+    /// write keeps back); returns its responder.
+    pub fn commit_unanswered(
+        &mut self,
+        group: &str,
+        member: &str,
+        generation: i32,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> u64 {
         let r = self.responder();
         let out = self.c.handle_offset_commit(
             OffsetCommitRequest {
@@ -243,11 +341,8 @@ impl H {
             self.now,
             r,
         );
-        let sent = self.absorb(out);
-        match &sent.last().expect("answered").response {
-            Response::OffsetCommit(c) => c.topics[0].partitions[0].error_code,
-            other => panic!("unexpected {other:?}"),
-        }
+        self.absorb(out);
+        r
     }
 
     pub fn fetch(&self, group: &str, topic: &str, partition: i32) -> (i64, i32, Option<String>) {

@@ -4,3 +4,4 @@ mod harness;
 mod offsets;
 mod rebalance;
 mod replay;
+mod visibility;

@@ -283,7 +283,10 @@ fn commit_returns_one_persist_with_its_response() {
         r,
     );
     assert_eq!(out.len(), 1);
-    let Output::Persist { records, responses } = &out[0] else {
+    let Output::Persist {
+        records, responses, ..
+    } = &out[0]
+    else {
         panic!("{out:?}")
     };
     let p = h.c.partition_for("s");
