@@ -3,21 +3,28 @@
 
 Each run starts three real `rill server` nodes on loopback (the e2e harness), creates a
 topic with one partition, three replicas and min.insync.replicas=2, runs an idempotent
-acks=all confluent-kafka producer against it, kills the partition leader with SIGKILL and
-reports the time from the kill to the first acknowledgement of a record produced after
-the kill. Prints every run and the distribution (min, median, p90, max).
+acks=all confluent-kafka producer against it, injects one fault and reports the time from
+the fault to the first acknowledgement of a record produced after it. Prints every run
+and the distribution (min, median, p90, max).
 
-    target/e2e-venv/bin/python bench/cluster_failover.py --runs 10
-    target/e2e-venv/bin/python bench/cluster_failover.py --runs 10 --session-timeout-ms 2000
+    target/e2e-venv/bin/python bench/cluster_failover.py --runs 20
+    target/e2e-venv/bin/python bench/cluster_failover.py --runs 20 --victim controller
+    target/e2e-venv/bin/python bench/cluster_failover.py --runs 20 --fault stop
 
-The broker's defaults are Kafka's (broker.session.timeout.ms=9000,
-broker.heartbeat.interval.ms=2000); a lease must lapse before the controller moves
-leadership, so failover time follows the session timeout. RILL_BIN picks the binary.
+--victim picks the node: `leader` (the partition's leader, whatever else it is),
+`leader-only` (a leader that is not the active controller: the topic is moved so that
+it is), or `controller` (the active controller, made the partition's leader too).
+--fault is `kill` (SIGKILL) or `stop` (SIGSTOP, held for --stop-seconds, then SIGCONT):
+a frozen process is what a partitioned one looks like to its peers, so it is judged by
+the session timeout, while a killed one is noticed at once because its quorum port
+refuses connections. RILL_BIN picks the binary.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -26,36 +33,92 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from kafka_helpers import ADMIN_TIMEOUT_S, admin, wait_for  # noqa: E402
 from rill_harness import RillCluster  # noqa: E402
-from test_cluster import AckedProducer, create_replicated_topic, leader_of  # noqa: E402
+from test_cluster import (  # noqa: E402
+    AckedProducer,
+    all_in_sync,
+    create_replicated_topic,
+    leader_of,
+)
+
+TOPIC = "failover"
 
 
-def one_run(workdir: Path, overrides: dict[str, str]) -> float:
+def active_controller(bootstrap: str) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return admin.describe_cluster(request_timeout=10).result(timeout=15).controller.id
+
+
+def create_topic_led_by(bootstrap: str, preferred: int, nodes: list[int]):
+    """The test topic, with `preferred` first in its replica list so that it leads."""
+    client = admin(bootstrap)
+    replicas = [preferred, *[n for n in nodes if n != preferred]]
+    futures = client.create_topics(
+        [
+            NewTopic(
+                TOPIC,
+                num_partitions=1,
+                replica_assignment=[replicas],
+                config={"min.insync.replicas": "2"},
+            )
+        ],
+        operation_timeout=ADMIN_TIMEOUT_S,
+        request_timeout=ADMIN_TIMEOUT_S,
+    )
+    futures[TOPIC].result(timeout=ADMIN_TIMEOUT_S)
+    wait_for(lambda: all_in_sync(client, TOPIC, 1, 3), 30, "the topic led and in sync")
+    return client
+
+
+def one_run(workdir: Path, overrides: dict[str, str], victim_kind: str, fault: str,
+            stop_s: float) -> tuple[float, str]:
     cluster = RillCluster(workdir, 3, overrides).start()
     try:
-        client = create_replicated_topic(
-            cluster.bootstrap, "failover", 1, 3, {"min.insync.replicas": "2"}
-        )
-        producer = AckedProducer(cluster.bootstrap, "failover", 0, rate_per_s=500)
+        nodes = sorted(cluster.nodes)
+        if victim_kind == "leader":
+            client = create_replicated_topic(
+                cluster.bootstrap, TOPIC, 1, 3, {"min.insync.replicas": "2"}
+            )
+        else:
+            controller = active_controller(cluster.bootstrap)
+            preferred = (
+                controller
+                if victim_kind == "controller"
+                else next(n for n in nodes if n != controller)
+            )
+            client = create_topic_led_by(cluster.bootstrap, preferred, nodes)
+        producer = AckedProducer(cluster.bootstrap, TOPIC, 0, rate_per_s=500)
         producer.start()
         try:
             deadline = time.monotonic() + 30
             while producer.acked_count() < 1000 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            victim = leader_of(client, "failover", 0)
-            cluster.node(victim).kill9()
-            killed_at = time.monotonic()
-            deadline = killed_at + 120
-            while time.monotonic() < deadline:
-                after = [
-                    t
-                    for t, v in list(producer.ack_times)
-                    if producer.sent_at[v] > killed_at
-                ]
-                if after:
-                    return min(after) - killed_at
-                time.sleep(0.01)
-            raise RuntimeError("no acknowledgement within 120 s of the kill")
+            victim = leader_of(client, TOPIC, 0)
+            role = "controller+leader" if victim == active_controller(cluster.bootstrap) else "leader"
+            node = cluster.node(victim)
+            if fault == "kill":
+                node.kill9()
+            else:
+                os.kill(node.pid, signal.SIGSTOP)
+            faulted_at = time.monotonic()
+            try:
+                deadline = faulted_at + 120
+                while time.monotonic() < deadline:
+                    after = [
+                        t
+                        for t, v in list(producer.ack_times)
+                        if producer.sent_at[v] > faulted_at
+                    ]
+                    if after:
+                        return min(after) - faulted_at, role
+                    time.sleep(0.01)
+                raise RuntimeError("no acknowledgement within 120 s of the fault")
+            finally:
+                if fault == "stop":
+                    time.sleep(max(0.0, faulted_at + stop_s - time.monotonic()))
+                    os.kill(node.pid, signal.SIGCONT)
         finally:
             producer.stop()
     finally:
@@ -65,6 +128,11 @@ def one_run(workdir: Path, overrides: dict[str, str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--victim", choices=["leader", "leader-only", "controller"],
+                        default="leader")
+    parser.add_argument("--fault", choices=["kill", "stop"], default="kill")
+    parser.add_argument("--stop-seconds", type=float, default=20.0,
+                        help="how long a stopped node stays frozen (--fault stop)")
     parser.add_argument("--session-timeout-ms", type=int, default=None)
     parser.add_argument("--heartbeat-interval-ms", type=int, default=None)
     args = parser.parse_args()
@@ -76,13 +144,14 @@ def main() -> None:
     times = []
     for i in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="rill-failover-") as tmp:
-            seconds = one_run(Path(tmp), overrides)
+            seconds, role = one_run(Path(tmp), overrides, args.victim, args.fault,
+                                    args.stop_seconds)
         times.append(seconds)
-        print(f"run {i + 1}: {seconds:.2f} s", flush=True)
+        print(f"run {i + 1}: {seconds:.2f} s ({args.fault} of the {role})", flush=True)
     times.sort()
     p90 = times[min(len(times) - 1, int(round(0.9 * (len(times) - 1))))]
     print(
-        f"failover over {len(times)} runs: min {times[0]:.2f} s, median "
+        f"{args.fault} of {args.victim}, {len(times)} runs: min {times[0]:.2f} s, median "
         f"{statistics.median(times):.2f} s, p90 {p90:.2f} s, max {times[-1]:.2f} s"
     )
 

@@ -55,6 +55,14 @@ impl AppendSignals {
         }
     }
 
+    /// Wakes every parked request of every partition (the broker lost or regained its
+    /// controller lease: every leadership changed at once).
+    pub fn notify_all(&self) {
+        for n in self.shards.iter() {
+            n.notify_waiters();
+        }
+    }
+
     /// A future that resolves at the next [`Self::notify`] of any partition in one of
     /// `shards` (indices from [`Self::shard`]; duplicates are harmless). It is
     /// registered at once, so a notify between this call and the first poll is not

@@ -19,6 +19,18 @@
 //!    leadership away and answers `should_shut_down` when none is left, and only then does
 //!    the server stop (bounded by the session timeout), so a rolling restart keeps every
 //!    partition available.
+//! 5. The broker keeps its own view of the lease: it holds it until
+//!    `broker.session.timeout.ms` after it *sent* the last heartbeat the controller
+//!    answered unfenced. The controller counts from when it *received* that heartbeat,
+//!    so the broker's lease ends first. Without it (the lease lapsed, or the controller
+//!    said it is fenced) the broker acts as the leader of nothing
+//!    ([`crate::replica_manager::ReplicaManager::set_lease_held`]): produce and fetch get
+//!    NOT_LEADER_OR_FOLLOWER, Metadata and FindCoordinator stop naming it, and its group
+//!    coordinator drops its groups. A leader cut off from the controller thus stops
+//!    taking writes once the others may have elected a new one, and its clients move on
+//!    instead of waiting out the fault. It takes the lease back at the next unfenced
+//!    answer, once it has applied the metadata up to that answer, so it acts on the
+//!    leaderships the controller decided meanwhile, not on its stale ones.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -30,6 +42,7 @@ use rill_metadata::{
 };
 use rill_protocol::{ErrorCode, Uuid};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::Broker;
 
@@ -108,6 +121,13 @@ async fn run(
         .max(Duration::from_millis(10));
     let request_timeout = interval.max(Duration::from_secs(2));
     let incarnation_id = broker.incarnation_id;
+    let session_timeout = broker
+        .config
+        .duration_ms("broker.session.timeout.ms")
+        .unwrap_or(Duration::from_secs(9));
+    // When this broker's own view of its lease ends (design note, point 5); `None` while
+    // it holds none.
+    let mut lease_until: Option<Instant> = None;
     let mut strays_removed = false;
     'register: loop {
         let epoch = loop {
@@ -144,16 +164,39 @@ async fn run(
                 want_shut_down: shutting_down,
             });
             let mut fast = true;
-            match broker.quorum.submit(event, request_timeout).await {
+            let sent_at = Instant::now();
+            let submit = broker.quorum.submit(event, request_timeout);
+            tokio::pin!(submit);
+            let outcome = loop {
+                tokio::select! {
+                    outcome = &mut submit => break outcome,
+                    _ = lapse(lease_until) => {
+                        lease_until = None;
+                        let was_unfenced = *unfenced.borrow();
+                        lose_lease(&broker, "no heartbeat answered within broker.session.timeout.ms", was_unfenced).await;
+                    }
+                }
+            };
+            match outcome {
                 Ok(result) => match result.response {
                     ControllerResponse::BrokerHeartbeat(r) if r.error_code == ErrorCode::NONE => {
-                        if !r.is_fenced && !*unfenced.borrow() {
+                        if !r.is_fenced && (!*unfenced.borrow() || !broker.replicas.lease_held()) {
                             // The unfencing came with leader elections for this broker's
                             // partitions: apply them before telling anyone we are ready,
                             // so a client's first Metadata here already shows leaders.
+                            // Likewise after a lapsed lease: act on what the controller
+                            // decided meanwhile, not on the leaderships held before.
                             broker
                                 .wait_published(result.next_offset, request_timeout)
                                 .await;
+                        }
+                        if r.is_fenced {
+                            lease_until = None;
+                            let was_unfenced = *unfenced.borrow();
+                            lose_lease(&broker, "fenced by the controller", was_unfenced).await;
+                        } else {
+                            lease_until = Some(sent_at + session_timeout);
+                            regain_lease(&broker).await;
                         }
                         unfenced.send_if_modified(|u| {
                             let changed = *u == r.is_fenced;
@@ -174,7 +217,14 @@ async fn run(
                             error = r.error_code.name(),
                             "heartbeat refused; registering again"
                         );
-                        let _ = unfenced.send(false);
+                        let was_unfenced = unfenced.send_replace(false);
+                        lease_until = None;
+                        lose_lease(
+                            &broker,
+                            "the controller no longer knows this broker epoch",
+                            was_unfenced,
+                        )
+                        .await;
                         continue 'register;
                     }
                     _ => {}
@@ -187,8 +237,44 @@ async fn run(
                 _ = tokio::time::sleep(wait) => {}
                 _ = want.changed() => {}
                 _ = shutdown.changed() => return,
+                _ = lapse(lease_until) => {
+                    lease_until = None;
+                    let was_unfenced = *unfenced.borrow();
+                        lose_lease(&broker, "no heartbeat answered within broker.session.timeout.ms", was_unfenced).await;
+                }
             }
         }
+    }
+}
+
+/// Resolves when the lease held until `until` lapses; never without a lease.
+async fn lapse(until: Option<Instant>) {
+    match until {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Stops acting as a leader (design note, point 5).
+async fn lose_lease(broker: &Broker, why: &str, was_unfenced: bool) {
+    if broker.replicas.set_lease_held(false) {
+        if was_unfenced {
+            tracing::warn!(
+                reason = why,
+                "controller lease lost: leading nothing until the controller answers"
+            );
+        } else {
+            tracing::debug!(reason = why, "no controller lease yet");
+        }
+        broker.groups.resign_all().await;
+    }
+}
+
+/// Acts on its leaderships again: the lease is back.
+async fn regain_lease(broker: &Broker) {
+    if broker.replicas.set_lease_held(true) {
+        tracing::info!("controller lease held");
+        broker.groups.elect_led().await;
     }
 }
 

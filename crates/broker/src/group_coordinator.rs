@@ -86,6 +86,10 @@ pub enum GroupCall {
     Elect(i32),
     /// This broker no longer leads the partition: drop its groups.
     Resign(i32),
+    /// This broker lost its controller lease: drop every partition's groups.
+    ResignAll,
+    /// This broker holds its lease again: load every partition it leads that is not.
+    ElectLed,
 }
 
 /// The coordinator's answer to a [`GroupCall`].
@@ -136,6 +140,18 @@ impl GroupCoordinatorHandle {
     /// Drops a partition's groups (this broker no longer leads it).
     pub async fn resign(&self, partition: i32) {
         let _ = self.call(GroupCall::Resign(partition)).await;
+    }
+
+    /// Drops every partition's groups: the broker lost its controller lease, so another
+    /// broker may coordinate them already.
+    pub async fn resign_all(&self) {
+        let _ = self.call(GroupCall::ResignAll).await;
+    }
+
+    /// Loads every `__consumer_offsets` partition this broker leads and does not serve
+    /// (the lease is back; leaderships it kept were not announced again).
+    pub async fn elect_led(&self) {
+        let _ = self.call(GroupCall::ElectLed).await;
     }
 }
 
@@ -274,6 +290,26 @@ impl Runtime {
             GroupCall::Resign(p) => {
                 let outputs = self.coordinator.unload_partition(p);
                 self.act(outputs);
+                Ok(GroupReply::Done)
+            }
+            GroupCall::ResignAll => {
+                for p in self.coordinator.loaded_partitions() {
+                    let outputs = self.coordinator.unload_partition(p);
+                    self.act(outputs);
+                }
+                Ok(GroupReply::Done)
+            }
+            GroupCall::ElectLed => {
+                let loaded = self.coordinator.loaded_partitions();
+                for p in 0..self.num_partitions {
+                    let tp = TopicPartition {
+                        topic: OFFSETS_TOPIC.to_string(),
+                        partition: p,
+                    };
+                    if !loaded.contains(&p) && self.replicas.leader_partition(&tp).is_ok() {
+                        self.load(p);
+                    }
+                }
                 Ok(GroupReply::Done)
             }
             other => Err(other),
@@ -448,7 +484,14 @@ impl Runtime {
         // yet: they are replayed as uncommitted, served once the mark passes them.
         let (mut offset, high_watermark) = match self.replicas.offsets(&tp) {
             Ok(o) => (o.log_start_offset, o.high_watermark),
-            Err(_) => (0, 0),
+            Err(code) => {
+                // Not the leader (any more, or without a lease): serving the groups from
+                // an empty state would answer -1 for every committed offset.
+                tracing::debug!(%tp, error = code.name(), "not loading group coordinator partition");
+                let outputs = self.coordinator.unload_partition(p);
+                self.act(outputs);
+                return;
+            }
         };
         let mut replayed = 0usize;
         loop {

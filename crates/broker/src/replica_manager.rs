@@ -239,6 +239,11 @@ pub struct ReplicaManager {
     /// from then on no log is opened, so that a metadata update still being applied
     /// cannot open a second `UnifiedLog` on a directory that is being closed.
     shutting_down: std::sync::atomic::AtomicBool,
+    /// Whether this broker holds its controller lease (`broker_lifecycle`). Without it
+    /// the controller may already have fenced it and moved its leaderships, so it acts
+    /// as the leader of nothing: clients get NOT_LEADER_OR_FOLLOWER and look elsewhere,
+    /// and no write is taken that the new leader would not have.
+    lease_held: std::sync::atomic::AtomicBool,
     /// How the previous run ended, from the data directory's marker at creation: every
     /// log this run opens is opened so.
     previous_shutdown: PreviousShutdown,
@@ -317,6 +322,7 @@ impl ReplicaManager {
             clock,
             log_dir_failure: Arc::new(LogDirFailureChannel::new(data_dir)),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
+            lease_held: std::sync::atomic::AtomicBool::new(true),
             previous_shutdown,
             marker_removed: Mutex::new(previous_shutdown == PreviousShutdown::Unclean),
             data_dir_sync,
@@ -735,10 +741,31 @@ impl ReplicaManager {
         tp: &TopicPartition,
     ) -> Result<(Arc<Partition>, i32), ErrorCode> {
         let partition = self.get(tp).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+        if !self.lease_held() {
+            return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+        }
         match partition.leader_epoch_if_leader(self.local_id) {
             Some(epoch) => Ok((partition, epoch)),
             None => Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
         }
+    }
+
+    /// Whether this broker holds its controller lease (see the field).
+    pub fn lease_held(&self) -> bool {
+        self.lease_held.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Records whether the lease is held; returns whether that changed. Every parked
+    /// fetch and acks=all wait is woken to look again.
+    pub fn set_lease_held(&self, held: bool) -> bool {
+        let changed = self
+            .lease_held
+            .swap(held, std::sync::atomic::Ordering::AcqRel)
+            != held;
+        if changed {
+            self.appended.notify_all();
+        }
+        changed
     }
 
     /// KIP-320: a client's view of the leader epoch against ours (-1: no check).

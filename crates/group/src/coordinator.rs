@@ -1874,6 +1874,11 @@ impl GroupCoordinator {
         self.finish(fx)
     }
 
+    /// The partitions being loaded or served.
+    pub fn loaded_partitions(&self) -> Vec<i32> {
+        self.partitions.keys().copied().collect()
+    }
+
     /// The group's state, if this node knows the group.
     pub fn group_state(&self, group_id: &str) -> Option<ClassicGroupState> {
         self.groups.get(group_id).map(|g| g.state)

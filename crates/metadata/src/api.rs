@@ -33,6 +33,10 @@ pub enum ControllerEvent {
     /// An operator removes a broker's registration (Kafka's UnregisterBroker, for a
     /// broker that is gone for good).
     UnregisterBroker(UnregisterBrokerRequest),
+    /// The active controller found the broker's process gone (its quorum port refused a
+    /// connection): fence it now rather than when its lease lapses. Rill's own; Kafka
+    /// waits for the session timeout.
+    BrokerProcessGone(BrokerProcessGoneRequest),
 }
 
 /// What the controller decided: records to append to the metadata log (in this order,
@@ -59,6 +63,14 @@ pub enum ControllerResponse {
     AllocateProducerIds(AllocateProducerIdsResponse),
     IncrementalAlterConfigs(Vec<AlterConfigsResourceResult>),
     UnregisterBroker(UnregisterBrokerResponse),
+}
+
+/// See [`ControllerEvent::BrokerProcessGone`]; the epoch is the registration that was
+/// found gone, so that a broker that has registered again since is left alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BrokerProcessGoneRequest {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

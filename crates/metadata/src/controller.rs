@@ -503,7 +503,37 @@ impl QuorumController {
             ControllerEvent::AllocateProducerIds(r) => self.allocate_producer_ids(r, image),
             ControllerEvent::IncrementalAlterConfigs(r) => self.alter_configs(r, image),
             ControllerEvent::UnregisterBroker(r) => self.unregister_broker(r, image),
+            ControllerEvent::BrokerProcessGone(r) => self.broker_process_gone(r, image),
         }
+    }
+
+    /// Fences a broker whose process is gone, as a lapsed lease would, if that
+    /// registration is still the current one and unfenced.
+    fn broker_process_gone(
+        &mut self,
+        req: BrokerProcessGoneRequest,
+        image: &MetadataImage,
+    ) -> ControllerResult {
+        let mut s = Scratch::new(image);
+        let current = image
+            .broker(req.broker_id)
+            .is_some_and(|b| b.epoch == req.broker_epoch && !b.fenced);
+        if current {
+            tracing::info!(broker = req.broker_id, "broker process gone; fencing it");
+            self.fence(&mut s, req.broker_id, req.broker_epoch);
+        }
+        s.finish(ControllerResponse::None)
+    }
+
+    /// Takes `id` out of every ISR and leadership and fences that registration.
+    fn fence(&mut self, s: &mut Scratch<'_>, id: i32, epoch: i64) {
+        self.remove_from_partitions(s, id);
+        s.emit(MetadataRecord::FenceBroker(FenceBrokerRecord {
+            id,
+            epoch,
+            ..Default::default()
+        }));
+        self.heard_from.remove(&id);
     }
 
     /// UnregisterBroker: forgets a broker's registration, as Kafka's controller does for
@@ -563,12 +593,7 @@ impl QuorumController {
             let last = *self.last_contact_ms.entry(id).or_insert(now_ms);
             if now_ms - last > self.config.broker_session_timeout_ms {
                 tracing::info!(broker = id, "broker session expired; fencing it");
-                self.remove_from_partitions(&mut s, id);
-                s.emit(MetadataRecord::FenceBroker(FenceBrokerRecord {
-                    id,
-                    epoch,
-                    ..Default::default()
-                }));
+                self.fence(&mut s, id, epoch);
             }
         }
         if self.config.auto_leader_rebalance_enable {

@@ -79,7 +79,14 @@ impl Broker {
                     .copied()
                     .filter(|r| image.broker(*r).is_none_or(|b| b.fenced))
                     .collect();
-                let error_code = if p.leader < 0 {
+                // Without its controller lease this broker leads nothing, whatever its
+                // (possibly stale) image says: naming itself would send clients back.
+                let leader = if p.leader == self.node_id && !self.replicas.lease_held() {
+                    -1
+                } else {
+                    p.leader
+                };
+                let error_code = if leader < 0 {
                     ErrorCode::LEADER_NOT_AVAILABLE.code()
                 } else {
                     0
@@ -87,7 +94,7 @@ impl Broker {
                 MetadataResponsePartition {
                     error_code,
                     partition_index: *index,
-                    leader_id: p.leader,
+                    leader_id: leader,
                     leader_epoch: p.leader_epoch,
                     replica_nodes: p.replicas.clone(),
                     isr_nodes: p.isr.clone(),
@@ -231,7 +238,7 @@ impl Broker {
         let leader = image
             .partition(OFFSETS_TOPIC, p)
             .map(|p| p.leader)
-            .filter(|l| *l >= 0)
+            .filter(|l| *l >= 0 && (*l != self.node_id || self.replicas.lease_held()))
             .ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
         let (host, port) =
             broker_endpoint(&image, leader).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)?;

@@ -10,6 +10,9 @@ use crate::*;
 pub(crate) const SESSION_MS: i32 = 10_000;
 pub(crate) const REBALANCE_MS: i32 = 60_000;
 
+/// A write's (partition, end offset) pairs and the responses that wait for them.
+type HeldWrite = (Vec<(i32, i64)>, Vec<Respond>);
+
 pub(crate) struct H {
     pub c: GroupCoordinator,
     pub now: i64,
@@ -27,7 +30,7 @@ pub(crate) struct H {
     /// write is replicated at once.
     pub hold_commits: bool,
     /// Responses of held writes, with the (partition, end offset) each waits for.
-    held: Vec<(Vec<(i32, i64)>, Vec<Respond>)>,
+    held: Vec<HeldWrite>,
     /// Every response sent so far.
     pub sent: Vec<Respond>,
 }

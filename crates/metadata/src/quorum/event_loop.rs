@@ -30,6 +30,14 @@
 //! 6. A proposal that fails drops the working image and controller: the next event
 //!    starts again from step 3, and the event is answered NotController so that the
 //!    submitter retries against whoever leads now.
+//! 7. Every [`PROCESS_GONE_CHECK`] the loop takes the peers whose quorum port refused
+//!    this node's last dial ([`DialLog::take_refused`]: Raft replicates to every voter
+//!    and observer every heartbeat interval, so it dials a peer again within one after
+//!    its connection drops). A refusal means the peer's process is gone; while leading,
+//!    the loop hands each such unfenced broker to the controller
+//!    ([`ControllerEvent::BrokerProcessGone`]), which fences it and moves its
+//!    leaderships at once instead of a session timeout later. A peer that is cut off or
+//!    frozen does not refuse, and only its lease decides.
 //!
 //! The loop reads a monotonic clock (milliseconds since it started), not the wall
 //! clock: the controller only measures intervals with it (leases, the rebalance check),
@@ -62,8 +70,9 @@ use rill_protocol::ErrorCode;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::network::DialLog;
 use super::{leader_image_of, propose_batch, Shared, TypeConfig};
-use crate::api::{ControllerEvent, ControllerResponse, SubmitResult};
+use crate::api::{BrokerProcessGoneRequest, ControllerEvent, ControllerResponse, SubmitResult};
 use crate::controller::{ControllerConfig, QuorumController};
 use crate::error::MetadataError;
 use crate::image::MetadataImage;
@@ -75,6 +84,9 @@ pub(crate) const EVENT_QUEUE_CAPACITY: usize = 1_024;
 
 /// The longest the loop sleeps between ticks while leading.
 pub(crate) const TICK_INTERVAL_MAX: Duration = Duration::from_secs(1);
+
+/// How often refused dials are looked at (step 7).
+pub(crate) const PROCESS_GONE_CHECK: Duration = Duration::from_millis(100);
 
 /// Bound on taking the leader image (a quorum round trip, no side effect), so that a
 /// leader cut off from its quorum answers NotController rather than holding the loop.
@@ -89,6 +101,8 @@ pub(crate) struct Submission {
 /// The controller state of the term this node leads.
 struct Active {
     term: u64,
+    /// When this node began to act as the controller of `term`.
+    since: std::time::Instant,
     controller: QuorumController,
     /// The committed image plus the records of the batch in flight (none between
     /// events).
@@ -104,6 +118,8 @@ pub(crate) struct EventLoop {
     active: Option<Active>,
     /// Time zero of the controller's clock.
     started: Instant,
+    /// What this node's Raft connections found of its peers (step 7).
+    dials: Arc<DialLog>,
 }
 
 impl EventLoop {
@@ -112,6 +128,7 @@ impl EventLoop {
         raft: Raft<TypeConfig>,
         shared: Arc<Shared>,
         config: ControllerConfig,
+        dials: Arc<DialLog>,
     ) -> Self {
         Self {
             node_id,
@@ -120,6 +137,7 @@ impl EventLoop {
             config,
             active: None,
             started: Instant::now(),
+            dials,
         }
     }
 
@@ -131,6 +149,8 @@ impl EventLoop {
     /// Runs until every sender of `events` is gone or Raft stops.
     pub(crate) async fn run(mut self, mut events: mpsc::Receiver<Submission>) {
         let mut metrics = self.raft.metrics();
+        let mut gone_check = tokio::time::interval(PROCESS_GONE_CHECK);
+        gone_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let wake = self.next_wake();
             tokio::select! {
@@ -154,6 +174,42 @@ impl EventLoop {
                     }
                 }
                 () = tokio::time::sleep_until(wake) => self.on_timer().await,
+                _ = gone_check.tick() => self.on_refused_dials().await,
+            }
+        }
+    }
+
+    /// Step 7: fences the unfenced brokers whose process is gone.
+    async fn on_refused_dials(&mut self) {
+        let (leading, term) = self.leadership();
+        let Some(active) = self.active.as_ref().filter(|a| leading && a.term == term) else {
+            return;
+        };
+        // Only what this controller's own term saw: an older refusal may be of a
+        // process that has restarted since, and Raft dials every peer again within a
+        // heartbeat interval or two of the takeover.
+        let refused = self.dials.take_refused(active.since);
+        if refused.is_empty() {
+            return;
+        }
+        let gone: Vec<(i32, i64)> = refused
+            .into_iter()
+            .filter_map(|id| i32::try_from(id).ok())
+            .filter(|id| u64::try_from(*id).ok() != Some(self.node_id))
+            .filter_map(|id| active.image.broker(id).filter(|b| !b.fenced))
+            .map(|b| (b.id, b.epoch))
+            .collect();
+        for (broker_id, broker_epoch) in gone {
+            tracing::info!(
+                broker = broker_id,
+                "the broker's quorum port refused a connection: its process is gone"
+            );
+            let event = ControllerEvent::BrokerProcessGone(BrokerProcessGoneRequest {
+                broker_id,
+                broker_epoch,
+            });
+            if let Err(e) = self.decide(event).await {
+                tracing::debug!(broker = broker_id, error = %e, "fencing a gone broker not applied");
             }
         }
     }
@@ -236,6 +292,7 @@ impl EventLoop {
         );
         self.active = Some(Active {
             term,
+            since: std::time::Instant::now(),
             controller,
             image,
         });

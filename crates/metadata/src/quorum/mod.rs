@@ -76,7 +76,7 @@ use tokio::time::Instant;
 pub use log_store::LogStore;
 #[cfg(test)]
 pub(crate) use network::call_add_observer;
-pub use network::{TcpNetwork, TcpNetworkFactory, MAX_OBSERVERS, MAX_RPC_BYTES};
+pub use network::{DialLog, TcpNetwork, TcpNetworkFactory, MAX_OBSERVERS, MAX_RPC_BYTES};
 pub use state_machine::StateMachineStore;
 
 use crate::api::{ControllerEvent, SubmitResult};
@@ -264,12 +264,19 @@ impl MetadataQuorum {
         let own = *voters
             .get(&node_id)
             .ok_or_else(|| quorum_err(format!("node {node_id} is not among the voters")))?;
-        let (raft, shared, listener) =
+        let (raft, shared, listener, dials) =
             open(node_id, own, &voters, dir.as_ref(), &config, true).await?;
         let local_addr = listener.local_addr().map_err(quorum_err)?;
         let (events, events_rx) = mpsc::channel(EVENT_QUEUE_CAPACITY);
         let event_loop = tokio::spawn(
-            EventLoop::new(node_id, raft.clone(), shared.clone(), config.controller).run(events_rx),
+            EventLoop::new(
+                node_id,
+                raft.clone(),
+                shared.clone(),
+                config.controller,
+                dials,
+            )
+            .run(events_rx),
         );
         let server = tokio::spawn(network::serve(
             listener,
@@ -332,7 +339,8 @@ impl MetadataQuorum {
                 "an observer's quorum address must be one the voters can reach, not {listen}"
             )));
         }
-        let (raft, shared, listener) =
+        // An observer never leads, so what its dials find decides nothing.
+        let (raft, shared, listener, _dials) =
             open(node_id, listen, &voters, dir.as_ref(), &config, false).await?;
         let local_addr = listener.local_addr().map_err(quorum_err)?;
         let server = tokio::spawn(network::serve(listener, raft.clone(), shared.clone(), None));
@@ -664,7 +672,7 @@ async fn open(
     dir: &Path,
     config: &QuorumConfig,
     voter: bool,
-) -> Result<(Raft<TypeConfig>, Arc<Shared>, TcpListener), MetadataError> {
+) -> Result<(Raft<TypeConfig>, Arc<Shared>, TcpListener, Arc<DialLog>), MetadataError> {
     let io = |source: std::io::Error| MetadataError::Io {
         path: dir.display().to_string(),
         source,
@@ -687,8 +695,10 @@ async fn open(
     }
     .validate()
     .map_err(quorum_err)?;
+    let dials = Arc::new(DialLog::default());
     let network = TcpNetworkFactory {
         voters: voters.clone(),
+        dials: dials.clone(),
     };
     let raft = Raft::new(
         node_id,
@@ -699,7 +709,7 @@ async fn open(
     )
     .await
     .map_err(quorum_err)?;
-    Ok((raft, shared, listener))
+    Ok((raft, shared, listener, dials))
 }
 
 /// An observer's join: asks the leader it knows (else each voter in turn, which names

@@ -327,11 +327,84 @@ async fn serve_connection(
     }
 }
 
+/// What this node's last dial of each peer found, for the active controller's check
+/// that a broker's process is gone ([`DialLog::take_refused`]).
+///
+/// A refused connection to a peer's quorum port means nothing listens there: that port
+/// is served by the peer's own process (a voter's, or a broker-only node's observer
+/// port), so the process has exited or crashed. A peer that is partitioned away or
+/// frozen does not refuse; its dials time out, and the session timeout judges it.
+#[derive(Debug, Default)]
+pub struct DialLog {
+    peers: std::sync::Mutex<BTreeMap<NodeId, PeerDials>>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct PeerDials {
+    /// When the last dial was refused (or an open connection was closed under it);
+    /// `None` once a dial succeeded since.
+    refused_at: Option<std::time::Instant>,
+    /// Whether [`DialLog::take_refused`] reported this refusal already.
+    reported: bool,
+}
+
+impl DialLog {
+    fn record(&self, peer: NodeId, result: &io::Result<TcpStream>) {
+        match result {
+            Ok(_) => self.update(peer, |d| *d = PeerDials::default()),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => self.refused(peer),
+            // Anything else (a time-out, no route) says nothing about the process.
+            Err(_) => {}
+        }
+    }
+
+    /// An open connection to `peer` ended with `error`. A reset or an end of stream in
+    /// the middle of an exchange is the peer's kernel closing the socket of a process
+    /// that exited (the server never closes a connection that speaks the protocol); it
+    /// counts as a refusal. A time-out does not.
+    fn record_broken(&self, peer: NodeId, error: &io::Error) {
+        if matches!(
+            error.kind(),
+            io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::BrokenPipe
+        ) {
+            self.refused(peer);
+        }
+    }
+
+    fn refused(&self, peer: NodeId) {
+        let now = std::time::Instant::now();
+        self.update(peer, |d| d.refused_at = Some(now));
+    }
+
+    fn update(&self, peer: NodeId, f: impl FnOnce(&mut PeerDials)) {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        f(peers.entry(peer).or_default());
+    }
+
+    /// The peers whose last dial was refused at or after `since` (when this node began
+    /// to act on them: a refusal seen before may be of a process that has restarted
+    /// since), each refusal reported once; a successful dial withdraws it.
+    pub fn take_refused(&self, since: std::time::Instant) -> Vec<NodeId> {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers
+            .iter_mut()
+            .filter(|(_, d)| !d.reported && d.refused_at.is_some_and(|at| at >= since))
+            .map(|(id, d)| {
+                d.reported = true;
+                *id
+            })
+            .collect()
+    }
+}
+
 /// Dials peers by node id: voters at their configured address, observers at the address
 /// they joined with (kept in the membership).
 #[derive(Clone)]
 pub struct TcpNetworkFactory {
     pub(crate) voters: BTreeMap<NodeId, SocketAddr>,
+    pub(crate) dials: Arc<DialLog>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetworkFactory {
@@ -347,6 +420,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetworkFactory {
             target,
             addr,
             stream: None,
+            dials: self.dials.clone(),
         }
     }
 }
@@ -356,16 +430,20 @@ pub struct TcpNetwork {
     target: NodeId,
     addr: Option<SocketAddr>,
     stream: Option<TcpStream>,
+    dials: Arc<DialLog>,
 }
 
 impl TcpNetwork {
     async fn call(&mut self, request: &RpcRequest, ttl: Duration) -> io::Result<RpcResponse> {
+        let reused = self.stream.is_some();
         let exchange = async {
             if self.stream.is_none() {
                 let addr = self.addr.ok_or_else(|| {
                     io::Error::other(format!("no address for node {}", self.target))
                 })?;
-                let s = TcpStream::connect(addr).await?;
+                let dialed = TcpStream::connect(addr).await;
+                self.dials.record(self.target, &dialed);
+                let s = dialed?;
                 s.set_nodelay(true)?;
                 self.stream = Some(s);
             }
@@ -380,7 +458,10 @@ impl TcpNetwork {
             Ok(r) => r,
             Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "rpc timed out")),
         };
-        if result.is_err() {
+        if let Err(e) = &result {
+            if reused {
+                self.dials.record_broken(self.target, e);
+            }
             // The stream may hold half a frame: never reuse it.
             self.stream = None;
         }
@@ -458,5 +539,44 @@ impl RaftNetwork<TypeConfig> for TcpNetwork {
             Ok(_) => Err(unexpected()),
             Err(e) => Err(transport(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod dial_log_tests {
+    use super::*;
+
+    fn refused() -> io::Result<TcpStream> {
+        Err(io::Error::from(io::ErrorKind::ConnectionRefused))
+    }
+
+    #[test]
+    fn a_refusal_is_reported_once_and_withdrawn_by_a_connection() {
+        let log = DialLog::default();
+        let start = std::time::Instant::now();
+        log.record(1, &Err(io::Error::from(io::ErrorKind::TimedOut)));
+        assert!(
+            log.take_refused(start).is_empty(),
+            "a time-out says nothing"
+        );
+        log.record(1, &refused());
+        log.record(2, &refused());
+        let later = std::time::Instant::now();
+        assert!(
+            log.take_refused(later + Duration::from_secs(1)).is_empty(),
+            "too old"
+        );
+        assert_eq!(log.take_refused(start), vec![1, 2]);
+        log.record(1, &refused());
+        assert!(log.take_refused(start).is_empty(), "each refusal once");
+        log.update(2, |d| *d = PeerDials::default());
+        log.record_broken(2, &io::Error::from(io::ErrorKind::TimedOut));
+        assert!(log.take_refused(start).is_empty());
+        log.record_broken(2, &io::Error::from(io::ErrorKind::UnexpectedEof));
+        assert_eq!(
+            log.take_refused(start),
+            vec![2],
+            "a closed stream after a connection"
+        );
     }
 }

@@ -218,6 +218,53 @@ fn lapsed_lease_fences_and_moves_leadership() {
     h.check_replay();
 }
 
+/// Issue #14, item 4: a broker whose process is gone is fenced at once, its leaderships
+/// moved as a lapsed lease would; a stale report (an older registration) changes
+/// nothing.
+#[test]
+fn a_gone_process_is_fenced_without_waiting_for_its_lease() {
+    let mut h = Harness::new();
+    h.brokers(&[1, 2, 3]);
+    h.create_topic("t", 3, 3);
+    let epoch = h.image.broker(1).unwrap().epoch;
+    let stale = h.run(ControllerEvent::BrokerProcessGone(
+        BrokerProcessGoneRequest {
+            broker_id: 1,
+            broker_epoch: epoch - 1,
+        },
+    ));
+    assert!(stale.records.is_empty(), "{stale:?}");
+    h.now += 100;
+    let r = h.run(ControllerEvent::BrokerProcessGone(
+        BrokerProcessGoneRequest {
+            broker_id: 1,
+            broker_epoch: epoch,
+        },
+    ));
+    assert!(r
+        .records
+        .iter()
+        .any(|r| matches!(r, MetadataRecord::FenceBroker(f) if f.id == 1)));
+    assert!(h.image.broker(1).unwrap().fenced);
+    for p in 0..3 {
+        let part = h.partition("t", p);
+        assert_ne!(part.leader, 1);
+        assert!(!part.isr.contains(&1));
+    }
+    // Reported again (another refused dial): nothing more to do.
+    let again = h.run(ControllerEvent::BrokerProcessGone(
+        BrokerProcessGoneRequest {
+            broker_id: 1,
+            broker_epoch: epoch,
+        },
+    ));
+    assert!(again.records.is_empty());
+    // The restarted process registers and is unfenced as usual.
+    assert_eq!(h.register_with(1, 2).error_code, ErrorCode::NONE);
+    assert!(!h.heartbeat(1).is_fenced);
+    h.check_replay();
+}
+
 #[test]
 fn no_live_isr_member_means_no_leader_until_it_returns() {
     let mut h = Harness::new();

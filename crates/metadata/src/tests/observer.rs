@@ -78,6 +78,28 @@ fn register(id: i32, incarnation: u64) -> ControllerEvent {
     })
 }
 
+/// Registers broker `id` through `node` and heartbeats it unfenced.
+async fn register_unfenced(node: &MetadataQuorum, id: i32, incarnation: u64) {
+    let r = submit(node, register(id, incarnation)).await;
+    let ControllerResponse::BrokerRegistration(reg) = &r.response else {
+        panic!("{:?}", r.response)
+    };
+    assert_eq!(reg.error_code, ErrorCode::NONE);
+    let hb = ControllerEvent::BrokerHeartbeat(BrokerHeartbeatRequest {
+        broker_id: id,
+        broker_epoch: reg.broker_epoch,
+        current_metadata_offset: r.next_offset - 1,
+        want_fence: false,
+        want_shut_down: false,
+    });
+    let r = submit(node, hb).await;
+    let ControllerResponse::BrokerHeartbeat(hb) = &r.response else {
+        panic!("{:?}", r.response)
+    };
+    assert!(!hb.is_fenced, "{hb:?}");
+    assert!(!node.image().broker(id).unwrap().fenced);
+}
+
 /// Creates topic `name`, one partition on the one broker, and checks it was.
 fn create(name: &str) -> ControllerEvent {
     ControllerEvent::CreateTopics(CreateTopicsRequest {
@@ -109,24 +131,7 @@ async fn observers_follow_the_log_forward_events_and_never_count() {
     let obs = observer(10, obs_addr, &voters, dir.path()).await;
     assert!(!obs.is_voter());
     wait_until("observer 10 is a member", || obs.is_member()).await;
-    let r = submit(&obs, register(10, 1)).await;
-    let ControllerResponse::BrokerRegistration(reg) = &r.response else {
-        panic!("{:?}", r.response)
-    };
-    assert_eq!(reg.error_code, ErrorCode::NONE);
-    let hb = ControllerEvent::BrokerHeartbeat(BrokerHeartbeatRequest {
-        broker_id: 10,
-        broker_epoch: reg.broker_epoch,
-        current_metadata_offset: r.next_offset - 1,
-        want_fence: false,
-        want_shut_down: false,
-    });
-    let r = submit(&obs, hb).await;
-    let ControllerResponse::BrokerHeartbeat(hb) = &r.response else {
-        panic!("{:?}", r.response)
-    };
-    assert!(!hb.is_fenced, "{hb:?}");
-    assert!(!obs.image().broker(10).unwrap().fenced);
+    register_unfenced(&obs, 10, 1).await;
     let voter_view = nodes[0].as_ref().unwrap();
     assert_eq!(voter_view.voters(), [1, 2, 3].into());
     wait_until("the voters see observer 10", || {
@@ -152,15 +157,24 @@ async fn observers_follow_the_log_forward_events_and_never_count() {
     //    observer catches up with what it missed.
     late.shutdown().await.unwrap();
     obs.shutdown().await.unwrap();
-    submit(voter_view, create("while-down")).await;
+    // Its quorum port closed with the process: the active controller fences broker 10
+    // at once, without waiting for its lease (issue #14, item 4).
+    wait_until("broker 10 is fenced", || {
+        voter_view.image().broker(10).is_some_and(|b| b.fenced)
+    })
+    .await;
     let obs = observer(10, obs_addr, &voters, dir.path()).await;
     let target = voter_view.committed_offset();
     assert!(obs.wait_for_offset(target, TIMEOUT).await);
-    assert!(obs.image().topic("while-down").is_some());
+    // What it missed: its own fencing.
+    assert!(obs.image().broker(10).is_some_and(|b| b.fenced));
     assert_eq!(
         voter_view.observers().keys().copied().collect::<Vec<_>>(),
         [10, 11]
     );
+    // Fenced while it was down, a restarted broker registers again, as `rill server`
+    // does.
+    register_unfenced(&obs, 10, 2).await;
 
     // A second process with live broker 10's id, at another address, is not given
     // broker 10's log: the membership keeps the live one's address.
