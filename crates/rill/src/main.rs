@@ -230,9 +230,13 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
-        let data_dir = config.data_dir();
-        let node = Node::start(config).await?;
+    // Locked before anything in the directory is read, and held past the runtime's end:
+    // background tasks may write to the metadata log until the runtime stops them.
+    let data_dir = config.data_dir();
+    let lock = std::sync::Arc::new(rill_broker::DataDirLock::acquire(&data_dir)?);
+    let node_lock = lock.clone();
+    let result = runtime.block_on(async move {
+        let node = Node::start_with_lock(config, node_lock).await?;
         match &node {
             Node::Broker(server) if server.broker.quorum.is_voter() => println!(
                 "rill listening on {} (controller on {}, data in {})",
@@ -292,7 +296,10 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down");
         node.shutdown().await;
         Ok(())
-    })
+    });
+    drop(runtime);
+    drop(lock);
+    result
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
