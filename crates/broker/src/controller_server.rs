@@ -42,6 +42,8 @@ impl ControllerServer {
         data_dir_lock: Arc<DataDirLock>,
     ) -> Result<Self, BrokerError> {
         crate::check_lock_is_for(&config, &data_dir_lock)?;
+        // Before anything else can fail, so that a typo is seen even when it is why.
+        config.warn_unknown_keys();
         config.validate()?;
         let roles = config.process_roles()?;
         if roles.broker {

@@ -209,6 +209,8 @@ impl Server {
         data_dir_lock: Arc<DataDirLock>,
     ) -> Result<Self, BrokerError> {
         check_lock_is_for(&config, &data_dir_lock)?;
+        // Before anything else can fail, so that a typo is seen even when it is why.
+        config.warn_unknown_keys();
         let config = resolve_node_id(config).await?;
         config.validate()?;
         let roles = config.process_roles()?;

@@ -101,6 +101,10 @@ struct ServerArgs {
     /// Any broker config as key=value; repeatable; applied last.
     #[arg(long = "override", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
+    /// Refuse to start when the config file or an override sets a key Rill does not
+    /// know, instead of warning (sets `config.strict`).
+    #[arg(long)]
+    strict_config: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -220,6 +224,9 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     for kv in &args.overrides {
         config.set_override(kv)?;
+    }
+    if args.strict_config {
+        config.set("config.strict", "true");
     }
     if args.listen.is_some() && !config.process_roles()?.broker {
         anyhow::bail!(
