@@ -125,7 +125,15 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let client_command = match cli.command {
-        Command::Server(args) => return server(args),
+        Command::Server(args) => {
+            if let Err(e) = server(args) {
+                // A start-up failure (bad config, a locked or foreign data directory, a
+                // port taken) is exit status 1, in one line like the client commands'.
+                eprintln!("error: {}", one_line(&e));
+                std::process::exit(1);
+            }
+            return Ok(());
+        }
         other => other,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -147,15 +155,25 @@ fn main() -> anyhow::Result<()> {
     // alive once the command is done.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     if let Err(e) = result {
-        // One line, the Kafka tools' way: the error and its causes.
-        let mut line = format!("error: {e}");
-        for cause in e.chain().skip(1) {
-            line.push_str(&format!(": {cause}"));
-        }
-        eprintln!("{line}");
+        eprintln!("error: {}", one_line(&e));
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// An error and its causes in one line, the Kafka tools' way. A cause whose text the
+/// line already holds is left out: errors such as `i/o on PATH: SOURCE` print their
+/// source themselves, and naming it twice says nothing more.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !line.contains(&cause) {
+            line.push_str(": ");
+            line.push_str(&cause);
+        }
+    }
+    line
 }
 
 /// The exit code of a server that stopped because its log directory failed (a write or
