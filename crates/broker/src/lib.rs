@@ -1,6 +1,7 @@
 //! The Rill server: listeners, connections, request dispatch and the replica manager.
 //!
-//! [`Node::start`] starts what `process.roles` asks for. A broker ([`Server::start`],
+//! [`Node::start`] starts what `process.roles` asks for, after locking the data directory
+//! against a second process ([`data_dir_lock`]) and before reading anything in it. A broker ([`Server::start`],
 //! alone or with the controller) joins the controller quorum — as a voter when it is a
 //! controller too, else as an observer that only follows the log — registers with the
 //! active controller, follows the metadata log into its own [`MetadataImage`] (see

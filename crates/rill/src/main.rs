@@ -336,3 +336,18 @@ async fn wait_for_signal() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_cause_the_message_already_holds_is_not_repeated() {
+        let taken = std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address already in use");
+        let e = anyhow::Error::from(rill_broker::BrokerError::io("127.0.0.1:1", taken));
+        assert_eq!(one_line(&e), "i/o on 127.0.0.1:1: Address already in use");
+        let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let e = anyhow::Error::from(missing).context("reading rill.toml");
+        assert_eq!(one_line(&e), "reading rill.toml: No such file");
+    }
+}
