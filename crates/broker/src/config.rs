@@ -754,6 +754,8 @@ impl BrokerConfig {
     }
 
     /// The value of a key as set, else its broker default, else a topic config's default.
+    /// A `.ms` key that Kafka also takes in coarser units (`log.retention.hours`) is read
+    /// through [`BrokerConfig::static_value`] instead, which sees those too.
     pub fn get(&self, key: &str) -> Option<&str> {
         if let Some(v) = self.props.get(key) {
             return Some(v);
@@ -1007,8 +1009,12 @@ impl BrokerConfig {
             let addr = self
                 .controller_listen_addr()?
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-            let id = u64::try_from(node_id)
-                .map_err(|_| BrokerError::Config("node.id must not be negative".into()))?;
+            let id = u64::try_from(node_id).map_err(|_| {
+                BrokerError::Config(format!(
+                    "node.id: invalid value {node_id}: must be from 0 to {}",
+                    i32::MAX
+                ))
+            })?;
             return Ok(BTreeMap::from([(id, addr)]));
         }
         rill_metadata::parse_voters(raw).map_err(|e| BrokerError::Config(e.to_string()))
@@ -1079,9 +1085,9 @@ impl BrokerConfig {
         let defaults = rill_group::GroupConfig::default();
         let partitions: i32 = self.parse("offsets.topic.num.partitions")?;
         if !(1..=1000).contains(&partitions) {
-            return Err(BrokerError::Config(
-                "offsets.topic.num.partitions must be between 1 and 1000".into(),
-            ));
+            return Err(BrokerError::Config(format!(
+                "offsets.topic.num.partitions: invalid value {partitions}: must be from 1 to 1000"
+            )));
         }
         Ok(rill_group::GroupConfig {
             offsets_topic_num_partitions: partitions,
