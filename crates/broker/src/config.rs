@@ -260,7 +260,16 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
         ConfigType::String | ConfigType::List => true,
     };
     if !ok {
-        return Err(format!("invalid value {value} for configuration {name}"));
+        let expected = match d.config_type {
+            ConfigType::Boolean => "true or false",
+            ConfigType::Int => "an integer from -2147483648 to 2147483647",
+            ConfigType::Long => "an integer from -9223372036854775808 to 9223372036854775807",
+            ConfigType::Double => "a number",
+            ConfigType::String | ConfigType::List => "text",
+        };
+        return Err(format!(
+            "invalid value {value} for configuration {name}: must be {expected}"
+        ));
     }
     let allowed: &[&str] = match name {
         "cleanup.policy" => {
@@ -415,8 +424,8 @@ pub fn broker_config_synonyms(
             out.push((v, ConfigSource::DynamicDefaultBrokerConfig));
         }
     }
-    if let Some(v) = static_config.props.get(key) {
-        out.push((v.clone(), ConfigSource::StaticBrokerConfig));
+    if let Some(v) = static_config.static_value(key) {
+        out.push((v, ConfigSource::StaticBrokerConfig));
     }
     let default = BROKER_DEFAULTS
         .iter()
@@ -548,6 +557,7 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("broker.heartbeat.interval.ms", "2000"),
     ("broker.id.generation.enable", "true"),
     ("broker.session.timeout.ms", "9000"),
+    ("config.strict", "false"),
     ("connections.max.idle.ms", "600000"),
     ("controlled.shutdown.enable", "true"),
     ("controller.quorum.election.timeout.ms", "1000"),
@@ -584,6 +594,138 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("socket.request.max.bytes", "104857600"),
 ];
 
+/// Broker keys Rill reads that have no default of their own (unset means "not given").
+const KEYS_WITHOUT_DEFAULT: &[&str] = &["advertised.listeners", "broker.rack", "cluster.id"];
+
+/// Kafka's coarser spellings of a millisecond key, highest precedence first after the
+/// key itself, with their factor to milliseconds (Kafka's `log.retention.ms` >
+/// `log.retention.minutes` > `log.retention.hours`, and likewise for segment rolls).
+const UNIT_SYNONYMS: &[(&str, &[(&str, i64)])] = &[
+    (
+        "log.retention.ms",
+        &[
+            ("log.retention.minutes", 60_000),
+            ("log.retention.hours", 3_600_000),
+        ],
+    ),
+    ("log.roll.ms", &[("log.roll.hours", 3_600_000)]),
+    (
+        "log.roll.jitter.ms",
+        &[("log.roll.jitter.hours", 3_600_000)],
+    ),
+];
+
+/// Kafka broker keys Rill accepts and deliberately ignores, so that a `server.properties`
+/// written for Kafka starts without a warning for each: they size thread pools and
+/// socket buffers that Rill does not have (tokio schedules its tasks), or name
+/// listeners Rill derives itself (its client listener is PLAINTEXT, its quorum listener
+/// is CONTROLLER). Keep this list short and explicit: a key here is never warned about,
+/// so it must be one whose absence of effect a user cannot be relying on.
+pub static IGNORED_KAFKA_KEYS: &[&str] = &[
+    "background.threads",
+    "controller.listener.names",
+    "inter.broker.listener.name",
+    "listener.security.protocol.map",
+    "num.io.threads",
+    "num.network.threads",
+    "num.recovery.threads.per.data.dir",
+    "socket.receive.buffer.bytes",
+    "socket.send.buffer.bytes",
+];
+
+/// A key set in the file or an override that Rill does not know: a typo, or a Kafka
+/// setting Rill does not implement. Either way the setting does not apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownKey {
+    pub key: String,
+    /// The known key it most likely meant, when one is close enough.
+    pub suggestion: Option<&'static str>,
+}
+
+impl std::fmt::Display for UnknownKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}` is not a configuration Rill knows", self.key)?;
+        match self.suggestion {
+            Some(s) => write!(f, "; did you mean `{s}`?"),
+            None => write!(f, "; it has no effect"),
+        }
+    }
+}
+
+/// Whether Rill reads `key` as a broker configuration (or accepts it on purpose, see
+/// [`IGNORED_KAFKA_KEYS`]).
+pub fn is_known_broker_key(key: &str) -> bool {
+    known_broker_keys().any(|k| k == key) || IGNORED_KAFKA_KEYS.contains(&key)
+}
+
+/// Every broker key Rill reads.
+fn known_broker_keys() -> impl Iterator<Item = &'static str> {
+    BROKER_DEFAULTS
+        .iter()
+        .map(|(k, _)| *k)
+        .chain(TOPIC_CONFIGS.iter().map(|d| d.broker_key))
+        .chain(KEYS_WITHOUT_DEFAULT.iter().copied())
+        .chain(
+            UNIT_SYNONYMS
+                .iter()
+                .flat_map(|(_, synonyms)| synonyms.iter().map(|(k, _)| *k)),
+        )
+}
+
+/// The known broker key `key` most likely is a misspelling of: a topic config's name
+/// given at the broker names the broker key that sets its default (`retention.ms` is
+/// `log.retention.ms` there), else the nearest key by edit distance, when the distance
+/// is small for the key's length (a third of it, at most three edits) so that an
+/// unrelated key gets no suggestion rather than a random one.
+pub fn suggest_broker_key(key: &str) -> Option<&'static str> {
+    if let Some(d) = topic_config_def(key) {
+        if d.broker_key != key {
+            return Some(d.broker_key);
+        }
+    }
+    let limit = (key.chars().count() / 3).clamp(1, 3);
+    known_broker_keys()
+        .map(|k| (levenshtein(key, k), k))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// The number of single-character insertions, deletions and substitutions that turn
+/// `a` into `b` (two rows of the classic dynamic programme).
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    let mut current = vec![0; b.len() + 1];
+    for (i, ca) in a.chars().enumerate() {
+        current[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
+        }
+        std::mem::swap(&mut previous, &mut current);
+    }
+    previous[b.len()]
+}
+
+/// What a value must be to parse as `T`, for the messages of [`BrokerConfig::parse`].
+fn expected_value<T>() -> String {
+    let name = std::any::type_name::<T>();
+    let range = |min: i128, max: i128| format!("an integer from {min} to {max}");
+    match name {
+        "i16" => range(i16::MIN.into(), i16::MAX.into()),
+        "i32" => range(i32::MIN.into(), i32::MAX.into()),
+        "i64" => range(i64::MIN.into(), i64::MAX.into()),
+        "u16" => range(0, u16::MAX.into()),
+        "u32" => range(0, u32::MAX.into()),
+        "u64" => range(0, u64::MAX.into()),
+        "usize" => range(0, usize::MAX as i128),
+        "f64" | "f32" => "a number".to_string(),
+        "bool" => "true or false".to_string(),
+        other => format!("a {other}"),
+    }
+}
+
 impl BrokerConfig {
     /// Parses a TOML file's text. Keys may be dotted strings (`"log.dirs" = "…"`) or TOML
     /// tables (`[log] dirs = "…"`); both flatten to Kafka's dotted names.
@@ -612,6 +754,8 @@ impl BrokerConfig {
     }
 
     /// The value of a key as set, else its broker default, else a topic config's default.
+    /// A `.ms` key that Kafka also takes in coarser units (`log.retention.hours`) is read
+    /// through [`BrokerConfig::static_value`] instead, which sees those too.
     pub fn get(&self, key: &str) -> Option<&str> {
         if let Some(v) = self.props.get(key) {
             return Some(v);
@@ -636,9 +780,57 @@ impl BrokerConfig {
 
     fn parse<T: std::str::FromStr>(&self, key: &str) -> Result<T, BrokerError> {
         let raw = self.get(key).unwrap_or_default();
-        raw.trim()
-            .parse()
-            .map_err(|_| BrokerError::Config(format!("{key}: cannot parse {raw:?}")))
+        raw.trim().parse().map_err(|_| {
+            BrokerError::Config(format!(
+                "{key}: invalid value {raw:?}: must be {}",
+                expected_value::<T>()
+            ))
+        })
+    }
+
+    /// The value set for `key` in the file or overrides, else derived from one of its
+    /// coarser Kafka spellings ([`UNIT_SYNONYMS`]: `log.retention.hours=24` sets
+    /// `log.retention.ms` to 86400000); `None` when neither is set. A negative value
+    /// stays -1, Kafka's "unbounded".
+    pub fn static_value(&self, key: &str) -> Option<String> {
+        if let Some(v) = self.props.get(key) {
+            return Some(v.clone());
+        }
+        let (_, synonyms) = UNIT_SYNONYMS.iter().find(|(k, _)| *k == key)?;
+        synonyms.iter().find_map(|(synonym, factor)| {
+            let v: i64 = self.props.get(*synonym)?.trim().parse().ok()?;
+            Some(if v < 0 { -1 } else { v.saturating_mul(*factor) }.to_string())
+        })
+    }
+
+    /// The keys set in the file or by overrides that Rill does not know, each with the
+    /// known key it most likely meant.
+    pub fn unknown_keys(&self) -> Vec<UnknownKey> {
+        self.props
+            .keys()
+            .filter(|k| !is_known_broker_key(k))
+            .map(|k| UnknownKey {
+                key: k.clone(),
+                suggestion: suggest_broker_key(k),
+            })
+            .collect()
+    }
+
+    /// Logs a warning for every unknown key (Kafka's "was supplied but isn't a known
+    /// config"); [`BrokerConfig::validate`] refuses them instead when `config.strict`.
+    pub fn warn_unknown_keys(&self) {
+        if self.strict().unwrap_or(false) {
+            // `validate` names them in its refusal; a warning first would say "ignored".
+            return;
+        }
+        for unknown in self.unknown_keys() {
+            tracing::warn!("{unknown} (ignored; --strict-config refuses to start instead)");
+        }
+    }
+
+    /// `config.strict` (`--strict-config`): an unknown key refuses the start.
+    pub fn strict(&self) -> Result<bool, BrokerError> {
+        self.parse("config.strict")
     }
 
     pub fn node_id(&self) -> Result<i32, BrokerError> {
@@ -665,9 +857,12 @@ impl BrokerConfig {
         } else {
             hostport
         };
-        hostport
-            .parse()
-            .map_err(|_| BrokerError::Config(format!("{key}: cannot parse {hostport:?}")))
+        hostport.parse().map_err(|_| {
+            BrokerError::Config(format!(
+                "{key}: invalid value {hostport:?}: must be HOST:PORT with a numeric IP \
+                     address (or localhost) and a port from 0 to 65535"
+            ))
+        })
     }
 
     /// The address clients connect to: the first of `listeners` that is not the
@@ -699,7 +894,12 @@ impl BrokerConfig {
         };
         let first = raw.split(',').next().unwrap_or_default().trim();
         let hostport = first.split_once("://").map_or(first, |(_, rest)| rest);
-        let bad = || BrokerError::Config(format!("advertised.listeners: cannot parse {raw:?}"));
+        let bad = || {
+            BrokerError::Config(format!(
+                "advertised.listeners: invalid value {raw:?}: must be [NAME://]HOST:PORT with \
+                 a port from 0 to 65535"
+            ))
+        };
         let (host, port) = hostport.rsplit_once(':').ok_or_else(bad)?;
         let port: u16 = port.parse().map_err(|_| bad())?;
         Ok(Some((host.trim_matches(['[', ']']).to_string(), port)))
@@ -809,8 +1009,12 @@ impl BrokerConfig {
             let addr = self
                 .controller_listen_addr()?
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-            let id = u64::try_from(node_id)
-                .map_err(|_| BrokerError::Config("node.id must not be negative".into()))?;
+            let id = u64::try_from(node_id).map_err(|_| {
+                BrokerError::Config(format!(
+                    "node.id: invalid value {node_id}: must be from 0 to {}",
+                    i32::MAX
+                ))
+            })?;
             return Ok(BTreeMap::from([(id, addr)]));
         }
         rill_metadata::parse_voters(raw).map_err(|e| BrokerError::Config(e.to_string()))
@@ -881,9 +1085,9 @@ impl BrokerConfig {
         let defaults = rill_group::GroupConfig::default();
         let partitions: i32 = self.parse("offsets.topic.num.partitions")?;
         if !(1..=1000).contains(&partitions) {
-            return Err(BrokerError::Config(
-                "offsets.topic.num.partitions must be between 1 and 1000".into(),
-            ));
+            return Err(BrokerError::Config(format!(
+                "offsets.topic.num.partitions: invalid value {partitions}: must be from 1 to 1000"
+            )));
         }
         Ok(rill_group::GroupConfig {
             offsets_topic_num_partitions: partitions,
@@ -897,8 +1101,19 @@ impl BrokerConfig {
         })
     }
 
-    /// Checks every key this build reads, so that a typo fails at start-up, not later.
+    /// Checks every key this build reads, so that a bad value fails at start-up, not
+    /// later; with `config.strict`, an unknown key fails too.
     pub fn validate(&self) -> Result<(), BrokerError> {
+        if self.strict()? {
+            let unknown = self.unknown_keys();
+            if !unknown.is_empty() {
+                let each: Vec<String> = unknown.iter().map(ToString::to_string).collect();
+                return Err(BrokerError::Config(format!(
+                    "{} (config.strict refuses unknown keys)",
+                    each.join("; ")
+                )));
+            }
+        }
         self.node_id()?;
         let roles = self.process_roles()?;
         // A controller-only node opens no client listener, so it needs none.
@@ -939,9 +1154,17 @@ impl BrokerConfig {
         }
         self.log_manager_config()?;
         crate::network::ConnectionLimits::from_config(self)?;
+        for (_, synonyms) in UNIT_SYNONYMS {
+            for (synonym, _) in *synonyms {
+                if self.props.contains_key(*synonym) {
+                    self.parse::<i64>(synonym)?;
+                }
+            }
+        }
         for d in TOPIC_CONFIGS {
-            if let Some(v) = self.props.get(d.broker_key) {
-                validate_topic_config(d.name, v).map_err(BrokerError::Config)?;
+            if let Some(v) = self.static_value(d.broker_key) {
+                validate_topic_config(d.name, &v)
+                    .map_err(|e| BrokerError::Config(e.replace(d.name, d.broker_key)))?;
             }
         }
         Ok(())
@@ -990,6 +1213,131 @@ mod tests {
         assert_eq!(c.listen_addr().unwrap().to_string(), "127.0.0.1:9092");
         assert_eq!(c.data_dir(), PathBuf::from("./rill-data"));
         assert_eq!(c.get("log.retention.ms"), Some("604800000"));
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_with_the_known_key_it_likely_meant() {
+        assert_eq!(levenshtein("log.retention.hour", "log.retention.hours"), 1);
+        assert_eq!(levenshtein("", "abc"), 3);
+        assert_eq!(levenshtein("kitten", "sitting"), 3);
+        assert_eq!(
+            suggest_broker_key("log.retention.hour"),
+            Some("log.retention.hours")
+        );
+        assert_eq!(suggest_broker_key("log.dir"), Some("log.dirs"));
+        assert_eq!(suggest_broker_key("num.partition"), Some("num.partitions"));
+        // A topic config given at the broker names the broker key that is its default.
+        assert_eq!(suggest_broker_key("retention.ms"), Some("log.retention.ms"));
+        // Nothing close: no suggestion rather than a random key.
+        assert_eq!(suggest_broker_key("bogus.key"), None);
+        assert_eq!(suggest_broker_key("x"), None);
+
+        let mut c =
+            BrokerConfig::from_toml("\"log.retention.hour\" = 1\nnum.partitions = 2").unwrap();
+        c.set_override("bogus.key=1").unwrap();
+        c.set_override("num.io.threads=8").unwrap();
+        assert_eq!(
+            c.unknown_keys(),
+            vec![
+                UnknownKey {
+                    key: "bogus.key".into(),
+                    suggestion: None
+                },
+                UnknownKey {
+                    key: "log.retention.hour".into(),
+                    suggestion: Some("log.retention.hours")
+                },
+            ]
+        );
+        assert_eq!(
+            c.unknown_keys()[1].to_string(),
+            "`log.retention.hour` is not a configuration Rill knows; did you mean \
+             `log.retention.hours`?"
+        );
+        // Warned, not refused, unless strict.
+        c.validate().unwrap();
+        c.set("config.strict", "true");
+        let e = config_error(&c);
+        assert!(
+            e.contains("`bogus.key`") && e.contains("`log.retention.hour`"),
+            "{e}"
+        );
+        c.set("config.strict", "yes");
+        let e = config_error(&c);
+        assert!(
+            e.contains("config.strict") && e.contains("true or false"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_key_the_defaults_and_topic_configs_name_is_known() {
+        for (k, _) in BROKER_DEFAULTS {
+            assert!(is_known_broker_key(k), "{k}");
+        }
+        for d in TOPIC_CONFIGS {
+            assert!(is_known_broker_key(d.broker_key), "{}", d.broker_key);
+        }
+        for k in [
+            "advertised.listeners",
+            "broker.rack",
+            "cluster.id",
+            "log.retention.hours",
+        ] {
+            assert!(is_known_broker_key(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn retention_in_hours_or_minutes_is_kafkas_coarser_log_retention_ms() {
+        let mut c = BrokerConfig::default();
+        assert_eq!(c.static_value("log.retention.ms"), None);
+        c.set("log.retention.hours", "24");
+        assert_eq!(
+            c.static_value("log.retention.ms").as_deref(),
+            Some("86400000")
+        );
+        c.set("log.retention.minutes", "5");
+        assert_eq!(
+            c.static_value("log.retention.ms").as_deref(),
+            Some("300000")
+        );
+        c.set("log.retention.ms", "1000");
+        assert_eq!(c.static_value("log.retention.ms").as_deref(), Some("1000"));
+        let image = rill_metadata::MetadataImage::new();
+        assert_eq!(log_config(&c, &image, 1, "t").retention_ms, 1000);
+        let mut c = BrokerConfig::default();
+        c.set("log.retention.hours", "-1");
+        assert_eq!(log_config(&c, &image, 1, "t").retention_ms, -1);
+        c.set("log.roll.hours", "2");
+        assert_eq!(log_config(&c, &image, 1, "t").segment_ms, 7_200_000);
+        c.validate().unwrap();
+        c.set("log.retention.hours", "a day");
+        let e = config_error(&c);
+        assert!(
+            e.contains("log.retention.hours") && e.contains("\"a day\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_bad_value_names_the_key_the_value_and_what_is_allowed() {
+        let mut c = BrokerConfig::default();
+        c.set("num.partitions", "many");
+        let e = config_error(&c);
+        assert!(
+            e.contains("num.partitions")
+                && e.contains("\"many\"")
+                && e.contains("from -2147483648 to 2147483647"),
+            "{e}"
+        );
+        let mut c = BrokerConfig::default();
+        c.set("log.segment.bytes", "big");
+        let e = config_error(&c);
+        assert!(
+            e.contains("log.segment.bytes") && e.contains("big") && e.contains("integer from"),
+            "{e}"
+        );
     }
 
     #[test]

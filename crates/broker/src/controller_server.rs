@@ -14,6 +14,7 @@ use std::sync::Arc;
 use rill_metadata::MetadataQuorum;
 
 use crate::config::BrokerConfig;
+use crate::data_dir_lock::DataDirLock;
 use crate::error::BrokerError;
 
 /// A running controller-only node.
@@ -22,6 +23,8 @@ pub struct ControllerServer {
     pub controller_addr: SocketAddr,
     pub cluster_id: String,
     pub quorum: Arc<MetadataQuorum>,
+    /// The data directory's lock (the metadata log is in it), held while this node runs.
+    data_dir_lock: Arc<DataDirLock>,
 }
 
 impl ControllerServer {
@@ -29,6 +32,18 @@ impl ControllerServer {
     /// controller event loop. Returns once the quorum listener is up; it does not wait
     /// for an election, which needs a majority of the voters.
     pub async fn start(config: BrokerConfig) -> Result<Self, BrokerError> {
+        let lock = Arc::new(DataDirLock::acquire(&config.data_dir())?);
+        Self::start_with_lock(config, lock).await
+    }
+
+    /// As [`ControllerServer::start`], in the data directory that `lock` holds.
+    pub async fn start_with_lock(
+        config: BrokerConfig,
+        data_dir_lock: Arc<DataDirLock>,
+    ) -> Result<Self, BrokerError> {
+        crate::check_lock_is_for(&config, &data_dir_lock)?;
+        // Before anything else can fail, so that a typo is seen even when it is why.
+        config.warn_unknown_keys();
         config.validate()?;
         let roles = config.process_roles()?;
         if roles.broker {
@@ -38,12 +53,19 @@ impl ControllerServer {
                     .into(),
             ));
         }
+        crate::log_data_dir(&data_dir_lock, None);
         let (quorum, cluster_id) = crate::start_quorum(&config, roles).await?;
         Ok(Self {
             controller_addr: quorum.local_addr(),
             cluster_id,
             quorum: Arc::new(quorum),
+            data_dir_lock,
         })
+    }
+
+    /// The lock on the data directory (see [`crate::Server::data_dir_lock`]).
+    pub fn data_dir_lock(&self) -> Arc<DataDirLock> {
+        self.data_dir_lock.clone()
     }
 
     /// Leaves the quorum: stops Raft and the listener. The files stay for the next start.
@@ -58,5 +80,6 @@ impl ControllerServer {
             // process exit does.
             Err(_) => tracing::debug!("controller quorum still shared at shutdown"),
         }
+        drop(self.data_dir_lock);
     }
 }

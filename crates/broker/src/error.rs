@@ -13,6 +13,9 @@ pub enum BrokerError {
     Metadata(String),
     #[error("storage: {0}")]
     Storage(#[from] rill_storage::StorageError),
+    /// Another process holds the data directory's lock (see `data_dir_lock`).
+    #[error("{}", data_dir_locked(dir, *pid))]
+    DataDirLocked { dir: String, pid: Option<u32> },
     /// The broker is closing its logs and opens no more.
     #[error("the broker is shutting down")]
     ShuttingDown,
@@ -25,4 +28,15 @@ impl BrokerError {
             source,
         }
     }
+}
+
+fn data_dir_locked(dir: &str, pid: Option<u32>) -> String {
+    let holder = match pid {
+        Some(pid) => format!("another process (pid {pid})"),
+        None => "another process".to_string(),
+    };
+    format!(
+        "data directory {dir} is locked by {holder}: a data directory belongs to one \
+         server at a time; stop that one or give this one another --data-dir"
+    )
 }

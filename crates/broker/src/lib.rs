@@ -1,6 +1,7 @@
 //! The Rill server: listeners, connections, request dispatch and the replica manager.
 //!
-//! [`Node::start`] starts what `process.roles` asks for. A broker ([`Server::start`],
+//! [`Node::start`] starts what `process.roles` asks for, after locking the data directory
+//! against a second process ([`data_dir_lock`]) and before reading anything in it. A broker ([`Server::start`],
 //! alone or with the controller) joins the controller quorum — as a voter when it is a
 //! controller too, else as an observer that only follows the log — registers with the
 //! active controller, follows the metadata log into its own [`MetadataImage`] (see
@@ -18,6 +19,7 @@ pub mod append_signal;
 pub mod broker_lifecycle;
 pub mod config;
 pub mod controller_server;
+pub mod data_dir_lock;
 pub mod error;
 pub mod group_coordinator;
 pub mod isr;
@@ -48,6 +50,7 @@ use tokio::sync::watch;
 
 pub use config::{BrokerConfig, ProcessRoles};
 pub use controller_server::ControllerServer;
+pub use data_dir_lock::DataDirLock;
 pub use error::BrokerError;
 use group_coordinator::GroupCoordinatorHandle;
 use replica_manager::ReplicaManager;
@@ -182,6 +185,8 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     lifecycle: broker_lifecycle::LifecycleHandle,
+    /// The data directory's lock, held while this server may write to it.
+    data_dir_lock: Arc<DataDirLock>,
 }
 
 impl Server {
@@ -190,7 +195,23 @@ impl Server {
     /// hosts as the metadata log names them, registers with the controller and starts
     /// serving. Returns once the controller has unfenced this broker (or after
     /// `broker.session.timeout.ms` × 3, serving anyway so that clients can retry).
+    ///
+    /// Locks the data directory first (see [`data_dir_lock`]); use
+    /// [`Server::start_with_lock`] to hold the lock beyond the server's life.
     pub async fn start(config: BrokerConfig) -> Result<Self, BrokerError> {
+        let lock = Arc::new(DataDirLock::acquire(&config.data_dir())?);
+        Self::start_with_lock(config, lock).await
+    }
+
+    /// As [`Server::start`], in the data directory that `lock` holds; nothing reads the
+    /// directory before it is locked.
+    pub async fn start_with_lock(
+        config: BrokerConfig,
+        data_dir_lock: Arc<DataDirLock>,
+    ) -> Result<Self, BrokerError> {
+        check_lock_is_for(&config, &data_dir_lock)?;
+        // Before anything else can fail, so that a typo is seen even when it is why.
+        config.warn_unknown_keys();
         let config = resolve_node_id(config).await?;
         config.validate()?;
         let roles = config.process_roles()?;
@@ -237,6 +258,7 @@ impl Server {
         let lag_ms = config.duration_ms("replica.lag.time.max.ms")?;
         let lag_ms = i64::try_from(lag_ms.as_millis()).unwrap_or(i64::MAX);
         let (replicas, alter_partition_rx) = ReplicaManager::new(&data_dir, fetcher_config, lag_ms);
+        log_data_dir(&data_dir_lock, Some(replicas.previous_shutdown()));
         let replicas = Arc::new(replicas);
         let group_config = config.group_config()?;
         let groups = group_coordinator::start(group_config, replicas.clone());
@@ -280,7 +302,14 @@ impl Server {
             shutdown,
             task,
             lifecycle,
+            data_dir_lock,
         })
+    }
+
+    /// The lock on the data directory, for a caller that must hold it until the
+    /// process exits (background tasks may write until the runtime stops).
+    pub fn data_dir_lock(&self) -> Arc<DataDirLock> {
+        self.data_dir_lock.clone()
     }
 
     /// Controlled shutdown: asks the controller to move this broker's leaderships away
@@ -293,6 +322,41 @@ impl Server {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
         self.broker.replicas.shutdown();
+        // Released only now that the logs are closed and the clean-shutdown marker is
+        // written (the caller may hold it longer, see `data_dir_lock`).
+        drop(self.data_dir_lock);
+    }
+}
+
+/// A lock must be the one of the directory the config names, or it protects nothing.
+pub(crate) fn check_lock_is_for(
+    config: &BrokerConfig,
+    lock: &DataDirLock,
+) -> Result<(), BrokerError> {
+    if lock.dir() != config.data_dir() {
+        return Err(BrokerError::Config(format!(
+            "the lock held is on {}, but log.dirs is {}",
+            lock.dir().display(),
+            config.data_dir().display()
+        )));
+    }
+    Ok(())
+}
+
+/// Says at start-up what state the data directory was found in: new (nothing to
+/// recover), or how the previous run ended (a controller-only node has no partition
+/// logs, so it passes `None`).
+pub(crate) fn log_data_dir(
+    lock: &DataDirLock,
+    previous_shutdown: Option<rill_storage::PreviousShutdown>,
+) {
+    let dir = lock.dir().display();
+    if lock.was_new() {
+        tracing::info!(%dir, "data directory is new");
+    } else if let Some(previous_shutdown) = previous_shutdown {
+        tracing::info!(%dir, ?previous_shutdown, "data directory");
+    } else {
+        tracing::info!(%dir, "data directory");
     }
 }
 
@@ -411,10 +475,24 @@ pub enum Node {
 impl Node {
     /// Starts what `process.roles` asks for; the default (both) is [`Server::start`].
     pub async fn start(config: BrokerConfig) -> Result<Node, BrokerError> {
+        let lock = Arc::new(DataDirLock::acquire(&config.data_dir())?);
+        Self::start_with_lock(config, lock).await
+    }
+
+    /// As [`Node::start`], in the data directory that `lock` holds. The binary takes the
+    /// lock itself and keeps it until the process exits, after every task has stopped.
+    pub async fn start_with_lock(
+        config: BrokerConfig,
+        lock: Arc<DataDirLock>,
+    ) -> Result<Node, BrokerError> {
         if config.process_roles()?.broker {
-            Server::start(config).await.map(Node::Broker)
+            Server::start_with_lock(config, lock)
+                .await
+                .map(Node::Broker)
         } else {
-            ControllerServer::start(config).await.map(Node::Controller)
+            ControllerServer::start_with_lock(config, lock)
+                .await
+                .map(Node::Controller)
         }
     }
 
@@ -423,6 +501,14 @@ impl Node {
         match self {
             Node::Broker(s) => s.controller_addr,
             Node::Controller(c) => c.controller_addr,
+        }
+    }
+
+    /// The lock on the node's data directory.
+    pub fn data_dir_lock(&self) -> Arc<DataDirLock> {
+        match self {
+            Node::Broker(s) => s.data_dir_lock(),
+            Node::Controller(c) => c.data_dir_lock(),
         }
     }
 

@@ -23,12 +23,51 @@ const FILE: &str = "meta.properties";
 /// The node id an earlier start stored in `data_dir`, if any (a broker whose id was
 /// generated keeps it across restarts this way).
 pub fn stored_node_id(data_dir: &Path) -> Result<Option<i32>, BrokerError> {
+    Ok(read(data_dir)?.map(|props| props.node_id))
+}
+
+/// What a valid `meta.properties` holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MetaProperties {
+    cluster_id: String,
+    node_id: i32,
+}
+
+/// The `meta.properties` of `data_dir`, `None` when there is none yet. A file that
+/// exists but is not one (not text, no `node.id` or `cluster.id`, a `node.id` that is
+/// no number) is an error that says which, rather than a directory taken for another
+/// node's or a new one's.
+fn read(data_dir: &Path) -> Result<Option<MetaProperties>, BrokerError> {
     let path = data_dir.join(FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Ok(parse(&text).get("node.id").and_then(|v| v.parse().ok())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(BrokerError::io(path.display(), e)),
-    }
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(BrokerError::io(path.display(), e)),
+    };
+    let unreadable = |what: &str| {
+        BrokerError::Config(format!(
+            "{} is unreadable: {what}; it should hold the lines version=1, \
+             cluster.id=<id> and node.id=<number> written at the directory's first start \
+             (restore it, or move the directory aside to start this node afresh)",
+            path.display()
+        ))
+    };
+    let text = String::from_utf8(bytes).map_err(|_| unreadable("it is not text"))?;
+    let props = parse(&text);
+    let node_id = match props.get("node.id") {
+        None => return Err(unreadable("it has no node.id")),
+        Some(v) => v
+            .parse::<i32>()
+            .map_err(|_| unreadable(&format!("its node.id {v:?} is not a number")))?,
+    };
+    let cluster_id = match props.get("cluster.id") {
+        Some(id) if !id.is_empty() => id.clone(),
+        _ => return Err(unreadable("it has no cluster.id")),
+    };
+    Ok(Some(MetaProperties {
+        cluster_id,
+        node_id,
+    }))
 }
 
 /// Returns the cluster id of `data_dir`, creating `meta.properties` on the first start.
@@ -39,31 +78,31 @@ pub fn load_or_create(
     voters: &BTreeMap<u64, SocketAddr>,
 ) -> Result<String, BrokerError> {
     let path = data_dir.join(FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let props = parse(&text);
-            let stored_node = props.get("node.id").and_then(|v| v.parse::<i32>().ok());
-            if stored_node != Some(node_id) {
+    match read(data_dir)? {
+        Some(stored) => {
+            if stored.node_id != node_id {
                 return Err(BrokerError::Config(format!(
-                    "{} belongs to node {:?}, this is node {node_id}",
-                    path.display(),
-                    stored_node
+                    "{} belongs to node {}, but this is node {node_id}: a data directory \
+                     serves the node it was first started as (start with --node-id {}, or \
+                     give this node its own --data-dir)",
+                    data_dir.display(),
+                    stored.node_id,
+                    stored.node_id
                 )));
             }
-            let cluster_id = props.get("cluster.id").cloned().ok_or_else(|| {
-                BrokerError::Config(format!("{} has no cluster.id", path.display()))
-            })?;
+            let cluster_id = stored.cluster_id;
             if let Some(configured) = config.get("cluster.id") {
                 if configured != cluster_id {
                     return Err(BrokerError::Config(format!(
-                        "{} has cluster.id {cluster_id}, the config says {configured}",
-                        path.display()
+                        "{} belongs to cluster {cluster_id}, but cluster.id in the config is \
+                         {configured}",
+                        data_dir.display()
                     )));
                 }
             }
             Ok(cluster_id)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        None => {
             let cluster_id = match config.get("cluster.id") {
                 Some(id) => id.to_string(),
                 None if voters.len() > 1 || voters_configured(config) => derived_cluster_id(voters),
@@ -81,7 +120,6 @@ pub fn load_or_create(
             write().map_err(|e| BrokerError::io(path.display(), e))?;
             Ok(cluster_id)
         }
-        Err(e) => Err(BrokerError::io(path.display(), e)),
     }
 }
 
@@ -143,7 +181,40 @@ mod tests {
             load_or_create(dir.path(), &config, 1, &voters(1)).unwrap(),
             id
         );
-        assert!(load_or_create(dir.path(), &config, 2, &voters(1)).is_err());
+        let other = load_or_create(dir.path(), &config, 2, &voters(1))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            other.contains("belongs to node 1, but this is node 2"),
+            "{other}"
+        );
+        assert!(!other.contains("Some("), "{other}");
+    }
+
+    #[test]
+    fn a_file_that_is_no_meta_properties_says_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = BrokerConfig::default();
+        let path = dir.path().join(FILE);
+        for (contents, why) in [
+            (&b"garbage\x01\x02"[..], "it has no node.id"),
+            (b"\xff\xfe\x00", "it is not text"),
+            (
+                b"version=1\nnode.id=one\ncluster.id=x\n",
+                "its node.id \"one\" is not a number",
+            ),
+            (b"version=1\nnode.id=1\n", "it has no cluster.id"),
+        ] {
+            std::fs::write(&path, contents).unwrap();
+            for e in [
+                load_or_create(dir.path(), &config, 1, &voters(1)).unwrap_err(),
+                stored_node_id(dir.path()).unwrap_err(),
+            ] {
+                let e = e.to_string();
+                assert!(e.contains("is unreadable") && e.contains(why), "{e}");
+                assert!(!e.contains("None"), "{e}");
+            }
+        }
     }
 
     #[test]

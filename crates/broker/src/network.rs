@@ -139,10 +139,13 @@ impl ConnectionLimits {
         let int = |key: &str, default: i64| -> Result<i64, BrokerError> {
             match config.get(key) {
                 None => Ok(default),
-                Some(raw) => raw
-                    .trim()
-                    .parse::<i64>()
-                    .map_err(|_| BrokerError::Config(format!("{key}: cannot parse {raw:?}"))),
+                Some(raw) => raw.trim().parse::<i64>().map_err(|_| {
+                    BrokerError::Config(format!(
+                        "{key}: invalid value {raw:?}: must be an integer from {} to {}",
+                        i64::MIN,
+                        i64::MAX
+                    ))
+                }),
             }
         };
         let bound = |v: i64| if v <= 0 { usize::MAX } else { v as usize };

@@ -308,7 +308,8 @@ impl ReplicaManager {
                 tracing::warn!(error = %e, "data directory not open for syncfs; no clean shutdown will be recorded");
             })
             .ok();
-        tracing::info!(dir = %data_dir.display(), ?previous_shutdown, "data directory");
+        // Said at info by the server, which also knows whether the directory is new.
+        tracing::debug!(dir = %data_dir.display(), ?previous_shutdown, "data directory");
         let rm = Self {
             data_dir: data_dir.to_path_buf(),
             broker_statuses: RwLock::new(Arc::new(BTreeMap::new())),
@@ -332,6 +333,11 @@ impl ReplicaManager {
 
     fn now(&self) -> i64 {
         (self.clock)()
+    }
+
+    /// How the previous run left the data directory's logs.
+    pub fn previous_shutdown(&self) -> PreviousShutdown {
+        self.previous_shutdown
     }
 
     /// The data directory's failure state; the server stops when it fails.

@@ -101,6 +101,10 @@ struct ServerArgs {
     /// Any broker config as key=value; repeatable; applied last.
     #[arg(long = "override", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
+    /// Refuse to start when the config file or an override sets a key Rill does not
+    /// know, instead of warning (sets `config.strict`).
+    #[arg(long)]
+    strict_config: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -121,7 +125,15 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let client_command = match cli.command {
-        Command::Server(args) => return server(args),
+        Command::Server(args) => {
+            if let Err(e) = server(args) {
+                // A start-up failure (bad config, a locked or foreign data directory, a
+                // port taken) is exit status 1, in one line like the client commands'.
+                eprintln!("error: {}", one_line(&e));
+                std::process::exit(1);
+            }
+            return Ok(());
+        }
         other => other,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -143,15 +155,25 @@ fn main() -> anyhow::Result<()> {
     // alive once the command is done.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     if let Err(e) = result {
-        // One line, the Kafka tools' way: the error and its causes.
-        let mut line = format!("error: {e}");
-        for cause in e.chain().skip(1) {
-            line.push_str(&format!(": {cause}"));
-        }
-        eprintln!("{line}");
+        eprintln!("error: {}", one_line(&e));
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// An error and its causes in one line, the Kafka tools' way. A cause whose text the
+/// line already holds is left out: errors such as `i/o on PATH: SOURCE` print their
+/// source themselves, and naming it twice says nothing more.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !line.contains(&cause) {
+            line.push_str(": ");
+            line.push_str(&cause);
+        }
+    }
+    line
 }
 
 /// The exit code of a server that stopped because its log directory failed (a write or
@@ -221,6 +243,9 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
     for kv in &args.overrides {
         config.set_override(kv)?;
     }
+    if args.strict_config {
+        config.set("config.strict", "true");
+    }
     if args.listen.is_some() && !config.process_roles()?.broker {
         anyhow::bail!(
             "--listen: a controller-only node (process.roles=controller) has no client \
@@ -230,9 +255,13 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
-        let data_dir = config.data_dir();
-        let node = Node::start(config).await?;
+    // Locked before anything in the directory is read, and held past the runtime's end:
+    // background tasks may write to the metadata log until the runtime stops them.
+    let data_dir = config.data_dir();
+    let lock = std::sync::Arc::new(rill_broker::DataDirLock::acquire(&data_dir)?);
+    let node_lock = lock.clone();
+    let result = runtime.block_on(async move {
+        let node = Node::start_with_lock(config, node_lock).await?;
         match &node {
             Node::Broker(server) if server.broker.quorum.is_voter() => println!(
                 "rill listening on {} (controller on {}, data in {})",
@@ -292,7 +321,10 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down");
         node.shutdown().await;
         Ok(())
-    })
+    });
+    drop(runtime);
+    drop(lock);
+    result
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
@@ -303,4 +335,19 @@ async fn wait_for_signal() -> anyhow::Result<()> {
         _ = term.recv() => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_cause_the_message_already_holds_is_not_repeated() {
+        let taken = std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address already in use");
+        let e = anyhow::Error::from(rill_broker::BrokerError::io("127.0.0.1:1", taken));
+        assert_eq!(one_line(&e), "i/o on 127.0.0.1:1: Address already in use");
+        let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let e = anyhow::Error::from(missing).context("reading rill.toml");
+        assert_eq!(one_line(&e), "reading rill.toml: No such file");
+    }
 }
