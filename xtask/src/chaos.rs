@@ -101,9 +101,16 @@ mod tests {
 
     #[test]
     fn minutes_seed_and_passthrough_reach_chaos_py() {
-        let options =
-            Options::parse(&strings(&["--minutes", "30", "--seed", "42", "--", "--rate", "5"]))
-                .unwrap();
+        let options = Options::parse(&strings(&[
+            "--minutes",
+            "30",
+            "--seed",
+            "42",
+            "--",
+            "--rate",
+            "5",
+        ]))
+        .unwrap();
         assert_eq!(
             options.chaos_args(),
             strings(&[
