@@ -303,16 +303,17 @@ class Ack:
     producer: int
     seq: int
     partition: int
-    offset: int
+    offset: int | None  # None: acknowledged without an offset (librdkafka's -1)
+    at: float = 0.0
 
 
 class Producers:
     """Idempotent acks=all producers, each writing p<id>-<seq> round-robin over partitions."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, count: int, rate_per_s: float):
+    def __init__(self, bootstrap: str, topic: str, partitions: int, count: int, rate_per_s: float, clock: "Clock"):
         from confluent_kafka import Producer
 
-        self.topic, self.partitions = topic, partitions
+        self.topic, self.partitions, self.clock = topic, partitions, clock
         self.interval = 1.0 / rate_per_s
         self.producers = [
             Producer(
@@ -347,7 +348,7 @@ class Producers:
                     self.errors.append(f"p{index}: {err}")
                     return
                 pid, seq = parse_value(msg.value())
-                self.acks.append(Ack(pid, seq, msg.partition(), msg.offset()))
+                self.acks.append(Ack(pid, seq, msg.partition(), msg.offset(), self.clock.now()))
 
         seq = 0
         while not self._halt.is_set():
@@ -832,8 +833,14 @@ def check_records(acks: list[Ack], log_by_partition: dict[int, dict[int, bytes]]
     by_offset: dict[tuple[int, int], set[tuple[int, int]]] = {}
     for ack in acks:
         key = (ack.producer, ack.seq)
-        by_offset.setdefault((ack.partition, ack.offset), set()).add(key)
         where = stored.get(key)
+        if ack.offset is None:
+            # Acknowledged without an offset: it must be stored, wherever it is.
+            if where is None or where[0] != ack.partition:
+                lost.append(f"p{ack.producer}-{ack.seq} acknowledged (no offset) in partition "
+                            f"{ack.partition} at t={ack.at:.2f}s, not there ({where})")
+            continue
+        by_offset.setdefault((ack.partition, ack.offset), set()).add(key)
         if where is None:
             lost.append(f"p{ack.producer}-{ack.seq} acknowledged at {(ack.partition, ack.offset)}, not in the log")
         elif where != (ack.partition, ack.offset):
@@ -1064,12 +1071,12 @@ def wait_settled(bootstrap: str, topics: dict[str, int], timeout_s: float) -> No
     raise RuntimeError(f"cluster did not settle within {timeout_s:.0f}s: {last}")
 
 
-def probe_group_beside(hosts: dict[int, str], group: str, tries: int = 64) -> str:
+def probe_group_beside(hosts: dict[int, str], group: str, rng: random.Random, tries: int = 64) -> str:
     """A name for the session's own group with the same coordinator as `group`, so that a
     fault aimed at the coordinator hits both."""
     want = find_on_any(hosts, group)
     for _ in range(tries):
-        name = f"chaos-probe-{uuid.uuid4().hex[:8]}"
+        name = f"{group}-probe-{rng.randrange(16**6):06x}"
         if find_on_any(hosts, name) == want:
             return name
     raise RuntimeError(f"no probe group name shares node {want}'s coordination in {tries} tries")
@@ -1152,7 +1159,9 @@ def run(args: argparse.Namespace) -> dict:
         log(f"  {fault.describe()}")
 
     cluster = make_cluster(workdir, net)
-    topic, group, partitions = f"chaos-{uuid.uuid4().hex[:8]}", f"chaos-group-{uuid.uuid4().hex[:6]}", args.partitions
+    # Names from the seed too, so that a replay has the same coordinators (a group's is
+    # chosen by a hash of its name).
+    topic, group, partitions = f"chaos-{seed}", f"chaos-group-{seed}", args.partitions
     report: dict = {"seed": seed, "scenario": args.scenario, "skipped": skipped}
     producers = group_members = checker = session = None
     try:
@@ -1166,10 +1175,10 @@ def run(args: argparse.Namespace) -> dict:
         )[topic].result(timeout=30)
         wait_settled(bootstrap, {topic: partitions}, SETTLE_TIMEOUT_S)
         clock = Clock()
-        producers = Producers(bootstrap, topic, partitions, args.producers, args.rate)
+        producers = Producers(bootstrap, topic, partitions, args.producers, args.rate, clock)
         group_members = Group(bootstrap, topic, group, clock)
         hosts = {i: n.bootstrap for i, n in cluster.nodes.items()}
-        probe_group = probe_group_beside(hosts, group)
+        probe_group = probe_group_beside(hosts, group, rng)
         checker = OffsetChecker(hosts, [group, probe_group], topic, partitions, clock)
         session = ProbeSession(hosts, probe_group, group, topic, partitions, clock, random.Random(seed + 1))
         producers.start()
@@ -1212,6 +1221,9 @@ def run(args: argparse.Namespace) -> dict:
         checks.append(compare_replicas(cluster, [topic, "__consumer_offsets"]))
         report.update(
             acknowledged=len(producers.acks),
+            # librdkafka's implicit acknowledgements: a message whose own answer was lost
+            # is acknowledged, without an offset, when a later sequence is.
+            acknowledged_without_offset=[asdict(a) for a in producers.acks if a.offset is None][:20],
             sent=producers.sent,
             producer_errors=producers.errors[:10],
             commits=len(group_members.attempts),
@@ -1254,6 +1266,9 @@ def print_report(report: dict) -> bool:
         log("  " + Fault(**f).describe())
     for skipped in report.get("skipped", []):
         log(f"skipped: {skipped}")
+    for ack in report.get("acknowledged_without_offset", []):
+        log(f"note: p{ack['producer']}-{ack['seq']} was acknowledged without an offset "
+            f"(partition {ack['partition']}, t={ack['at']:.2f}s)")
     for c in checks.values():
         log(f"  {'PASS' if c['ok'] else 'FAIL'} {c['name']} ({c['checked']} checked)")
         for line in c["evidence"]:

@@ -137,6 +137,13 @@ def _offsets(session, attempts=None, final=None, history=None, everyone=()):
     return _by_name(chaos.check_offsets(session, list(everyone), attempts or {}, final or {}, history, []))
 
 
+def test_checker_takes_an_acknowledgement_without_an_offset_as_stored_anywhere_in_its_partition():
+    log = {0: {0: b"p0-0", 1: b"p0-1"}, 1: {0: b"p0-2"}}
+    assert all(c.ok for c in chaos.check_records([_ack(0, 0, 0, None), _ack(0, 1, 0, None)], log))
+    assert not _by_name(chaos.check_records([_ack(0, 3, 0, None)], log))["no_lost_ack"].ok
+    assert not _by_name(chaos.check_records([_ack(0, 2, 0, None)], log))["no_lost_ack"].ok
+
+
 def test_checker_finds_offsets_going_backwards():
     obs = [
         chaos.Observation(1, 1.0, 1.1, {0: 10}, "g"),
