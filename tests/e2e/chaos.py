@@ -91,6 +91,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import socket
 import struct
@@ -997,6 +998,39 @@ def _spread(lines: list[str], keep: int = 12) -> list[str]:
     return lines[: keep // 2] + [f"... {len(lines) - keep} more ..."] + lines[-keep // 2:]
 
 
+def batch_headers(partition_dir: Path, offsets: set[int]) -> dict[int, str]:
+    """For the evidence of a duplicate: the record batch header (leader epoch, producer id,
+    producer epoch, sequence) each of `offsets` was written with, from the segment files."""
+    found: dict[int, str] = {}
+    for segment in sorted(partition_dir.glob("*.log")):
+        data, pos = segment.read_bytes(), 0
+        while pos + 61 <= len(data) and len(found) < len(offsets):
+            base, length, leader_epoch = struct.unpack_from(">qii", data, pos)
+            last_delta = struct.unpack_from(">i", data, pos + 23)[0]
+            pid, pepoch, base_seq = struct.unpack_from(">qhi", data, pos + 43)
+            for o in offsets:
+                if base <= o <= base + last_delta:
+                    found[o] = (f"leader epoch {leader_epoch}, producer id {pid} epoch {pepoch} "
+                                f"sequence {base_seq + (o - base)}")
+            pos += 12 + length
+    return found
+
+
+def explain_duplicates(check: Check, cluster: RillCluster, topic: str) -> None:
+    """Adds each copy's batch header to a failed no_duplicate's evidence."""
+    node = next(iter(cluster.nodes.values()))
+    explained = []
+    for line in check.evidence:
+        copies = [tuple(int(x) for x in m) for m in re.findall(r"\((\d+), (\d+)\)", line)]
+        parts = {p for p, _ in copies}
+        if len(parts) != 1:
+            explained.append(line)
+            continue
+        headers = batch_headers(node.data_dir / f"{topic}-{parts.pop()}", {o for _, o in copies})
+        explained.append(line + "; " + "; ".join(f"offset {o}: {headers.get(o, '?')}" for _, o in copies))
+    check.evidence = explained
+
+
 def segment_digest(partition_dir: Path) -> tuple[int, str]:
     digest, size = hashlib.sha256(), 0
     for segment in sorted(partition_dir.glob("*.log")):
@@ -1209,6 +1243,9 @@ def run(args: argparse.Namespace) -> dict:
             f"{checker.unreachable} unreachable); after heal {final}")
         stored = read_log(cluster.bootstrap, topic, partitions)
         checks = check_records(producers.acks, stored)
+        for check in checks:
+            if check.name == "no_duplicate" and not check.ok:
+                explain_duplicates(check, cluster, topic)
         offsets_log = read_records(cluster.bootstrap, "__consumer_offsets", offsets_partitions)
         checks += check_offsets(
             session.observations,
