@@ -1175,7 +1175,10 @@ def run(args: argparse.Namespace) -> dict:
     else:
         net.enter_hub()
         log(f"network namespaces {net.hub} (hub, {HUB_ADDRESS}) and {', '.join(net.ns(i) for i in NODES)}")
-    kinds = tuple(k for k in FAULT_KINDS if net is not None or k != "partition")
+    kinds = tuple(k for k in args.faults.split(",") if net is not None or k != "partition")
+    unknown = set(kinds) - set(FAULT_KINDS)
+    if unknown or not kinds:
+        raise SystemExit(f"--faults: unknown or no fault kinds {sorted(unknown)} (known: {', '.join(FAULT_KINDS)})")
 
     warmup = 8.0
     if args.scenario == "coordinator-partition":
@@ -1328,6 +1331,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--transactional", action="store_true",
                         help="add transactional producers and read_committed readers (not built yet)")
+    parser.add_argument("--faults", default=",".join(FAULT_KINDS),
+                        help=f"the fault kinds the random schedule picks from (default: all of {', '.join(FAULT_KINDS)})")
     parser.add_argument("--no-netns", action="store_true",
                         help="run the nodes on 127.0.0.1 without namespaces (no partitions), "
                              "as on a machine that cannot make them")
