@@ -5,6 +5,8 @@
 //! - `cargo xtask test`: every test, unit to end-to-end, installing what the end-to-end
 //!   tests need (a Python venv under `target/`, kcat, librdkafka's `rdkafka_performance`)
 //!   by itself.
+//! - `cargo xtask chaos [--minutes N] [--seed N] [--scenario S]`: the fault-injection
+//!   suite (`tests/e2e/chaos.py`) for as long as asked; its short run is in `test`.
 //! - `cargo xtask rdkafka-performance`: builds (or reuses) `rdkafka_performance` under
 //!   `target/` and prints its path, for the benchmarks.
 #![allow(
@@ -14,6 +16,7 @@
     reason = "a dev tool, not a library"
 )]
 
+mod chaos;
 mod codegen;
 mod layering;
 mod rdkafka_performance;
@@ -25,10 +28,11 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("codegen") => codegen::run(&workspace_root(), &args[1..]),
+        Some("chaos") => chaos::run(&workspace_root(), &args[1..]),
         Some("test") => test::run(&workspace_root(), &args[1..]),
         Some("rdkafka-performance") => rdkafka_performance::run(&workspace_root(), &args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <codegen [--check] | test [args] | rdkafka-performance>");
+            eprintln!("usage: cargo xtask <codegen [--check] | test [args] | chaos [args] | rdkafka-performance>");
             std::process::exit(2);
         }
     }

@@ -208,7 +208,7 @@ impl std::fmt::Display for Tally {
 }
 
 /// The cargo that runs us (set by `cargo run`), so that the toolchain stays the same.
-fn cargo_program() -> OsString {
+pub(crate) fn cargo_program() -> OsString {
     std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"))
 }
 
@@ -327,7 +327,7 @@ impl CargoTestResult {
 
 /// The `rill` binary the end-to-end tests drive: `RILL_BIN` when set, else a fresh
 /// `cargo build -p rill`.
-fn rill_binary(root: &Path, cargo: &OsString) -> anyhow::Result<PathBuf> {
+pub(crate) fn rill_binary(root: &Path, cargo: &OsString) -> anyhow::Result<PathBuf> {
     if let Some(bin) = std::env::var_os("RILL_BIN").filter(|bin| !bin.is_empty()) {
         let bin = root.join(bin);
         banner(&format!("using RILL_BIN={}", bin.display()));
