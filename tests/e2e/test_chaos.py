@@ -8,12 +8,11 @@ its own, so that a failure names the invariant and shows its evidence, the seed 
 schedule. `RILL_CHAOS_SEED` replays a seed; `RILL_CHAOS_SECONDS` lengthens the schedule
 (longer runs: `cargo xtask chaos --minutes N`).
 
-`offsets_never_backwards` and `offsets_fetched_were_committed` are expected to fail
-(strictly) until issue #14's bug 1 is fixed: the coordinator updates the offsets
-OffsetFetch reads when an OffsetCommit arrives, before its `__consumer_offsets` append is
-replicated, so a coordinator cut off from its peers serves commits that were never
-replicated, and the next coordinator answers older ones. The fix turns both into passes,
-and strict xfail then fails the run until the mark is removed.
+`offsets_never_backwards` and `offsets_fetched_were_committed` are the checks that found
+issue #14's bug 1 (OffsetFetch served an offset commit before its `__consumer_offsets`
+append was replicated, so a coordinator cut off from its peers served commits that were
+never replicated, and the next coordinator answered older ones): they failed on every
+run before the fix, and pass since.
 
 The checker's own tests (no broker) feed it histories with a lost record, a duplicate,
 an offset acknowledged twice, out-of-order sequences and offsets that go backwards, and
@@ -34,10 +33,6 @@ import chaos
 
 CHAOS = Path(__file__).with_name("chaos.py")
 RUN_TIMEOUT_S = 280
-BUG_1 = (
-    "issue #14 bug 1: OffsetFetch serves an offset commit before it is replicated "
-    "(crates/group/src/coordinator.rs updates the in-memory offsets on OffsetCommit)"
-)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +91,6 @@ def test_chaos_invariant(chaos_run, check):
     _outcome(chaos_run, check)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_1)
 @pytest.mark.parametrize("check", ["offsets_never_backwards", "offsets_fetched_were_committed"])
 def test_chaos_offsets_bug_1(chaos_run, check):
     report, _output = chaos_run
