@@ -498,9 +498,9 @@ def _call(host: str, api_key: int, version: int, body: bytes, timeout_s: float) 
 
 def offset_fetch(host: str, group: str, topic: str, partitions: int, timeout_s: float):
     """OffsetFetch v2 sent to one node; {partition: offset} for the partitions it answered
-    without error (as the coordinator), plus the error codes it gave for the rest. (v2, not
-    v1: rill answers a v1 request that fails as a whole, NOT_COORDINATOR say, with no
-    partitions at all rather than the error on each, so a v1 client cannot tell.)"""
+    without error (as the coordinator), plus the error codes it gave for the rest. (v2 has
+    the top-level error; a v1 answer carries a failed request's error on each partition,
+    see test_failover.py.)"""
     body = _s(group) + struct.pack(">i", 1) + _s(topic) + struct.pack(">i", partitions)
     body += b"".join(struct.pack(">i", p) for p in range(partitions))
     payload, pos = _call(host, 9, 2, body, timeout_s)

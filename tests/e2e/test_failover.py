@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import signal
 import time
 
@@ -137,3 +138,39 @@ def test_a_leader_cut_off_from_the_quorum_stops_leading(rill_cluster_factory):
                      on_delivery=lambda err, msg: delivered.append(err))
     producer.flush(35)
     assert delivered == [None]
+
+
+def _offset_fetch_v1(host: str, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
+    """OffsetFetch v1 sent to one node: {partition: error code}."""
+    import chaos
+
+    body = chaos._s(group) + struct.pack(">i", 1) + chaos._s(topic)
+    body += struct.pack(">i", len(partitions)) + b"".join(struct.pack(">i", p) for p in partitions)
+    payload, pos = chaos._call(host, 9, 1, body, 10)
+    errors = {}
+    (topics,) = struct.unpack_from(">i", payload, pos)
+    pos += 4
+    for _ in range(topics):
+        (n,) = struct.unpack_from(">h", payload, pos)
+        pos += 2 + n
+        (count,) = struct.unpack_from(">i", payload, pos)
+        pos += 4
+        for _ in range(count):
+            p, _offset, meta_len = struct.unpack_from(">iqh", payload, pos)
+            pos += 14 + max(meta_len, 0)
+            (errors[p],) = struct.unpack_from(">h", payload, pos)
+            pos += 2
+    return errors
+
+
+def test_offset_fetch_v1_names_not_coordinator_on_every_partition(rill_cluster_factory):
+    # v0-1 have no top-level error: Kafka puts a failed request's error on each
+    # partition asked for; an empty answer would read as "nothing committed".
+    cluster = rill_cluster_factory()
+    group = "v1-group"
+    everyone = admin(cluster.bootstrap)
+    coordinator = everyone.describe_consumer_groups([group])[group].result(timeout=10).coordinator.id
+    other = next(n for n in (1, 2, 3) if n != coordinator)
+    errors = _offset_fetch_v1(cluster.node(other).bootstrap, group, "t", [0, 1, 2])
+    assert errors == {0: 16, 1: 16, 2: 16}, errors  # NOT_COORDINATOR
+    assert _offset_fetch_v1(cluster.node(coordinator).bootstrap, group, "t", [0]) == {0: 0}

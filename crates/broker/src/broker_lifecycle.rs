@@ -192,7 +192,8 @@ async fn run(
                         }
                         if r.is_fenced {
                             lease_until = None;
-                            let was_unfenced = *unfenced.borrow();
+                            // A controlled shutdown ends fenced, as it should: no warning.
+                            let was_unfenced = *unfenced.borrow() && !shutting_down;
                             lose_lease(&broker, "fenced by the controller", was_unfenced).await;
                         } else {
                             lease_until = Some(sent_at + session_timeout);

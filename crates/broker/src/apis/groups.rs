@@ -319,6 +319,16 @@ impl Broker {
             }]
         };
         let group_ids: Vec<String> = requests.iter().map(|q| q.group_id.clone()).collect();
+        // What a v0-1 answer lists when the whole request failed (see below).
+        let requested: Vec<(String, Vec<i32>)> = requests
+            .first()
+            .and_then(|q| q.topics.as_ref())
+            .map(|ts| {
+                ts.iter()
+                    .map(|t| (t.name.clone(), t.partition_indexes.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
         let answers: Vec<g::OffsetFetchResponse> =
             match self.group_call(GroupCall::OffsetFetch(requests)).await {
                 Ok(GroupReply::OffsetFetch(list)) => list,
@@ -373,13 +383,34 @@ impl Broker {
                 ..Default::default()
             };
         }
-        let a = answers
+        let mut a = answers
             .into_iter()
             .next()
             .unwrap_or(g::OffsetFetchResponse {
                 error_code: 0,
                 topics: vec![],
             });
+        if version < 2 && a.error_code != 0 && a.topics.is_empty() {
+            // Kafka answers a v0-1 request that failed as a whole (NOT_COORDINATOR, a
+            // load in progress) with the error on every partition it asked for: with no
+            // top-level error field, an empty answer would read as "nothing committed".
+            a.topics = requested
+                .into_iter()
+                .map(|(name, partitions)| g::OffsetFetchResponseTopic {
+                    name,
+                    partitions: partitions
+                        .into_iter()
+                        .map(|partition_index| g::OffsetFetchResponsePartition {
+                            partition_index,
+                            committed_offset: -1,
+                            committed_leader_epoch: -1,
+                            metadata: Some(String::new()),
+                            error_code: a.error_code,
+                        })
+                        .collect(),
+                })
+                .collect();
+        }
         // Before v2 there was no top-level error: it went on every partition.
         let partition_error = |code: i16| {
             if version < 2 && a.error_code != 0 {

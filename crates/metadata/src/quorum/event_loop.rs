@@ -12,8 +12,11 @@
 //!    for its answer: from [`super::MetadataQuorum::submit`] on this node, or from a
 //!    peer that forwarded its submission over the quorum RPC.
 //! 2. Before an event or timer is handled, the loop checks that this node is the Raft
-//!    leader. If it is not, the event is answered [`MetadataError::NotController`] with
-//!    the leader this node knows, and any working state is dropped.
+//!    leader and that a quorum acknowledged it within the followers' leader lease
+//!    (openraft's `election_timeout_max`; a check-quorum: a leader cut off from its
+//!    quorum stops deciding what it cannot commit). If not, the event is answered
+//!    [`MetadataError::NotController`] with the leader this node knows, and any
+//!    working state is dropped.
 //! 3. The first time it handles something in a new term as leader, it takes
 //!    [`super::MetadataQuorum::leader_image`] (everything committed in earlier terms,
 //!    applied) as its working image and makes a fresh [`QuorumController`], then ticks
@@ -214,12 +217,20 @@ impl EventLoop {
         }
     }
 
-    /// Whether this node leads, and the current term.
+    /// Whether this node leads, and the current term. A leader that has not heard a
+    /// quorum acknowledge it for longer than the followers' leader lease does not act
+    /// (a check-quorum): the others may have elected a new leader already, so its
+    /// decisions could never commit, and an event is better answered NotController and
+    /// retried where a quorum is.
     fn leadership(&self) -> (bool, u64) {
+        let lease_ms = self.raft.config().election_timeout_max;
         let m = self.raft.metrics();
         let m = m.borrow();
+        let quorum_recent = m.millis_since_quorum_ack.is_none_or(|ms| ms <= lease_ms);
         (
-            m.state == ServerState::Leader && m.current_leader == Some(self.node_id),
+            m.state == ServerState::Leader
+                && m.current_leader == Some(self.node_id)
+                && quorum_recent,
             m.current_term,
         )
     }

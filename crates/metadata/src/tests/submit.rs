@@ -326,6 +326,35 @@ async fn submit_without_a_quorum_fails() {
     }
 }
 
+/// Issue #14, item 3 (check-quorum): a leader left without its quorum stops acting as
+/// the controller once the followers' leader lease has passed, rather than holding
+/// events it can never commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_without_its_quorum_stops_deciding() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = cluster(dir.path(), fast(9_000)).await;
+    let leader = nodes.iter().position(|n| n.is_leader()).unwrap();
+    let alone = nodes.remove(leader);
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+    // Past the lease (election_timeout_max) and a heartbeat or two.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let started = Instant::now();
+    // Without the check it would propose and wait for a commit that cannot come.
+    let r = tokio::time::timeout(Duration::from_secs(2), alone.submit_local(register(1))).await;
+    assert!(
+        matches!(r, Ok(Err(MetadataError::NotController { .. }))),
+        "{r:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    alone.shutdown().await.unwrap();
+}
+
 #[test]
 fn controller_messages_round_trip_through_postcard() {
     let events = [
