@@ -145,6 +145,12 @@ pub struct GroupCoordinator {
     /// What OffsetFetch serves: offsets as of each partition's high watermark.
     read: CommittedOffsets,
     next_write: u64,
+    /// Per partition, the end of the tail a load replayed above the high watermark,
+    /// until the mark reaches it. A new leader cannot tell which of those records the
+    /// old leader acknowledged: serving the older committed offsets could hide an
+    /// acknowledged commit, serving the tail could show one the next leader lacks. So
+    /// OffsetFetch answers COORDINATOR_LOAD_IN_PROGRESS (retriable) meanwhile.
+    unsettled_tail: BTreeMap<i32, i64>,
 }
 
 /// Everything a group transition may touch besides the group itself.
@@ -1065,6 +1071,7 @@ impl GroupCoordinator {
             join_seq: 0,
             read: CommittedOffsets::default(),
             next_write: 0,
+            unsettled_tail: BTreeMap::new(),
         }
     }
 
@@ -1088,6 +1095,13 @@ impl GroupCoordinator {
     pub fn commit_up_to(&mut self, partition: i32, offset: i64) -> usize {
         if !self.partitions.contains_key(&partition) {
             return 0;
+        }
+        if self
+            .unsettled_tail
+            .get(&partition)
+            .is_some_and(|end| offset >= *end)
+        {
+            self.unsettled_tail.remove(&partition);
         }
         self.read.commit_up_to(partition, offset)
     }
@@ -1320,7 +1334,11 @@ impl GroupCoordinator {
 
     /// OffsetFetch for one group; answered at once.
     pub fn handle_offset_fetch(&self, req: &OffsetFetchRequest) -> OffsetFetchResponse {
-        if let Some(code) = self.coordinator_error(&req.group_id) {
+        let unsettled = self
+            .unsettled_tail
+            .contains_key(&self.partition_for(&req.group_id))
+            .then_some(error_code::COORDINATOR_LOAD_IN_PROGRESS);
+        if let Some(code) = self.coordinator_error(&req.group_id).or(unsettled) {
             return OffsetFetchResponse {
                 error_code: code,
                 topics: Vec::new(),
@@ -1742,6 +1760,9 @@ impl GroupCoordinator {
         record: &Record,
     ) -> Result<(), GroupError> {
         self.replay_into_groups(partition, record)?;
+        let end = offset.saturating_add(1);
+        let tail = self.unsettled_tail.entry(partition).or_insert(end);
+        *tail = (*tail).max(end);
         if let Record::OffsetCommit(r) = record {
             let write = WriteId(self.next_write);
             self.next_write += 1;
@@ -1838,6 +1859,7 @@ impl GroupCoordinator {
         self.partitions.remove(&partition);
         let n = self.config.offsets_topic_num_partitions;
         self.read.unload(partition, |group| partition_for(group, n));
+        self.unsettled_tail.remove(&partition);
         let ids: Vec<String> = self
             .groups
             .values()
