@@ -505,6 +505,23 @@ def offset_fetch(host: str, group: str, topic: str, partitions: int, timeout_s: 
     body += b"".join(struct.pack(">i", p) for p in range(partitions))
     payload, pos = _call(host, 9, 2, body, timeout_s)
     offsets, errors = {}, {}
+    answered, pos = offset_fetch_partitions(payload, pos)
+    for p, (offset, error) in answered.items():
+        if error == 0:
+            if offset >= 0:
+                offsets[p] = offset
+        else:
+            errors[p] = error
+    (top_error,) = struct.unpack_from(">h", payload, pos)
+    if top_error != 0:
+        return {}, {p: top_error for p in range(partitions)}
+    return offsets, errors
+
+
+def offset_fetch_partitions(payload: bytes, pos: int) -> tuple[dict[int, tuple[int, int]], int]:
+    """The topics array of an OffsetFetch v1-v5 response (one topic asked for):
+    {partition: (committed offset, error code)}, and where the array ends."""
+    answered = {}
     (topics,) = struct.unpack_from(">i", payload, pos)
     pos += 4
     for _ in range(topics):
@@ -517,15 +534,8 @@ def offset_fetch(host: str, group: str, topic: str, partitions: int, timeout_s: 
             pos += 14 + max(meta_len, 0)
             (error,) = struct.unpack_from(">h", payload, pos)
             pos += 2
-            if error == 0:
-                if offset >= 0:
-                    offsets[p] = offset
-            else:
-                errors[p] = error
-    (top_error,) = struct.unpack_from(">h", payload, pos)
-    if top_error != 0:
-        return {}, {p: top_error for p in range(partitions)}
-    return offsets, errors
+            answered[p] = (offset, error)
+    return answered, pos
 
 
 def find_coordinator_raw(host: str, group: str, timeout_s: float) -> tuple[int, int]:

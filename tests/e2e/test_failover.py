@@ -147,20 +147,8 @@ def _offset_fetch_v1(host: str, group: str, topic: str, partitions: list[int]) -
     body = chaos._s(group) + struct.pack(">i", 1) + chaos._s(topic)
     body += struct.pack(">i", len(partitions)) + b"".join(struct.pack(">i", p) for p in partitions)
     payload, pos = chaos._call(host, 9, 1, body, 10)
-    errors = {}
-    (topics,) = struct.unpack_from(">i", payload, pos)
-    pos += 4
-    for _ in range(topics):
-        (n,) = struct.unpack_from(">h", payload, pos)
-        pos += 2 + n
-        (count,) = struct.unpack_from(">i", payload, pos)
-        pos += 4
-        for _ in range(count):
-            p, _offset, meta_len = struct.unpack_from(">iqh", payload, pos)
-            pos += 14 + max(meta_len, 0)
-            (errors[p],) = struct.unpack_from(">h", payload, pos)
-            pos += 2
-    return errors
+    answered, _ = chaos.offset_fetch_partitions(payload, pos)
+    return {p: error for p, (_offset, error) in answered.items()}
 
 
 def test_offset_fetch_v1_names_not_coordinator_on_every_partition(rill_cluster_factory):
