@@ -1109,7 +1109,13 @@ impl GroupCoordinator {
     /// The partitions with offset records that OffsetFetch does not serve yet, whose high
     /// watermark the broker should report when it moves.
     pub fn uncommitted_partitions(&self) -> Vec<i32> {
-        self.read.pending_partitions().collect()
+        let mut partitions: Vec<i32> = self.read.pending_partitions().collect();
+        // A loaded tail may end in records that are not offsets (group metadata): its
+        // partition is watched until the mark passes it too.
+        partitions.extend(self.unsettled_tail.keys().copied());
+        partitions.sort_unstable();
+        partitions.dedup();
+        partitions
     }
 
     /// Offset records written to `partition` that OffsetFetch does not serve yet.

@@ -120,6 +120,11 @@ fn replayed_tail_above_the_high_watermark_waits_for_it() {
         .error_code
     };
     assert_eq!(fetch_error(&h2.c), error_code::COORDINATOR_LOAD_IN_PROGRESS);
+    assert_eq!(
+        h2.c.uncommitted_partitions(),
+        vec![p],
+        "watched until settled"
+    );
     h2.c.commit_up_to(p, hw + 1);
     assert_eq!(fetch_error(&h2.c), error_code::COORDINATOR_LOAD_IN_PROGRESS);
     assert_eq!(
@@ -128,6 +133,7 @@ fn replayed_tail_above_the_high_watermark_waits_for_it() {
     );
     h2.c.commit_up_to(p, end);
     assert_eq!(fetch_error(&h2.c), error_code::NONE);
+    assert!(h2.c.uncommitted_partitions().is_empty());
     assert_eq!(h2.fetch("g", "t", 0).0, 7);
     // The group was restored from the whole log: its member can still commit.
     assert_eq!(h2.commit("g", &ids[0], gen, "t", 0, 8), error_code::NONE);
