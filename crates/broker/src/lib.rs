@@ -446,8 +446,10 @@ pub(crate) async fn start_quorum(
     let election_ms = u64::try_from(election_ms.as_millis())
         .unwrap_or(1000)
         .max(50);
+    // Ten heartbeats to an election timeout: the pre-vote timer needs the minimum (half
+    // of it) above three heartbeats, openraft's lease on the followers.
     let quorum_config = QuorumConfig {
-        heartbeat_interval_ms: (election_ms / 5).max(10),
+        heartbeat_interval_ms: (election_ms / 10).max(5),
         election_timeout_min_ms: election_ms / 2,
         election_timeout_max_ms: election_ms,
         controller: config.controller_config()?,

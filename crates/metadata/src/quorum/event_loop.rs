@@ -12,9 +12,10 @@
 //!    for its answer: from [`super::MetadataQuorum::submit`] on this node, or from a
 //!    peer that forwarded its submission over the quorum RPC.
 //! 2. Before an event or timer is handled, the loop checks that this node is the Raft
-//!    leader and that a quorum acknowledged it within the followers' leader lease
-//!    (openraft's `election_timeout_max`; a check-quorum: a leader cut off from its
-//!    quorum stops deciding what it cannot commit). If not, the event is answered
+//!    leader and that a quorum acknowledged it within `election_timeout_min`, after
+//!    which its followers may grant another voter's pre-vote (`pre_vote.rs`; a
+//!    check-quorum: a leader cut off from its quorum stops deciding what it cannot
+//!    commit). If not, the event is answered
 //!    [`MetadataError::NotController`] with the leader this node knows, and any
 //!    working state is dropped.
 //! 3. The first time it handles something in a new term as leader, it takes
@@ -123,6 +124,8 @@ pub(crate) struct EventLoop {
     started: Instant,
     /// What this node's Raft connections found of its peers (step 7).
     dials: Arc<DialLog>,
+    /// How long a leader acts without a quorum's acknowledgement (step 2).
+    lease: Duration,
 }
 
 impl EventLoop {
@@ -132,6 +135,7 @@ impl EventLoop {
         shared: Arc<Shared>,
         config: ControllerConfig,
         dials: Arc<DialLog>,
+        lease: Duration,
     ) -> Self {
         Self {
             node_id,
@@ -141,6 +145,7 @@ impl EventLoop {
             active: None,
             started: Instant::now(),
             dials,
+            lease,
         }
     }
 
@@ -218,12 +223,12 @@ impl EventLoop {
     }
 
     /// Whether this node leads, and the current term. A leader that has not heard a
-    /// quorum acknowledge it for longer than the followers' leader lease does not act
-    /// (a check-quorum): the others may have elected a new leader already, so its
-    /// decisions could never commit, and an event is better answered NotController and
-    /// retried where a quorum is.
+    /// quorum acknowledge it for longer than its followers wait before they grant a
+    /// pre-vote does not act (a check-quorum): the others may have elected a new leader
+    /// already, so its decisions could never commit, and an event is better answered
+    /// NotController and retried where a quorum is.
     fn leadership(&self) -> (bool, u64) {
-        let lease_ms = self.raft.config().election_timeout_max;
+        let lease_ms = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
         let m = self.raft.metrics();
         let m = m.borrow();
         let quorum_recent = m.millis_since_quorum_ack.is_none_or(|ms| ms <= lease_ms);

@@ -55,6 +55,7 @@
 mod event_loop;
 mod log_store;
 mod network;
+mod pre_vote;
 mod state_machine;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -86,6 +87,7 @@ use crate::image::MetadataImage;
 use crate::record::{encode_batch, MetadataRecord};
 use event_loop::{EventLoop, Submission, EVENT_QUEUE_CAPACITY};
 pub(crate) use network::ForwardError;
+use pre_vote::{ElectionTimer, Isolation};
 use state_machine::Shared;
 
 /// First pause of [`MetadataQuorum::submit`] between attempts; it doubles up to
@@ -151,6 +153,11 @@ pub fn parse_voters(s: &str) -> Result<BTreeMap<u64, SocketAddr>, MetadataError>
 #[derive(Debug, Clone)]
 pub struct QuorumConfig {
     pub heartbeat_interval_ms: u64,
+    /// A voter that has not heard from a leader for a time drawn from
+    /// `election_timeout_min_ms..election_timeout_max_ms` asks for pre-votes; a voter
+    /// grants one only when it has not heard from a leader for `election_timeout_min_ms`
+    /// either (or the leader's process is gone). See `pre_vote.rs`. The minimum must be
+    /// above three heartbeat intervals.
     pub election_timeout_min_ms: u64,
     pub election_timeout_max_ms: u64,
     /// Take a snapshot (and purge the log before it) every this many entries.
@@ -197,6 +204,12 @@ pub struct MetadataQuorum {
     /// An observer's task that asks to be added as a learner, and asks again now and
     /// then in case it was removed.
     join: Option<JoinHandle<()>>,
+    /// A voter's election timer, which holds elections behind a pre-vote.
+    election: Option<JoinHandle<()>>,
+    /// A test's partition of this node (`pre_vote::Isolation`); the RPC paths hold
+    /// their own handles, this one is for the test's switch.
+    #[cfg_attr(not(test), allow(dead_code))]
+    isolation: Arc<Isolation>,
     /// Idle connections to peers for forwarded submissions; never locked across an
     /// await.
     forward_idle: Mutex<BTreeMap<u64, Vec<TcpStream>>>,
@@ -264,8 +277,8 @@ impl MetadataQuorum {
         let own = *voters
             .get(&node_id)
             .ok_or_else(|| quorum_err(format!("node {node_id} is not among the voters")))?;
-        let (raft, shared, listener, dials) =
-            open(node_id, own, &voters, dir.as_ref(), &config, true).await?;
+        let (raft, shared, listener, dials, isolation) =
+            open(node_id, own, &voters, dir.as_ref(), &config).await?;
         let local_addr = listener.local_addr().map_err(quorum_err)?;
         let (events, events_rx) = mpsc::channel(EVENT_QUEUE_CAPACITY);
         let event_loop = tokio::spawn(
@@ -273,16 +286,27 @@ impl MetadataQuorum {
                 node_id,
                 raft.clone(),
                 shared.clone(),
-                config.controller,
+                config.controller.clone(),
                 dials,
+                Duration::from_millis(config.election_timeout_min_ms),
             )
             .run(events_rx),
         );
+        let timer = Arc::new(ElectionTimer::new(
+            node_id,
+            voters.clone(),
+            raft.clone(),
+            &config,
+            isolation.clone(),
+        ));
+        let election = tokio::spawn(timer.clone().run());
         let server = tokio::spawn(network::serve(
             listener,
             raft.clone(),
             shared.clone(),
             Some(events.clone()),
+            Some(timer),
+            isolation.clone(),
         ));
         let members: BTreeMap<u64, BasicNode> = voters
             .iter()
@@ -298,6 +322,8 @@ impl MetadataQuorum {
             events: Some(events),
             event_loop: Some(event_loop),
             join: None,
+            election: Some(election),
+            isolation,
             forward_idle: Mutex::new(BTreeMap::new()),
             next_voter: AtomicUsize::new(0),
         };
@@ -340,10 +366,17 @@ impl MetadataQuorum {
             )));
         }
         // An observer never leads, so what its dials find decides nothing.
-        let (raft, shared, listener, _dials) =
-            open(node_id, listen, &voters, dir.as_ref(), &config, false).await?;
+        let (raft, shared, listener, _dials, isolation) =
+            open(node_id, listen, &voters, dir.as_ref(), &config).await?;
         let local_addr = listener.local_addr().map_err(quorum_err)?;
-        let server = tokio::spawn(network::serve(listener, raft.clone(), shared.clone(), None));
+        let server = tokio::spawn(network::serve(
+            listener,
+            raft.clone(),
+            shared.clone(),
+            None,
+            None,
+            isolation.clone(),
+        ));
         let join = tokio::spawn(join_as_observer(
             node_id,
             local_addr,
@@ -360,6 +393,8 @@ impl MetadataQuorum {
             events: None,
             event_loop: None,
             join: Some(join),
+            election: None,
+            isolation,
             forward_idle: Mutex::new(BTreeMap::new()),
             next_voter: AtomicUsize::new(0),
         })
@@ -651,9 +686,19 @@ impl MetadataQuorum {
 
     fn abort_tasks(&self) {
         self.server.abort();
-        for task in [&self.event_loop, &self.join].into_iter().flatten() {
+        for task in [&self.event_loop, &self.join, &self.election]
+            .into_iter()
+            .flatten()
+        {
             task.abort();
         }
+    }
+
+    /// Cuts this node off from its peers (`on`), or heals it: its quorum RPCs time out
+    /// both ways, as behind a network partition.
+    #[cfg(test)]
+    pub(crate) fn isolate(&self, on: bool) {
+        self.isolation.set(on);
     }
 }
 
@@ -663,6 +708,16 @@ impl Drop for MetadataQuorum {
     }
 }
 
+/// What `open` hands back: Raft, the state machine's shared half, the quorum listener
+/// (not yet served), the dial log, and the node's test partition switch.
+type Opened = (
+    Raft<TypeConfig>,
+    Arc<Shared>,
+    TcpListener,
+    Arc<DialLog>,
+    Arc<Isolation>,
+);
+
 /// What voters and observers share: the log and state machine in `dir`, Raft over them,
 /// and the quorum listener bound to `listen` (not yet served).
 async fn open(
@@ -671,8 +726,17 @@ async fn open(
     voters: &BTreeMap<u64, SocketAddr>,
     dir: &Path,
     config: &QuorumConfig,
-    voter: bool,
-) -> Result<(Raft<TypeConfig>, Arc<Shared>, TcpListener, Arc<DialLog>), MetadataError> {
+) -> Result<Opened, MetadataError> {
+    if config.election_timeout_min_ms <= config.heartbeat_interval_ms * 3
+        || config.election_timeout_max_ms < config.election_timeout_min_ms
+    {
+        return Err(quorum_err(format!(
+            "the election timeout ({}..{} ms) must start above three heartbeat intervals ({} ms)",
+            config.election_timeout_min_ms,
+            config.election_timeout_max_ms,
+            config.heartbeat_interval_ms
+        )));
+    }
     let io = |source: std::io::Error| MetadataError::Io {
         path: dir.display().to_string(),
         source,
@@ -681,24 +745,29 @@ async fn open(
     let state_machine = StateMachineStore::open(dir).map_err(io)?;
     let shared = state_machine.shared.clone();
     let listener = TcpListener::bind(listen).await.map_err(io)?;
+    // openraft's election timeout is only its followers' leader lease here (they refuse
+    // votes for `election_timeout_max` after a heartbeat): its own timer never elects,
+    // the pre-vote timer does (`pre_vote.rs`), and only on voters. An observer never
+    // stands, whatever its membership says, so it can never disturb the voters' terms.
+    let raft_lease_ms = pre_vote::raft_lease_ms(config);
     let raft_config = Config {
         cluster_name: "rill-metadata".into(),
         heartbeat_interval: config.heartbeat_interval_ms,
-        election_timeout_min: config.election_timeout_min_ms,
-        election_timeout_max: config.election_timeout_max_ms,
+        election_timeout_min: config.heartbeat_interval_ms + 1,
+        election_timeout_max: raft_lease_ms,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every_entries),
         max_in_snapshot_log_to_keep: 100,
-        // openraft elects voters only; an observer also never tries, whatever its
-        // membership says, so that it can never disturb the voters' terms.
-        enable_elect: voter,
+        enable_elect: false,
         ..Default::default()
     }
     .validate()
     .map_err(quorum_err)?;
     let dials = Arc::new(DialLog::default());
+    let isolation = Arc::new(Isolation::default());
     let network = TcpNetworkFactory {
         voters: voters.clone(),
         dials: dials.clone(),
+        isolation: isolation.clone(),
     };
     let raft = Raft::new(
         node_id,
@@ -709,7 +778,7 @@ async fn open(
     )
     .await
     .map_err(quorum_err)?;
-    Ok((raft, shared, listener, dials))
+    Ok((raft, shared, listener, dials, isolation))
 }
 
 /// An observer's join: asks the leader it knows (else each voter in turn, which names

@@ -7,7 +7,8 @@
 //! events that a node forwards to the leader ([`RpcRequest::Controller`]): the server
 //! puts them on its own controller event loop and answers with what the loop decided.
 //! It also carries an observer's request to be added to the membership as a learner
-//! ([`RpcRequest::AddObserver`], see [`add_observer`]). Any I/O error drops the
+//! ([`RpcRequest::AddObserver`], see [`add_observer`]), and a voter's pre-vote
+//! ([`RpcRequest::PreVote`], see `pre_vote.rs`). Any I/O error drops the
 //! connection; the next call dials again. Frames above [`MAX_RPC_BYTES`] are refused
 //! before anything is allocated for them.
 
@@ -33,6 +34,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use super::event_loop::Submission;
+use super::pre_vote::{ElectionTimer, Isolation, PreVoteRequest, PreVoteResponse};
 use super::state_machine::Shared;
 use super::{submit_to_loop, TypeConfig};
 use crate::api::{ControllerEvent, SubmitResult};
@@ -63,6 +65,8 @@ pub(crate) enum RpcRequest {
         node_id: NodeId,
         addr: String,
     },
+    /// Would the receiver vote for this candidate? Changes nothing (`pre_vote.rs`).
+    PreVote(PreVoteRequest),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -74,6 +78,7 @@ pub(crate) enum RpcResponse {
     ),
     Controller(Result<SubmitResult, ForwardError>),
     AddObserver(Result<(), ForwardError>),
+    PreVote(PreVoteResponse),
 }
 
 /// Why a forwarded controller event was not decided: what of [`MetadataError`] the
@@ -114,6 +119,18 @@ pub(crate) async fn call_add_observer(
     write_msg(stream, &RpcRequest::AddObserver { node_id, addr }).await?;
     match read_msg::<RpcResponse>(stream).await? {
         RpcResponse::AddObserver(answer) => Ok(answer),
+        _ => Err(io::Error::other("unexpected rpc response")),
+    }
+}
+
+/// Sends a pre-vote request on `stream` and reads the answer.
+pub(crate) async fn call_pre_vote(
+    stream: &mut TcpStream,
+    request: PreVoteRequest,
+) -> io::Result<PreVoteResponse> {
+    write_msg(stream, &RpcRequest::PreVote(request)).await?;
+    match read_msg::<RpcResponse>(stream).await? {
+        RpcResponse::PreVote(answer) => Ok(answer),
         _ => Err(io::Error::other("unexpected rpc response")),
     }
 }
@@ -258,12 +275,15 @@ async fn read_msg<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> io::R
 /// connections they opened before it stopped.
 ///
 /// `events` is `None` on an observer: it runs no controller event loop, so controller
-/// events sent to it are answered NotController with the leader it knows.
+/// events sent to it are answered NotController with the leader it knows. `election` is
+/// `None` there too: an observer grants no pre-vote.
 pub(crate) async fn serve(
     listener: TcpListener,
     raft: Raft<TypeConfig>,
     shared: Arc<Shared>,
     events: Option<mpsc::Sender<Submission>>,
+    election: Option<Arc<ElectionTimer>>,
+    isolation: Arc<Isolation>,
 ) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -281,8 +301,11 @@ pub(crate) async fn serve(
         let raft = raft.clone();
         let shared = shared.clone();
         let events = events.clone();
+        let election = election.clone();
+        let isolation = isolation.clone();
         connections.spawn(async move {
-            if let Err(e) = serve_connection(stream, raft, shared, events).await {
+            let served = serve_connection(stream, raft, shared, events, election, &isolation);
+            if let Err(e) = served.await {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
                     tracing::debug!(%peer, error = %e, "quorum connection closed");
                 }
@@ -296,17 +319,47 @@ async fn serve_connection(
     raft: Raft<TypeConfig>,
     shared: Arc<Shared>,
     events: Option<mpsc::Sender<Submission>>,
+    election: Option<Arc<ElectionTimer>>,
+    isolation: &Isolation,
 ) -> io::Result<()> {
+    // Whether the sender's vote was accepted: only a current leader's message counts
+    // as hearing from the leader (pre_vote.rs, step 1).
+    let heard = |accepted: bool| {
+        if let Some(e) = election.as_ref().filter(|_| accepted) {
+            e.heard_from_leader();
+        }
+    };
     loop {
         let request: RpcRequest = read_msg(&mut stream).await?;
+        if isolation.is_on() {
+            // A test's partition: the request is lost, and so is everything after it.
+            while isolation.is_on() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            return Ok(());
+        }
         let response = match request {
             RpcRequest::AppendEntries(r) => {
-                RpcResponse::AppendEntries(raft.append_entries(r).await)
+                let answer = raft.append_entries(r).await;
+                heard(matches!(
+                    &answer,
+                    Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))
+                ));
+                RpcResponse::AppendEntries(answer)
             }
             RpcRequest::Vote(r) => RpcResponse::Vote(raft.vote(r).await),
             RpcRequest::InstallSnapshot(r) => {
-                RpcResponse::InstallSnapshot(raft.install_snapshot(r).await)
+                let answer = raft.install_snapshot(r).await;
+                heard(answer.is_ok());
+                RpcResponse::InstallSnapshot(answer)
             }
+            RpcRequest::PreVote(r) => RpcResponse::PreVote(match &election {
+                Some(e) => e.handle(r).await,
+                None => PreVoteResponse {
+                    granted: false,
+                    term: raft.metrics().borrow().current_term,
+                },
+            }),
             RpcRequest::Controller(event) => RpcResponse::Controller(match &events {
                 Some(events) => match submit_to_loop(events, event).await {
                     // The loop is gone: this node is stopping and controls nothing.
@@ -405,6 +458,7 @@ impl DialLog {
 pub struct TcpNetworkFactory {
     pub(crate) voters: BTreeMap<NodeId, SocketAddr>,
     pub(crate) dials: Arc<DialLog>,
+    pub(crate) isolation: Arc<Isolation>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetworkFactory {
@@ -421,6 +475,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetworkFactory {
             addr,
             stream: None,
             dials: self.dials.clone(),
+            isolation: self.isolation.clone(),
         }
     }
 }
@@ -431,10 +486,17 @@ pub struct TcpNetwork {
     addr: Option<SocketAddr>,
     stream: Option<TcpStream>,
     dials: Arc<DialLog>,
+    isolation: Arc<Isolation>,
 }
 
 impl TcpNetwork {
     async fn call(&mut self, request: &RpcRequest, ttl: Duration) -> io::Result<RpcResponse> {
+        if self.isolation.is_on() {
+            // As a partition does: nothing comes back, after a while.
+            self.stream = None;
+            tokio::time::sleep(ttl.min(Duration::from_millis(100))).await;
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "isolated"));
+        }
         let reused = self.stream.is_some();
         let exchange = async {
             if self.stream.is_none() {

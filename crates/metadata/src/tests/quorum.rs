@@ -238,6 +238,163 @@ async fn three_nodes_elect_replicate_fail_over_and_catch_up() {
     }
 }
 
+/// Three voters with the given election timeout (heartbeats every 50 ms), and the leader.
+async fn three(
+    dir: &Path,
+    timeout_ms: (u64, u64),
+) -> (BTreeMap<u64, SocketAddr>, Vec<MetadataQuorum>, u64) {
+    let voters: BTreeMap<u64, SocketAddr> = (1..=3).map(|id| (id, free_addr())).collect();
+    let config = QuorumConfig {
+        election_timeout_min_ms: timeout_ms.0,
+        election_timeout_max_ms: timeout_ms.1,
+        ..fast()
+    };
+    let mut nodes = Vec::new();
+    for id in 1..=3 {
+        nodes.push(
+            MetadataQuorum::start_with(
+                id,
+                voters.clone(),
+                dir.join(id.to_string()),
+                config.clone(),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    let leader = wait_leader(&nodes.iter().collect::<Vec<_>>()).await;
+    (voters, nodes, leader)
+}
+
+/// Issue #14, item 3 (Pre-Vote): a voter cut off from its peers for many election
+/// timeouts asks for pre-votes, gets none, and so never raises its term; when the
+/// partition heals it follows the same leader in the same term, with no election. Before
+/// Pre-Vote its term rose at every timeout, and its return deposed the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_voter_comes_back_without_an_election() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, nodes, leader) = three(dir.path(), (300, 600)).await;
+    let term = nodes[0].controller_epoch();
+    let follower = nodes.iter().find(|n| n.node_id() != leader).unwrap();
+    follower.isolate(true);
+    // Ten election timeouts and more.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        follower.controller_epoch(),
+        term,
+        "the cut-off voter stood for election"
+    );
+    for n in &nodes {
+        assert_eq!(n.controller_epoch(), term, "node {}", n.node_id());
+    }
+    follower.isolate(false);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while follower.leader_id() != Some(leader) {
+        assert!(
+            Instant::now() < deadline,
+            "the healed voter found no leader"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A few more timeouts after the heal: still the same leader and term everywhere.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for n in &nodes {
+        assert_eq!(
+            n.controller_epoch(),
+            term,
+            "node {} after heal",
+            n.node_id()
+        );
+        assert_eq!(
+            n.leader_id(),
+            Some(leader),
+            "node {} after heal",
+            n.node_id()
+        );
+    }
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+/// A leader cut off from its peers is replaced after an election timeout (the others
+/// have not heard from it, so they grant each other's pre-votes), stops acting, and
+/// follows the new leader when the partition heals, without raising the term again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_leader_is_replaced_and_follows_after_the_heal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, nodes, old) = three(dir.path(), (300, 600)).await;
+    let term = nodes[0].controller_epoch();
+    let cut = nodes.iter().find(|n| n.node_id() == old).unwrap();
+    cut.isolate(true);
+    let others: Vec<&MetadataQuorum> = nodes.iter().filter(|n| n.node_id() != old).collect();
+    let new = wait_leader(&others).await;
+    assert_ne!(new, old);
+    let new_term = others[0].controller_epoch();
+    assert!(new_term > term);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        cut.controller_epoch(),
+        term,
+        "the cut-off leader raised its term"
+    );
+    cut.isolate(false);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cut.leader_id() != Some(new) || cut.is_leader() {
+        assert!(
+            Instant::now() < deadline,
+            "the old leader did not follow the new one"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for n in &nodes {
+        assert_eq!(
+            n.controller_epoch(),
+            new_term,
+            "node {} after heal",
+            n.node_id()
+        );
+        assert_eq!(n.leader_id(), Some(new), "node {} after heal", n.node_id());
+    }
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+/// A leader whose process is gone (its quorum port refuses) is replaced without waiting
+/// for an election timeout, while one that is only cut off is not: the election timeout
+/// here is 6 s, so only the fast path of `pre_vote.rs` (late heartbeats, a refused dial,
+/// pre-votes granted on the same evidence) can elect a new leader within the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_leader_is_replaced_without_an_election_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut nodes, old) = three(dir.path(), (6_000, 7_000)).await;
+    let term = nodes[0].controller_epoch();
+    let i = nodes.iter().position(|n| n.node_id() == old).unwrap();
+    // Cut off, the leader is late but not gone: nobody stands.
+    nodes[i].isolate(true);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for n in &nodes {
+        assert_eq!(n.controller_epoch(), term, "node {} stood", n.node_id());
+    }
+    nodes[i].isolate(false);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Gone: replaced at once.
+    nodes.remove(i).shutdown().await.unwrap();
+    let started = Instant::now();
+    let new = wait_leader(&nodes.iter().collect::<Vec<_>>()).await;
+    assert_ne!(new, old);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "took {:?}: the election waited for a timeout",
+        started.elapsed()
+    );
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
 #[test]
 fn voters_parse() {
     let v = crate::quorum::parse_voters("1@127.0.0.1:9093, 2@127.0.0.1:9094").unwrap();
