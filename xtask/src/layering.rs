@@ -11,6 +11,7 @@ mod tests {
         ("rill-protocol", &[]),
         ("rill-storage", &["rill-protocol"]),
         ("rill-group", &["rill-protocol"]),
+        ("rill-transaction", &["rill-protocol"]),
         ("rill-metadata", &["rill-protocol"]),
         ("rill-client", &["rill-protocol"]),
         (

@@ -111,20 +111,5 @@ pub use group::{ClassicGroupState, UnknownGroupState};
 pub use record::*;
 pub use subscription::{decode_subscribed_topics, encode_subscription, CONSUMER_PROTOCOL_TYPE};
 
-/// Java's `String.hashCode` (over UTF-16 code units, wrapping), which Kafka uses to place
-/// a group on a partition of `__consumer_offsets`.
-pub fn java_string_hash_code(s: &str) -> i32 {
-    s.encode_utf16()
-        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
-}
-
-/// The `__consumer_offsets` partition of a group: `Utils.abs(hashCode) % n`, where
-/// Kafka's `Utils.abs` maps `i32::MIN` to 0 (Java's `Math.abs` would keep it negative).
-pub fn partition_for(group_id: &str, num_partitions: i32) -> i32 {
-    if num_partitions <= 0 {
-        return 0;
-    }
-    let h = java_string_hash_code(group_id);
-    let abs = if h == i32::MIN { 0 } else { h.abs() };
-    abs % num_partitions
-}
+/// Where a group lives: `partition_for(group_id, offsets.topic.num.partitions)`.
+pub use rill_protocol::{java_string_hash_code, partition_for};

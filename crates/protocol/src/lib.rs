@@ -41,3 +41,22 @@ pub use header::{
     encode_response_frame,
 };
 pub use primitives::{Decodable, Encodable, RawTaggedField, Request, Uuid};
+
+/// Java's `String.hashCode` (over UTF-16 code units, wrapping), which Kafka uses to place
+/// a group or a transactional id on a partition of its internal topic.
+pub fn java_string_hash_code(s: &str) -> i32 {
+    s.encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
+}
+
+/// The partition of an internal topic (`__consumer_offsets`, `__transaction_state`) that
+/// coordinates `key` (a group id, a transactional id): `Utils.abs(hashCode) % n`, where
+/// Kafka's `Utils.abs` maps `i32::MIN` to 0 (Java's `Math.abs` would keep it negative).
+pub fn partition_for(key: &str, num_partitions: i32) -> i32 {
+    if num_partitions <= 0 {
+        return 0;
+    }
+    let h = java_string_hash_code(key);
+    let abs = if h == i32::MIN { 0 } else { h.abs() };
+    abs % num_partitions
+}
