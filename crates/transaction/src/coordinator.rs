@@ -598,15 +598,8 @@ impl TransactionCoordinator {
             if m.state == TransactionState::Ongoing
                 && now_ms > m.txn_start_timestamp_ms + i64::from(m.txn_timeout_ms)
             {
-                let mut next = m.clone();
-                next.state = TransactionState::PrepareAbort;
-                // Fence the producer that let it expire, unless its epoch is spent.
-                if m.producer_epoch < i16::MAX - 1 {
-                    next.last_producer_epoch = m.producer_epoch;
-                    next.producer_epoch = m.producer_epoch + 1;
-                }
-                next.txn_last_update_timestamp_ms = now_ms;
-                changes.push((id.clone(), Some(next)));
+                // Fence the producer that let it expire.
+                changes.push((id.clone(), Some(m.fenced_abort(now_ms))));
             } else if m.state.is_idle()
                 && now_ms
                     > m.txn_last_update_timestamp_ms + self.config.transactional_id_expiration_ms
@@ -754,15 +747,8 @@ fn init_producer_id(
         TransactionState::Ongoing => {
             // Fence the running transaction's producer and abort it under the new
             // epoch; the caller retries once the abort is complete.
-            let mut next = m.clone();
-            next.state = TransactionState::PrepareAbort;
-            if m.producer_epoch < i16::MAX - 1 {
-                next.last_producer_epoch = m.producer_epoch;
-                next.producer_epoch = m.producer_epoch + 1;
-            }
-            next.txn_last_update_timestamp_ms = now_ms;
             Decision::Write(
-                Box::new(next),
+                Box::new(m.fenced_abort(now_ms)),
                 answer(ErrorCode::CONCURRENT_TRANSACTIONS, -1, -1),
             )
         }

@@ -131,4 +131,18 @@ impl TransactionMetadata {
     pub fn is_current(&self, producer_id: i64, epoch: i16) -> bool {
         self.producer_id == producer_id && self.producer_epoch == epoch
     }
+
+    /// The running transaction aborted under a bumped epoch, which fences the producer
+    /// that holds the current one (a timeout, or a new producer of the same id); an
+    /// epoch that is spent is kept, and the next InitProducerId rotates the id.
+    pub fn fenced_abort(&self, now_ms: i64) -> TransactionMetadata {
+        let mut next = self.clone();
+        next.state = TransactionState::PrepareAbort;
+        if self.producer_epoch < i16::MAX - 1 {
+            next.last_producer_epoch = self.producer_epoch;
+            next.producer_epoch = self.producer_epoch + 1;
+        }
+        next.txn_last_update_timestamp_ms = now_ms;
+        next
+    }
 }
