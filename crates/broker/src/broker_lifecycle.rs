@@ -24,7 +24,7 @@
 //!    answered unfenced. The controller counts from when it *received* that heartbeat,
 //!    so the broker's lease ends first. Without it (the lease lapsed, or the controller
 //!    said it is fenced) the broker acts as the leader of nothing
-//!    ([`crate::replica_manager::ReplicaManager::set_lease_held`]): produce and fetch get
+//!    ([`crate::replication::replica_manager::ReplicaManager::set_lease_held`]): produce and fetch get
 //!    NOT_LEADER_OR_FOLLOWER, Metadata and FindCoordinator stop naming it, and its group
 //!    coordinator drops its groups. A leader cut off from the controller thus stops
 //!    taking writes once the others may have elected a new one, and its clients move on
@@ -44,7 +44,7 @@ use rill_protocol::{ErrorCode, Uuid};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::Broker;
+use crate::server::Broker;
 
 /// Retry pace while not registered, fenced, or shutting down.
 const FAST_INTERVAL: Duration = Duration::from_millis(100);

@@ -543,6 +543,10 @@ pub fn log_config(
     c
 }
 
+/// The directory of the metadata log under `log.dirs` (Kafka's name for it): the quorum
+/// writes it, and the replica manager and the metadata publisher leave it alone.
+pub const METADATA_LOG_DIR: &str = "__cluster_metadata-0";
+
 /// The broker's configuration: every key as Kafka names it, with typed accessors.
 #[derive(Debug, Clone, Default)]
 pub struct BrokerConfig {
@@ -778,7 +782,7 @@ impl BrokerConfig {
         self.props.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
-    fn parse<T: std::str::FromStr>(&self, key: &str) -> Result<T, BrokerError> {
+    pub(crate) fn parse<T: std::str::FromStr>(&self, key: &str) -> Result<T, BrokerError> {
         let raw = self.get(key).unwrap_or_default();
         raw.trim().parse().map_err(|_| {
             BrokerError::Config(format!(
@@ -1070,16 +1074,6 @@ impl BrokerConfig {
         self.parse("socket.request.max.bytes")
     }
 
-    /// Intervals of the background log maintenance.
-    pub fn log_manager_config(&self) -> Result<crate::log_manager::LogManagerConfig, BrokerError> {
-        let retention: u64 = self.parse("log.retention.check.interval.ms")?;
-        let backoff: u64 = self.parse("log.cleaner.backoff.ms")?;
-        Ok(crate::log_manager::LogManagerConfig {
-            retention_check_interval: std::time::Duration::from_millis(retention.max(10)),
-            cleaner_backoff: std::time::Duration::from_millis(backoff.max(10)),
-        })
-    }
-
     /// The group coordinator's settings from `group.*` and `offsets.*` keys.
     pub fn group_config(&self) -> Result<rill_group::GroupConfig, BrokerError> {
         let defaults = rill_group::GroupConfig::default();
@@ -1152,8 +1146,6 @@ impl BrokerConfig {
             validate_topic_config("segment.bytes", v)
                 .map_err(|e| BrokerError::Config(format!("offsets.topic.segment.bytes: {e}")))?;
         }
-        self.log_manager_config()?;
-        crate::network::ConnectionLimits::from_config(self)?;
         for (_, synonyms) in UNIT_SYNONYMS {
             for (synonym, _) in *synonyms {
                 if self.props.contains_key(*synonym) {

@@ -41,7 +41,7 @@ impl ControllerServer {
         config: BrokerConfig,
         data_dir_lock: Arc<DataDirLock>,
     ) -> Result<Self, BrokerError> {
-        crate::check_lock_is_for(&config, &data_dir_lock)?;
+        crate::shared_server::check_lock_is_for(&config, &data_dir_lock)?;
         // Before anything else can fail, so that a typo is seen even when it is why.
         config.warn_unknown_keys();
         config.validate()?;
@@ -53,8 +53,8 @@ impl ControllerServer {
                     .into(),
             ));
         }
-        crate::log_data_dir(&data_dir_lock, None);
-        let (quorum, cluster_id) = crate::start_quorum(&config, roles).await?;
+        crate::shared_server::log_data_dir(&data_dir_lock, None);
+        let (quorum, cluster_id) = crate::shared_server::start_quorum(&config, roles).await?;
         Ok(Self {
             controller_addr: quorum.local_addr(),
             cluster_id,
@@ -63,7 +63,7 @@ impl ControllerServer {
         })
     }
 
-    /// The lock on the data directory (see [`crate::Server::data_dir_lock`]).
+    /// The lock on the data directory (see `Server::data_dir_lock`).
     pub fn data_dir_lock(&self) -> Arc<DataDirLock> {
         self.data_dir_lock.clone()
     }

@@ -12,7 +12,7 @@
 //!    coordinator loads the `__consumer_offsets` partitions this broker now leads and drops
 //!    those it lost.
 //! 3. Only then is the new image published to request handlers, and its offset to
-//!    waiters ([`crate::Broker::wait_published`]): a client that learns from this broker
+//!    waiters ([`crate::server::Broker::wait_published`]): a client that learns from this broker
 //!    that it leads a partition finds the partition's log open.
 //!
 //! 4. A starting broker acts on nothing until its image holds the registration of its
@@ -34,12 +34,10 @@ use rill_metadata::{CommittedRecords, LocalReplicaChanges, MetadataImage};
 use rill_storage::TopicPartition;
 use tokio::sync::watch;
 
-use crate::group_coordinator::OFFSETS_TOPIC;
-use crate::replica_manager::PartitionChange;
-use crate::Broker;
-
-/// The directory of the metadata log under `log.dirs` (Kafka's name for it).
-pub const METADATA_LOG_DIR: &str = "__cluster_metadata-0";
+use crate::config::METADATA_LOG_DIR;
+use crate::coordinator::group_coordinator::OFFSETS_TOPIC;
+use crate::replication::replica_manager::PartitionChange;
+use crate::server::Broker;
 
 pub fn start(broker: Arc<Broker>, shutdown: watch::Receiver<bool>) {
     tokio::spawn(run(broker, shutdown));
@@ -105,7 +103,7 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
             .map(|b| {
                 (
                     b.id,
-                    crate::isr::BrokerStatus {
+                    crate::replication::isr::BrokerStatus {
                         broker_epoch: b.epoch,
                         fenced: b.fenced,
                         in_controlled_shutdown: b.in_controlled_shutdown,
@@ -182,7 +180,7 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
             broker.groups.resign(tp.partition).await;
         }
         let config = broker.log_config(new, &tp.topic);
-        let leader_addr = crate::apis::metadata::broker_endpoint(new, registration.leader)
+        let leader_addr = crate::server::metadata::broker_endpoint(new, registration.leader)
             .and_then(|(host, port)| {
                 use std::net::ToSocketAddrs;
                 (host.as_str(), u16::try_from(port).ok()?)

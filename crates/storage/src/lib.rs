@@ -32,6 +32,7 @@ pub mod producer_state;
 mod records;
 pub mod retention;
 pub mod segment;
+mod swap;
 pub mod topic_partition;
 mod validator;
 

@@ -65,13 +65,13 @@ use crate::segment::{
     BatchSummary, FetchDataInfo, LogSegment, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
 };
+use crate::swap::{recover_swap, CLEANER_OFFSET_CHECKPOINT_FILE};
 use crate::validator::{
     corrupt_to_append_error, recompress, validate_records, RecordChecks, TimestampWindow,
 };
 
 pub const HIGH_WATERMARK_FILE: &str = "high-watermark";
 pub const LOG_START_OFFSET_FILE: &str = "log-start-offset";
-pub const CLEANER_OFFSET_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
 
 /// What an append did (Kafka's `LogAppendInfo`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,7 +198,7 @@ impl UnifiedLog {
         let clean = previous == PreviousShutdown::Clean || legacy_clean;
 
         // 0. Finish or roll back a segment swap the cleaner was doing (see `cleaner`).
-        crate::cleaner::recover_swap(dir)?;
+        recover_swap(dir)?;
 
         // 1. Find the segments; drop leftovers of interrupted operations.
         let mut bases = Vec::new();
@@ -1473,6 +1473,17 @@ impl UnifiedLog {
         let dir = self.dir.clone();
         drop(self);
         fs::remove_dir_all(&dir).map_err(|e| StorageError::io(&dir, e))
+    }
+}
+
+impl UnifiedLog {
+    /// Writes the cleaner's progress (see [`CLEANER_OFFSET_CHECKPOINT_FILE`]).
+    pub(crate) fn checkpoint_first_dirty_offset(&self) -> Result<(), StorageError> {
+        checkpoint::write_offset(
+            &self.dir.join(CLEANER_OFFSET_CHECKPOINT_FILE),
+            self.first_dirty_offset,
+            Durability::Durable,
+        )
     }
 }
 

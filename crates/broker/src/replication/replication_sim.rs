@@ -39,9 +39,9 @@ use rill_protocol::{ErrorCode, Uuid};
 use rill_storage::{LogConfig, TopicPartition};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::isr::{AcksAllProgress, BrokerStatus};
-use crate::replica_fetcher::FetcherConfig;
-use crate::replica_manager::{AlterPartitionItem, ReplicaManager};
+use crate::replication::isr::{AcksAllProgress, BrokerStatus};
+use crate::replication::replica_fetcher::FetcherConfig;
+use crate::replication::replica_manager::{AlterPartitionItem, ReplicaManager};
 
 const BROKERS: i32 = 3;
 const TOPIC: &str = "sim";
@@ -416,7 +416,13 @@ impl Sim {
             return;
         };
         let (id, epoch) = (self.brokers[b].id, self.brokers[b].broker_epoch);
-        let event = crate::alter_partition::request(id, epoch, topic_id, tp.partition, &proposal);
+        let event = crate::replication::alter_partition::request(
+            id,
+            epoch,
+            topic_id,
+            tp.partition,
+            &proposal,
+        );
         let response = self.run(event);
         if tracing_on() {
             let id = self.brokers[b].id;
@@ -425,7 +431,7 @@ impl Sim {
                 proposal.isr()
             );
         }
-        let result = crate::alter_partition::result(response, topic_id, tp.partition);
+        let result = crate::replication::alter_partition::result(response, topic_id, tp.partition);
         if let Some(again) = rm.on_alter_partition_response(&tp, &proposal, result) {
             self.brokers[b].proposals.push_front((tp, topic_id, again));
         }

@@ -42,11 +42,11 @@ use rill_storage::{
     PreviousShutdown, ReadError, StorageError, TopicPartition, UnifiedLog,
 };
 
-use crate::append_signal::AppendSignals;
 use crate::error::BrokerError;
-use crate::isr::{self, LeaderState};
 use crate::log_dir_failure::LogDirFailureChannel;
-use crate::replica_fetcher::{FetcherConfig, ReplicaFetcherManager};
+use crate::replication::append_signal::AppendSignals;
+use crate::replication::isr::{self, LeaderState};
+use crate::replication::replica_fetcher::{FetcherConfig, ReplicaFetcherManager};
 
 /// How often a parked acks=all produce looks at its partition even without a wake-up.
 const ACKS_ALL_RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
@@ -223,7 +223,7 @@ pub struct ReplicaManager {
     broker_statuses: RwLock<Arc<BTreeMap<i32, isr::BrokerStatus>>>,
     local_broker_epoch: std::sync::atomic::AtomicI64,
     replica_lag_time_max_ms: i64,
-    /// ISR changes for the AlterPartition sender (see [`crate::Broker`]).
+    /// ISR changes for the AlterPartition sender (see [`crate::server::Broker`]).
     alter_partition_tx: tokio::sync::mpsc::UnboundedSender<AlterPartitionItem>,
     /// The fetchers of the partitions this broker follows.
     fetchers: ReplicaFetcherManager,
@@ -1437,7 +1437,7 @@ impl ReplicaManager {
         for entry in entries {
             let entry = entry.map_err(|e| format!("listing {}: {e}", self.data_dir.display()))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name == crate::metadata_publisher::METADATA_LOG_DIR {
+            if name == crate::config::METADATA_LOG_DIR {
                 continue;
             }
             let Ok(tp) = parse_partition_dir_name(&name) else {

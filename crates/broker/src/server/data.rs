@@ -34,12 +34,12 @@ use rill_protocol::primitives::{
 use rill_protocol::{EncodeError, ErrorCode};
 use rill_storage::{AppendOrigin, FileRange, PendingFlush, TopicPartition};
 
-use crate::append_signal::AppendSignals;
-use crate::group_coordinator::OFFSETS_TOPIC;
+use crate::coordinator::group_coordinator::OFFSETS_TOPIC;
+use crate::network::request_slot;
 use crate::network::ResponseChunk;
-use crate::replica_manager::DeferredAppend;
-use crate::request_slot;
-use crate::Broker;
+use crate::replication::append_signal::AppendSignals;
+use crate::replication::replica_manager::DeferredAppend;
+use crate::server::Broker;
 use rill_metadata::{AllocateProducerIdsRequest, ControllerEvent, ControllerResponse};
 use rill_protocol::generated::offset_for_leader_epoch_request::OffsetForLeaderEpochRequest;
 use rill_protocol::generated::offset_for_leader_epoch_response::{

@@ -30,7 +30,7 @@ use rill_protocol::generated::incremental_alter_configs_response as inc;
 use rill_protocol::ErrorCode;
 
 use crate::config::{self, BrokerConfig, ConfigSource, ConfigType, BROKER_DEFAULTS, TOPIC_CONFIGS};
-use crate::Broker;
+use crate::server::Broker;
 
 use rill_metadata::{
     AlterConfigOp, AlterConfigsResource, ControllerEvent, ControllerResponse,

@@ -2,7 +2,7 @@
 //! bound on every resource a peer can make the server hold.
 //!
 //! Each connection is one task that reads one length-prefixed frame, decodes the header,
-//! hands the request to [`Broker::handle`] and writes the response before it looks at the
+//! hands the request to its [`RequestHandler`] (the server's dispatch) and writes the response before it looks at the
 //! next frame, which is how Kafka keeps responses in request order (it mutes a channel
 //! while a request is in flight). Different connections run in parallel on the runtime's
 //! workers. A frame that cannot be decoded closes that connection only.
@@ -53,7 +53,7 @@
 //!
 //! Why this cannot deadlock: a connection holds at most one frame's bytes (its size
 //! clamped to the pool) and one slot, acquires them in the same order (bytes, then slot)
-//! and releases both once [`Broker::handle`] returns; a slot holder is handling a request
+//! and releases both once the [`RequestHandler`] returns; a slot holder is handling a request
 //! and never waits for bytes or for another connection to read. A long-polling Fetch holds its slot for at most its `max_wait_ms` (itself
 //! capped), so a full request pool delays requests but cannot stop them.
 
@@ -72,7 +72,34 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-use crate::{request_slot, Broker, BrokerConfig, BrokerError};
+use rill_protocol::generated::RequestHeader;
+
+use crate::config::BrokerConfig;
+use crate::error::BrokerError;
+
+pub mod request_slot;
+
+/// What the network layer hands each complete request to (Kafka's `RequestChannel`, seen
+/// from its `SocketServer`): the server's dispatch. This layer knows frames, connections,
+/// limits and the order of responses; what a request means (and any partition) is the
+/// handler's.
+pub trait RequestHandler: Send + Sync + 'static {
+    /// Answers one request: the response as chunks (bytes, and for a Fetch ranges of
+    /// segment files), `None` when nothing is to be sent (`acks=0` produce), or a reason to
+    /// close the connection.
+    fn handle_request(
+        &self,
+        header: &RequestHeader,
+        api_key: Option<ApiKey>,
+        body: Bytes,
+        peer: SocketAddr,
+    ) -> impl std::future::Future<Output = Result<Option<Vec<ResponseChunk>>, String>> + Send;
+
+    /// A broker config's current value at its highest level (this broker's dynamic
+    /// value, then the cluster-wide default, then the static config), for the limits that
+    /// can change at run time.
+    fn broker_config_value(&self, key: &str) -> Option<String>;
+}
 
 /// Bytes read past the current frame while waiting for the next size prefix: enough for a
 /// handful of pipelined small requests per read system call, small enough that thousands
@@ -228,11 +255,11 @@ struct LiveConnectionLimits {
 }
 
 impl LiveConnectionLimits {
-    fn of(broker: &Broker, limits: &ConnectionLimits) -> Self {
-        let image = broker.image();
+    fn of(handler: &impl RequestHandler, limits: &ConnectionLimits) -> Self {
         let get = |key: &str, fallback: usize| {
-            crate::config::broker_config_value(&broker.config, &image, broker.node_id, key)
-                .and_then(|(v, _)| v.trim().parse::<usize>().ok())
+            handler
+                .broker_config_value(key)
+                .and_then(|v| v.trim().parse::<usize>().ok())
                 .unwrap_or(fallback)
         };
         Self {
@@ -284,18 +311,14 @@ impl RequestPools {
     }
 }
 
-/// Accepts connections until `shutdown` turns true.
-pub async fn serve(
+/// Accepts connections until `shutdown` turns true, within `limits` (see
+/// [`ConnectionLimits::from_config`]).
+pub async fn serve<H: RequestHandler>(
     listener: TcpListener,
-    broker: Arc<Broker>,
+    handler: Arc<H>,
+    limits: ConnectionLimits,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let limits = ConnectionLimits::from_config(&broker.config).unwrap_or_else(|e| {
-        // `Server::start` does not validate these keys yet; keep Kafka's defaults rather
-        // than serve without limits.
-        tracing::error!(error = %e, "connection limits: using the defaults");
-        ConnectionLimits::default()
-    });
     let limits = Arc::new(limits);
     let pools = Arc::new(RequestPools::new(&limits));
     let quotas = Arc::new(Mutex::new(ConnectionQuotas {
@@ -306,7 +329,7 @@ pub async fn serve(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let live = LiveConnectionLimits::of(&broker, &limits);
+                    let live = LiveConnectionLimits::of(handler.as_ref(), &limits);
                     let slot = match admit(&quotas, live, peer.ip()) {
                         Ok(slot) => slot,
                         Err(limit) => {
@@ -315,14 +338,14 @@ pub async fn serve(
                             continue;
                         }
                     };
-                    let broker = broker.clone();
+                    let handler = handler.clone();
                     let shutdown = shutdown.clone();
                     let limits = limits.clone();
                     let pools = pools.clone();
                     tokio::spawn(async move {
                         let _slot = slot;
                         let result =
-                            connection(stream, peer, broker, &limits, &pools, shutdown).await;
+                            connection(stream, peer, handler, &limits, &pools, shutdown).await;
                         if let Err(e) = result {
                             tracing::debug!(%peer, error = %e, "connection closed");
                         }
@@ -415,10 +438,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 }
 
-async fn connection(
+async fn connection<H: RequestHandler>(
     stream: TcpStream,
     peer: SocketAddr,
-    broker: Arc<Broker>,
+    handler: Arc<H>,
     limits: &ConnectionLimits,
     pools: &RequestPools,
     mut shutdown: watch::Receiver<bool>,
@@ -465,15 +488,8 @@ async fn connection(
         let (header, api_key) = decode_request_header(&mut body)
             .map_err(|e| ConnectionError::Protocol(format!("request header: {e}")))?;
         // The slot goes back when the request ends or parks (see `request_slot`).
-        let response = request_slot::holding(slot, async {
-            if api_key == Some(ApiKey::Fetch) {
-                broker.handle_fetch_chunks(&header, body, peer).await
-            } else {
-                let response = broker.handle(&header, api_key, body, peer).await;
-                response.map(|r| r.map(|b| vec![ResponseChunk::Bytes(b.freeze())]))
-            }
-        })
-        .await;
+        let response =
+            request_slot::holding(slot, handler.handle_request(&header, api_key, body, peer)).await;
         drop(bytes);
         match response {
             Ok(Some(response)) => {

@@ -19,8 +19,8 @@ use rill_protocol::generated::{
 };
 use rill_protocol::ErrorCode;
 
-use crate::group_coordinator::{GroupCall, GroupReply};
-use crate::Broker;
+use crate::coordinator::group_coordinator::{GroupCall, GroupReply};
+use crate::server::Broker;
 
 /// The coordinator answered with something other than what was asked: a bug, reported as
 /// an error to the one client rather than a panic.

@@ -33,7 +33,7 @@ use rill_protocol::generated::list_partition_reassignments_response::{
 };
 use rill_protocol::ErrorCode;
 
-use crate::Broker;
+use crate::server::Broker;
 
 /// One partition's outcome as the wire wants it: `(topic, partition, code, message)`.
 type Outcome = (String, i32, ErrorCode, Option<String>);

@@ -25,8 +25,8 @@ use rill_protocol::generated::unregister_broker_request::UnregisterBrokerRequest
 use rill_protocol::generated::unregister_broker_response::UnregisterBrokerResponse;
 use rill_protocol::ErrorCode;
 
-use crate::group_coordinator::OFFSETS_TOPIC;
-use crate::Broker;
+use crate::coordinator::group_coordinator::OFFSETS_TOPIC;
+use crate::server::Broker;
 
 /// `FindCoordinator` key types.
 const KEY_TYPE_GROUP: i8 = 0;

@@ -27,8 +27,8 @@ use rill_protocol::primitives::Uuid;
 use rill_protocol::ErrorCode;
 
 use crate::config::{self, ConfigSource};
-use crate::group_coordinator::OFFSETS_TOPIC;
-use crate::Broker;
+use crate::coordinator::group_coordinator::OFFSETS_TOPIC;
+use crate::server::Broker;
 
 /// Kafka's limit on topic name length (so that partition directory names fit in 255).
 const MAX_TOPIC_NAME_LEN: usize = 249;

@@ -56,7 +56,7 @@ use rill_protocol::{Decodable, Encodable, ErrorCode};
 use rill_storage::{AppendOrigin, TopicPartition};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::replica_manager::ReplicaManager;
+use crate::replication::replica_manager::ReplicaManager;
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
@@ -128,7 +128,7 @@ impl GroupCoordinatorHandle {
             .map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
         // A JoinGroup may wait here for the whole rebalance: the request that made the
         // call gives its slot back (see `request_slot`).
-        crate::request_slot::park();
+        crate::network::request_slot::park();
         rx.await.map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)
     }
 

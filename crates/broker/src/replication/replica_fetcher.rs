@@ -43,7 +43,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
-use crate::replica_manager::ReplicaManager;
+use crate::replication::replica_manager::ReplicaManager;
 
 /// Fetch v12: topic names (the follower may not know ids before its image does), leader
 /// epochs, and the replica id in the body.

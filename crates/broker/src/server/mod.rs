@@ -1,4 +1,9 @@
-//! Request dispatch and the table of supported API versions.
+//! The server (Kafka's `KafkaApis` and `RequestChannel`): the state every connection
+//! shares ([`Broker`]), request dispatch, the table of supported API versions, the
+//! handlers (one module per group of APIs) and the mapping of errors to Kafka's codes.
+//! The network layer hands it requests through [`RequestHandler`]; the handlers call into
+//! replication and the coordinators below through their handles, and the metadata
+//! publisher above acts on it, never the other way round.
 //!
 //! [`Broker::handle`] turns one decoded request header and body into the bytes of one
 //! response frame (or none, for `acks=0` produce), or a reason to close the connection.
@@ -6,6 +11,7 @@
 //! ApiVersions, which answers UNSUPPORTED_VERSION in v0 so that any client can learn what
 //! this broker speaks (KIP-511).
 
+mod broker;
 mod configs;
 mod data;
 mod groups;
@@ -24,7 +30,10 @@ use rill_protocol::generated::{ApiKey, RequestBody};
 use rill_protocol::primitives::Encodable;
 use rill_protocol::ErrorCode;
 
-use crate::Broker;
+use crate::network::{RequestHandler, ResponseChunk};
+use crate::replication::alter_partition::ControllerChannel;
+pub(crate) use broker::ProducerIdBlock;
+pub use broker::{Broker, CONTROLLER_REQUEST_TIMEOUT};
 
 /// The APIs this broker answers, with the version range it answers them in. Narrower than
 /// the specs where old versions need a record format Rill does not store (magic 0/1) or
@@ -188,6 +197,46 @@ impl Broker {
             RequestBody::DeleteGroups(r) => respond!(self.handle_delete_groups(r).await),
             _ => Err(format!("{} is not handled", api.name())),
         }
+    }
+}
+
+impl RequestHandler for Broker {
+    async fn handle_request(
+        &self,
+        header: &RequestHeader,
+        api_key: Option<ApiKey>,
+        body: Bytes,
+        peer: SocketAddr,
+    ) -> Result<Option<Vec<ResponseChunk>>, String> {
+        // A Fetch answers with ranges of segment files beside its bytes (zero-copy).
+        if api_key == Some(ApiKey::Fetch) {
+            self.handle_fetch_chunks(header, body, peer).await
+        } else {
+            let response = self.handle(header, api_key, body, peer).await;
+            response.map(|r| r.map(|b| vec![ResponseChunk::Bytes(b.freeze())]))
+        }
+    }
+
+    fn broker_config_value(&self, key: &str) -> Option<String> {
+        crate::config::broker_config_value(&self.config, &self.image(), self.node_id, key)
+            .map(|(v, _)| v)
+    }
+}
+
+impl ControllerChannel for Broker {
+    fn broker_id(&self) -> i32 {
+        self.node_id
+    }
+
+    fn broker_epoch(&self) -> i64 {
+        Broker::broker_epoch(self)
+    }
+
+    async fn controller_call(
+        &self,
+        event: rill_metadata::ControllerEvent,
+    ) -> Result<rill_metadata::ControllerResponse, ErrorCode> {
+        Broker::controller_call(self, event).await
     }
 }
 

@@ -13,13 +13,27 @@ use std::time::Duration;
 use rill_storage::CleanerConfig;
 use tokio::sync::watch;
 
-use crate::replica_manager::ReplicaManager;
+use crate::config::BrokerConfig;
+use crate::error::BrokerError;
+use crate::replication::replica_manager::ReplicaManager;
 
 /// How often the two loops run (`log.retention.check.interval.ms`, `log.cleaner.backoff.ms`).
 #[derive(Debug, Clone, Copy)]
 pub struct LogManagerConfig {
     pub retention_check_interval: Duration,
     pub cleaner_backoff: Duration,
+}
+
+impl LogManagerConfig {
+    /// The intervals from `log.retention.check.interval.ms` and `log.cleaner.backoff.ms`.
+    pub fn from_config(config: &BrokerConfig) -> Result<Self, BrokerError> {
+        let retention: u64 = config.parse("log.retention.check.interval.ms")?;
+        let backoff: u64 = config.parse("log.cleaner.backoff.ms")?;
+        Ok(Self {
+            retention_check_interval: Duration::from_millis(retention.max(10)),
+            cleaner_backoff: Duration::from_millis(backoff.max(10)),
+        })
+    }
 }
 
 fn now_ms() -> i64 {

@@ -16,38 +16,58 @@ use rill_metadata::{
 use rill_protocol::ErrorCode;
 use tokio::sync::{mpsc, watch};
 
-use crate::isr::{AlterPartitionProposal, LeaderAndIsr};
-use crate::replica_manager::AlterPartitionItem;
-use crate::Broker;
+use crate::replication::isr::{AlterPartitionProposal, LeaderAndIsr};
+use crate::replication::replica_manager::{AlterPartitionItem, ReplicaManager};
 
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
 
-pub fn start(
-    broker: Arc<Broker>,
+/// How ISR changes reach the active controller (Kafka's `NodeToControllerChannelManager`),
+/// owned here and implemented above by the server, so that replication names no part
+/// above it.
+pub trait ControllerChannel: Send + Sync + 'static {
+    /// This broker's id.
+    fn broker_id(&self) -> i32;
+    /// This broker's epoch from its registration (-1 before it registered).
+    fn broker_epoch(&self) -> i64;
+    /// Sends an event to the active controller and waits until this broker has applied
+    /// the records it decided on.
+    fn controller_call(
+        &self,
+        event: ControllerEvent,
+    ) -> impl std::future::Future<Output = Result<ControllerResponse, ErrorCode>> + Send;
+}
+
+/// Starts the sender of `rx`'s proposals and the periodic ISR shrink, which runs every
+/// half of `replica_lag` (`replica.lag.time.max.ms`).
+pub fn start<C: ControllerChannel>(
+    channel: Arc<C>,
+    replicas: Arc<ReplicaManager>,
+    replica_lag: Duration,
     rx: mpsc::UnboundedReceiver<AlterPartitionItem>,
     shutdown: watch::Receiver<bool>,
 ) {
-    tokio::spawn(send_loop(broker.clone(), rx, shutdown.clone()));
-    tokio::spawn(shrink_loop(broker, shutdown));
+    tokio::spawn(send_loop(channel, replicas.clone(), rx, shutdown.clone()));
+    tokio::spawn(shrink_loop(replicas, replica_lag, shutdown));
 }
 
-async fn shrink_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
-    let lag = broker
-        .config
-        .duration_ms("replica.lag.time.max.ms")
-        .unwrap_or(Duration::from_secs(10));
+async fn shrink_loop(
+    replicas: Arc<ReplicaManager>,
+    lag: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
     // Kafka checks at half the lag time, so a lagging follower leaves within 1.5× of it.
     let every = (lag / 2).max(Duration::from_millis(50));
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(every) => broker.replicas.maybe_shrink_isrs(),
+            _ = tokio::time::sleep(every) => replicas.maybe_shrink_isrs(),
             _ = shutdown.changed() => return,
         }
     }
 }
 
-async fn send_loop(
-    broker: Arc<Broker>,
+async fn send_loop<C: ControllerChannel>(
+    channel: Arc<C>,
+    replicas: Arc<ReplicaManager>,
     mut rx: mpsc::UnboundedReceiver<AlterPartitionItem>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -61,14 +81,11 @@ async fn send_loop(
         };
         let (tp, topic_id, mut proposal) = item;
         loop {
-            let result = send_one(&broker, topic_id, tp.partition, &proposal).await;
+            let result = send_one(channel.as_ref(), topic_id, tp.partition, &proposal).await;
             if let Err(code) = &result {
                 tracing::info!(%tp, isr = ?proposal.isr(), error = code.name(), "ISR change refused");
             }
-            match broker
-                .replicas
-                .on_alter_partition_response(&tp, &proposal, result)
-            {
+            match replicas.on_alter_partition_response(&tp, &proposal, result) {
                 Some(again) => {
                     proposal = again;
                     tokio::select! {
@@ -82,20 +99,20 @@ async fn send_loop(
     }
 }
 
-async fn send_one(
-    broker: &Broker,
+async fn send_one<C: ControllerChannel>(
+    channel: &C,
     topic_id: rill_protocol::Uuid,
     partition: i32,
     proposal: &AlterPartitionProposal,
 ) -> Result<LeaderAndIsr, ErrorCode> {
     let event = request(
-        broker.node_id,
-        broker.broker_epoch(),
+        channel.broker_id(),
+        channel.broker_epoch(),
         topic_id,
         partition,
         proposal,
     );
-    let response = broker.controller_call(event).await?;
+    let response = channel.controller_call(event).await?;
     result(response, topic_id, partition)
 }
 

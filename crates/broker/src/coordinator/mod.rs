@@ -1,0 +1,14 @@
+//! The coordinators' runtime (Kafka's `CoordinatorRuntime` and its shell around
+//! `GroupCoordinatorShard`): it hosts a pure coordinator state machine on the partitions
+//! of an internal topic this broker leads — loading a partition on leadership by replaying
+//! it, appending the state machine's records with acks=all, reporting the high watermark
+//! so that reads see only replicated state, running its timers — and drops the
+//! partition's state when leadership moves away.
+//!
+//! - [`group_coordinator`]: the `rill-group` state machine on `__consumer_offsets`.
+//!
+//! Architecture Invariant: a coordinator names replication (for its partitions' logs and
+//! high watermarks) and the network's request slots, nothing above: the metadata
+//! publisher and the lifecycle tell it to load or drop partitions through its handle.
+
+pub mod group_coordinator;

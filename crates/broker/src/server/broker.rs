@@ -1,0 +1,142 @@
+//! The state every connection shares (Kafka's `KafkaApis` with what it holds: the metadata
+//! cache, the replica manager, the group coordinator), and the calls its handlers make to
+//! the controller. The handlers are the `impl Broker` blocks of the sibling modules, one per
+//! group of APIs.
+//!
+//! The metadata publisher is the only writer of the published image and its offset
+//! ([`Broker::image`], [`Broker::wait_published`]); this module never calls it.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rill_metadata::{
+    ControllerEvent, ControllerResponse, MetadataImage, MetadataQuorum, TopicImage, RESOURCE_TOPIC,
+};
+use rill_protocol::ErrorCode;
+use rill_storage::LogConfig;
+use tokio::sync::watch;
+
+use crate::config::{self, BrokerConfig};
+use crate::coordinator::group_coordinator::GroupCoordinatorHandle;
+use crate::replication::replica_manager::ReplicaManager;
+
+/// How long an admin request waits for the controller (Kafka's request timeouts are of
+/// this order; clients retry after it).
+pub const CONTROLLER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// State shared by every connection.
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub node_id: i32,
+    pub cluster_id: String,
+    /// Host and port that clients are told to connect to.
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    pub max_request_bytes: usize,
+    /// The controller quorum this node votes in or observes; controller requests go
+    /// through it.
+    pub quorum: Arc<MetadataQuorum>,
+    /// The metadata image this broker has applied and acted on.
+    pub(crate) image: RwLock<Arc<MetadataImage>>,
+    /// The `next_offset` of the published image, for waiting on a controller decision.
+    pub(crate) published: watch::Sender<i64>,
+    /// This broker's epoch from its registration (-1 before it registered).
+    pub(crate) broker_epoch: AtomicI64,
+    /// This process's incarnation, which it registers with; the metadata publisher acts
+    /// on the image only once it holds that registration (see `metadata_publisher`).
+    pub incarnation_id: rill_protocol::Uuid,
+    pub replicas: Arc<ReplicaManager>,
+    pub groups: GroupCoordinatorHandle,
+    pub(crate) producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
+}
+
+/// The block of producer ids the controller gave this broker.
+#[derive(Default)]
+pub(crate) struct ProducerIdBlock {
+    pub(crate) next: i64,
+    pub(crate) end: i64,
+}
+
+impl Broker {
+    /// The metadata image as last published.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        // A panic while holding the lock cannot tear an `Arc` swap, so a poisoned lock
+        // still guards a whole image.
+        self.image.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn topic(&self, name: &str) -> Option<TopicImage> {
+        self.image().topic(name).cloned()
+    }
+
+    /// The name of the topic with this id.
+    pub fn topic_name_by_id(&self, id: &rill_protocol::Uuid) -> Option<String> {
+        self.image().topics.get(id).map(|t| t.name.clone())
+    }
+
+    pub fn broker_epoch(&self) -> i64 {
+        self.broker_epoch.load(Ordering::Acquire)
+    }
+
+    /// Sends an event to the active controller, wherever it runs, and waits until this
+    /// broker has applied the records it decided on, so that the caller's next read of
+    /// the image sees the change.
+    pub async fn controller_call(
+        &self,
+        event: ControllerEvent,
+    ) -> Result<ControllerResponse, ErrorCode> {
+        let result = self
+            .quorum
+            .submit(event, CONTROLLER_REQUEST_TIMEOUT)
+            .await
+            .map_err(|e| {
+                tracing::debug!(error = %e, "controller request failed");
+                match e {
+                    rill_metadata::MetadataError::NotController { .. } => ErrorCode::NOT_CONTROLLER,
+                    _ => ErrorCode::REQUEST_TIMED_OUT,
+                }
+            })?;
+        self.wait_published(result.next_offset, CONTROLLER_REQUEST_TIMEOUT)
+            .await;
+        Ok(result.response)
+    }
+
+    /// Waits until the published image has applied records up to `offset`.
+    pub async fn wait_published(&self, offset: i64, timeout: Duration) -> bool {
+        let mut rx = self.published.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|next| *next >= offset))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// The value of a topic config: the topic's override, else the broker's default at
+    /// its highest level (dynamic for this broker, dynamic cluster-wide, static, built-in).
+    pub fn topic_config_value(
+        &self,
+        image: &MetadataImage,
+        topic: &str,
+        name: &str,
+    ) -> Option<String> {
+        config::topic_config_value(&self.config, image, self.node_id, topic, name).map(|(v, _)| v)
+    }
+
+    /// A topic's config overrides.
+    pub fn topic_overrides(
+        image: &MetadataImage,
+        topic: &str,
+    ) -> std::collections::BTreeMap<String, String> {
+        image
+            .configs
+            .get(&(RESOURCE_TOPIC, topic.to_string()))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The storage settings of a topic, from its overrides and the broker's defaults at
+    /// their highest level: dynamic for this broker, dynamic cluster-wide, static, built-in
+    /// (see [`config::log_config`]).
+    pub fn log_config(&self, image: &MetadataImage, topic: &str) -> LogConfig {
+        config::log_config(&self.config, image, self.node_id, topic)
+    }
+}
