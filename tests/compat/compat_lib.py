@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -31,11 +32,19 @@ def mode() -> str:
     return value
 
 
+# Run directories kept per family (servers' data and logs, for a post-mortem).
+RUNS_KEPT = 3
+
+
 def workdir(family: str) -> Path:
-    """A fresh directory for this run's servers, under the cache (kept for a post-mortem)."""
+    """A fresh directory for this run's servers under the cache; older runs of the family
+    beyond the last few are removed."""
     base = Path(os.environ.get("RILL_COMPAT_CACHE") or COMPAT_DIR.parents[1] / "target" / "compat-cache")
     runs = base / "runs"
     runs.mkdir(parents=True, exist_ok=True)
+    previous = sorted(runs.glob(f"{family}-*"), key=lambda path: path.stat().st_mtime)
+    for old in previous[: max(0, len(previous) - (RUNS_KEPT - 1))]:
+        shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"{family}-", dir=runs))
 
 
