@@ -5,8 +5,10 @@
 //   stdout: {"code": 0, "output": "what the tool printed on stdout and stderr"}
 // A tool's Exit.exit(code) records the code instead of ending the JVM (Exit.setExitProcedure;
 // the first call wins, as it would have ended the process). It cannot throw to unwind the
-// tool: the tools catch Throwable around their work. System.in, out and err are the
-// request's and a buffer for the time the tool runs.
+// tool: the tools catch Throwable around their work. The shutdown hooks a tool adds
+// (Exit.addShutdownHook: the console producer flushes and closes its producer in one) run
+// when its main returns, as they would when its process ended. System.in, out and err are
+// the request's and a buffer for the time the tool runs.
 package rill.compat;
 
 import java.io.BufferedReader;
@@ -39,6 +41,29 @@ public final class ToolBatch {
         return code;
     }
 
+    /** The shutdown hooks the current command added, run in order after it returns. */
+    private static final List<Thread> HOOKS = new java.util.ArrayList<>();
+
+    private static void runHooks(PrintStream captured) {
+        List<Thread> hooks;
+        synchronized (HOOKS) {
+            hooks = new java.util.ArrayList<>(HOOKS);
+            HOOKS.clear();
+        }
+        for (Thread hook : hooks) {
+            hook.start();
+            try {
+                hook.join(30_000);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            }
+            if (hook.isAlive()) {
+                captured.println("ToolBatch: shutdown hook " + hook.getName() + " still running after 30 s");
+            }
+        }
+    }
+
     public static void main(String[] argv) throws Exception {
         ObjectMapper json = new ObjectMapper();
         PrintStream out = System.out;
@@ -46,6 +71,11 @@ public final class ToolBatch {
         InputStream in = System.in;
         Exit.setExitProcedure((code, message) -> recordExit(code));
         Exit.setHaltProcedure((code, message) -> recordExit(code));
+        Exit.setShutdownHookAdder((name, runnable) -> {
+            synchronized (HOOKS) {
+                HOOKS.add(new Thread(runnable, name == null ? "tool-shutdown-hook" : name));
+            }
+        });
         BufferedReader requests = new BufferedReader(new InputStreamReader(in, StandardCharsets.UTF_8));
         String line;
         while ((line = requests.readLine()) != null) {
@@ -75,6 +105,7 @@ public final class ToolBatch {
                 code = 1;
                 e.printStackTrace(captured);
             } finally {
+                runHooks(captured);
                 captured.flush();
                 System.setOut(out);
                 System.setErr(err);
