@@ -10,7 +10,7 @@
 
 The cache is `$RILL_COMPAT_CACHE` (xtask passes `target/compat-cache`), else that directory
 under the workspace root. Missing `java` or `mvn` raise `JvmError`: a family that needs them
-fails loudly rather than skipping.
+reports it (`compat_lib.prerequisites_missing`: a failure on CI), never skips silently.
 """
 
 from __future__ import annotations
