@@ -5,6 +5,9 @@
 //! - `cargo xtask test`: every test, unit to end-to-end, installing what the end-to-end
 //!   tests need (a Python venv under `target/`, kcat, librdkafka's `rdkafka_performance`)
 //!   by itself.
+//! - `cargo xtask compat [--family NAME]... [--quick]`: the client families of
+//!   `tests/compat/` (Kafka's Java client and tools, the differential harness against Apache
+//!   Kafka, Go clients) against real servers, one summary table; quick mode is in `test`.
 //! - `cargo xtask chaos [--minutes N] [--seed N] [--scenario S]`: the fault-injection
 //!   suite (`tests/e2e/chaos.py`) for as long as asked; its short run is in `test`.
 //! - `cargo xtask rdkafka-performance`: builds (or reuses) `rdkafka_performance` under
@@ -18,6 +21,7 @@
 
 mod chaos;
 mod codegen;
+mod compat;
 mod layering;
 mod rdkafka_performance;
 mod test;
@@ -28,11 +32,12 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("codegen") => codegen::run(&workspace_root(), &args[1..]),
+        Some("compat") => compat::run(&workspace_root(), &args[1..]),
         Some("chaos") => chaos::run(&workspace_root(), &args[1..]),
         Some("test") => test::run(&workspace_root(), &args[1..]),
         Some("rdkafka-performance") => rdkafka_performance::run(&workspace_root(), &args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <codegen [--check] | test [args] | chaos [args] | rdkafka-performance>");
+            eprintln!("usage: cargo xtask <codegen [--check] | test [args] | compat [args] | chaos [args] | rdkafka-performance>");
             std::process::exit(2);
         }
     }

@@ -12,7 +12,10 @@
 //!    reused while its pins hold).
 //! 4. `pytest tests/e2e` with the venv's interpreter; arguments after `--` go to pytest
 //!    (`cargo xtask test --e2e-only -- -k produce`). Steps 2-4 are skipped by `--rust-only`.
-//! 5. Every `cargo fuzz` target for `RILL_FUZZ_SECONDS` (15) seconds when a nightly
+//! 5. The compat families of `tests/compat/` in quick mode (`compat.rs`: Kafka's Java
+//!    client and tools, the differential harness against Apache Kafka, Go clients), their
+//!    counts added to the tally; skipped when pytest arguments name a subset.
+//! 6. Every `cargo fuzz` target for `RILL_FUZZ_SECONDS` (15) seconds when a nightly
 //!    toolchain is present (`fuzz/run.sh`).
 //!
 //! The last line printed is a tally in the plain `N passed, N failed, N skipped` form, so
@@ -26,7 +29,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-use crate::rdkafka_performance;
+use crate::{compat, rdkafka_performance};
 
 const USAGE: &str = "usage: cargo xtask test [--rust-only | --e2e-only] [-- <pytest args>]";
 
@@ -101,6 +104,23 @@ fn run_steps(root: &Path, options: &Options, tally: &mut Tally) -> anyhow::Resul
             &options.pytest_args,
             tally,
         )?;
+        if options.pytest_args.is_empty() {
+            banner("compat families (quick)");
+            let started = Instant::now();
+            let (counts, failed) = compat::quick(root, &rill_bin, &python)?;
+            println!("    (compat: {:.1}s)", started.elapsed().as_secs_f64());
+            // Known failures count like pytest's xfails: as passed.
+            tally.passed += counts.passed + counts.known;
+            tally.failed += counts.failed;
+            tally.skipped += counts.skipped;
+            if !failed.is_empty() {
+                bail!("compat families failed: {}", failed.join(", "));
+            }
+        } else {
+            println!(
+                "\ncompat: skipped (pytest arguments given; `cargo xtask compat --quick` runs it)"
+            );
+        }
     }
     if options.rust {
         fuzz(root)?;
