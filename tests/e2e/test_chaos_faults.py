@@ -26,7 +26,6 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
 import chaos
-from conftest import DEFAULT_OVERRIDES
 from kafka_helpers import ADMIN_TIMEOUT_S, admin, read_all
 from netns import ensure_program
 from rill_harness import RillServer
@@ -45,7 +44,8 @@ def _tool(found: str | None, what: str) -> str:
 
 @pytest.fixture
 def server(tmp_path):
-    node = RillServer(tmp_path / "node", overrides=dict(DEFAULT_OVERRIDES))
+    # Not the rill fixture: the clock test preloads libfaketime before the first start.
+    node = RillServer(tmp_path / "node")
     yield node
     problems = node.teardown()
     assert not problems, problems
