@@ -167,6 +167,8 @@ def main() -> None:
             raise SystemExit(f"--fault partition needs network namespaces: {why}")
         # Before any thread starts: every client of the runs lives in the hub namespace.
         net.enter_hub()
+        # A SIGTERM ends the runs through the `finally` below, which deletes the namespaces.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     times, missing = [], 0
     try:
         for i in range(args.runs):
