@@ -95,6 +95,9 @@ class RillServer:
         # RLIMIT_FSIZE (bytes) for the next starts, None for the inherited limit: a write
         # past it fails with EFBIG, the way a full disk fails one with ENOSPC.
         self.file_size_limit_bytes = file_size_limit_bytes
+        # Variables added to the environment of the next starts (the fault-injection
+        # suite's clock jumps preload libfaketime this way).
+        self.extra_env: dict[str, str] = {}
 
     @property
     def bootstrap(self) -> str:
@@ -159,6 +162,7 @@ class RillServer:
                 # Its own process group, so that a kill reaches anything it started too.
                 start_new_session=True,
                 preexec_fn=self._preexec,
+                env={**os.environ, **self.extra_env} if self.extra_env else None,
             )
         self._expected_down = False
 

@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo xtask chaos --minutes 30 --seed 42
 //! cargo xtask chaos --scenario coordinator-partition --seed 7
+//! cargo xtask chaos --minutes 3 --faults slow-disk,clock-jump,kill --seed 7
 //! cargo xtask chaos --minutes 5 -- --producers 5 --rate 200   # chaos.py's own options
 //! ```
 
@@ -16,13 +17,15 @@ use anyhow::{bail, Context};
 use crate::test::{banner, cargo_program, ensure_venv, rill_binary};
 
 const USAGE: &str = "usage: cargo xtask chaos [--minutes N | --seconds N] [--seed N] \
-                     [--scenario random|ci|coordinator-partition] [-- <chaos.py options>]";
+                     [--scenario random|ci|coordinator-partition] [--faults KIND,...] \
+                     [-- <chaos.py options>]";
 
 #[derive(Debug, PartialEq)]
 struct Options {
     seconds: u64,
     seed: Option<u64>,
     scenario: String,
+    faults: Option<String>,
     extra: Vec<String>,
 }
 
@@ -32,6 +35,7 @@ impl Options {
             seconds: 120,
             seed: None,
             scenario: "random".to_string(),
+            faults: None,
             extra: Vec::new(),
         };
         let mut rest = args.iter();
@@ -46,6 +50,7 @@ impl Options {
                 "--seconds" => options.seconds = value("--seconds")?.parse()?,
                 "--seed" => options.seed = Some(value("--seed")?.parse()?),
                 "--scenario" => options.scenario = value("--scenario")?,
+                "--faults" => options.faults = Some(value("--faults")?),
                 "--" => {
                     options.extra.extend(rest.by_ref().cloned());
                 }
@@ -65,6 +70,9 @@ impl Options {
         ];
         if let Some(seed) = self.seed {
             args.extend(["--seed".to_string(), seed.to_string()]);
+        }
+        if let Some(faults) = &self.faults {
+            args.extend(["--faults".to_string(), faults.clone()]);
         }
         args.extend(self.extra.iter().cloned());
         args
@@ -125,6 +133,12 @@ mod tests {
                 "5"
             ])
         );
+        let options = Options::parse(&strings(&["--faults", "slow-disk,clock-jump"])).unwrap();
+        assert_eq!(
+            options.chaos_args()[5..],
+            strings(&["--faults", "slow-disk,clock-jump"])[..]
+        );
+        assert!(Options::parse(&strings(&["--faults"])).is_err());
         assert!(Options::parse(&strings(&["--seed"])).is_err());
         assert!(Options::parse(&strings(&["--minutes", "x"])).is_err());
         assert!(Options::parse(&strings(&["--bogus"])).is_err());
