@@ -82,9 +82,10 @@ def create_topic_led_by(bootstrap: str, preferred: int, nodes: list[int]):
 
 
 def one_run(workdir: Path, overrides: dict[str, str], victim_kind: str, fault: str,
-            stop_s: float, net: Network | None) -> tuple[float | None, str]:
+            stop_s: float, net: Network | None,
+            recovery_limit_s: float = RECOVERY_LIMIT_S) -> tuple[float | None, str]:
     """Seconds from the fault to the first acknowledgement of a record produced after it
-    (None: none within RECOVERY_LIMIT_S), and what the victim was."""
+    (None: none within `recovery_limit_s`), and what the victim was."""
     if net is None:
         cluster = RillCluster(workdir, 3, overrides)
     else:
@@ -121,7 +122,7 @@ def one_run(workdir: Path, overrides: dict[str, str], victim_kind: str, fault: s
                 net.partition(victim)
             faulted_at = time.monotonic()
             try:
-                deadline = faulted_at + RECOVERY_LIMIT_S
+                deadline = faulted_at + recovery_limit_s
                 while time.monotonic() < deadline:
                     after = [
                         t
@@ -154,6 +155,8 @@ def main() -> None:
                         help="how long a stopped node stays frozen (--fault stop)")
     parser.add_argument("--session-timeout-ms", type=int, default=None)
     parser.add_argument("--heartbeat-interval-ms", type=int, default=None)
+    parser.add_argument("--recovery-limit-s", type=float, default=RECOVERY_LIMIT_S,
+                        help="how long a run waits for the first acknowledgement after the fault")
     args = parser.parse_args()
     overrides = {"group.initial.rebalance.delay.ms": "0"}
     if args.session_timeout_ms is not None:
@@ -174,10 +177,10 @@ def main() -> None:
         for i in range(args.runs):
             with tempfile.TemporaryDirectory(prefix="rill-failover-") as tmp:
                 seconds, role = one_run(Path(tmp), overrides, args.victim, args.fault,
-                                        args.stop_seconds, net)
+                                        args.stop_seconds, net, args.recovery_limit_s)
             if seconds is None:
                 missing += 1
-                print(f"run {i + 1}: no acknowledgement within {RECOVERY_LIMIT_S:.0f} s "
+                print(f"run {i + 1}: no acknowledgement within {args.recovery_limit_s:.0f} s "
                       f"({args.fault} of the {role})", flush=True)
                 continue
             times.append(seconds)
@@ -187,13 +190,13 @@ def main() -> None:
             net.teardown()
     if not times:
         raise SystemExit(f"{args.fault} of {args.victim}: no run recovered within "
-                         f"{RECOVERY_LIMIT_S:.0f} s")
+                         f"{args.recovery_limit_s:.0f} s")
     times.sort()
     p90 = times[min(len(times) - 1, int(round(0.9 * (len(times) - 1))))]
     print(
         f"{args.fault} of {args.victim}, {len(times)} runs: min {times[0]:.2f} s, median "
         f"{statistics.median(times):.2f} s, p90 {p90:.2f} s, max {times[-1]:.2f} s"
-        + (f"; {missing} more without an acknowledgement within {RECOVERY_LIMIT_S:.0f} s"
+        + (f"; {missing} more without an acknowledgement within {args.recovery_limit_s:.0f} s"
            if missing else "")
     )
 

@@ -4,16 +4,24 @@
   active controller fences it and moves its leaderships without waiting for its session
   timeout (set to 30 s here, so that the old behaviour cannot pass).
 - A leader cut off from the controller quorum stops acting as leader once its own lease
-  lapses: Metadata through it no longer names it, and it takes no write that the new
-  leader would not have.
+  lapses: it closes its clients' connections (so that they ask the other brokers for
+  metadata), and it takes no write that the new leader would not have.
+- So a producer whose leader is cut off from its peers (a network partition, the clients
+  still reaching it) writes again through the new leader while the partition lasts.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import struct
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
@@ -108,9 +116,11 @@ def test_a_leader_cut_off_from_the_quorum_stops_leading(rill_cluster_factory):
     for n in others:
         os.kill(cluster.node(n).pid, signal.SIGSTOP)
     try:
-        # Its heartbeats go unanswered: once its lease is gone it names no leader.
-        wait_for(lambda: leader_of(alone_admin, topic, 0) == -1, 15,
-                 "the cut-off leader to stop naming itself")
+        # Its heartbeats go unanswered: once its lease is gone it sends its clients away
+        # (a Metadata request's connection is closed; ApiVersions is still answered).
+        wait_for(lambda: _closes_metadata(alone), 15,
+                 "the cut-off leader to close its clients' connections")
+        assert _api_versions_answered(alone)
         delivered = []
         producer = Producer({
             "bootstrap.servers": alone,
@@ -140,6 +150,25 @@ def test_a_leader_cut_off_from_the_quorum_stops_leading(rill_cluster_factory):
     assert delivered == [None]
 
 
+def _closes_metadata(host: str) -> bool:
+    """Whether a Metadata v1 request (all topics) to `host` gets its connection closed."""
+    import chaos
+
+    try:
+        chaos._call(host, 3, 1, struct.pack(">i", -1), 5)
+    except ConnectionError:
+        return True
+    return False
+
+
+def _api_versions_answered(host: str) -> bool:
+    import chaos
+
+    payload, pos = chaos._call(host, 18, 0, b"", 5)
+    (error,) = struct.unpack_from(">h", payload, pos)
+    return error == 0
+
+
 def _offset_fetch_v1(host: str, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
     """OffsetFetch v1 sent to one node: {partition: error code}."""
     import chaos
@@ -162,3 +191,27 @@ def test_offset_fetch_v1_names_not_coordinator_on_every_partition(rill_cluster_f
     errors = _offset_fetch_v1(cluster.node(other).bootstrap, group, "t", [0, 1, 2])
     assert errors == {0: 16, 1: 16, 2: 16}, errors  # NOT_COORDINATOR
     assert _offset_fetch_v1(cluster.node(coordinator).bootstrap, group, "t", [0]) == {0: 0}
+
+
+FAILOVER_BENCH = Path(__file__).resolve().parents[2] / "bench" / "cluster_failover.py"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_writes_resume_while_the_leader_is_partitioned_away():
+    # The bench's partition fault (network namespaces, tests/e2e/netns.py) in a process
+    # of its own, since it moves its main thread into the namespaces' hub. Before the
+    # cut-off leader closed its clients' connections, librdkafka kept asking it for
+    # metadata and no write was acknowledged while the partition lasted.
+    done = subprocess.run(
+        [sys.executable, str(FAILOVER_BENCH), "--runs", "1", "--fault", "partition",
+         "--victim", "leader-only", "--session-timeout-ms", "2000",
+         "--heartbeat-interval-ms", "500", "--recovery-limit-s", "40"],
+        capture_output=True, text=True, timeout=240,
+    )
+    output = done.stdout + done.stderr
+    if "needs network namespaces" in output:
+        pytest.skip(output.strip().splitlines()[-1])
+    found = re.search(r"run 1: ([0-9.]+) s", done.stdout)
+    assert found, f"no write acknowledged while the leader was cut off:\n{output[-4000:]}"
+    print(found.group(0))
+    assert float(found.group(1)) < 40

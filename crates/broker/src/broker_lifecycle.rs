@@ -26,9 +26,12 @@
 //!    said it is fenced) the broker acts as the leader of nothing
 //!    ([`crate::replication::replica_manager::ReplicaManager::set_lease_held`]): produce and fetch get
 //!    NOT_LEADER_OR_FOLLOWER, Metadata and FindCoordinator stop naming it, and its group
-//!    coordinator drops its groups. A leader cut off from the controller thus stops
-//!    taking writes once the others may have elected a new one, and its clients move on
-//!    instead of waiting out the fault. It takes the lease back at the next unfenced
+//!    coordinator drops its groups. A broker that held its lease and lost it also
+//!    closes its clients' connections at their next request (ApiVersions excepted):
+//!    its image may be stale, and a client that keeps asking it for metadata would never
+//!    learn the new leaders. A leader cut off from the controller thus stops taking
+//!    writes once the others may have elected a new one, and its clients move on to the
+//!    other brokers instead of waiting out the fault. It takes the lease back at the next unfenced
 //!    answer, once it has applied the metadata up to that answer, so it acts on the
 //!    leaderships the controller decided meanwhile, not on its stale ones.
 
@@ -260,6 +263,7 @@ async fn lapse(until: Option<Instant>) {
 async fn lose_lease(broker: &Broker, why: &str, was_unfenced: bool) {
     if broker.replicas.set_lease_held(false) {
         if was_unfenced {
+            broker.lost_lease.store(true, Ordering::Release);
             tracing::warn!(
                 reason = why,
                 "controller lease lost: leading nothing until the controller answers"
@@ -274,6 +278,7 @@ async fn lose_lease(broker: &Broker, why: &str, was_unfenced: bool) {
 /// Acts on its leaderships again: the lease is back.
 async fn regain_lease(broker: &Broker) {
     if broker.replicas.set_lease_held(true) {
+        broker.lost_lease.store(false, Ordering::Release);
         tracing::info!("controller lease held");
         broker.groups.elect_led().await;
     }

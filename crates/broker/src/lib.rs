@@ -165,6 +165,7 @@ impl Server {
             replicas: replicas.clone(),
             groups,
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
+            lost_lease: std::sync::atomic::AtomicBool::new(false),
             config,
         });
         let (shutdown, rx) = watch::channel(false);

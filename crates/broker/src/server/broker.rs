@@ -49,6 +49,10 @@ pub struct Broker {
     pub replicas: Arc<ReplicaManager>,
     pub groups: GroupCoordinatorHandle,
     pub(crate) producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
+    /// This broker held its controller lease and lost it (cut off from the controller, or
+    /// fenced): its clients' connections are closed at their next request, so that they
+    /// ask another broker for metadata (see `server::Broker::handle_request`).
+    pub(crate) lost_lease: std::sync::atomic::AtomicBool,
 }
 
 /// The block of producer ids the controller gave this broker.

@@ -208,6 +208,19 @@ impl RequestHandler for Broker {
         body: Bytes,
         peer: SocketAddr,
     ) -> Result<Option<Vec<ResponseChunk>>, String> {
+        // A broker that lost its controller lease leads nothing, and its image may be
+        // stale; a client that keeps asking it for metadata (librdkafka asks the broker it
+        // is connected to) would never learn the new leaders. Closing the connection
+        // sends the client to another broker, as a dead one would. ApiVersions is still
+        // answered: a connection closed under it makes librdkafka assume a pre-0.10
+        // broker for a long while.
+        if api_key != Some(ApiKey::ApiVersions)
+            && self.lost_lease.load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Err(
+                "this broker lost its controller lease; the client must ask another".into(),
+            );
+        }
         // A Fetch answers with ranges of segment files beside its bytes (zero-copy).
         if api_key == Some(ApiKey::Fetch) {
             self.handle_fetch_chunks(header, body, peer).await
