@@ -198,8 +198,13 @@ class TestRecord:
         """The lines of the test's output that say why it failed or skipped."""
         lines = [l.rstrip("\n") for l in self.output if l.strip()]
         lines = [l for l in lines if not re.match(r"^\s*(=== (RUN|PAUSE|CONT)|--- (FAIL|SKIP|PASS)|PASS$|FAIL$)", l)]
-        picked = [l for l in lines if re.search(r"_test\.go:\d+|panic|timed out|error|Error", l)]
-        text = " | ".join(s.strip() for s in (picked or lines)[:REASON_LINES])
+        tiers = [
+            r"^\s*(panic:|fatal error:)|test timed out|died (while|before)|never finished",
+            r"_test\.go:\d+: .*(rror|fail|FAIL|unexpected|expected|!=|mismatch|invalid|unable|timeout)",
+            r"_test\.go:\d+: (?!.*completed in)",
+        ]
+        picked = next((p for p in ([l for l in lines if re.search(t, l)] for t in tiers) if p), lines)
+        text = " | ".join(s.strip() for s in picked[:REASON_LINES])
         return text[:REASON_CHARS] if text else "no output"
 
 
