@@ -34,6 +34,15 @@
 //!    other brokers instead of waiting out the fault. It takes the lease back at the next unfenced
 //!    answer, once it has applied the metadata up to that answer, so it acts on the
 //!    leaderships the controller decided meanwhile, not on its stale ones.
+//! 6. The lease must not flap. An answer to a heartbeat sent more than half a session ago
+//!    (held up while the controller quorum elected a leader) does not give the lease back,
+//!    since it would lapse again within moments; the broker asks again at once. And every
+//!    loss bumps the connection generation, so each connection that was served before
+//!    it is closed at its next request even if the lease is back by then: a client whose
+//!    pipelined produce requests were refused in part must not have the rest answered
+//!    OUT_OF_ORDER_SEQUENCE, which librdkafka reads as "the refused batches were not
+//!    written" and answers by re-sending them under a bumped epoch, storing twice any
+//!    batch that was written after all.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -167,6 +176,7 @@ async fn run(
                 want_shut_down: shutting_down,
             });
             let mut fast = true;
+            let mut again_now = false;
             let sent_at = Instant::now();
             let submit = broker.quorum.submit(event, request_timeout);
             tokio::pin!(submit);
@@ -198,6 +208,18 @@ async fn run(
                             // A controlled shutdown ends fenced, as it should: no warning.
                             let was_unfenced = *unfenced.borrow() && !shutting_down;
                             lose_lease(&broker, "fenced by the controller", was_unfenced).await;
+                        } else if !broker.replicas.lease_held()
+                            && sent_at.elapsed() > session_timeout / 2
+                        {
+                            // An answer to a heartbeat sent long ago (held up by a
+                            // controller election) would give back a lease that lapses
+                            // again within moments, and each flap refuses some of the
+                            // clients' pipelined requests: ask again at once instead.
+                            tracing::debug!(
+                                sent_ms_ago = sent_at.elapsed().as_millis() as u64,
+                                "heartbeat answered too late to take the lease back on"
+                            );
+                            again_now = true;
                         } else {
                             lease_until = Some(sent_at + session_timeout);
                             regain_lease(&broker).await;
@@ -235,7 +257,11 @@ async fn run(
                 },
                 Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
             }
-            let wait = if fast { FAST_INTERVAL } else { interval };
+            let wait = match (again_now, fast) {
+                (true, _) => Duration::ZERO,
+                (false, true) => FAST_INTERVAL,
+                (false, false) => interval,
+            };
             let mut want = want_shut_down.clone();
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
@@ -261,9 +287,15 @@ async fn lapse(until: Option<Instant>) {
 
 /// Stops acting as a leader (design note, point 5).
 async fn lose_lease(broker: &Broker, why: &str, was_unfenced: bool) {
+    // Only this task moves the lease. The generation goes first, so that a request refused
+    // for want of the lease cannot be followed on its connection by one served under the
+    // old generation.
+    if was_unfenced && broker.replicas.lease_held() {
+        broker.lease_losses.fetch_add(1, Ordering::AcqRel);
+        broker.lost_lease.store(true, Ordering::Release);
+    }
     if broker.replicas.set_lease_held(false) {
         if was_unfenced {
-            broker.lost_lease.store(true, Ordering::Release);
             tracing::warn!(
                 reason = why,
                 "controller lease lost: leading nothing until the controller answers"
@@ -309,5 +341,89 @@ async fn register(broker: &Broker, incarnation_id: Uuid, timeout: Duration) -> R
         }
         ControllerResponse::BrokerRegistration(r) => Err(r.error_code.name().to_string()),
         other => Err(format!("unexpected answer {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::BytesMut;
+    use rill_protocol::generated::{ApiVersionsRequest, MetadataRequest, RequestHeader};
+    use rill_protocol::{encode_request_frame, ApiKey, Encodable};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use crate::config::BrokerConfig;
+    use crate::Server;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    fn frame<B: Encodable>(api: ApiKey, version: i16, id: i32, body: &B) -> BytesMut {
+        let header = RequestHeader {
+            request_api_key: api.as_i16(),
+            request_api_version: version,
+            correlation_id: id,
+            client_id: Some("lease-test".into()),
+            ..Default::default()
+        };
+        let mut buf = BytesMut::new();
+        encode_request_frame(&mut buf, &header, body).unwrap();
+        buf
+    }
+
+    /// Sends one request; its correlation id back, or `None` when the server closed.
+    async fn ask(sock: &mut TcpStream, request: BytesMut) -> Option<i32> {
+        sock.write_all(&request).await.ok()?;
+        let read = async {
+            let size = sock.read_i32().await.ok()?;
+            let mut body = vec![0; usize::try_from(size).ok()?];
+            sock.read_exact(&mut body).await.ok()?;
+            Some(i32::from_be_bytes(body[..4].try_into().ok()?))
+        };
+        tokio::time::timeout(WAIT, read)
+            .await
+            .expect("no answer and no close")
+    }
+
+    fn metadata(id: i32) -> BytesMut {
+        frame(ApiKey::Metadata, 9, id, &MetadataRequest::default())
+    }
+
+    /// Design note, point 6: a lease that flapped (lost, then back before the client's
+    /// next request) still ends every connection served before the loss, while new
+    /// connections are served.
+    #[tokio::test]
+    async fn a_connection_served_before_a_lost_lease_is_closed_even_once_it_is_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = BrokerConfig::default();
+        config.set("listeners", "127.0.0.1:0");
+        config.set("log.dirs", &dir.path().display().to_string());
+        let server = Server::start(config).await.unwrap();
+        let broker = server.broker.clone();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !broker.replicas.lease_held() {
+            assert!(tokio::time::Instant::now() < deadline, "lease never held");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        let mut old = TcpStream::connect(server.local_addr).await.unwrap();
+        let versions = frame(ApiKey::ApiVersions, 3, 1, &ApiVersionsRequest::default());
+        assert_eq!(ask(&mut old, versions).await, Some(1));
+        assert_eq!(ask(&mut old, metadata(2)).await, Some(2));
+
+        super::lose_lease(&broker, "test", true).await;
+        super::regain_lease(&broker).await;
+        assert!(broker.replicas.lease_held());
+
+        assert_eq!(
+            ask(&mut old, metadata(3)).await,
+            None,
+            "served across a lost lease"
+        );
+        let mut new = TcpStream::connect(server.local_addr).await.unwrap();
+        assert_eq!(ask(&mut new, metadata(4)).await, Some(4));
+        assert_eq!(ask(&mut new, metadata(5)).await, Some(5));
+        server.shutdown().await;
     }
 }

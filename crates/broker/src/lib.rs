@@ -166,6 +166,7 @@ impl Server {
             groups,
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             lost_lease: std::sync::atomic::AtomicBool::new(false),
+            lease_losses: std::sync::atomic::AtomicU64::new(0),
             config,
         });
         let (shutdown, rx) = watch::channel(false);

@@ -99,6 +99,15 @@ pub trait RequestHandler: Send + Sync + 'static {
     /// value, then the cluster-wide default, then the static config), for the limits that
     /// can change at run time.
     fn broker_config_value(&self, key: &str) -> Option<String>;
+
+    /// The generation of what this handler told its clients. A connection that served a
+    /// request under one generation is closed before it serves one under a later one: the
+    /// handler bumps it when its earlier answers may have become wrong, so that each
+    /// client starts over on a new connection rather than carrying on in the middle of a
+    /// pipeline that the handler refused in part.
+    fn connection_generation(&self) -> u64 {
+        0
+    }
 }
 
 /// Bytes read past the current frame while waiting for the next size prefix: enough for a
@@ -455,6 +464,8 @@ async fn connection<H: RequestHandler>(
         idle: limits.connections_max_idle,
     };
     let mut served_one = false;
+    // The handler's generation when this connection's first request came.
+    let mut generation = None;
     loop {
         let next = tokio::select! {
             next = frames.next_size() => next?,
@@ -487,6 +498,13 @@ async fn connection<H: RequestHandler>(
         let mut body = frame;
         let (header, api_key) = decode_request_header(&mut body)
             .map_err(|e| ConnectionError::Protocol(format!("request header: {e}")))?;
+        let now = handler.connection_generation();
+        if *generation.get_or_insert(now) != now {
+            let _ = tokio::time::timeout(limits.connections_max_idle, writer.flush()).await;
+            return Err(ConnectionError::Protocol(
+                "the server's answers on this connection may be stale; start over".into(),
+            ));
+        }
         // The slot goes back when the request ends or parks (see `request_slot`).
         let response =
             request_slot::holding(slot, handler.handle_request(&header, api_key, body, peer)).await;

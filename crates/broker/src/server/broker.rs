@@ -53,6 +53,14 @@ pub struct Broker {
     /// fenced): its clients' connections are closed at their next request, so that they
     /// ask another broker for metadata (see `server::Broker::handle_request`).
     pub(crate) lost_lease: std::sync::atomic::AtomicBool,
+    /// How many times this broker lost a lease it held: the connection generation
+    /// ([`crate::network::RequestHandler::connection_generation`]). A connection that was
+    /// served before a loss is closed at its next request even once the lease is back, so
+    /// that no client carries on a pipeline of which some produce requests were refused
+    /// while the lease was gone: the next one would be answered OUT_OF_ORDER_SEQUENCE, and
+    /// librdkafka reads that as "the refused batches were not written" and re-sends them
+    /// under a new epoch, duplicating any that were.
+    pub(crate) lease_losses: std::sync::atomic::AtomicU64,
 }
 
 /// The block of producer ids the controller gave this broker.

@@ -234,6 +234,10 @@ impl RequestHandler for Broker {
         crate::config::broker_config_value(&self.config, &self.image(), self.node_id, key)
             .map(|(v, _)| v)
     }
+
+    fn connection_generation(&self) -> u64 {
+        self.lease_losses.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 impl ControllerChannel for Broker {
