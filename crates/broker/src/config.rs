@@ -71,6 +71,9 @@ const fn def(
     }
 }
 
+/// The `broker_key` of a topic config that no broker key supplies a default for.
+pub const NO_BROKER_KEY: &str = "";
+
 /// Every topic config Rill knows, sorted by name (DescribeConfigs lists them in this order).
 pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
     def(
@@ -81,11 +84,32 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         "delete or compact, or both",
     ),
     def(
+        "compression.gzip.level",
+        ConfigType::Int,
+        "compression.gzip.level",
+        "-1",
+        "gzip level (1-9, -1 for the codec's default) when the broker compresses",
+    ),
+    def(
+        "compression.lz4.level",
+        ConfigType::Int,
+        "compression.lz4.level",
+        "9",
+        "lz4 level (1-17) when the broker compresses; Rill's lz4 encoder has one level",
+    ),
+    def(
         "compression.type",
         ConfigType::String,
         "compression.type",
         "producer",
         "codec the broker stores batches with; producer keeps the producer's",
+    ),
+    def(
+        "compression.zstd.level",
+        ConfigType::Int,
+        "compression.zstd.level",
+        "3",
+        "zstd level (-131072 to 22) when the broker compresses",
     ),
     def(
         "delete.retention.ms",
@@ -116,11 +140,25 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         "fsync after this much time",
     ),
     def(
+        "follower.replication.throttled.replicas",
+        ConfigType::List,
+        NO_BROKER_KEY,
+        "",
+        "replicas whose fetches from the leader the replication throttle covers (partition:broker,... or *)",
+    ),
+    def(
         "index.interval.bytes",
         ConfigType::Int,
         "log.index.interval.bytes",
         "4096",
         "bytes between offset index entries",
+    ),
+    def(
+        "leader.replication.throttled.replicas",
+        ConfigType::List,
+        NO_BROKER_KEY,
+        "",
+        "replicas whose leaders' sends the replication throttle covers (partition:broker,... or *)",
     ),
     def(
         "max.compaction.lag.ms",
@@ -140,7 +178,7 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         "message.timestamp.after.max.ms",
         ConfigType::Long,
         "log.message.timestamp.after.max.ms",
-        "9223372036854775807",
+        "3600000",
         "how far in the future a CreateTime timestamp may be",
     ),
     def(
@@ -149,13 +187,6 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         "log.message.timestamp.before.max.ms",
         "9223372036854775807",
         "how far in the past a CreateTime timestamp may be",
-    ),
-    def(
-        "message.timestamp.difference.max.ms",
-        ConfigType::Long,
-        "log.message.timestamp.difference.max.ms",
-        "9223372036854775807",
-        "deprecated: both bounds at once when before/after.max.ms are unset",
     ),
     def(
         "message.timestamp.type",
@@ -286,6 +317,19 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
         }
         "compression.type" => &["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"],
         "message.timestamp.type" => &["CreateTime", "LogAppendTime"],
+        "leader.replication.throttled.replicas" | "follower.replication.throttled.replicas" => {
+            return validate_throttled_replicas(name, value);
+        }
+        "compression.gzip.level" | "compression.lz4.level" | "compression.zstd.level" => {
+            let (low, high) = compression_level_range(name);
+            return match value.trim().parse::<i32>() {
+                Ok(v) if (low..=high).contains(&v) || (name == "compression.gzip.level" && v == -1) => Ok(()),
+                _ => Err(format!(
+                    "invalid value {value} for configuration {name}: must be from {low} to {high}{}",
+                    if name == "compression.gzip.level" { ", or -1" } else { "" }
+                )),
+            };
+        }
         _ => return Ok(()),
     };
     if allowed.contains(&value) {
@@ -298,6 +342,37 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
     }
 }
 
+/// KIP-390's range for `compression.<codec>.level`.
+fn compression_level_range(name: &str) -> (i32, i32) {
+    match name {
+        "compression.gzip.level" => (1, 9),
+        "compression.lz4.level" => (1, 17),
+        _ => (-131_072, 22),
+    }
+}
+
+/// Kafka's `ThrottledReplicaListValidator`: `*`, or a list of `partition:broker` pairs.
+fn validate_throttled_replicas(name: &str, value: &str) -> Result<(), String> {
+    let value = value.trim();
+    if value.is_empty() || value == "*" {
+        return Ok(());
+    }
+    let pair = |p: &str| {
+        let mut it = p.trim().split(':');
+        matches!(
+            (it.next(), it.next(), it.next()),
+            (Some(a), Some(b), None) if a.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok()
+        )
+    };
+    if value.split(',').all(pair) {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid value {value} for configuration {name}: must be the literal '*' or a list of replicas in the form [PartitionId]:[BrokerId],[PartitionId]:[BrokerId],..."
+        ))
+    }
+}
+
 /// Whether a broker key may be changed at run time through IncrementalAlterConfigs /
 /// AlterConfigs on the BROKER resource (Kafka's `DynamicBrokerConfig.AllDynamicConfigs`,
 /// restricted to what Rill applies live): the broker keys that supply topic defaults
@@ -306,7 +381,7 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
 /// an override is reconfigured when one changes. Listener, thread-pool and quota keys,
 /// which Kafka also accepts, are read once at start-up here and so are refused.
 pub fn is_dynamic_broker_config(key: &str) -> bool {
-    TOPIC_CONFIGS.iter().any(|d| d.broker_key == key) || DYNAMIC_BROKER_ONLY.contains(&key)
+    topic_config_for_broker_key(key).is_some() || DYNAMIC_BROKER_ONLY.contains(&key)
 }
 
 /// Whether `key` is one of the dynamic broker keys that are no topic's default.
@@ -318,12 +393,17 @@ pub fn is_dynamic_broker_only(key: &str) -> bool {
 /// `DynamicConnectionQuota` keys, which the listener reads for every connection it
 /// accepts (connections already open stay open when a limit is lowered), and the log
 /// cleaner's keys of Kafka's `LogCleaner.ReconfigurableConfigs` that Rill has, which the
-/// cleaner reads for every clean.
+/// cleaner reads for every clean. The replication throttle's rates are stored and
+/// described as Kafka does, so that `kafka-reassign-partitions.sh` can set and remove
+/// them, but not enforced yet (issue #17, item 5).
 const DYNAMIC_BROKER_ONLY: &[&str] = &[
     "max.connections",
     "max.connections.per.ip",
     "log.cleaner.io.max.bytes.per.second",
     "log.cleaner.dedupe.buffer.size",
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
 ];
 
 /// Kafka's `log.cleaner.io.max.bytes.per.second` default, `Double.MaxValue` as Java
@@ -332,7 +412,9 @@ pub const CLEANER_IO_UNBOUNDED: &str = "1.7976931348623157E308";
 
 /// The topic config a broker key supplies the default of, if any.
 pub fn topic_config_for_broker_key(key: &str) -> Option<&'static TopicConfigDef> {
-    TOPIC_CONFIGS.iter().find(|d| d.broker_key == key)
+    TOPIC_CONFIGS
+        .iter()
+        .find(|d| d.broker_key == key && key != NO_BROKER_KEY)
 }
 
 /// Checks a value for a dynamic broker key: its type and allowed values are those of the
@@ -352,6 +434,14 @@ pub fn validate_broker_config(key: &str, value: &str) -> Result<(), String> {
             return match value.trim().parse::<f64>() {
                 Ok(v) if v > 0.0 && !v.is_nan() => Ok(()),
                 _ => Err(invalid("Value must be a number above 0")),
+            };
+        }
+        "leader.replication.throttled.rate"
+        | "follower.replication.throttled.rate"
+        | "replica.alter.log.dirs.io.max.bytes.per.second" => {
+            return match value.trim().parse::<i64>() {
+                Ok(v) if v >= 0 => Ok(()),
+                _ => Err(invalid("Value must be at least 0")),
             };
         }
         "log.cleaner.dedupe.buffer.size" => {
@@ -465,6 +555,9 @@ pub fn topic_config_value(
         return Some((v.to_string(), ConfigSource::DynamicTopicConfig));
     }
     let def = topic_config_def(name)?;
+    if def.broker_key == NO_BROKER_KEY {
+        return Some((def.default.to_string(), ConfigSource::DefaultConfig));
+    }
     broker_config_value(static_config, image, node_id, def.broker_key)
 }
 
@@ -528,18 +621,23 @@ pub fn log_config(
     if get("message.timestamp.type") == "LogAppendTime" {
         c.message_timestamp_type = MessageTimestampType::LogAppendTime;
     }
-    // Kafka 3.6+: each bound left at its unbounded default falls back to the deprecated
-    // `message.timestamp.difference.max.ms`, which used to be both bounds at once.
-    let difference = int("message.timestamp.difference.max.ms").unwrap_or(i64::MAX);
-    let bound = |name: &str| match int(name) {
-        Some(v) if v != i64::MAX => v.max(0),
-        _ => difference.max(0),
-    };
-    c.message_timestamp_before_max_ms = bound("message.timestamp.before.max.ms");
-    c.message_timestamp_after_max_ms = bound("message.timestamp.after.max.ms");
+    // Kafka 4.0 dropped `message.timestamp.difference.max.ms` (both bounds at once).
+    if let Some(v) = int("message.timestamp.before.max.ms") {
+        c.message_timestamp_before_max_ms = v.max(0);
+    }
+    if let Some(v) = int("message.timestamp.after.max.ms") {
+        c.message_timestamp_after_max_ms = v.max(0);
+    }
     if let Ok(v) = get("compression.type").parse() {
         c.compression_type = v;
     }
+    let level = |name: &str| {
+        let v = get(name).trim().parse::<i32>().ok()?;
+        let (low, high) = compression_level_range(name);
+        (low..=high).contains(&v).then_some(v)
+    };
+    c.compression_gzip_level = level("compression.gzip.level");
+    c.compression_zstd_level = level("compression.zstd.level");
     c
 }
 
@@ -561,6 +659,7 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("broker.heartbeat.interval.ms", "2000"),
     ("broker.id.generation.enable", "true"),
     ("broker.session.timeout.ms", "9000"),
+    ("follower.replication.throttled.rate", "9223372036854775807"),
     ("config.strict", "false"),
     ("connections.max.idle.ms", "600000"),
     ("controlled.shutdown.enable", "true"),
@@ -572,6 +671,7 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("group.max.size", "2147483647"),
     ("group.min.session.timeout.ms", "6000"),
     ("leader.imbalance.check.interval.seconds", "300"),
+    ("leader.replication.throttled.rate", "9223372036854775807"),
     ("listeners", "PLAINTEXT://127.0.0.1:9092"),
     ("log.cleaner.backoff.ms", "15000"),
     ("log.cleaner.dedupe.buffer.size", "134217728"),
@@ -591,6 +691,10 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("process.roles", "broker,controller"),
     ("queued.max.request.bytes", "104857600"),
     ("queued.max.requests", "500"),
+    (
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        "9223372036854775807",
+    ),
     ("replica.fetch.max.bytes", "1048576"),
     ("replica.fetch.wait.max.ms", "500"),
     ("replica.lag.time.max.ms", "10000"),
@@ -667,7 +771,12 @@ fn known_broker_keys() -> impl Iterator<Item = &'static str> {
     BROKER_DEFAULTS
         .iter()
         .map(|(k, _)| *k)
-        .chain(TOPIC_CONFIGS.iter().map(|d| d.broker_key))
+        .chain(
+            TOPIC_CONFIGS
+                .iter()
+                .map(|d| d.broker_key)
+                .filter(|k| *k != NO_BROKER_KEY),
+        )
         .chain(KEYS_WITHOUT_DEFAULT.iter().copied())
         .chain(
             UNIT_SYNONYMS
@@ -683,7 +792,7 @@ fn known_broker_keys() -> impl Iterator<Item = &'static str> {
 /// unrelated key gets no suggestion rather than a random one.
 pub fn suggest_broker_key(key: &str) -> Option<&'static str> {
     if let Some(d) = topic_config_def(key) {
-        if d.broker_key != key {
+        if d.broker_key != key && d.broker_key != NO_BROKER_KEY {
             return Some(d.broker_key);
         }
     }
@@ -1267,7 +1376,10 @@ mod tests {
         for (k, _) in BROKER_DEFAULTS {
             assert!(is_known_broker_key(k), "{k}");
         }
-        for d in TOPIC_CONFIGS {
+        for d in TOPIC_CONFIGS
+            .iter()
+            .filter(|d| d.broker_key != NO_BROKER_KEY)
+        {
             assert!(is_known_broker_key(d.broker_key), "{}", d.broker_key);
         }
         for k in [
@@ -1450,13 +1562,51 @@ mod tests {
         let image = image_with(&[
             ((T, "t"), "compression.type", "zstd"),
             ((T, "t"), "message.timestamp.before.max.ms", "3600000"),
-            ((T, "t"), "message.timestamp.difference.max.ms", "7000"),
+            ((T, "t"), "compression.zstd.level", "19"),
+            ((T, "t"), "compression.gzip.level", "12"),
         ]);
         let c = log_config(&static_config, &image, 1, "t");
         assert_eq!(c.compression_type, BrokerCompressionType::Zstd);
         assert_eq!(c.message_timestamp_before_max_ms, 3_600_000);
-        // The deprecated key fills the bound left unset.
-        assert_eq!(c.message_timestamp_after_max_ms, 7_000);
+        // Kafka 4.0's default: an hour ahead at most.
+        assert_eq!(c.message_timestamp_after_max_ms, 3_600_000);
+        assert_eq!(c.compression_zstd_level, Some(19));
+        // Out of range (refused when set; ignored if found in the log anyway).
+        assert_eq!(c.compression_gzip_level, None);
+    }
+
+    #[test]
+    fn replication_throttle_configs_are_accepted_as_kafka_validates_them() {
+        for ok in ["", "*", "0:1", "0:1, 1:2,12:3"] {
+            validate_topic_config("leader.replication.throttled.replicas", ok).unwrap();
+            validate_topic_config("follower.replication.throttled.replicas", ok).unwrap();
+        }
+        for bad in ["0", "a:1", "0:1:2", "0:1,", "**"] {
+            assert!(
+                validate_topic_config("leader.replication.throttled.replicas", bad).is_err(),
+                "{bad}"
+            );
+        }
+        for key in [
+            "leader.replication.throttled.rate",
+            "follower.replication.throttled.rate",
+            "replica.alter.log.dirs.io.max.bytes.per.second",
+        ] {
+            assert!(is_dynamic_broker_config(key), "{key}");
+            validate_broker_config(key, "1048576").unwrap();
+            assert!(validate_broker_config(key, "-1").is_err(), "{key}");
+        }
+        // No broker key supplies the throttled replicas' default.
+        assert!(!is_dynamic_broker_config(NO_BROKER_KEY));
+        assert!(!is_known_broker_key(NO_BROKER_KEY));
+        assert_eq!(
+            suggest_broker_key("leader.replication.throttled.replicas"),
+            None
+        );
+        validate_topic_config("compression.zstd.level", "-5").unwrap();
+        validate_topic_config("compression.gzip.level", "-1").unwrap();
+        assert!(validate_topic_config("compression.gzip.level", "0").is_err());
+        assert!(validate_topic_config("compression.lz4.level", "18").is_err());
     }
 
     #[test]

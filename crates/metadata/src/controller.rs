@@ -97,6 +97,9 @@ impl Default for ControllerConfig {
 pub const TOPIC_CONFIGS: &[&str] = &[
     "cleanup.policy",
     "compression.type",
+    "compression.gzip.level",
+    "compression.lz4.level",
+    "compression.zstd.level",
     "delete.retention.ms",
     "file.delete.delay.ms",
     "flush.messages",
@@ -108,7 +111,6 @@ pub const TOPIC_CONFIGS: &[&str] = &[
     "message.format.version",
     "message.timestamp.after.max.ms",
     "message.timestamp.before.max.ms",
-    "message.timestamp.difference.max.ms",
     "message.timestamp.type",
     "min.cleanable.dirty.ratio",
     "min.compaction.lag.ms",
@@ -381,8 +383,7 @@ fn validate_config_value(key: &str, value: &str) -> Result<(), String> {
         | "max.compaction.lag.ms"
         | "min.compaction.lag.ms"
         | "message.timestamp.after.max.ms"
-        | "message.timestamp.before.max.ms"
-        | "message.timestamp.difference.max.ms" => match value.parse::<i64>() {
+        | "message.timestamp.before.max.ms" => match value.parse::<i64>() {
             Ok(n) if n >= 0 => Ok(()),
             _ => Err(bad()),
         },

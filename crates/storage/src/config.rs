@@ -162,6 +162,12 @@ pub struct LogConfig {
     pub message_timestamp_after_max_ms: i64,
     /// `compression.type`.
     pub compression_type: BrokerCompressionType,
+    /// `compression.gzip.level` (KIP-390) when the broker compresses with gzip; `None` for
+    /// the codec's default.
+    pub compression_gzip_level: Option<i32>,
+    /// `compression.zstd.level` likewise. (lz4's level has no effect: the frame encoder
+    /// Rill uses has one.)
+    pub compression_zstd_level: Option<i32>,
     /// `retention.ms` (-1: unlimited), enforced by `UnifiedLog::delete_old_segments`
     /// when the policy includes `delete`.
     pub retention_ms: i64,
@@ -198,8 +204,11 @@ impl Default for LogConfig {
             max_message_bytes: 1_048_588,
             message_timestamp_type: MessageTimestampType::CreateTime,
             message_timestamp_before_max_ms: i64::MAX,
-            message_timestamp_after_max_ms: i64::MAX,
+            // Kafka 4.0's default: an hour ahead of the broker's clock at most.
+            message_timestamp_after_max_ms: 3_600_000,
             compression_type: BrokerCompressionType::Producer,
+            compression_gzip_level: None,
+            compression_zstd_level: Some(3),
             retention_ms: Duration::from_secs(7 * 24 * 3600).as_millis() as i64,
             retention_bytes: -1,
             cleanup_policy: CleanupPolicy::Delete,
@@ -212,6 +221,16 @@ impl Default for LogConfig {
 }
 
 impl LogConfig {
+    /// The level the broker compresses `codec` at (KIP-390), `None` for its default.
+    pub fn compression_level(&self, codec: rill_protocol::records::CompressionType) -> Option<i32> {
+        use rill_protocol::records::CompressionType;
+        match codec {
+            CompressionType::Gzip => self.compression_gzip_level,
+            CompressionType::Zstd => self.compression_zstd_level,
+            _ => None,
+        }
+    }
+
     /// Refuses settings that would make the log misbehave rather than fail loudly later.
     pub fn validate(&self) -> Result<(), crate::StorageError> {
         let err = |m: &str| Err(crate::StorageError::InvalidConfig(m.to_owned()));

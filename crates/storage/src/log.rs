@@ -610,7 +610,8 @@ impl UnifiedLog {
                 let target = config.compression_type.target_codec(source);
                 let checked = validate_records(&batch, &checks, target != source)?;
                 if target != source {
-                    let converted = recompress(&batch, &checked.records, target)?;
+                    let level = config.compression_level(target);
+                    let converted = recompress(&batch, &checked.records, target, level)?;
                     // Kafka checks the size again after a conversion: a batch that grew
                     // (an incompressible payload given a codec's framing) may no longer fit.
                     let max = config.max_message_bytes.min(config.segment_bytes as usize);

@@ -174,8 +174,10 @@ pub(crate) fn recompress(
     batch: &RecordBatch,
     records: &[Record],
     codec: CompressionType,
+    level: Option<i32>,
 ) -> Result<RecordBatch, AppendError> {
     let mut builder = RecordBatchBuilder::new(codec, batch.base_offset())
+        .compression_level(level)
         .producer(
             batch.producer_id(),
             batch.producer_epoch(),
@@ -247,7 +249,7 @@ mod tests {
                 .unwrap()
                 .records;
             for to in CODECS {
-                let out = recompress(&batch, &records, to).unwrap();
+                let out = recompress(&batch, &records, to, None).unwrap();
                 out.validate().unwrap();
                 assert_eq!(out.compression().unwrap(), to, "{from:?} -> {to:?}");
                 assert_eq!(out.producer_id(), 42);

@@ -1456,3 +1456,51 @@ fn close_leaves_unchanged_checkpoints_alone() {
     // An epoch that starts at the log end has no batch: open trims it (as Kafka does).
     assert_eq!(epoch_entries(&log), vec![(1, 0)]);
 }
+
+/// KIP-390: the leader compresses at `compression.<codec>.level`.
+#[test]
+fn compression_levels_apply_when_the_leader_compresses() {
+    use rill_protocol::records::{CompressionType, RecordBatchBuilder};
+    let mut b = RecordBatchBuilder::new(CompressionType::None, 0);
+    for i in 0..400u32 {
+        let value = format!(
+            "{i:05} the quick brown fox {} jumps over {} lazy dogs",
+            i.wrapping_mul(7919) % 997,
+            i.wrapping_mul(104_729) % 991
+        );
+        b.append(T0, None, Some(value.as_bytes()), &[]).unwrap();
+    }
+    let sent = b.build().unwrap();
+    let stored_size = |codec: &str, gzip: Option<i32>, zstd: Option<i32>| {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig {
+            compression_type: codec.parse().unwrap(),
+            compression_gzip_level: gzip,
+            compression_zstd_level: zstd,
+            ..config(1 << 20)
+        };
+        let mut log = UnifiedLog::open(dir.path(), cfg, T0, PreviousShutdown::Unclean).unwrap();
+        log.append_as_leader(sent.clone(), 0, AppendOrigin::Client, T0)
+            .unwrap();
+        let stored = read_all(&log, 1 << 20);
+        assert_eq!(stored.len(), 1);
+        assert_eq!(stored[0].record_count(), 400);
+        stored[0].size()
+    };
+    let (zstd_fast, zstd_best) = (
+        stored_size("zstd", None, Some(1)),
+        stored_size("zstd", None, Some(19)),
+    );
+    assert!(
+        zstd_best < zstd_fast,
+        "zstd 19: {zstd_best} B, 1: {zstd_fast} B"
+    );
+    let (gzip_fast, gzip_best) = (
+        stored_size("gzip", Some(1), None),
+        stored_size("gzip", Some(9), None),
+    );
+    assert!(
+        gzip_best < gzip_fast,
+        "gzip 9: {gzip_best} B, 1: {gzip_fast} B"
+    );
+}
