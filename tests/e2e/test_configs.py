@@ -327,3 +327,88 @@ def test_legacy_alter_configs_replaces_every_override(rill):
     code, message = legacy_alter(rill.bootstrap, 2, topic, {"retention.ms": "soon"})
     assert code == 40 and message, (code, message)  # INVALID_CONFIG, saying why
     assert describe(client, ResourceType.TOPIC, topic)["retention.ms"].value == "5000"
+
+
+def test_create_time_more_than_an_hour_ahead_is_refused_by_default(rill):
+    """Kafka 4.0's default `message.timestamp.after.max.ms` is one hour."""
+    topic = unique_topic("future")
+    create_topic(rill.bootstrap, topic, 1)
+    entry = describe(admin(rill.bootstrap), ResourceType.TOPIC, topic)["message.timestamp.after.max.ms"]
+    assert (entry.value, entry.source) == ("3600000", ConfigSource.DEFAULT_CONFIG.value)
+    producer = Producer({"bootstrap.servers": rill.bootstrap, "acks": "all", "retries": 0})
+    results = []
+    now_ms = int(time.time() * 1000)
+    for value, ts in ((b"far", now_ms + 2 * 3_600_000), (b"near", now_ms + 60_000)):
+        producer.produce(topic, value=value, partition=0, timestamp=ts,
+                         on_delivery=lambda e, m: results.append(e))
+        assert producer.flush(TIMEOUT_S) == 0
+    far_error, near_error = results
+    assert far_error is not None and far_error.code() == KafkaError.INVALID_TIMESTAMP, far_error
+    assert near_error is None, near_error
+
+
+def test_replication_throttle_configs_are_set_described_and_deleted(rill):
+    """What `kafka-reassign-partitions.sh --execute --throttle` sets and `--verify`
+    deletes: the topic's throttled replica lists and the brokers' throttle rates."""
+    client = admin(rill.bootstrap)
+    topic = unique_topic("throttled")
+    create_topic(rill.bootstrap, topic, 2)
+    me = broker_id(client)
+    alter(client, ResourceType.TOPIC, topic, {
+        "leader.replication.throttled.replicas": "0:1,1:1",
+        "follower.replication.throttled.replicas": "*",
+    })
+    alter(client, ResourceType.BROKER, me, {
+        "leader.replication.throttled.rate": "1048576",
+        "follower.replication.throttled.rate": "1048576",
+    })
+    topic_configs = describe(client, ResourceType.TOPIC, topic)
+    assert topic_configs["leader.replication.throttled.replicas"].value == "0:1,1:1"
+    assert topic_configs["follower.replication.throttled.replicas"].value == "*"
+    broker_configs = describe(client, ResourceType.BROKER, me)
+    assert broker_configs["leader.replication.throttled.rate"].value == "1048576"
+    with pytest.raises(KafkaException) as refused:
+        alter(client, ResourceType.TOPIC, topic, {"leader.replication.throttled.replicas": "0-1"})
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+    alter(client, ResourceType.TOPIC, topic, {
+        "leader.replication.throttled.replicas": None,
+        "follower.replication.throttled.replicas": None,
+    })
+    alter(client, ResourceType.BROKER, me, {
+        "leader.replication.throttled.rate": None,
+        "follower.replication.throttled.rate": None,
+    })
+    topic_configs = describe(client, ResourceType.TOPIC, topic)
+    assert topic_configs["leader.replication.throttled.replicas"].value == ""
+    assert topic_configs["leader.replication.throttled.replicas"].source == ConfigSource.DEFAULT_CONFIG.value
+    rate = describe(client, ResourceType.BROKER, me)["leader.replication.throttled.rate"]
+    assert (rate.value, rate.source) == ("9223372036854775807", ConfigSource.DEFAULT_CONFIG.value)
+
+
+def test_describe_log_dirs_lists_hosted_partitions_and_the_volume(rill):
+    """DescribeLogDirs (`kafka-log-dirs.sh --describe`), through kafka-python's admin."""
+    from kafka import KafkaAdminClient
+
+    topic = unique_topic("logdirs")
+    create_topic(rill.bootstrap, topic, 2)
+    producer = Producer({"bootstrap.servers": rill.bootstrap, "acks": "all"})
+    for i in range(100):
+        producer.produce(topic, value=b"x" * 100, partition=i % 2)
+    assert producer.flush(TIMEOUT_S) == 0
+    kp = KafkaAdminClient(bootstrap_servers=rill.bootstrap, request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        response = kp.describe_log_dirs()
+    finally:
+        kp.close()
+    (broker,) = response
+    (result,) = broker["log_dirs"]
+    assert result["error_code"] == 0
+    assert Path(result["log_dir"]).resolve() == Path(rill.data_dir).resolve()
+    sizes = {
+        (t["name"], p["partition_index"]): p["partition_size"]
+        for t in result["topics"] for p in t["partitions"]
+    }
+    assert sizes[(topic, 0)] > 50 * 100 and sizes[(topic, 1)] > 50 * 100, sizes
+    lags = [p["offset_lag"] for t in result["topics"] for p in t["partitions"]]
+    assert all(lag == 0 for lag in lags), lags

@@ -52,5 +52,8 @@ pub use image::{
     PartitionRegistration, TopicImage, TopicPartition, NO_LEADER, NO_LEADER_CHANGE,
     RESOURCE_BROKER, RESOURCE_TOPIC,
 };
-pub use quorum::{parse_voters, submit_to_voters, CommittedRecords, MetadataQuorum, QuorumConfig};
+pub use quorum::{
+    parse_voters, submit_to_voters, CommittedRecords, MetadataQuorum, QuorumConfig,
+    QuorumDescription, ReplicaProgress,
+};
 pub use record::{decode_batch, encode_batch, MetadataRecord};

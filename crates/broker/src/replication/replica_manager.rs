@@ -335,6 +335,11 @@ impl ReplicaManager {
         (self.clock)()
     }
 
+    /// The data directory every hosted log lives in.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
     /// How the previous run left the data directory's logs.
     pub fn previous_shutdown(&self) -> PreviousShutdown {
         self.previous_shutdown

@@ -15,8 +15,10 @@ mod broker;
 mod configs;
 mod data;
 mod groups;
+mod log_dirs;
 pub(crate) mod metadata;
 mod partitions;
+mod quorum;
 mod topics;
 
 use std::net::SocketAddr;
@@ -69,6 +71,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::UnregisterBroker, 0, 0),
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::DescribeQuorum, 0, 2),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -180,6 +184,8 @@ impl Broker {
                 respond!(self.handle_list_partition_reassignments(r))
             }
             RequestBody::UnregisterBroker(r) => respond!(self.handle_unregister_broker(r).await),
+            RequestBody::DescribeLogDirs(r) => respond!(self.handle_describe_log_dirs(r)),
+            RequestBody::DescribeQuorum(r) => respond!(self.handle_describe_quorum(r).await),
             RequestBody::JoinGroup(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or_default();
                 respond!(self.handle_join_group(r, version, client_id, peer).await)

@@ -52,6 +52,7 @@
 //! every few seconds (an immediate yes for a member), so that one unregistered while it
 //! was cut off gets back in once it is reachable and registers again.
 
+mod describe;
 mod event_loop;
 mod log_store;
 mod network;
@@ -74,6 +75,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+pub use describe::{QuorumDescription, ReplicaProgress};
 pub use log_store::LogStore;
 #[cfg(test)]
 pub(crate) use network::call_add_observer;
@@ -455,6 +457,11 @@ impl MetadataQuorum {
             .collect()
     }
 
+    /// The voters' quorum addresses, as configured.
+    pub fn voter_addrs(&self) -> &BTreeMap<u64, SocketAddr> {
+        &self.voters
+    }
+
     /// The voters this node has in its committed membership.
     pub fn voters(&self) -> BTreeSet<u64> {
         self.raft
@@ -619,6 +626,66 @@ impl MetadataQuorum {
         })
     }
 
+    /// The quorum's state as its leader sees it (DescribeQuorum), asked of the leader
+    /// when this node is not it, following the leader each voter names, within
+    /// `timeout`.
+    pub async fn describe(&self, timeout: Duration) -> Result<QuorumDescription, MetadataError> {
+        let deadline = Instant::now() + timeout;
+        let mut hint: Option<u64> = None;
+        let mut last = MetadataError::NotController { leader_id: None };
+        let mut turn = 0usize;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(last);
+            }
+            let target = hint.take().or_else(|| self.leader_id()).or_else(|| {
+                turn += 1;
+                self.voters
+                    .keys()
+                    .nth(turn % self.voters.len().max(1))
+                    .copied()
+            });
+            let answer = match target {
+                Some(id) if id == self.node_id => {
+                    describe::describe_local(&self.raft, &self.shared.contacts)
+                }
+                Some(id) => {
+                    let Some(addr) = self.voters.get(&id).copied() else {
+                        return Err(last);
+                    };
+                    let attempt = async {
+                        let mut stream = TcpStream::connect(addr).await?;
+                        let _ = stream.set_nodelay(true);
+                        network::call_describe_quorum(&mut stream).await
+                    };
+                    match tokio::time::timeout(remaining, attempt).await {
+                        Ok(Ok(answer)) => answer,
+                        Ok(Err(e)) => {
+                            last = MetadataError::Unreachable {
+                                node_id: id,
+                                reason: e.to_string(),
+                            };
+                            tokio::time::sleep(SUBMIT_BACKOFF_MIN.min(remaining)).await;
+                            continue;
+                        }
+                        Err(_) => return Err(MetadataError::Timeout { timeout }),
+                    }
+                }
+                None => return Err(last),
+            };
+            match answer {
+                Ok(description) => return Ok(description),
+                Err(ForwardError::NotController { leader_id }) => {
+                    hint = leader_id.filter(|l| Some(*l) != target);
+                    last = MetadataError::NotController { leader_id };
+                    tokio::time::sleep(SUBMIT_BACKOFF_MIN.min(remaining)).await;
+                }
+                Err(ForwardError::Other(reason)) => return Err(MetadataError::Quorum(reason)),
+            }
+        }
+    }
+
     /// The image of every record committed and applied on this node so far.
     pub fn image(&self) -> MetadataImage {
         self.shared.lock().image.clone()
@@ -768,6 +835,7 @@ async fn open(
         voters: voters.clone(),
         dials: dials.clone(),
         isolation: isolation.clone(),
+        shared: shared.clone(),
     };
     let raft = Raft::new(
         node_id,

@@ -33,6 +33,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
+use super::describe::{describe_local, QuorumDescription};
 use super::event_loop::Submission;
 use super::pre_vote::{ElectionTimer, Isolation, PreVoteRequest, PreVoteResponse};
 use super::state_machine::Shared;
@@ -67,6 +68,8 @@ pub(crate) enum RpcRequest {
     },
     /// Would the receiver vote for this candidate? Changes nothing (`pre_vote.rs`).
     PreVote(PreVoteRequest),
+    /// The quorum's state as the leader sees it (`describe.rs`).
+    DescribeQuorum,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -79,6 +82,7 @@ pub(crate) enum RpcResponse {
     Controller(Result<SubmitResult, ForwardError>),
     AddObserver(Result<(), ForwardError>),
     PreVote(PreVoteResponse),
+    DescribeQuorum(Result<QuorumDescription, ForwardError>),
 }
 
 /// Why a forwarded controller event was not decided: what of [`MetadataError`] the
@@ -131,6 +135,16 @@ pub(crate) async fn call_pre_vote(
     write_msg(stream, &RpcRequest::PreVote(request)).await?;
     match read_msg::<RpcResponse>(stream).await? {
         RpcResponse::PreVote(answer) => Ok(answer),
+        _ => Err(io::Error::other("unexpected rpc response")),
+    }
+}
+
+pub(crate) async fn call_describe_quorum(
+    stream: &mut TcpStream,
+) -> io::Result<Result<QuorumDescription, ForwardError>> {
+    write_msg(stream, &RpcRequest::DescribeQuorum).await?;
+    match read_msg::<RpcResponse>(stream).await? {
+        RpcResponse::DescribeQuorum(answer) => Ok(answer),
         _ => Err(io::Error::other("unexpected rpc response")),
     }
 }
@@ -375,6 +389,9 @@ async fn serve_connection(
             RpcRequest::AddObserver { node_id, addr } => {
                 RpcResponse::AddObserver(add_observer(&raft, &shared, node_id, addr).await)
             }
+            RpcRequest::DescribeQuorum => {
+                RpcResponse::DescribeQuorum(describe_local(&raft, &shared.contacts))
+            }
         };
         write_msg(&mut stream, &response).await?;
     }
@@ -459,6 +476,7 @@ pub struct TcpNetworkFactory {
     pub(crate) voters: BTreeMap<NodeId, SocketAddr>,
     pub(crate) dials: Arc<DialLog>,
     pub(crate) isolation: Arc<Isolation>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetworkFactory {
@@ -476,6 +494,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetworkFactory {
             stream: None,
             dials: self.dials.clone(),
             isolation: self.isolation.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -487,6 +506,7 @@ pub struct TcpNetwork {
     stream: Option<TcpStream>,
     dials: Arc<DialLog>,
     isolation: Arc<Isolation>,
+    shared: Arc<Shared>,
 }
 
 impl TcpNetwork {
@@ -554,11 +574,17 @@ impl RaftNetwork<TypeConfig> for TcpNetwork {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let heartbeat = rpc.entries.is_empty();
         match self
             .call(&RpcRequest::AppendEntries(rpc), option.hard_ttl())
             .await
         {
-            Ok(RpcResponse::AppendEntries(Ok(r))) => Ok(r),
+            Ok(RpcResponse::AppendEntries(Ok(r))) => {
+                if matches!(r, AppendEntriesResponse::Success) {
+                    self.shared.contacts.answered(self.target, heartbeat);
+                }
+                Ok(r)
+            }
             Ok(RpcResponse::AppendEntries(Err(e))) => {
                 Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
             }

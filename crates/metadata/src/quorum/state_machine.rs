@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     pub state: Mutex<SmState>,
     /// The offset the next committed record will get, for subscribers.
     pub committed: watch::Sender<i64>,
+    /// When this node, as leader, last heard from each follower (`describe.rs`).
+    pub contacts: super::describe::FollowerContacts,
 }
 
 impl Shared {
@@ -101,6 +103,7 @@ impl StateMachineStore {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
                 committed,
+                contacts: Default::default(),
             }),
             dir: dir.to_path_buf(),
         })

@@ -433,3 +433,69 @@ fn log_store_survives_a_torn_tail() {
         );
     });
 }
+
+/// DescribeQuorum (issue #19): every node answers with the leader's view, asking the
+/// leader when it is not it; each follower's log end and last contact are known, and a
+/// follower that is cut off falls behind while its last contact stops moving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_quorum_reports_the_leaders_view_from_any_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, nodes, leader) = three(dir.path(), (300, 600)).await;
+    let leader_node = nodes.iter().find(|n| n.node_id() == leader).unwrap();
+    let mut controller = QuorumController::new(ControllerConfig::default());
+    for id in 1..=3 {
+        decide(leader_node, &mut controller, register(id)).await;
+    }
+    // A few heartbeats, so each follower has answered one holding the whole log.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in &nodes {
+        let d = n.describe(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(d.leader_id, leader as i32, "asked node {}", n.node_id());
+        assert_eq!(d.leader_epoch as u64, n.controller_epoch());
+        assert!(d.high_watermark >= 3, "{d:?}");
+        assert_eq!(d.voters.len(), 3, "{d:?}");
+        assert!(d.observers.is_empty(), "{d:?}");
+        let leader_end = d
+            .voters
+            .iter()
+            .find(|v| v.replica_id == leader as i32)
+            .unwrap()
+            .log_end_offset;
+        for v in &d.voters {
+            assert_eq!(v.log_end_offset, leader_end, "{d:?}");
+            assert!(v.last_caught_up_timestamp > 0, "{d:?}");
+            if v.replica_id != leader as i32 {
+                assert!(v.last_fetch_timestamp > 0, "{d:?}");
+            }
+        }
+    }
+
+    let cut = nodes.iter().find(|n| n.node_id() != leader).unwrap();
+    cut.isolate(true);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = leader_node.describe(Duration::from_secs(5)).await.unwrap();
+    decide(leader_node, &mut controller, register(4)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = leader_node.describe(Duration::from_secs(5)).await.unwrap();
+    let of = |d: &crate::QuorumDescription, id: u64| {
+        d.voters
+            .iter()
+            .find(|v| v.replica_id == id as i32)
+            .unwrap()
+            .clone()
+    };
+    let (was, now) = (of(&before, cut.node_id()), of(&after, cut.node_id()));
+    assert_eq!(
+        now.last_fetch_timestamp, was.last_fetch_timestamp,
+        "{after:?}"
+    );
+    assert!(
+        now.log_end_offset < of(&after, leader).log_end_offset,
+        "{after:?}"
+    );
+    assert!(after.high_watermark > before.high_watermark, "{after:?}");
+    cut.isolate(false);
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
