@@ -37,6 +37,8 @@ pub enum ControllerEvent {
     /// connection): fence it now rather than when its lease lapses. Rill's own; Kafka
     /// waits for the session timeout.
     BrokerProcessGone(BrokerProcessGoneRequest),
+    /// UpdateFeatures: finalize feature levels (all of them or none).
+    UpdateFeatures(UpdateFeaturesRequest),
 }
 
 /// What the controller decided: records to append to the metadata log (in this order,
@@ -63,6 +65,22 @@ pub enum ControllerResponse {
     AllocateProducerIds(AllocateProducerIdsResponse),
     IncrementalAlterConfigs(Vec<AlterConfigsResourceResult>),
     UnregisterBroker(UnregisterBrokerResponse),
+    /// Per feature asked for: its error (NONE when the whole update applies).
+    UpdateFeatures(Vec<UpdateFeatureResult>),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpdateFeaturesRequest {
+    pub updates: Vec<crate::features::FeatureUpdate>,
+    pub validate_only: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpdateFeatureResult {
+    pub feature: String,
+    #[serde(with = "ErrorCodeDef")]
+    pub error_code: ErrorCode,
+    pub error_message: Option<String>,
 }
 
 /// See [`ControllerEvent::BrokerProcessGone`]; the epoch is the registration that was

@@ -36,9 +36,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rill_protocol::generated::metadata::register_broker_record::BrokerEndpoint;
 use rill_protocol::generated::metadata::{
-    BrokerRegistrationChangeRecord, ConfigRecord, FenceBrokerRecord, PartitionChangeRecord,
-    PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord,
-    UnfenceBrokerRecord, UnregisterBrokerRecord,
+    BrokerRegistrationChangeRecord, ConfigRecord, FeatureLevelRecord, FenceBrokerRecord,
+    PartitionChangeRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord,
+    RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, UnregisterBrokerRecord,
 };
 use rill_protocol::{ErrorCode, Uuid};
 
@@ -505,7 +505,56 @@ impl QuorumController {
             ControllerEvent::IncrementalAlterConfigs(r) => self.alter_configs(r, image),
             ControllerEvent::UnregisterBroker(r) => self.unregister_broker(r, image),
             ControllerEvent::BrokerProcessGone(r) => self.broker_process_gone(r, image),
+            ControllerEvent::UpdateFeatures(r) => self.update_features(r, image),
         }
+    }
+
+    /// UpdateFeatures: every update checked (`features::check_update`); one refused
+    /// refuses them all, as Kafka's controller does, and `validate_only` writes nothing.
+    fn update_features(
+        &mut self,
+        req: crate::api::UpdateFeaturesRequest,
+        image: &MetadataImage,
+    ) -> ControllerResult {
+        let mut s = Scratch::new(image);
+        let checks: Vec<_> = req
+            .updates
+            .iter()
+            .map(|u| (u, crate::features::check_update(image, u)))
+            .collect();
+        let all_ok = checks.iter().all(|(_, c)| c.is_ok());
+        if all_ok && !req.validate_only {
+            for u in &req.updates {
+                let level = u.max_version_level.max(0);
+                if image.features.get(&u.feature).copied().unwrap_or(0) != level {
+                    tracing::info!(feature = %u.feature, level, "finalizing feature level");
+                    s.emit(MetadataRecord::FeatureLevel(FeatureLevelRecord {
+                        name: u.feature.clone(),
+                        feature_level: level,
+                        ..Default::default()
+                    }));
+                }
+            }
+        }
+        let results = checks
+            .into_iter()
+            .map(|(u, c)| {
+                let (error_code, error_message) = match c {
+                    Ok(()) if all_ok => (ErrorCode::NONE, None),
+                    Ok(()) => (
+                        ErrorCode::INVALID_UPDATE_VERSION,
+                        Some("another update in the request was refused".to_string()),
+                    ),
+                    Err((code, why)) => (code, Some(why)),
+                };
+                crate::api::UpdateFeatureResult {
+                    feature: u.feature.clone(),
+                    error_code,
+                    error_message,
+                }
+            })
+            .collect();
+        s.finish(ControllerResponse::UpdateFeatures(results))
     }
 
     /// Fences a broker whose process is gone, as a lapsed lease would, if that
@@ -584,6 +633,18 @@ impl QuorumController {
     /// leaderships away.
     pub fn tick(&mut self, image: &MetadataImage, now_ms: i64) -> ControllerResult {
         let mut s = Scratch::new(image);
+        // A new cluster's first controller finalizes metadata.version, as Kafka's
+        // bootstrap records do (`kafka-storage format`).
+        if !image
+            .features
+            .contains_key(crate::features::METADATA_VERSION)
+        {
+            s.emit(MetadataRecord::FeatureLevel(FeatureLevelRecord {
+                name: crate::features::METADATA_VERSION.to_string(),
+                feature_level: crate::features::METADATA_VERSION_LATEST,
+                ..Default::default()
+            }));
+        }
         let unfenced: Vec<(i32, i64)> = image
             .brokers
             .values()

@@ -34,6 +34,7 @@
 pub mod api;
 pub mod controller;
 pub mod error;
+pub mod features;
 pub mod image;
 pub mod placement;
 pub mod quorum;

@@ -14,6 +14,7 @@
 mod broker;
 mod configs;
 mod data;
+mod features;
 mod groups;
 mod log_dirs;
 pub(crate) mod metadata;
@@ -73,6 +74,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::UnregisterBroker, 0, 0),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeQuorum, 0, 2),
+    (ApiKey::UpdateFeatures, 0, 2),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -151,7 +153,9 @@ impl Broker {
             };
         }
         match request {
-            RequestBody::ApiVersions(_) => respond!(api_versions_body(ErrorCode::NONE)),
+            RequestBody::ApiVersions(_) => {
+                respond!(self.with_features(api_versions_body(ErrorCode::NONE)))
+            }
             RequestBody::Metadata(r) => respond!(self.handle_metadata(r, version).await),
             RequestBody::Produce(r) => match self.handle_produce(r, version).await {
                 Some(resp) => respond!(resp),
@@ -186,6 +190,9 @@ impl Broker {
             RequestBody::UnregisterBroker(r) => respond!(self.handle_unregister_broker(r).await),
             RequestBody::DescribeLogDirs(r) => respond!(self.handle_describe_log_dirs(r)),
             RequestBody::DescribeQuorum(r) => respond!(self.handle_describe_quorum(r).await),
+            RequestBody::UpdateFeatures(r) => {
+                respond!(self.handle_update_features(r, version).await)
+            }
             RequestBody::JoinGroup(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or_default();
                 respond!(self.handle_join_group(r, version, client_id, peer).await)

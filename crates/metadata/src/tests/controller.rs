@@ -11,8 +11,8 @@ fn registration_assigns_epoch_and_starts_fenced() {
     let r = h.register(1);
     assert_eq!(r.error_code, ErrorCode::NONE);
     assert_eq!(
-        r.broker_epoch, 0,
-        "epoch is the offset of the registration record"
+        r.broker_epoch, 1,
+        "epoch is the offset of the registration record (after metadata.version's)"
     );
     let b = h.image.broker(1).unwrap();
     assert!(b.fenced);
@@ -1131,4 +1131,103 @@ fn automatic_preferred_leader_election_after_a_broker_returns() {
     h.alter_isr("t", 0, &[leader, preferred]);
     h.tick();
     assert_eq!(h.partition("t", 0).leader, leader);
+}
+
+/// KIP-584: the first controller finalizes metadata.version; UpdateFeatures upgrades it
+/// within the supported range, refuses a downgrade, an unknown feature and a level the
+/// software does not support, all or nothing, and writes nothing when validating only.
+#[test]
+fn feature_levels_are_bootstrapped_and_updated_all_or_nothing() {
+    use crate::features::{
+        FeatureUpdate, METADATA_VERSION, METADATA_VERSION_LATEST, SAFE_DOWNGRADE, UPGRADE,
+    };
+    let mut fresh = QuorumController::new(ControllerConfig::default());
+    let empty = MetadataImage::new();
+    let first = fresh.tick(&empty, 0);
+    assert!(
+        matches!(&first.records[..], [MetadataRecord::FeatureLevel(r)]
+            if r.name == METADATA_VERSION && r.feature_level == METADATA_VERSION_LATEST),
+        "{:?}",
+        first.records
+    );
+
+    let mut h = Harness::new();
+    assert_eq!(
+        h.image.features.get(METADATA_VERSION),
+        Some(&METADATA_VERSION_LATEST)
+    );
+    assert!(h.tick().records.is_empty(), "finalized once");
+    let update = |feature: &str, level: i16, upgrade_type: i8| FeatureUpdate {
+        feature: feature.into(),
+        max_version_level: level,
+        upgrade_type,
+    };
+    let run = |h: &mut Harness, updates: Vec<FeatureUpdate>, validate_only: bool| {
+        let r = h.run(ControllerEvent::UpdateFeatures(UpdateFeaturesRequest {
+            updates,
+            validate_only,
+        }));
+        match r.response {
+            ControllerResponse::UpdateFeatures(results) => (r.records.len(), results),
+            other => panic!("{other:?}"),
+        }
+    };
+    // A downgrade of metadata.version is refused, even as a "safe" one.
+    let (written, results) = run(
+        &mut h,
+        vec![update(METADATA_VERSION, 20, SAFE_DOWNGRADE)],
+        false,
+    );
+    assert_eq!(written, 0);
+    assert_eq!(results[0].error_code, ErrorCode::INVALID_UPDATE_VERSION);
+    // One bad update refuses the whole request.
+    let (written, results) = run(
+        &mut h,
+        vec![
+            update("group.version", 0, UPGRADE),
+            update("no.such.feature", 1, UPGRADE),
+        ],
+        false,
+    );
+    assert_eq!(written, 0);
+    assert!(
+        results
+            .iter()
+            .all(|r| r.error_code == ErrorCode::INVALID_UPDATE_VERSION),
+        "{results:?}"
+    );
+    // Not supported above level 0 yet.
+    let (_, results) = run(
+        &mut h,
+        vec![update("transaction.version", 2, UPGRADE)],
+        false,
+    );
+    assert_eq!(results[0].error_code, ErrorCode::INVALID_UPDATE_VERSION);
+    let (_, results) = run(
+        &mut h,
+        vec![update(
+            METADATA_VERSION,
+            METADATA_VERSION_LATEST + 1,
+            UPGRADE,
+        )],
+        false,
+    );
+    assert_eq!(results[0].error_code, ErrorCode::INVALID_UPDATE_VERSION);
+    // The same level is no change and no record.
+    let (written, results) = run(
+        &mut h,
+        vec![update(METADATA_VERSION, METADATA_VERSION_LATEST, UPGRADE)],
+        false,
+    );
+    assert_eq!((written, results[0].error_code), (0, ErrorCode::NONE));
+
+    // An upgrade from an older level: validated only, then applied.
+    let mut h = Harness::new();
+    h.image.features.insert(METADATA_VERSION.into(), 21);
+    let (written, results) = run(&mut h, vec![update(METADATA_VERSION, 25, UPGRADE)], true);
+    assert_eq!((written, results[0].error_code), (0, ErrorCode::NONE));
+    assert_eq!(h.image.features.get(METADATA_VERSION), Some(&21));
+    let (written, results) = run(&mut h, vec![update(METADATA_VERSION, 25, UPGRADE)], false);
+    assert_eq!((written, results[0].error_code), (1, ErrorCode::NONE));
+    assert_eq!(h.image.features.get(METADATA_VERSION), Some(&25));
 }

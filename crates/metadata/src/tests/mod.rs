@@ -29,14 +29,19 @@ impl Harness {
         Self::with_config(ControllerConfig::default())
     }
 
+    /// A formatted cluster: metadata.version is finalized before the first event, as
+    /// the first controller's first tick does.
     pub fn with_config(config: ControllerConfig) -> Self {
-        Self {
+        let mut h = Self {
             controller: QuorumController::new(config),
             image: MetadataImage::new(),
             now: 0,
             log: Vec::new(),
             epochs: Default::default(),
-        }
+        };
+        let bootstrap = QuorumController::new(ControllerConfig::default()).tick(&h.image, 0);
+        h.commit(&bootstrap);
+        h
     }
 
     pub fn commit(&mut self, result: &ControllerResult) {

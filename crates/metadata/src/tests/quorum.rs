@@ -43,7 +43,15 @@ async fn wait_leader(nodes: &[&MetadataQuorum]) -> u64 {
             .collect();
         if leaders.len() == 1 {
             let id = leaders[0];
-            if nodes.iter().all(|n| n.leader_id() == Some(id)) {
+            // Once its event loop has finalized metadata.version (its first tick), so
+            // that the test's own proposals do not race that record.
+            let bootstrapped = nodes.iter().any(|n| {
+                n.node_id() == id
+                    && n.image()
+                        .features
+                        .contains_key(crate::features::METADATA_VERSION)
+            });
+            if bootstrapped && nodes.iter().all(|n| n.leader_id() == Some(id)) {
                 return id;
             }
         }

@@ -185,6 +185,20 @@ async fn cluster(dir: &Path, config: QuorumConfig) -> Vec<MetadataQuorum> {
         nodes.push(start(id, &voters, dir, config.clone()).await);
     }
     wait_leader(&nodes.iter().collect::<Vec<_>>()).await;
+    // The first controller finalizes metadata.version at once; let that record commit
+    // everywhere before a test takes nodes away.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !nodes.iter().all(|n| {
+        n.image()
+            .features
+            .contains_key(crate::features::METADATA_VERSION)
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "metadata.version never finalized"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     nodes
 }
 
