@@ -412,3 +412,37 @@ def test_describe_log_dirs_lists_hosted_partitions_and_the_volume(rill):
     assert sizes[(topic, 0)] > 50 * 100 and sizes[(topic, 1)] > 50 * 100, sizes
     lags = [p["offset_lag"] for t in result["topics"] for p in t["partitions"]]
     assert all(lag == 0 for lag in lags), lags
+
+
+def test_describe_topic_partitions_pages_with_a_cursor(rill):
+    """DescribeTopicPartitions (KIP-966) through kafka-python: a page stops at the
+    partition limit and names where the next starts; following the cursors yields every
+    partition once; an unknown topic is UNKNOWN_TOPIC_OR_PARTITION."""
+    from kafka import KafkaAdminClient
+
+    first, second = sorted([unique_topic("dtp-a"), unique_topic("dtp-b")])
+    create_topic(rill.bootstrap, first, 5)
+    create_topic(rill.bootstrap, second, 3)
+    kp = KafkaAdminClient(bootstrap_servers=rill.bootstrap, request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        pages, cursor = [], None
+        while True:
+            page = kp.describe_topic_partitions([second, first], response_partition_limit=3,
+                                                cursor=cursor)
+            pages.append([(t["name"], [p["partition_index"] for p in t["partitions"]])
+                          for t in page["topics"]])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert pages == [
+            [(first, [0, 1, 2])],
+            [(first, [3, 4]), (second, [0])],
+            [(second, [1, 2])],
+        ], pages
+        page = kp.describe_topic_partitions([first, "no-such-topic-dtp"])
+        errors = {t["name"]: t["error_code"] for t in page["topics"]}
+        assert errors == {first: 0, "no-such-topic-dtp": 3}, page
+        leaders = {p["leader_id"] for t in page["topics"] for p in t["partitions"]}
+        assert leaders == {int(broker_id(admin(rill.bootstrap)))}, page
+    finally:
+        kp.close()

@@ -680,6 +680,7 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("log.retention.check.interval.ms", "300000"),
     ("max.connections", "2147483647"),
     ("max.connections.per.ip", "2147483647"),
+    ("max.request.partition.size.limit", "2000"),
     ("node.id", "1"),
     ("num.partitions", "1"),
     ("num.replica.fetchers", "1"),

@@ -68,7 +68,11 @@ pub(crate) fn controller_id_for_clients(broker: &Broker, image: &MetadataImage) 
 }
 
 impl Broker {
-    fn metadata_topic(&self, image: &MetadataImage, topic: &TopicImage) -> MetadataResponseTopic {
+    pub(crate) fn metadata_topic(
+        &self,
+        image: &MetadataImage,
+        topic: &TopicImage,
+    ) -> MetadataResponseTopic {
         let partitions = topic
             .partitions
             .iter()

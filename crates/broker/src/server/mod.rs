@@ -14,6 +14,7 @@
 mod broker;
 mod configs;
 mod data;
+mod describe_topic_partitions;
 mod features;
 mod groups;
 mod log_dirs;
@@ -75,6 +76,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::UpdateFeatures, 0, 2),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -190,6 +192,9 @@ impl Broker {
             RequestBody::UnregisterBroker(r) => respond!(self.handle_unregister_broker(r).await),
             RequestBody::DescribeLogDirs(r) => respond!(self.handle_describe_log_dirs(r)),
             RequestBody::DescribeQuorum(r) => respond!(self.handle_describe_quorum(r).await),
+            RequestBody::DescribeTopicPartitions(r) => {
+                respond!(self.handle_describe_topic_partitions(r))
+            }
             RequestBody::UpdateFeatures(r) => {
                 respond!(self.handle_update_features(r, version).await)
             }
