@@ -407,3 +407,47 @@ def test_admin_lists_describes_and_deletes_groups(rill):
     client.delete_consumer_groups([group])[group].result(timeout=30)
     listed = client.list_consumer_groups().result(timeout=30)
     assert group not in {g.group_id for g in listed.valid}
+
+
+def test_commit_for_a_topic_that_does_not_exist_is_refused_per_partition(rill):
+    """As Kafka (librdkafka's test 0030): OffsetCommit of a partition whose topic or
+    partition does not exist answers UNKNOWN_TOPIC_OR_PARTITION for it, and the
+    partitions that exist in the same request are committed."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    topic = unique_topic("commit-known")
+    create_topic(rill.bootstrap, topic, 1)
+    group = f"commit-unknown-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer({
+        "bootstrap.servers": rill.bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+    })
+    try:
+        missing = f"no-such-topic-{uuid.uuid4().hex[:8]}"
+        offsets = [
+            TopicPartition(topic, 0, 5),
+            TopicPartition(missing, 0, 7),
+            TopicPartition(topic, 3, 9),
+        ]
+        try:
+            results = consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as e:
+            # librdkafka raises when any partition failed; the per-partition results are
+            # what the broker answered.
+            assert e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART, e
+            results = None
+        if results is not None:
+            errors = {(r.topic, r.partition): (r.error.code() if r.error else None) for r in results}
+            assert errors == {
+                (topic, 0): None,
+                (missing, 0): KafkaError.UNKNOWN_TOPIC_OR_PART,
+                (topic, 3): KafkaError.UNKNOWN_TOPIC_OR_PART,
+            }, errors
+        committed = consumer.committed([TopicPartition(topic, 0), TopicPartition(missing, 0)],
+                                       timeout=30)
+        by_tp = {(c.topic, c.partition): c.offset for c in committed}
+        assert by_tp[(topic, 0)] == 5, committed
+        assert by_tp[(missing, 0)] < 0, committed
+    finally:
+        consumer.close()

@@ -209,6 +209,58 @@ impl Broker {
         r: offset_commit_request::OffsetCommitRequest,
         version: i16,
     ) -> offset_commit_response::OffsetCommitResponse {
+        // As Kafka: a partition of a topic that does not exist is answered
+        // UNKNOWN_TOPIC_OR_PARTITION and not committed; a request left with nothing to
+        // commit does not reach the coordinator.
+        let image = self.image();
+        let exists = |topic: &str, partition: i32| {
+            image
+                .topic(topic)
+                .is_some_and(|t| t.partitions.contains_key(&partition))
+        };
+        let mut r = r;
+        let mut unknown: Vec<(String, i32)> = Vec::new();
+        for t in &mut r.topics {
+            t.partitions.retain(|p| {
+                let known = exists(&t.name, p.partition_index);
+                if !known {
+                    unknown.push((t.name.clone(), p.partition_index));
+                }
+                known
+            });
+        }
+        r.topics.retain(|t| !t.partitions.is_empty());
+        let mut response = if r.topics.is_empty() && !unknown.is_empty() {
+            offset_commit_response::OffsetCommitResponse::default()
+        } else {
+            self.offset_commit_known(r, version).await
+        };
+        for (name, partition_index) in unknown {
+            let partition = offset_commit_response::OffsetCommitResponsePartition {
+                partition_index,
+                error_code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.code(),
+                ..Default::default()
+            };
+            match response.topics.iter_mut().find(|t| t.name == name) {
+                Some(t) => t.partitions.push(partition),
+                None => response
+                    .topics
+                    .push(offset_commit_response::OffsetCommitResponseTopic {
+                        name,
+                        partitions: vec![partition],
+                        ..Default::default()
+                    }),
+            }
+        }
+        response
+    }
+
+    /// OffsetCommit of partitions that exist, through the group coordinator.
+    async fn offset_commit_known(
+        &self,
+        r: offset_commit_request::OffsetCommitRequest,
+        version: i16,
+    ) -> offset_commit_response::OffsetCommitResponse {
         let topics: Vec<g::OffsetCommitRequestTopic> = r
             .topics
             .iter()
