@@ -7,6 +7,8 @@
 //!
 //! - [`runtime`]: the runtime, generic over a [`runtime::CoordinatorShard`].
 //! - [`group_coordinator`]: the `rill-group` state machine on `__consumer_offsets`.
+//! - [`transaction_coordinator`]: the `rill-transaction` state machine on
+//!   `__transaction_state`, and [`transaction_marker`], the sender of its markers.
 //!
 //! Architecture Invariant: a coordinator names replication (for its partitions' logs and
 //! high watermarks) and the network's request slots, nothing above: the metadata
@@ -14,3 +16,5 @@
 
 pub mod group_coordinator;
 pub mod runtime;
+pub mod transaction_coordinator;
+pub mod transaction_marker;

@@ -18,6 +18,7 @@ mod groups;
 pub(crate) mod metadata;
 mod partitions;
 mod topics;
+mod transactions;
 
 use std::net::SocketAddr;
 
@@ -34,6 +35,7 @@ use crate::network::{RequestHandler, ResponseChunk};
 use crate::replication::alter_partition::ControllerChannel;
 pub(crate) use broker::ProducerIdBlock;
 pub use broker::{Broker, CONTROLLER_REQUEST_TIMEOUT};
+pub use transactions::BrokerLeaders;
 
 /// The APIs this broker answers, with the version range it answers them in. Narrower than
 /// the specs where old versions need a record format Rill does not store (magic 0/1) or
@@ -69,6 +71,13 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::UnregisterBroker, 0, 0),
+    // Transaction version 1 only: EndTxn v5 and TxnOffsetCommit v5 mean version 2
+    // (KIP-890 part 2), which is not built.
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -162,7 +171,9 @@ impl Broker {
             RequestBody::DeleteTopics(r) => respond!(self.handle_delete_topics(r, version).await),
             RequestBody::DeleteRecords(r) => respond!(self.handle_delete_records(r)),
             RequestBody::CreatePartitions(r) => respond!(self.handle_create_partitions(r).await),
-            RequestBody::InitProducerId(r) => respond!(self.handle_init_producer_id(r).await),
+            RequestBody::InitProducerId(r) => {
+                respond!(self.handle_init_producer_id(r, version).await)
+            }
             RequestBody::DescribeConfigs(r) => respond!(self.handle_describe_configs(r, version)),
             RequestBody::AlterConfigs(r) => respond!(self.handle_alter_configs(r).await),
             RequestBody::IncrementalAlterConfigs(r) => {
@@ -195,6 +206,17 @@ impl Broker {
             }
             RequestBody::ListGroups(r) => respond!(self.handle_list_groups(r).await),
             RequestBody::DeleteGroups(r) => respond!(self.handle_delete_groups(r).await),
+            RequestBody::AddPartitionsToTxn(r) => {
+                respond!(self.handle_add_partitions_to_txn(r, version).await)
+            }
+            RequestBody::AddOffsetsToTxn(r) => {
+                respond!(self.handle_add_offsets_to_txn(r, version).await)
+            }
+            RequestBody::EndTxn(r) => respond!(self.handle_end_txn(r, version).await),
+            RequestBody::DescribeTransactions(r) => {
+                respond!(self.handle_describe_transactions(r).await)
+            }
+            RequestBody::ListTransactions(r) => respond!(self.handle_list_transactions(r).await),
             _ => Err(format!("{} is not handled", api.name())),
         }
     }
