@@ -13,7 +13,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.errors import KafkaError as KpError
 
@@ -218,3 +218,70 @@ def test_commit_and_abort_reach_read_committed_consumers(rill):
         assert d.state.value in ("CompleteAbort", "CompleteCommit")
     finally:
         client.close()
+
+
+def committed_offset(rill, group: str, topic: str, isolation="read_uncommitted", timeout=20) -> int:
+    """The group's committed offset of partition 0. A read_committed consumer asks with
+    require_stable (KIP-447) and is refused (UNSTABLE_OFFSET_COMMIT, retried) while a
+    transaction holds an offset of the partition."""
+    consumer = reading_consumer(rill.bootstrap, **{"group.id": group, "isolation.level": isolation})
+    try:
+        (tp,) = consumer.committed([TopicPartition(topic, 0)], timeout=timeout)
+        return tp.offset
+    finally:
+        consumer.close()
+
+
+def test_offsets_sent_to_an_open_transaction_stay_invisible(rill):
+    """AddOffsetsToTxn then TxnOffsetCommit: both answered, and the group's committed
+    offset does not move while the transaction is open (DESIGN.md, invariant 10)."""
+    tid = f"offsets-{uuid.uuid4().hex[:8]}"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    topic = unique_topic("offsets")
+    create_topic(rill.bootstrap, topic, 1)
+    p = txn_producer(rill, tid)
+    p.init_transactions(30)
+    p.begin_transaction()
+    consumer = reading_consumer(rill.bootstrap, **{"group.id": group})
+    try:
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 5)],
+                                      consumer.consumer_group_metadata(), 30)
+    finally:
+        consumer.close()
+    client = kp_admin(rill)
+    try:
+        d = client.describe_transactions([tid])[tid]
+        assert d.state.value == "Ongoing"
+        assert any(tp.topic == "__consumer_offsets" for tp in d.topic_partitions), d
+    finally:
+        client.close()
+    assert committed_offset(rill, group, topic) < 0
+    # A read_committed consumer waits for the transaction instead of reading past it.
+    with pytest.raises(KafkaException) as raised:
+        committed_offset(rill, group, topic, "read_committed", timeout=3)
+    assert raised.value.args[0].code() == KafkaError._TIMED_OUT
+
+
+def test_send_offsets_to_transaction_commits_with_the_transaction(rill):
+    needs_markers(rill)
+    tid = f"ctp-{uuid.uuid4().hex[:8]}"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    topic = unique_topic("ctp")
+    create_topic(rill.bootstrap, topic, 1)
+    p = txn_producer(rill, tid)
+    p.init_transactions(30)
+    consumer = reading_consumer(rill.bootstrap, **{"group.id": group})
+    try:
+        for offset, commit in ((5, False), (7, True)):
+            p.begin_transaction()
+            p.produce(topic, b"x")
+            p.send_offsets_to_transaction([TopicPartition(topic, 0, offset)],
+                                          consumer.consumer_group_metadata(), 30)
+            if commit:
+                p.commit_transaction(30)
+            else:
+                p.abort_transaction(30)
+                assert committed_offset(rill, group, topic) < 0
+    finally:
+        consumer.close()
+    assert committed_offset(rill, group, topic) == 7

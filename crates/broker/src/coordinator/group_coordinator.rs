@@ -61,6 +61,13 @@ pub enum GroupCall {
     OffsetFetch(Vec<rill_group::OffsetFetchRequest>),
     DescribeGroups(rill_group::DescribeGroupsRequest),
     ListGroups(rill_group::ListGroupsRequest),
+    TxnOffsetCommit(rill_group::TxnOffsetCommitRequest),
+    /// The marker of `producer_id`'s transaction is on `partition` and replicated.
+    CompleteTransaction {
+        partition: i32,
+        producer_id: i64,
+        commit: bool,
+    },
 }
 
 /// The coordinator's answer to a [`GroupCall`].
@@ -70,11 +77,40 @@ pub enum GroupReply {
     OffsetFetch(Vec<rill_group::OffsetFetchResponse>),
     DescribeGroups(rill_group::DescribeGroupsResponse),
     ListGroups(rill_group::ListGroupsResponse),
+    /// How many pending transactional offsets a marker made visible.
+    Completed(usize),
 }
 
 /// Where connections send group calls, and the metadata publisher elections of
 /// `__consumer_offsets` partitions.
 pub type GroupCoordinatorHandle = CoordinatorHandle<GroupShard>;
+
+impl CoordinatorHandle<GroupShard> {
+    /// The COMMIT (`commit`) or ABORT marker of `producer_id`'s transaction is written to
+    /// `__consumer_offsets` partition `partition` and replicated: the transaction's
+    /// pending offsets (TxnOffsetCommit) become visible, or are dropped. The
+    /// WriteTxnMarkers handler calls it for every `__consumer_offsets` partition of a
+    /// marker once its append has passed the high watermark. Returns how many offsets
+    /// were committed.
+    pub async fn complete_transaction(
+        &self,
+        partition: i32,
+        producer_id: i64,
+        commit: bool,
+    ) -> Result<usize, ErrorCode> {
+        match self
+            .call(GroupCall::CompleteTransaction {
+                partition,
+                producer_id,
+                commit,
+            })
+            .await?
+        {
+            GroupReply::Completed(n) => Ok(n),
+            _ => Err(ErrorCode::UNKNOWN_SERVER_ERROR),
+        }
+    }
+}
 
 /// The `rill-group` state machine under the runtime.
 pub struct GroupShard {
@@ -120,6 +156,22 @@ fn outputs(outputs: Vec<Output>) -> Outputs<GroupShard> {
                     .into_iter()
                     .map(|r| (r.responder, GroupReply::Response(r.response)))
                     .collect(),
+                transactional: None,
+            },
+            Output::PersistTransactional {
+                write,
+                producer_id,
+                producer_epoch,
+                records,
+                responses,
+            } => CoordinatorOutput::Append {
+                write: write.0,
+                records,
+                replies: responses
+                    .into_iter()
+                    .map(|r| (r.responder, GroupReply::Response(r.response)))
+                    .collect(),
+                transactional: Some((producer_id, producer_epoch)),
             },
         })
         .collect()
@@ -182,6 +234,18 @@ impl CoordinatorShard for GroupShard {
             GroupCall::OffsetCommit(r) => c.handle_offset_commit(r, now, id),
             GroupCall::OffsetDelete(r) => c.handle_offset_delete(r, now, id),
             GroupCall::DeleteGroups(r) => c.handle_delete_groups(r, now, id),
+            GroupCall::TxnOffsetCommit(r) => c.handle_txn_offset_commit(r, now, id),
+            GroupCall::CompleteTransaction {
+                partition,
+                producer_id,
+                commit,
+            } => {
+                return Handled::Reply(GroupReply::Completed(c.complete_transaction(
+                    partition,
+                    producer_id,
+                    commit,
+                )))
+            }
         };
         Handled::Outputs(outputs(out))
     }
@@ -204,14 +268,23 @@ impl CoordinatorShard for GroupShard {
         offset: i64,
         record: Record,
         committed: bool,
+        producer_id: Option<i64>,
     ) -> Result<(), String> {
-        let replayed = if committed {
+        let replayed = if let Some(producer_id) = producer_id {
+            self.coordinator
+                .replay_transactional(partition, producer_id, &record)
+        } else if committed {
             self.coordinator.replay(partition, &record)
         } else {
             self.coordinator
                 .replay_uncommitted(partition, offset, &record)
         };
         replayed.map_err(|e| e.to_string())
+    }
+
+    fn replay_control(&mut self, partition: i32, producer_id: i64, commit: bool) {
+        self.coordinator
+            .replay_control(partition, producer_id, commit);
     }
 
     fn load_done(&mut self, partition: i32, _leader_epoch: i32, now_ms: i64) -> Outputs<Self> {

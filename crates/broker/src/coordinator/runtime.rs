@@ -95,6 +95,9 @@ pub enum CoordinatorOutput<R, Y> {
         write: u64,
         records: Vec<(i32, R)>,
         replies: Vec<(ResponderId, Y)>,
+        /// `Some((producer id, epoch))`: in a transactional batch of that producer
+        /// (TxnOffsetCommit's offsets, which its transaction's marker settles).
+        transactional: Option<(i64, i16)>,
     },
 }
 
@@ -148,14 +151,18 @@ pub trait CoordinatorShard: Send + 'static {
     /// A load of `partition` begins: its clients are told to wait.
     fn load_start(&mut self, partition: i32) -> Outputs<Self>;
     /// One record of the partition's log, in order; `committed` when it is below the high
-    /// watermark read at the start of the load.
+    /// watermark read at the start of the load; `producer_id` when it is in a
+    /// transactional batch.
     fn replay(
         &mut self,
         partition: i32,
         offset: i64,
         record: Self::Record,
         committed: bool,
+        producer_id: Option<i64>,
     ) -> Result<(), String>;
+    /// A transaction marker (COMMIT when `commit`) of `producer_id` in the partition's log.
+    fn replay_control(&mut self, _partition: i32, _producer_id: i64, _commit: bool) {}
     /// The log is replayed; `leader_epoch` is this broker's epoch as the partition's
     /// leader (Kafka's coordinator epoch).
     fn load_done(&mut self, partition: i32, leader_epoch: i32, now_ms: i64) -> Outputs<Self>;
@@ -440,8 +447,9 @@ impl<S: CoordinatorShard> Runtime<S> {
                     write,
                     records,
                     replies,
+                    transactional,
                 } => {
-                    let (appended, failed) = self.append(&records);
+                    let (appended, failed) = self.append(&records, transactional);
                     for a in &appended {
                         self.shard.appended(write, a.tp.partition, a.end_offset);
                     }
@@ -523,7 +531,11 @@ impl<S: CoordinatorShard> Runtime<S> {
 
     /// Appends records to their partitions, one batch per partition; says where each
     /// batch ended and which partitions failed.
-    fn append(&self, records: &[(i32, S::Record)]) -> (Vec<Appended>, Vec<i32>) {
+    fn append(
+        &self,
+        records: &[(i32, S::Record)],
+        transactional: Option<(i64, i16)>,
+    ) -> (Vec<Appended>, Vec<i32>) {
         let mut by_partition: Vec<(i32, Vec<&S::Record>)> = Vec::new();
         for (p, r) in records {
             match by_partition.iter_mut().find(|(q, _)| q == p) {
@@ -536,16 +548,18 @@ impl<S: CoordinatorShard> Runtime<S> {
         let mut appended = Vec::new();
         for (p, records) in by_partition {
             let tp = self.tp(p);
-            let written = self.build_batch(&records, now).and_then(|batch| {
-                let (_, leader_epoch) = self
-                    .replicas
-                    .isr_size(&tp)
-                    .map_err(|code| format!("append: {}", code.name()))?;
-                self.replicas
-                    .append_with_origin(&tp, &batch, AppendOrigin::Coordinator)
-                    .map(|(info, _)| (leader_epoch, info.last_offset + 1))
-                    .map_err(|code| format!("append: {}", code.name()))
-            });
+            let written = self
+                .build_batch(&records, now, transactional)
+                .and_then(|batch| {
+                    let (_, leader_epoch) = self
+                        .replicas
+                        .isr_size(&tp)
+                        .map_err(|code| format!("append: {}", code.name()))?;
+                    self.replicas
+                        .append_with_origin(&tp, &batch, AppendOrigin::Coordinator)
+                        .map(|(info, _)| (leader_epoch, info.last_offset + 1))
+                        .map_err(|code| format!("append: {}", code.name()))
+                });
             match written {
                 Ok((leader_epoch, end_offset)) => appended.push(Appended {
                     tp,
@@ -561,8 +575,20 @@ impl<S: CoordinatorShard> Runtime<S> {
         (appended, failed)
     }
 
-    fn build_batch(&self, records: &[&S::Record], now: i64) -> Result<Bytes, String> {
+    fn build_batch(
+        &self,
+        records: &[&S::Record],
+        now: i64,
+        transactional: Option<(i64, i16)>,
+    ) -> Result<Bytes, String> {
         let mut builder = RecordBatchBuilder::new(CompressionType::None, 0);
+        if let Some((producer_id, producer_epoch)) = transactional {
+            // Kafka writes a transaction's offsets without a sequence (coordinator
+            // appends are not deduplicated).
+            builder = builder
+                .producer(producer_id, producer_epoch, -1)
+                .transactional(true);
+        }
         for r in records {
             let (key, value) = self.shard.encode(r).map_err(|e| format!("encode: {e}"))?;
             builder
@@ -610,8 +636,12 @@ impl<S: CoordinatorShard> Runtime<S> {
                 let Ok(batch) = batch else { break };
                 offset = batch.next_offset();
                 if batch.is_control() {
+                    if let Some(commit) = control_commit(&batch) {
+                        self.shard.replay_control(p, batch.producer_id(), commit);
+                    }
                     continue;
                 }
+                let producer_id = batch.is_transactional().then(|| batch.producer_id());
                 let Ok(records) = batch.records(LOAD_MAX_DECOMPRESSED_BYTES) else {
                     tracing::warn!(%tp, base_offset = batch.base_offset(), "undecodable batch skipped");
                     continue;
@@ -622,7 +652,10 @@ impl<S: CoordinatorShard> Runtime<S> {
                         continue;
                     };
                     let committed = r.offset < high_watermark;
-                    if let Err(e) = self.shard.replay(p, r.offset, record, committed) {
+                    if let Err(e) = self
+                        .shard
+                        .replay(p, r.offset, record, committed, producer_id)
+                    {
                         tracing::warn!(%tp, offset = r.offset, error = %e, "record not replayed");
                     }
                     replayed += 1;
@@ -641,5 +674,18 @@ impl<S: CoordinatorShard> Runtime<S> {
         if replayed > 0 {
             tracing::info!(%tp, records = replayed, "loaded coordinator partition");
         }
+    }
+}
+
+/// Whether a control batch is a COMMIT (`Some(true)`) or ABORT (`Some(false)`) marker:
+/// its record's key is Kafka's `EndTxnMarker` key, a version (0) and a type (0 abort,
+/// 1 commit), big-endian `i16`s.
+fn control_commit(batch: &RecordBatch) -> Option<bool> {
+    let records = batch.records(LOAD_MAX_DECOMPRESSED_BYTES).ok()?;
+    let key = records.into_iter().next()?.key?;
+    match key.get(2..4)? {
+        [0, 0] => Some(false),
+        [0, 1] => Some(true),
+        _ => None,
     }
 }

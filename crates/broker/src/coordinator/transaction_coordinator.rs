@@ -139,6 +139,7 @@ impl TransactionShard {
                     write: write.0,
                     records: records.into_iter().map(|r| (partition, r)).collect(),
                     replies: Vec::new(),
+                    transactional: None,
                 }),
                 Output::Respond {
                     responder,
@@ -365,6 +366,7 @@ impl CoordinatorShard for TransactionShard {
         offset: i64,
         record: TransactionLogRecord,
         _committed: bool,
+        _producer_id: Option<i64>,
     ) -> Result<(), String> {
         let loading = self
             .loading

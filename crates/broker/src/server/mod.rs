@@ -76,6 +76,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
 ];
@@ -213,6 +214,9 @@ impl Broker {
                 respond!(self.handle_add_offsets_to_txn(r, version).await)
             }
             RequestBody::EndTxn(r) => respond!(self.handle_end_txn(r, version).await),
+            RequestBody::TxnOffsetCommit(r) => {
+                respond!(self.handle_txn_offset_commit(r, version).await)
+            }
             RequestBody::DescribeTransactions(r) => {
                 respond!(self.handle_describe_transactions(r).await)
             }

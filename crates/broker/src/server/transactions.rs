@@ -13,13 +13,15 @@ use rill_protocol::generated::{
     add_offsets_to_txn_request, add_offsets_to_txn_response, add_partitions_to_txn_request,
     add_partitions_to_txn_response, describe_transactions_request, describe_transactions_response,
     end_txn_request, end_txn_response, init_producer_id_request, init_producer_id_response,
-    list_transactions_request, list_transactions_response,
+    list_transactions_request, list_transactions_response, txn_offset_commit_request,
+    txn_offset_commit_response,
 };
 use rill_protocol::ErrorCode;
 use rill_transaction::{
     Request, Response, TransactionPartition, TransactionState, TRANSACTION_STATE_TOPIC,
 };
 
+use crate::coordinator::group_coordinator::{GroupCall, GroupReply};
 use crate::coordinator::transaction_coordinator::{by_topic, TxnCall, TxnReply};
 use crate::coordinator::transaction_marker::{Leader, PartitionLeaders};
 use crate::server::metadata::broker_endpoint;
@@ -306,6 +308,92 @@ impl Broker {
             error_code: fenced_for(error, version, 2).code(),
             producer_id: -1,
             producer_epoch: -1,
+            ..Default::default()
+        }
+    }
+
+    /// TxnOffsetCommit, sent to the group's coordinator: the offsets are written in the
+    /// producer's transaction and become the group's only when its COMMIT marker lands
+    /// on the group's `__consumer_offsets` partition.
+    pub(crate) async fn handle_txn_offset_commit(
+        &self,
+        request: txn_offset_commit_request::TxnOffsetCommitRequest,
+        version: i16,
+    ) -> txn_offset_commit_response::TxnOffsetCommitResponse {
+        use txn_offset_commit_response as resp;
+        let commit = rill_group::OffsetCommitRequest {
+            group_id: request.group_id,
+            generation_id_or_member_epoch: request.generation_id,
+            member_id: request.member_id,
+            group_instance_id: request.group_instance_id,
+            retention_time_ms: -1,
+            topics: request
+                .topics
+                .iter()
+                .map(|t| rill_group::OffsetCommitRequestTopic {
+                    name: t.name.clone(),
+                    partitions: t
+                        .partitions
+                        .iter()
+                        .map(|p| rill_group::OffsetCommitRequestPartition {
+                            partition_index: p.partition_index,
+                            committed_offset: p.committed_offset,
+                            committed_leader_epoch: p.committed_leader_epoch,
+                            committed_metadata: p.committed_metadata.clone(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            api_version: version,
+        };
+        let call = GroupCall::TxnOffsetCommit(rill_group::TxnOffsetCommitRequest {
+            producer_id: request.producer_id,
+            producer_epoch: request.producer_epoch,
+            commit,
+        });
+        let answered = match self.groups.call(call).await {
+            Ok(GroupReply::Response(rill_group::Response::OffsetCommit(r))) => Ok(r),
+            Ok(_) => Err(mismatched()),
+            Err(code) => Err(code),
+        };
+        let topics = match answered {
+            Ok(r) => r
+                .topics
+                .into_iter()
+                .map(|t| resp::TxnOffsetCommitResponseTopic {
+                    name: t.name,
+                    partitions: t
+                        .partitions
+                        .into_iter()
+                        .map(|p| resp::TxnOffsetCommitResponsePartition {
+                            partition_index: p.partition_index,
+                            error_code: p.error_code,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            Err(code) => request
+                .topics
+                .into_iter()
+                .map(|t| resp::TxnOffsetCommitResponseTopic {
+                    name: t.name,
+                    partitions: t
+                        .partitions
+                        .into_iter()
+                        .map(|p| resp::TxnOffsetCommitResponsePartition {
+                            partition_index: p.partition_index,
+                            error_code: code.code(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        resp::TxnOffsetCommitResponse {
+            topics,
             ..Default::default()
         }
     }
