@@ -285,3 +285,47 @@ def test_send_offsets_to_transaction_commits_with_the_transaction(rill):
     finally:
         consumer.close()
     assert committed_offset(rill, group, topic) == 7
+
+
+def test_a_new_coordinator_replays_the_transaction_after_kill9(rill_cluster_factory):
+    """Three nodes, `__transaction_state` with RF 3 and min ISR 2: an open transaction's
+    state (producer id, epoch, partitions) is answered only once replicated, so SIGKILL of
+    its coordinator loses none of it; the node that takes the partition over replays it."""
+    cluster = rill_cluster_factory(overrides={
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+        "transaction.state.log.num.partitions": "3",
+    })
+    topic = unique_topic("replayed")
+    create_topic(cluster.bootstrap, topic, 2)
+    tid = f"replay-{uuid.uuid4().hex[:8]}"
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid,
+                  "transaction.timeout.ms": 120_000})
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce(topic, b"v", partition=0)
+    p.produce(topic, b"v", partition=1)
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    try:
+        def ongoing():
+            d = client.describe_transactions([tid])[tid]
+            return d if d.state.value == "Ongoing" and len(d.topic_partitions) == 2 else None
+        before = wait_for(ongoing, 60, "the transaction to be Ongoing on two partitions")
+    finally:
+        client.close()
+    cluster.node(before.coordinator_id).kill9()
+
+    def replayed():
+        # A fresh client each time: kafka-python keeps a dead node in its metadata.
+        survivors = KafkaAdminClient(bootstrap_servers=cluster.running_bootstrap(),
+                                     request_timeout_ms=10_000)
+        try:
+            d = survivors.describe_transactions([tid])[tid]
+            return d if d.coordinator_id != before.coordinator_id else None
+        finally:
+            survivors.close()
+    after = wait_for(replayed, 90, "another node to coordinate the transaction", interval_s=1)
+    assert after.state.value == "Ongoing"
+    assert (after.producer_id, after.producer_epoch) == (before.producer_id, before.producer_epoch)
+    assert after.topic_partitions == before.topic_partitions
+    assert after.transaction_start_time_ms == before.transaction_start_time_ms
