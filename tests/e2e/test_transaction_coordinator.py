@@ -329,3 +329,37 @@ def test_a_new_coordinator_replays_the_transaction_after_kill9(rill_cluster_fact
     assert (after.producer_id, after.producer_epoch) == (before.producer_id, before.producer_epoch)
     assert after.topic_partitions == before.topic_partitions
     assert after.transaction_start_time_ms == before.transaction_start_time_ms
+
+
+def rill_cli_json(rill, *args):
+    import json
+    import subprocess
+
+    from rill_harness import rill_binary
+
+    result = subprocess.run([str(rill_binary()), *args, "-b", rill.bootstrap, "--output", "json"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_rill_transaction_list_and_describe(rill):
+    tid = f"cli-{uuid.uuid4().hex[:8]}"
+    topic = unique_topic("cli-txn")
+    create_topic(rill.bootstrap, topic, 1)
+    p = txn_producer(rill, tid)
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, b"v")
+
+    def ongoing():
+        (d,) = rill_cli_json(rill, "transaction", "describe", tid)
+        return d if d["state"] == "Ongoing" else None
+    d = wait_for(ongoing, 30, "rill transaction describe to show Ongoing")
+    assert d["partitions"] == [f"{topic}-0"]
+    assert d["producer_epoch"] == 0 and d["producer_id"] >= 0
+    assert d["transaction_timeout_ms"] == 60_000
+    listed = rill_cli_json(rill, "transaction", "list", "--state", "Ongoing")
+    assert [t["producer_id"] for t in listed if t["transactional_id"] == tid] == [d["producer_id"]]
+    assert not [t for t in rill_cli_json(rill, "transaction", "list", "--state", "Empty")
+                if t["transactional_id"] == tid]
