@@ -266,6 +266,35 @@ impl<S: CoordinatorShard> CoordinatorHandle<S> {
     }
 }
 
+/// A handle whose calls a test answers itself: every [`CoordinatorHandle::call`] comes
+/// out of the receiver with its reply sender; elections are acknowledged and dropped.
+#[cfg(test)]
+pub(crate) fn test_handle<S: CoordinatorShard>() -> (
+    CoordinatorHandle<S>,
+    mpsc::Receiver<(S::Call, oneshot::Sender<S::Reply>)>,
+) {
+    let (tx, mut rx) = mpsc::channel::<Message<S>>(CALL_QUEUE_DEPTH);
+    let (calls, calls_rx) = mpsc::channel(CALL_QUEUE_DEPTH);
+    tokio::spawn(async move {
+        while let Some(message) = rx.recv().await {
+            match message {
+                Message::Call(call, reply) => {
+                    if calls.send((call, reply)).await.is_err() {
+                        return;
+                    }
+                }
+                Message::Elect(_, done) | Message::Resign(_, done) => {
+                    let _ = done.send(());
+                }
+                Message::ResignAll(done) | Message::ElectLed(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+    });
+    (CoordinatorHandle { tx }, calls_rx)
+}
+
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -486,4 +486,139 @@ mod tests {
         );
         assert_eq!(outcome(r[1].1), Outcome::Retry);
     }
+
+    /// A leader that answers NOT_LEADER_OR_FOLLOWER to the first WriteTxnMarkers and
+    /// NONE after: the job retries over a new connection, then reports the markers
+    /// written, once.
+    #[tokio::test]
+    async fn a_job_retries_a_leader_that_refused_and_then_reports_the_markers_written() {
+        use crate::coordinator::runtime::test_handle;
+        use rill_protocol::generated::write_txn_markers_response::{
+            WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+        };
+        use rill_protocol::header::decode_request_header;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let leader_addr = listener.local_addr().unwrap();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let seen = requests.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut buf = BytesMut::new();
+                let frame = loop {
+                    if let Some(f) = decode_frame(&mut buf, 1 << 20).unwrap() {
+                        break f.freeze();
+                    }
+                    assert!(stream.read_buf(&mut buf).await.unwrap() > 0);
+                };
+                let mut frame = frame;
+                let (header, _) = decode_request_header(&mut frame).unwrap();
+                assert_eq!(header.request_api_key, WriteTxnMarkersRequest::API_KEY);
+                let request = WriteTxnMarkersRequest::decode(&mut frame, 1).unwrap();
+                let marker = &request.markers[0];
+                assert_eq!(marker.coordinator_epoch, 5);
+                let n = seen.fetch_add(1, Ordering::SeqCst);
+                let error = if n == 0 {
+                    ErrorCode::NOT_LEADER_OR_FOLLOWER
+                } else {
+                    ErrorCode::NONE
+                };
+                let response = WriteTxnMarkersResponse {
+                    markers: vec![WritableTxnMarkerResult {
+                        producer_id: marker.producer_id,
+                        topics: marker
+                            .topics
+                            .iter()
+                            .map(|t| WritableTxnMarkerTopicResult {
+                                name: t.name.clone(),
+                                partitions: t
+                                    .partition_indexes
+                                    .iter()
+                                    .map(|p| WritableTxnMarkerPartitionResult {
+                                        partition_index: *p,
+                                        error_code: error.code(),
+                                        ..Default::default()
+                                    })
+                                    .collect(),
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                };
+                let bytes = crate::server::encode_response(
+                    header.correlation_id,
+                    ApiKey::WriteTxnMarkers,
+                    1,
+                    &response,
+                )
+                .unwrap();
+                stream.write_all(&bytes).await.unwrap();
+            }
+        });
+        let leaders = Arc::new(Leaders(
+            [
+                (("a".to_string(), 0), Leader::At(1, leader_addr)),
+                (("a".to_string(), 1), Leader::At(1, leader_addr)),
+            ]
+            .into_iter()
+            .collect(),
+        ));
+        let (handle, mut calls) = test_handle();
+        tokio::spawn(run_job(job(&[("a", 0), ("a", 1)]), handle, leaders, 9));
+        let mut still_preparing = 0;
+        let written = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let (call, reply) = calls.recv().await.unwrap();
+                match call {
+                    TxnCall::StillPreparing { .. } => {
+                        still_preparing += 1;
+                        let _ = reply.send(TxnReply::Done(true));
+                    }
+                    TxnCall::MarkersWritten {
+                        transactional_id,
+                        producer_id,
+                        producer_epoch,
+                    } => {
+                        let _ = reply.send(TxnReply::Done(true));
+                        return (transactional_id, producer_id, producer_epoch);
+                    }
+                    _ => panic!("unexpected call"),
+                }
+            }
+        })
+        .await
+        .expect("markers reported written");
+        assert_eq!(written, ("t".to_string(), 7, 3));
+        assert_eq!(requests.load(Ordering::SeqCst), 2);
+        assert_eq!(still_preparing, 1, "asked once before the retry");
+    }
+
+    /// A coordinator that no longer waits for the markers (it resigned, or the
+    /// transaction ended) stops the job: nothing is reported.
+    #[tokio::test]
+    async fn a_job_stops_when_the_coordinator_no_longer_waits() {
+        use crate::coordinator::runtime::test_handle;
+        let leaders = Arc::new(Leaders(
+            [(("a".to_string(), 0), Leader::Unavailable)]
+                .into_iter()
+                .collect(),
+        ));
+        let (handle, mut calls) = test_handle();
+        let task = tokio::spawn(run_job(job(&[("a", 0)]), handle, leaders, 9));
+        let (call, reply) = tokio::time::timeout(Duration::from_secs(10), calls.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(call, TxnCall::StillPreparing { .. }));
+        let _ = reply.send(TxnReply::Done(false));
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("the job ended")
+            .unwrap();
+        assert!(calls.try_recv().is_err(), "nothing reported after the stop");
+    }
 }
