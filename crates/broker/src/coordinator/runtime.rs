@@ -266,13 +266,17 @@ impl<S: CoordinatorShard> CoordinatorHandle<S> {
     }
 }
 
+/// The calls a [`test_handle`] passes on, each with its reply sender.
+#[cfg(test)]
+pub(crate) type TestCalls<S> = mpsc::Receiver<(
+    <S as CoordinatorShard>::Call,
+    oneshot::Sender<<S as CoordinatorShard>::Reply>,
+)>;
+
 /// A handle whose calls a test answers itself: every [`CoordinatorHandle::call`] comes
 /// out of the receiver with its reply sender; elections are acknowledged and dropped.
 #[cfg(test)]
-pub(crate) fn test_handle<S: CoordinatorShard>() -> (
-    CoordinatorHandle<S>,
-    mpsc::Receiver<(S::Call, oneshot::Sender<S::Reply>)>,
-) {
+pub(crate) fn test_handle<S: CoordinatorShard>() -> (CoordinatorHandle<S>, TestCalls<S>) {
     let (tx, mut rx) = mpsc::channel::<Message<S>>(CALL_QUEUE_DEPTH);
     let (calls, calls_rx) = mpsc::channel(CALL_QUEUE_DEPTH);
     tokio::spawn(async move {
