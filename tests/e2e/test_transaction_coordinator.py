@@ -363,3 +363,32 @@ def test_rill_transaction_list_and_describe(rill):
     assert [t["producer_id"] for t in listed if t["transactional_id"] == tid] == [d["producer_id"]]
     assert not [t for t in rill_cli_json(rill, "transaction", "list", "--state", "Empty")
                 if t["transactional_id"] == tid]
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(rill_factory):
+    """A producer that opens a transaction and goes quiet: after transaction.timeout.ms the
+    coordinator aborts it under a bumped epoch (PrepareAbort, then CompleteAbort once the
+    markers are written), so the producer that let it expire is fenced."""
+    rill = rill_factory(overrides={
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+    })
+    tid = f"expire-{uuid.uuid4().hex[:8]}"
+    topic = unique_topic("expire")
+    create_topic(rill.bootstrap, topic, 1)
+    p = txn_producer(rill, tid, **{"transaction.timeout.ms": 2000, "message.timeout.ms": 2000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, b"v")
+    client = kp_admin(rill)
+    try:
+        def state():
+            return client.describe_transactions([tid])[tid]
+        opened = wait_for(lambda: state() if state().state.value == "Ongoing" else None, 30,
+                          "the transaction to open")
+        aborted = wait_for(
+            lambda: (lambda d: d if d.state.value in ("PrepareAbort", "CompleteAbort") else None)(state()),
+            30, "the coordinator to abort the expired transaction")
+    finally:
+        client.close()
+    assert aborted.producer_id == opened.producer_id
+    assert aborted.producer_epoch == opened.producer_epoch + 1
