@@ -20,6 +20,7 @@ mod tests {
                 "rill-protocol",
                 "rill-storage",
                 "rill-group",
+                "rill-transaction",
                 "rill-metadata",
             ],
         ),

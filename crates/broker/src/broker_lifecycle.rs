@@ -304,6 +304,7 @@ async fn lose_lease(broker: &Broker, why: &str, was_unfenced: bool) {
             tracing::debug!(reason = why, "no controller lease yet");
         }
         broker.groups.resign_all().await;
+        broker.transactions.resign_all().await;
     }
 }
 
@@ -313,6 +314,7 @@ async fn regain_lease(broker: &Broker) {
         broker.lost_lease.store(false, Ordering::Release);
         tracing::info!("controller lease held");
         broker.groups.elect_led().await;
+        broker.transactions.elect_led().await;
     }
 }
 

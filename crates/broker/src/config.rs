@@ -701,6 +701,16 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("replica.lag.time.max.ms", "10000"),
     ("sasl.server.max.receive.size", "524288"),
     ("socket.request.max.bytes", "104857600"),
+    (
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "10000",
+    ),
+    ("transaction.max.timeout.ms", "900000"),
+    ("transaction.state.log.min.isr", "1"),
+    ("transaction.state.log.num.partitions", "50"),
+    ("transaction.state.log.replication.factor", "1"),
+    ("transaction.state.log.segment.bytes", "104857600"),
+    ("transactional.id.expiration.ms", "604800000"),
 ];
 
 /// Broker keys Rill reads that have no default of their own (unset means "not given").
@@ -1205,6 +1215,34 @@ impl BrokerConfig {
         })
     }
 
+    /// The transaction coordinator's settings from `transaction.*` keys.
+    pub fn transaction_config(&self) -> Result<rill_transaction::TransactionConfig, BrokerError> {
+        let partitions: i32 = self.parse("transaction.state.log.num.partitions")?;
+        if !(1..=1000).contains(&partitions) {
+            return Err(BrokerError::Config(format!(
+                "transaction.state.log.num.partitions: invalid value {partitions}: must be from 1 to 1000"
+            )));
+        }
+        let positive = |key: &str| -> Result<i64, BrokerError> {
+            let v: i64 = self.parse(key)?;
+            if v <= 0 {
+                return Err(BrokerError::Config(format!(
+                    "{key}: must be positive, not {v}"
+                )));
+            }
+            Ok(v)
+        };
+        let max_timeout = positive("transaction.max.timeout.ms")?;
+        Ok(rill_transaction::TransactionConfig {
+            transaction_state_log_num_partitions: partitions,
+            transaction_max_timeout_ms: i32::try_from(max_timeout).unwrap_or(i32::MAX),
+            transactional_id_expiration_ms: positive("transactional.id.expiration.ms")?,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: positive(
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            )?,
+        })
+    }
+
     /// Checks every key this build reads, so that a bad value fails at start-up, not
     /// later; with `config.strict`, an unknown key fails too.
     pub fn validate(&self) -> Result<(), BrokerError> {
@@ -1244,6 +1282,7 @@ impl BrokerConfig {
         self.default_replication_factor()?;
         self.socket_request_max_bytes()?;
         self.group_config()?;
+        self.transaction_config()?;
         for key in [
             "log.cleaner.io.max.bytes.per.second",
             "log.cleaner.dedupe.buffer.size",

@@ -150,6 +150,13 @@ impl Server {
         let replicas = Arc::new(replicas);
         let group_config = config.group_config()?;
         let groups = group_coordinator::start(group_config, replicas.clone());
+        let leaders = Arc::new(server::BrokerLeaders::default());
+        let transactions = coordinator::transaction_coordinator::start(
+            config.transaction_config()?,
+            replicas.clone(),
+            leaders.clone(),
+            node_id,
+        );
         let (published, _) = watch::channel(0);
         let broker = Arc::new(Broker {
             node_id,
@@ -164,11 +171,13 @@ impl Server {
             incarnation_id: rill_protocol::Uuid(*uuid::Uuid::new_v4().as_bytes()),
             replicas: replicas.clone(),
             groups,
+            transactions,
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             lost_lease: std::sync::atomic::AtomicBool::new(false),
             lease_losses: std::sync::atomic::AtomicU64::new(0),
             config,
         });
+        leaders.set(&broker);
         let (shutdown, rx) = watch::channel(false);
         metadata_publisher::start(broker.clone(), rx.clone());
         let weak = Arc::downgrade(&broker);

@@ -38,6 +38,7 @@ use crate::config::METADATA_LOG_DIR;
 use crate::coordinator::group_coordinator::OFFSETS_TOPIC;
 use crate::replication::replica_manager::PartitionChange;
 use crate::server::Broker;
+use rill_transaction::TRANSACTION_STATE_TOPIC;
 
 pub fn start(broker: Arc<Broker>, shutdown: watch::Receiver<bool>) {
     tokio::spawn(run(broker, shutdown));
@@ -122,8 +123,8 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
             .is_some_and(|p| p.leader == broker.node_id)
     };
     for (tp, _) in &changes.deletes {
-        if tp.topic == OFFSETS_TOPIC && led_before(tp) {
-            broker.groups.resign(tp.partition).await;
+        if led_before(tp) {
+            resign_coordinator(broker, tp).await;
         }
         if let Err(e) = broker.replicas.delete_partition(&to_tp(tp)) {
             tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "deleting replica failed");
@@ -168,16 +169,16 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
     for ((tp, _, _), result) in changes.leaders.iter().zip(results) {
         match result {
             Ok(()) => {
-                if tp.topic == OFFSETS_TOPIC && !led_before(tp) {
-                    broker.groups.elect(tp.partition).await;
+                if !led_before(tp) {
+                    elect_coordinator(broker, tp).await;
                 }
             }
             Err(e) => report_failure(tp, "becoming leader failed", &e),
         }
     }
     for (tp, topic_id, registration) in &changes.followers {
-        if tp.topic == OFFSETS_TOPIC && led_before(tp) {
-            broker.groups.resign(tp.partition).await;
+        if led_before(tp) {
+            resign_coordinator(broker, tp).await;
         }
         let config = broker.log_config(new, &tp.topic);
         let leader_addr = crate::server::metadata::broker_endpoint(new, registration.leader)
@@ -273,5 +274,23 @@ pub fn remove_stray_partitions(broker: &Broker) {
                 tracing::error!(dir = %entry.path().display(), error = %e, "removal failed");
             }
         }
+    }
+}
+
+/// Loads a coordinator's partition this broker now leads.
+async fn elect_coordinator(broker: &Broker, tp: &rill_metadata::TopicPartition) {
+    if tp.topic == OFFSETS_TOPIC {
+        broker.groups.elect(tp.partition).await;
+    } else if tp.topic == TRANSACTION_STATE_TOPIC {
+        broker.transactions.elect(tp.partition).await;
+    }
+}
+
+/// Drops a coordinator's partition this broker no longer leads.
+async fn resign_coordinator(broker: &Broker, tp: &rill_metadata::TopicPartition) {
+    if tp.topic == OFFSETS_TOPIC {
+        broker.groups.resign(tp.partition).await;
+    } else if tp.topic == TRANSACTION_STATE_TOPIC {
+        broker.transactions.resign(tp.partition).await;
     }
 }

@@ -24,8 +24,9 @@ use rill_protocol::generated::list_partition_reassignments_request::ListPartitio
 use rill_protocol::generated::{
     AlterPartitionReassignmentsRequest, CreatePartitionsRequest, CreateTopicsRequest,
     DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
-    DescribeGroupsRequest, ElectLeadersRequest, IncrementalAlterConfigsRequest, ListGroupsRequest,
-    ListPartitionReassignmentsRequest, UnregisterBrokerRequest,
+    DescribeGroupsRequest, DescribeTransactionsRequest, ElectLeadersRequest,
+    IncrementalAlterConfigsRequest, ListGroupsRequest, ListPartitionReassignmentsRequest,
+    ListTransactionsRequest, UnregisterBrokerRequest,
 };
 use rill_protocol::{ErrorCode, Request};
 
@@ -49,6 +50,10 @@ const ELECT_LEADERS_VERSION: i16 = 2;
 const UNREGISTER_BROKER_VERSION: i16 = 0;
 const ALTER_PARTITION_REASSIGNMENTS_VERSION: i16 = 0;
 const LIST_PARTITION_REASSIGNMENTS_VERSION: i16 = 0;
+const LIST_TRANSACTIONS_VERSION: i16 = 0;
+const DESCRIBE_TRANSACTIONS_VERSION: i16 = 0;
+/// FindCoordinator's key type of a transactional id.
+const COORDINATOR_TRANSACTION: i8 = 1;
 
 /// Each partition's outcome of an election or a reassignment request: `Ok(())`, or the
 /// error the controller gave that partition (an [`Error::Kafka`] with its code).
@@ -182,6 +187,29 @@ pub struct ConfigEntry {
 pub enum AlterConfigOp {
     Set(String, String),
     Delete(String),
+}
+
+/// A transactional id as `ListTransactions` shows it (KIP-664).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionListing {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub state: String,
+    pub coordinator: i32,
+}
+
+/// A transactional id as `DescribeTransactions` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionDescription {
+    pub transactional_id: String,
+    pub coordinator: i32,
+    pub state: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub transaction_timeout_ms: i32,
+    /// When the running transaction started, or -1.
+    pub transaction_start_time_ms: i64,
+    pub partitions: Vec<TopicPartition>,
 }
 
 /// A group as `ListGroups` shows it.
@@ -557,6 +585,85 @@ impl Admin {
             }));
         }
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        Ok(out)
+    }
+
+    /// Every transactional id of every broker (in one of `states` when not empty), sorted
+    /// by id.
+    pub async fn list_transactions(&self, states: &[String]) -> Result<Vec<TransactionListing>> {
+        self.net.refresh_metadata(Some(&[])).await?;
+        let md = self.net.metadata();
+        let mut out = Vec::new();
+        for id in md.brokers.keys() {
+            let request = ListTransactionsRequest {
+                state_filters: states.to_vec(),
+                duration_filter: -1,
+                ..Default::default()
+            };
+            let response = self
+                .net
+                .send_to(*id, &request, LIST_TRANSACTIONS_VERSION)
+                .await?;
+            check(response.error_code, || {
+                format!("ListTransactions on broker {id}")
+            })?;
+            out.extend(
+                response
+                    .transaction_states
+                    .into_iter()
+                    .map(|t| TransactionListing {
+                        transactional_id: t.transactional_id,
+                        producer_id: t.producer_id,
+                        state: t.transaction_state,
+                        coordinator: *id,
+                    }),
+            );
+        }
+        out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+        Ok(out)
+    }
+
+    /// Describes transactional ids, each asked of its transaction coordinator.
+    pub async fn describe_transactions(
+        &self,
+        transactional_ids: &[String],
+    ) -> Result<Vec<TransactionDescription>> {
+        let mut out = Vec::new();
+        for id in transactional_ids {
+            let coordinator =
+                ops::find_coordinator_of(&self.net, id, COORDINATOR_TRANSACTION).await?;
+            let conn = self.net.connection(&coordinator.addr()).await?;
+            let request = DescribeTransactionsRequest {
+                transactional_ids: vec![id.clone()],
+                ..Default::default()
+            };
+            let response = conn.send(&request, DESCRIBE_TRANSACTIONS_VERSION).await?;
+            for t in response.transaction_states {
+                check(t.error_code, || {
+                    format!("describing transactional id {}", t.transactional_id)
+                })?;
+                out.push(TransactionDescription {
+                    transactional_id: t.transactional_id,
+                    coordinator: coordinator.node_id,
+                    state: t.transaction_state,
+                    producer_id: t.producer_id,
+                    producer_epoch: t.producer_epoch,
+                    transaction_timeout_ms: t.transaction_timeout_ms,
+                    transaction_start_time_ms: t.transaction_start_time_ms,
+                    partitions: t
+                        .topics
+                        .into_iter()
+                        .flat_map(|topic| {
+                            let name = topic.topic;
+                            topic
+                                .partitions
+                                .into_iter()
+                                .map(move |p| TopicPartition::new(name.clone(), p))
+                        })
+                        .collect(),
+                });
+            }
+        }
         Ok(out)
     }
 

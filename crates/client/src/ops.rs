@@ -30,11 +30,20 @@ pub(crate) const LIST_OFFSETS_VERSION: i16 = 7;
 /// The coordinator of `group`, asked of the least-loaded broker (the seeds' step 1 of
 /// `ensureCoordinatorReady`), retrying while it is not available yet.
 pub(crate) async fn find_coordinator(net: &NetworkClient, group: &str) -> Result<BrokerMetadata> {
+    find_coordinator_of(net, group, 0).await
+}
+
+/// The coordinator of `key`: a group's (`key_type` 0) or a transactional id's (1).
+pub(crate) async fn find_coordinator_of(
+    net: &NetworkClient,
+    group: &str,
+    key_type: i8,
+) -> Result<BrokerMetadata> {
     let deadline = Instant::now() + net.config.request_timeout;
     loop {
         let request = FindCoordinatorRequest {
             key: group.to_string(),
-            key_type: 0,
+            key_type,
             ..Default::default()
         };
         let result = net

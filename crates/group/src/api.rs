@@ -172,6 +172,17 @@ pub struct OffsetCommitRequest {
     pub api_version: i16,
 }
 
+/// TxnOffsetCommit: offsets written in a producer's transaction, visible only once its
+/// COMMIT marker lands ([`crate::GroupCoordinator::complete_transaction`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnOffsetCommitRequest {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// The group, member, generation and offsets, as an OffsetCommit carries them
+    /// (`retention_time_ms` is -1).
+    pub commit: OffsetCommitRequest,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetCommitResponsePartition {
     pub partition_index: i32,
@@ -201,8 +212,8 @@ pub struct OffsetFetchRequest {
     pub group_id: String,
     /// `None` fetches every committed offset of the group.
     pub topics: Option<Vec<OffsetFetchRequestTopic>>,
-    /// Kafka answers UNSTABLE_OFFSET_COMMIT for partitions with a pending transactional
-    /// commit; this coordinator has no transactional commits, so it never does.
+    /// Partitions with a pending transactional commit answer UNSTABLE_OFFSET_COMMIT
+    /// (KIP-447), so that a read_committed consumer waits for the transaction's end.
     pub require_stable: bool,
 }
 
@@ -399,6 +410,16 @@ pub enum Output {
     /// (`unload_partition` then load), which rebuilds exactly the state that was written.
     Persist {
         write: WriteId,
+        records: Vec<(i32, Record)>,
+        responses: Vec<Respond>,
+    },
+    /// As `Persist`, in a transactional batch of this producer (TxnOffsetCommit): the
+    /// records stay pending until the transaction's marker, and `commit_up_to` does not
+    /// make them visible.
+    PersistTransactional {
+        write: WriteId,
+        producer_id: i64,
+        producer_epoch: i16,
         records: Vec<(i32, Record)>,
         responses: Vec<Respond>,
     },

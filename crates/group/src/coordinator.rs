@@ -25,6 +25,7 @@ use crate::partition_for;
 use crate::record::*;
 use crate::subscription::CONSUMER_PROTOCOL_TYPE;
 use crate::timer::{Timer, TimerKey};
+use crate::txn_offsets::PendingTxnOffsets;
 
 use ClassicGroupState::{CompletingRebalance, Dead, Empty, PreparingRebalance, Stable};
 
@@ -151,6 +152,8 @@ pub struct GroupCoordinator {
     /// acknowledged commit, serving the tail could show one the next leader lacks. So
     /// OffsetFetch answers COORDINATOR_LOAD_IN_PROGRESS (retriable) meanwhile.
     unsettled_tail: BTreeMap<i32, i64>,
+    /// Offsets of open transactions (TxnOffsetCommit), served only after their COMMIT.
+    txn_offsets: PendingTxnOffsets,
 }
 
 /// Everything a group transition may touch besides the group itself.
@@ -1072,6 +1075,7 @@ impl GroupCoordinator {
             read: CommittedOffsets::default(),
             next_write: 0,
             unsettled_tail: BTreeMap::new(),
+            txn_offsets: PendingTxnOffsets::default(),
         }
     }
 
@@ -1338,6 +1342,120 @@ impl GroupCoordinator {
         self.finish(fx)
     }
 
+    /// TxnOffsetCommit: the offsets are written in the producer's transactional batch
+    /// and kept pending, apart from the group's offsets, until
+    /// [`GroupCoordinator::complete_transaction`]; the response waits for the records
+    /// like an OffsetCommit's. Kafka's checks: a commit without a generation (-1, from a
+    /// producer that does not send the group's metadata) is accepted without a member;
+    /// one with a generation must come from a current member.
+    pub fn handle_txn_offset_commit(
+        &mut self,
+        req: TxnOffsetCommitRequest,
+        now_ms: i64,
+        responder: ResponderId,
+    ) -> Vec<Output> {
+        let commit = &req.commit;
+        let check = if let Some(code) = self.coordinator_error(&commit.group_id) {
+            Err(code)
+        } else {
+            match self.groups.get(&commit.group_id) {
+                Some(g) if g.is(Dead) => Err(error_code::COORDINATOR_NOT_AVAILABLE),
+                Some(_) | None
+                    if commit.generation_id_or_member_epoch < 0 && commit.member_id.is_empty() =>
+                {
+                    Ok(())
+                }
+                Some(g) => Ctx::validate_offset_commit(g, commit),
+                None => Err(error_code::ILLEGAL_GENERATION),
+            }
+        };
+        if let Err(code) = check {
+            return vec![Output::Respond(Respond {
+                responder,
+                response: Response::OffsetCommit(commit_response(commit, code)),
+            })];
+        }
+        let partition = self.partition_for(&commit.group_id);
+        let max_metadata = usize::try_from(self.config.offset_metadata_max_bytes).unwrap_or(0);
+        let mut response = commit_response(commit, error_code::NONE);
+        let mut records = Vec::new();
+        for (t, rt) in commit.topics.iter().zip(response.topics.iter_mut()) {
+            for (p, rp) in t.partitions.iter().zip(rt.partitions.iter_mut()) {
+                let metadata = p.committed_metadata.clone().unwrap_or_default();
+                if metadata.len() > max_metadata {
+                    rp.error_code = error_code::OFFSET_METADATA_TOO_LARGE;
+                    continue;
+                }
+                let record = OffsetCommitRecord {
+                    key: OffsetCommitKey {
+                        group: commit.group_id.clone(),
+                        topic: t.name.clone(),
+                        partition: p.partition_index,
+                    },
+                    value: Some(OffsetCommitValue {
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata,
+                        commit_timestamp: now_ms,
+                        expire_timestamp: -1,
+                    }),
+                };
+                self.txn_offsets
+                    .add(req.producer_id, partition, record.clone());
+                records.push((partition, Record::OffsetCommit(record)));
+            }
+        }
+        let respond = Respond {
+            responder,
+            response: Response::OffsetCommit(response),
+        };
+        if records.is_empty() {
+            return vec![Output::Respond(respond)];
+        }
+        let write = WriteId(self.next_write);
+        self.next_write += 1;
+        vec![Output::PersistTransactional {
+            write,
+            producer_id: req.producer_id,
+            producer_epoch: req.producer_epoch,
+            records,
+            responses: vec![respond],
+        }]
+    }
+
+    /// The COMMIT (`commit`) or ABORT marker of `producer_id`'s transaction is on
+    /// `partition` and replicated: its pending offsets become the groups' committed
+    /// offsets, visible to OffsetFetch, or are dropped. Returns how many were committed.
+    pub fn complete_transaction(
+        &mut self,
+        partition: i32,
+        producer_id: i64,
+        commit: bool,
+    ) -> usize {
+        let records = self.txn_offsets.take(partition, producer_id);
+        if !commit {
+            return 0;
+        }
+        for r in &records {
+            let group_id = r.key.group.clone();
+            let g = self
+                .groups
+                .entry(group_id.clone())
+                .or_insert_with(|| ClassicGroup::new(group_id, partition, None));
+            if let Some(value) = &r.value {
+                g.offsets
+                    .insert((r.key.topic.clone(), r.key.partition), value.clone());
+            }
+            self.read.apply(r);
+        }
+        records.len()
+    }
+
+    /// Offset records of open transactions on `partition`.
+    pub fn pending_transactional_offsets(&self, partition: i32) -> usize {
+        self.txn_offsets.pending_records(partition)
+    }
+
     /// OffsetFetch for one group; answered at once.
     pub fn handle_offset_fetch(&self, req: &OffsetFetchRequest) -> OffsetFetchResponse {
         let unsettled = self
@@ -1356,6 +1474,17 @@ impl GroupCoordinator {
         let partition_response = |topic: &str, partition: i32| match group
             .and_then(|offsets| offsets.get(&(topic.to_owned(), partition)))
         {
+            _ if req.require_stable
+                && self.txn_offsets.is_pending(&req.group_id, topic, partition) =>
+            {
+                OffsetFetchResponsePartition {
+                    partition_index: partition,
+                    committed_offset: -1,
+                    committed_leader_epoch: -1,
+                    metadata: Some(String::new()),
+                    error_code: error_code::UNSTABLE_OFFSET_COMMIT,
+                }
+            }
             Some(v) => OffsetFetchResponsePartition {
                 partition_index: partition,
                 committed_offset: v.offset,
@@ -1835,6 +1964,28 @@ impl GroupCoordinator {
         Ok(())
     }
 
+    /// Replays an offset record of a transactional batch of `producer_id`: pending until
+    /// that transaction's marker is replayed ([`GroupCoordinator::replay_control`]).
+    pub fn replay_transactional(
+        &mut self,
+        partition: i32,
+        producer_id: i64,
+        record: &Record,
+    ) -> Result<(), GroupError> {
+        if self.partitions.get(&partition) != Some(&PartitionState::Loading) {
+            return Err(GroupError::PartitionNotLoading { partition });
+        }
+        if let Record::OffsetCommit(r) = record {
+            self.txn_offsets.add(producer_id, partition, r.clone());
+        }
+        Ok(())
+    }
+
+    /// Replays a COMMIT or ABORT marker of `producer_id` found in the log.
+    pub fn replay_control(&mut self, partition: i32, producer_id: i64, commit: bool) {
+        self.complete_transaction(partition, producer_id, commit);
+    }
+
     /// Ends a load: the partition's groups serve requests, and their members' sessions
     /// start now (they could not heartbeat a coordinator that did not know them).
     pub fn load_partition_done(&mut self, partition: i32, now_ms: i64) {
@@ -1866,6 +2017,7 @@ impl GroupCoordinator {
         let n = self.config.offsets_topic_num_partitions;
         self.read.unload(partition, |group| partition_for(group, n));
         self.unsettled_tail.remove(&partition);
+        self.txn_offsets.unload(partition);
         let ids: Vec<String> = self
             .groups
             .values()

@@ -99,6 +99,7 @@ mod group;
 mod record;
 mod subscription;
 mod timer;
+mod txn_offsets;
 
 #[cfg(test)]
 mod tests;

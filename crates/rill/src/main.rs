@@ -54,6 +54,13 @@ enum Command {
         #[command(subcommand)]
         command: cli::group::GroupCommand,
     },
+    /// List and describe transactional ids (KIP-664).
+    Transaction {
+        #[command(flatten)]
+        common: cli::Common,
+        #[command(subcommand)]
+        command: cli::transaction::TransactionCommand,
+    },
     /// Describe the cluster: id, controller, brokers.
     Cluster {
         #[command(flatten)]
@@ -147,6 +154,9 @@ fn main() -> anyhow::Result<()> {
             Command::Produce { common, args } => cli::produce::run(&common, args).await,
             Command::Consume { common, args } => cli::consume::run(&common, args).await,
             Command::Group { common, command } => cli::group::run(&common, command).await,
+            Command::Transaction { common, command } => {
+                cli::transaction::run(&common, command).await
+            }
             Command::Cluster { common, command } => cli::cluster::run(&common, command).await,
             Command::Bench { common, command } => cli::bench::run(&common, command).await,
         }

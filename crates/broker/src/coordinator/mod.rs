@@ -1,14 +1,20 @@
-//! The coordinators' runtime (Kafka's `CoordinatorRuntime` and its shell around
-//! `GroupCoordinatorShard`): it hosts a pure coordinator state machine on the partitions
-//! of an internal topic this broker leads — loading a partition on leadership by replaying
-//! it, appending the state machine's records with acks=all, reporting the high watermark
-//! so that reads see only replicated state, running its timers — and drops the
-//! partition's state when leadership moves away.
+//! The coordinators' runtime (Kafka's `CoordinatorRuntime`) and the shards it hosts: a
+//! pure coordinator state machine on the partitions of an internal topic this broker
+//! leads — loading a partition on leadership by replaying it, appending the state
+//! machine's records with acks=all, reporting the high watermark so that reads see only
+//! replicated state, running its timers — and dropping the partition's state when
+//! leadership moves away.
 //!
+//! - [`runtime`]: the runtime, generic over a [`runtime::CoordinatorShard`].
 //! - [`group_coordinator`]: the `rill-group` state machine on `__consumer_offsets`.
+//! - [`transaction_coordinator`]: the `rill-transaction` state machine on
+//!   `__transaction_state`, and [`transaction_marker`], the sender of its markers.
 //!
 //! Architecture Invariant: a coordinator names replication (for its partitions' logs and
 //! high watermarks) and the network's request slots, nothing above: the metadata
 //! publisher and the lifecycle tell it to load or drop partitions through its handle.
 
 pub mod group_coordinator;
+pub mod runtime;
+pub mod transaction_coordinator;
+pub mod transaction_marker;

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::config::{self, BrokerConfig};
 use crate::coordinator::group_coordinator::GroupCoordinatorHandle;
+use crate::coordinator::transaction_coordinator::TransactionCoordinatorHandle;
 use crate::replication::replica_manager::ReplicaManager;
 
 /// How long an admin request waits for the controller (Kafka's request timeouts are of
@@ -48,6 +49,7 @@ pub struct Broker {
     pub incarnation_id: rill_protocol::Uuid,
     pub replicas: Arc<ReplicaManager>,
     pub groups: GroupCoordinatorHandle,
+    pub transactions: TransactionCoordinatorHandle,
     pub(crate) producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
     /// This broker held its controller lease and lost it (cut off from the controller, or
     /// fenced): its clients' connections are closed at their next request, so that they

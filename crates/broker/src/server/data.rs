@@ -557,16 +557,17 @@ impl Broker {
     pub(crate) async fn handle_init_producer_id(
         &self,
         request: InitProducerIdRequest,
+        version: i16,
     ) -> InitProducerIdResponse {
         let mut resp = InitProducerIdResponse {
             producer_id: -1,
             producer_epoch: -1,
             ..Default::default()
         };
-        if request.transactional_id.is_some() {
-            // Transactional producers need the transaction coordinator (not built yet).
-            resp.error_code = ErrorCode::COORDINATOR_NOT_AVAILABLE.code();
-            return resp;
+        if let Some(transactional_id) = request.transactional_id.clone() {
+            return self
+                .handle_init_producer_id_transactional(request, transactional_id, version)
+                .await;
         }
         // KIP-360: a producer that knows its id asks for an epoch bump to reset sequences.
         if request.producer_id >= 0
@@ -590,7 +591,7 @@ impl Broker {
     /// The next producer id from this broker's block, asking the controller for a new
     /// block (Kafka's AllocateProducerIds) when it is used up. Ids are unique across the
     /// cluster because the controller hands out each block once, through the metadata log.
-    async fn next_producer_id(&self) -> Result<i64, ErrorCode> {
+    pub(crate) async fn next_producer_id(&self) -> Result<i64, ErrorCode> {
         let mut block = self.producer_ids.lock().await;
         if block.next >= block.end {
             let event = ControllerEvent::AllocateProducerIds(AllocateProducerIdsRequest {

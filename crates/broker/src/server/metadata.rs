@@ -30,6 +30,7 @@ use crate::server::Broker;
 
 /// `FindCoordinator` key types.
 const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
 
 /// A broker's client endpoint as registered: `(host, port)`.
 pub(crate) fn broker_endpoint(image: &MetadataImage, id: i32) -> Option<(String, i32)> {
@@ -307,9 +308,10 @@ impl Broker {
         for key in keys {
             let found = if request.key_type == KEY_TYPE_GROUP {
                 self.group_coordinator_node(&key).await
+            } else if request.key_type == KEY_TYPE_TRANSACTION {
+                self.transaction_coordinator_node(&key).await
             } else {
-                // Transaction coordinators are not built yet.
-                Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+                Err(ErrorCode::INVALID_REQUEST)
             };
             coordinators.push(match found {
                 Ok((node_id, host, port)) => Coordinator {

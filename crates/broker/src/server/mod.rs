@@ -22,6 +22,7 @@ pub(crate) mod metadata;
 mod partitions;
 mod quorum;
 mod topics;
+mod transactions;
 
 use std::net::SocketAddr;
 
@@ -38,6 +39,7 @@ use crate::network::{RequestHandler, ResponseChunk};
 use crate::replication::alter_partition::ControllerChannel;
 pub(crate) use broker::ProducerIdBlock;
 pub use broker::{Broker, CONTROLLER_REQUEST_TIMEOUT};
+pub use transactions::BrokerLeaders;
 
 /// The APIs this broker answers, with the version range it answers them in. Narrower than
 /// the specs where old versions need a record format Rill does not store (magic 0/1) or
@@ -77,6 +79,14 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::UpdateFeatures, 0, 2),
     (ApiKey::DescribeTopicPartitions, 0, 0),
+    // Transaction version 1 only: EndTxn v5 and TxnOffsetCommit v5 mean version 2
+    // (KIP-890 part 2), which is not built.
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -172,7 +182,9 @@ impl Broker {
             RequestBody::DeleteTopics(r) => respond!(self.handle_delete_topics(r, version).await),
             RequestBody::DeleteRecords(r) => respond!(self.handle_delete_records(r)),
             RequestBody::CreatePartitions(r) => respond!(self.handle_create_partitions(r).await),
-            RequestBody::InitProducerId(r) => respond!(self.handle_init_producer_id(r).await),
+            RequestBody::InitProducerId(r) => {
+                respond!(self.handle_init_producer_id(r, version).await)
+            }
             RequestBody::DescribeConfigs(r) => respond!(self.handle_describe_configs(r, version)),
             RequestBody::AlterConfigs(r) => respond!(self.handle_alter_configs(r).await),
             RequestBody::IncrementalAlterConfigs(r) => {
@@ -213,6 +225,20 @@ impl Broker {
             }
             RequestBody::ListGroups(r) => respond!(self.handle_list_groups(r).await),
             RequestBody::DeleteGroups(r) => respond!(self.handle_delete_groups(r).await),
+            RequestBody::AddPartitionsToTxn(r) => {
+                respond!(self.handle_add_partitions_to_txn(r, version).await)
+            }
+            RequestBody::AddOffsetsToTxn(r) => {
+                respond!(self.handle_add_offsets_to_txn(r, version).await)
+            }
+            RequestBody::EndTxn(r) => respond!(self.handle_end_txn(r, version).await),
+            RequestBody::TxnOffsetCommit(r) => {
+                respond!(self.handle_txn_offset_commit(r, version).await)
+            }
+            RequestBody::DescribeTransactions(r) => {
+                respond!(self.handle_describe_transactions(r).await)
+            }
+            RequestBody::ListTransactions(r) => respond!(self.handle_list_transactions(r).await),
             _ => Err(format!("{} is not handled", api.name())),
         }
     }

@@ -82,6 +82,12 @@ impl H {
                     write,
                     records,
                     responses,
+                }
+                | Output::PersistTransactional {
+                    write,
+                    records,
+                    responses,
+                    ..
                 } => {
                     let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
                     for (p, r) in records {

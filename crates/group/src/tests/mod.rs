@@ -4,4 +4,5 @@ mod harness;
 mod offsets;
 mod rebalance;
 mod replay;
+mod transactional;
 mod visibility;
