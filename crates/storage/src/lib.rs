@@ -52,7 +52,7 @@ pub use log::{
     end_txn_marker_batch, LogAppendInfo, TimestampAndOffset, UnifiedLog, ValidatedRecords,
 };
 pub use producer_state::{AppendOrigin, BatchMetadata, EndTxnMarker, ProducerStateEntry};
-pub use transaction_index::AbortedTxn;
 pub use retention::RetentionResult;
 pub use segment::{FetchDataInfo, FileRange, LogOffsetMetadata};
 pub use topic_partition::{parse_partition_dir_name, partition_dir_name, TopicPartition};
+pub use transaction_index::AbortedTxn;

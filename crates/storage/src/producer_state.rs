@@ -57,6 +57,7 @@ use std::path::Path;
 use crate::checkpoint::{self, Durability};
 use crate::error::AppendError;
 use crate::header::BatchHeader;
+pub use crate::records::EndTxnMarker;
 use crate::segment::segment_file;
 use crate::transaction_index::AbortedTxn;
 use crate::StorageError;
@@ -70,14 +71,6 @@ pub const NO_PRODUCER_EPOCH: i16 = -1;
 pub const NO_SEQUENCE: i32 = -1;
 /// The coordinator epoch of a producer that has written no marker yet.
 pub const NO_COORDINATOR_EPOCH: i32 = -1;
-
-/// What a transaction marker (a control record of type COMMIT or ABORT) says: Kafka's
-/// `EndTxnMarker`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EndTxnMarker {
-    pub commit: bool,
-    pub coordinator_epoch: i32,
-}
 
 /// A transaction a marker closed (Kafka's `CompletedTxn`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -303,7 +296,8 @@ impl ProducerStateManager {
     /// The high watermark moved to `hw`: closed transactions whose marker is below it
     /// no longer hold the last stable offset back.
     pub(crate) fn on_high_watermark_updated(&mut self, hw: i64) {
-        self.unreplicated_txns.retain(|_, (_, marker)| *marker >= hw);
+        self.unreplicated_txns
+            .retain(|_, (_, marker)| *marker >= hw);
     }
 
     /// Whether a closed transaction's marker is still above the high watermark.

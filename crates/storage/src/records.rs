@@ -10,7 +10,13 @@ use rill_protocol::records::{
     BatchError, CompressionType, ControlRecordType, RecordBatch, TimestampType,
 };
 
-use crate::producer_state::EndTxnMarker;
+/// What a transaction marker (a control record of type COMMIT or ABORT) says: Kafka's
+/// `EndTxnMarker`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndTxnMarker {
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+}
 
 /// Largest decompressed batch this path will decode; a batch over it (only possible if the
 /// topic's `max.message.bytes` was raised far past Kafka's default) is answered at batch
@@ -72,9 +78,11 @@ pub(crate) fn validate_stored(batch: &RecordBatch) -> Result<(), BatchError> {
 
 /// The `EndTxnMarker` of a control batch: its first record's key says COMMIT or ABORT
 /// (`version int16, type int16`), its value the coordinator epoch (`version int16,
-/// coordinatorEpoch int32`). `Ok(None)` for a control record of another type (or a
-/// control batch with no record, which the cleaner may leave), which has no effect on
-/// transactions; an error for a marker whose key or value cannot be read.
+/// coordinatorEpoch int32`). `Ok(None)` for a control record of another type, one
+/// without a key, or a control batch with no record (which the cleaner may leave): none
+/// of those is a marker, and none has an effect on transactions (as Kafka's consumers
+/// skip control records they do not know). An error for a key too short to hold a type,
+/// or a marker whose value cannot be read.
 pub(crate) fn end_txn_marker(batch: &RecordBatch) -> Result<Option<EndTxnMarker>, BatchError> {
     if !batch.is_control() {
         return Ok(None);
@@ -84,10 +92,9 @@ pub(crate) fn end_txn_marker(batch: &RecordBatch) -> Result<Option<EndTxnMarker>
         return Ok(None);
     };
     let record = record?;
-    let key = record
-        .key
-        .as_deref()
-        .ok_or(BatchError::InvalidRecord("control record without a key"))?;
+    let Some(key) = record.key.as_deref() else {
+        return Ok(None);
+    };
     let commit = match ControlRecordType::from_key(key)? {
         ControlRecordType::Commit => true,
         ControlRecordType::Abort => false,

@@ -32,12 +32,26 @@ fn append(log: &mut UnifiedLog, records: Bytes, origin: AppendOrigin) -> LogAppe
     log.append_as_leader(records, 0, origin, T0).unwrap()
 }
 
-/// Everything the transaction state of a log consists of.
-fn txn_state(log: &UnifiedLog) -> (Vec<(i64, i64)>, i64, Vec<AbortedTxn>, Vec<(i64, Option<i64>, i32)>) {
+/// Everything the transaction state of a log consists of: open transactions, LSO,
+/// aborted index, and per producer its open transaction and coordinator epoch.
+type TxnState = (
+    Vec<(i64, i64)>,
+    i64,
+    Vec<AbortedTxn>,
+    Vec<(i64, Option<i64>, i32)>,
+);
+
+fn txn_state(log: &UnifiedLog) -> TxnState {
     let producers = log
         .active_producers()
         .iter()
-        .map(|p| (p.producer_id, p.current_txn_first_offset, p.coordinator_epoch))
+        .map(|p| {
+            (
+                p.producer_id,
+                p.current_txn_first_offset,
+                p.coordinator_epoch,
+            )
+        })
         .collect();
     (
         log.ongoing_txns(),
@@ -51,8 +65,14 @@ fn txn_state(log: &UnifiedLog) -> (Vec<(i64, i64)>, i64, Vec<AbortedTxn>, Vec<(i
 /// [7, 9) open; returns the log (high watermark at the log end).
 fn scenario(dir: &std::path::Path) -> UnifiedLog {
     let mut log = UnifiedLog::open(dir, config(), T0, PreviousShutdown::Unclean).unwrap();
-    assert_eq!(append(&mut log, txn_batch(1, 0, 0, 3), AppendOrigin::Client).first_offset, 0);
-    assert_eq!(append(&mut log, txn_batch(2, 0, 0, 2), AppendOrigin::Client).first_offset, 3);
+    assert_eq!(
+        append(&mut log, txn_batch(1, 0, 0, 3), AppendOrigin::Client).first_offset,
+        0
+    );
+    assert_eq!(
+        append(&mut log, txn_batch(2, 0, 0, 2), AppendOrigin::Client).first_offset,
+        3
+    );
     log.update_high_watermark(log.log_end_offset());
     // Both open: the LSO is the first one's first offset.
     assert_eq!(log.ongoing_txns(), vec![(0, 1), (3, 2)]);
@@ -77,7 +97,11 @@ fn scenario(dir: &std::path::Path) -> UnifiedLog {
             last_stable_offset: 7,
         }]
     );
-    assert_eq!(log.last_stable_offset(), 3, "marker above the high watermark");
+    assert_eq!(
+        log.last_stable_offset(),
+        3,
+        "marker above the high watermark"
+    );
     log.update_high_watermark(7);
     assert_eq!(log.last_stable_offset(), 7);
     assert!(log.ongoing_txns().is_empty());
@@ -108,9 +132,17 @@ fn markers_close_transactions_and_move_the_last_stable_offset() {
     // A read_committed fetch from 0 up to the LSO learns of producer 2's first abort
     // only; from 4 on, of both.
     let lso = log.last_stable_offset();
-    let pids: Vec<_> = log.collect_aborted_txns(0, lso).iter().map(|t| t.first_offset).collect();
+    let pids: Vec<_> = log
+        .collect_aborted_txns(0, lso)
+        .iter()
+        .map(|t| t.first_offset)
+        .collect();
     assert_eq!(pids, vec![3]);
-    let all: Vec<_> = log.collect_aborted_txns(4, 11).iter().map(|t| t.first_offset).collect();
+    let all: Vec<_> = log
+        .collect_aborted_txns(4, 11)
+        .iter()
+        .map(|t| t.first_offset)
+        .collect();
     assert_eq!(all, vec![3, 8]);
     assert!(log.collect_aborted_txns(11, 11).is_empty());
     // The marker batch is Kafka's: control + transactional, one record, key ABORT/COMMIT.
@@ -123,7 +155,10 @@ fn markers_close_transactions_and_move_the_last_stable_offset() {
     assert_eq!(records[0].key.as_deref(), Some(&[0u8, 0, 0, 1][..]));
     assert_eq!(records[0].value.as_deref(), Some(&[0u8, 0, 0, 0, 0, 5][..]));
     let producers = txn_state(&log).3;
-    assert_eq!(producers, vec![(1, None, 5), (2, None, 5), (3, Some(7), -1)]);
+    assert_eq!(
+        producers,
+        vec![(1, None, 5), (2, None, 5), (3, Some(7), -1)]
+    );
 }
 
 #[test]
@@ -141,7 +176,11 @@ fn transaction_rules_refuse_what_kafka_refuses() {
     // A marker from an older coordinator epoch, or for an older producer epoch.
     assert!(matches!(
         log.append_as_leader(marker(1, 3, 6, true), 0, AppendOrigin::Coordinator, T0),
-        Err(AppendError::TransactionCoordinatorFenced { current: 7, found: 6, .. })
+        Err(AppendError::TransactionCoordinatorFenced {
+            current: 7,
+            found: 6,
+            ..
+        })
     ));
     assert!(matches!(
         log.append_as_leader(marker(1, 2, 7, true), 0, AppendOrigin::Coordinator, T0),
@@ -154,7 +193,10 @@ fn transaction_rules_refuse_what_kafka_refuses() {
     ));
     // A marker for a producer with no open transaction closes an empty one at itself.
     let info = append(&mut log, marker(1, 3, 7, false), AppendOrigin::Coordinator);
-    assert_eq!(log.aborted_txns().last().unwrap().first_offset, info.first_offset);
+    assert_eq!(
+        log.aborted_txns().last().unwrap().first_offset,
+        info.first_offset
+    );
     // After the abort the producer may write non-transactionally again.
     let plain = TestBatch::new(1, T0).producer(1, 3, 2).bytes();
     append(&mut log, plain, AppendOrigin::Client);
@@ -218,9 +260,13 @@ fn truncation_below_a_marker_reopens_its_transaction() {
 fn a_follower_copy_has_the_same_transaction_state() {
     let dir = tempfile::tempdir().unwrap();
     let leader = scenario(&dir.path().join("leader"));
-    let mut follower =
-        UnifiedLog::open(&dir.path().join("follower"), config(), T0, PreviousShutdown::Unclean)
-            .unwrap();
+    let mut follower = UnifiedLog::open(
+        &dir.path().join("follower"),
+        config(),
+        T0,
+        PreviousShutdown::Unclean,
+    )
+    .unwrap();
     let mut next = 0;
     while next < leader.log_end_offset() {
         let data = leader.read(next, 300, i64::MAX, true).unwrap();
@@ -255,4 +301,87 @@ fn txn_index_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         .collect();
     v.sort();
     v
+}
+
+mod replay_equals_live {
+    //! Whatever the order of transactional batches, plain batches, markers and high
+    //! watermark moves, the state a log builds while appending is the state a kill -9
+    //! rebuild and a follower's copy build from the same bytes.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Txn { producer: i64, records: usize },
+        Plain { records: usize },
+        Marker { producer: i64, commit: bool },
+        HighWatermark,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (1..4i64, 1..4usize).prop_map(|(producer, records)| Op::Txn { producer, records }),
+            1 => (1..3usize).prop_map(|records| Op::Plain { records }),
+            2 => (1..4i64, any::<bool>()).prop_map(|(producer, commit)| Op::Marker { producer, commit }),
+            1 => Just(Op::HighWatermark),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn rebuilt_state_matches(ops in proptest::collection::vec(op(), 1..40)) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut log =
+                UnifiedLog::open(&dir.path().join("l"), config(), T0, PreviousShutdown::Unclean).unwrap();
+            let mut sequences = std::collections::HashMap::new();
+            for op in &ops {
+                match *op {
+                    Op::Txn { producer, records } => {
+                        let seq = sequences.entry(producer).or_insert(0i32);
+                        let values = TestBatch::new(records, T0).producer(producer, 0, *seq);
+                        let mut b = values;
+                        b.attributes |= 0x10;
+                        append(&mut log, b.bytes(), AppendOrigin::Client);
+                        *seq += records as i32;
+                    }
+                    Op::Plain { records } => {
+                        append(&mut log, TestBatch::new(records, T0).bytes(), AppendOrigin::Client);
+                    }
+                    Op::Marker { producer, commit } => {
+                        append(&mut log, marker(producer, 0, 1, commit), AppendOrigin::Coordinator);
+                    }
+                    Op::HighWatermark => {
+                        log.update_high_watermark(log.log_end_offset());
+                    }
+                }
+                prop_assert!(log.last_stable_offset() <= log.high_watermark());
+            }
+            let hw = log.high_watermark();
+            let live = txn_state(&log);
+            for t in log.aborted_txns() {
+                prop_assert!(t.first_offset <= t.last_offset && t.last_offset < t.last_stable_offset.max(t.last_offset + 1));
+            }
+
+            let mut follower = UnifiedLog::open(&dir.path().join("f"), config(), T0, PreviousShutdown::Unclean).unwrap();
+            let mut next = 0;
+            while next < log.log_end_offset() {
+                let data = log.read(next, 500, i64::MAX, true).unwrap();
+                next = follower.append_as_follower(data.records, T0).unwrap().last_offset + 1;
+            }
+            follower.update_high_watermark(hw);
+            prop_assert_eq!(txn_state(&follower), live.clone());
+
+            drop(log); // kill -9
+            let mut rebuilt =
+                UnifiedLog::open(&dir.path().join("l"), config(), T0, PreviousShutdown::Unclean).unwrap();
+            rebuilt.update_high_watermark(hw);
+            prop_assert_eq!(txn_state(&rebuilt), live.clone());
+            rebuilt.close().unwrap();
+            let reopened =
+                UnifiedLog::open(&dir.path().join("l"), config(), T0, PreviousShutdown::Clean).unwrap();
+            prop_assert_eq!(txn_state(&reopened), live);
+        }
+    }
 }
