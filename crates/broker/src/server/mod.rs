@@ -18,6 +18,7 @@ mod groups;
 pub(crate) mod metadata;
 mod partitions;
 mod topics;
+mod txn_partition;
 
 use std::net::SocketAddr;
 
@@ -69,6 +70,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::UnregisterBroker, 0, 0),
+    (ApiKey::WriteTxnMarkers, 0, 1),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -195,6 +198,8 @@ impl Broker {
             }
             RequestBody::ListGroups(r) => respond!(self.handle_list_groups(r).await),
             RequestBody::DeleteGroups(r) => respond!(self.handle_delete_groups(r).await),
+            RequestBody::WriteTxnMarkers(r) => respond!(self.handle_write_txn_markers(r).await),
+            RequestBody::DescribeProducers(r) => respond!(self.handle_describe_producers(r)),
             _ => Err(format!("{} is not handled", api.name())),
         }
     }
