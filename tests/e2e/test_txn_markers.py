@@ -303,6 +303,9 @@ EVERYTHING = ["c1-0", "c1-1", "c1-2", "a2-0", "a2-1", "p-0", "p-1", "c1-3", "o3-
 
 
 def build_log(wire: Wire, topic: str) -> None:
+    # Metadata names a leader (with every replica in the ISR) as soon as the controller
+    # created the topic, possibly before that node opened its log.
+    wait_for(lambda: describe_producers(wire, topic) == {}, 30, f"{topic} to be led")
     assert produce(wire, topic, batch(["c1-0", "c1-1", "c1-2"], P1, 0), "t1") == 0
     assert produce(wire, topic, batch(["a2-0", "a2-1"], P2, 0), "t2") == 3
     assert produce(wire, topic, batch(["p-0", "p-1"]), None) == 5
