@@ -48,6 +48,7 @@ struct PendingMarker {
     /// Indexes of its result in the response: marker, topic, partition.
     at: (usize, usize, usize),
     tp: TopicPartition,
+    marker: TxnMarker,
     leader_epoch: i32,
     required_offset: i64,
     min_insync: usize,
@@ -93,6 +94,7 @@ impl Broker {
                             pending.push(PendingMarker {
                                 at: (m, t, p),
                                 tp: tp.clone(),
+                                marker: txn_marker,
                                 leader_epoch,
                                 required_offset: appended.info.last_offset + 1,
                                 min_insync,
@@ -152,7 +154,18 @@ impl Broker {
             // Hook for the group coordinator (issue #16, TXNC's side): a marker on a
             // `__consumer_offsets` partition makes that producer's pending transactional
             // offsets visible (commit) or drops them (abort) once the marker is written,
-            // as Kafka's handler calls `groupCoordinator.completeTransaction` here.
+            // as Kafka's handler calls `groupCoordinator.completeTransaction` here, with
+            // `marker.tp.partition`, `marker.marker.producer_id`, `marker.marker.commit`
+            // when `code` is NONE.
+            if code != ErrorCode::NONE {
+                tracing::debug!(
+                    tp = %marker.tp,
+                    producer_id = marker.marker.producer_id,
+                    commit = marker.marker.commit,
+                    error = code.name(),
+                    "transaction marker not written"
+                );
+            }
             let (m, t, p) = marker.at;
             if let Some(result) = response
                 .markers
