@@ -755,6 +755,9 @@ impl UnifiedLog {
         self.layout_version += 1;
         self.first_dirty_offset = end;
         self.earliest_delete_horizon_ms = cleaned.earliest_delete_horizon_ms;
+        // The swap replaced segments by base offset: each marker's entry goes to the
+        // `.txnindex` of the segment that holds it now.
+        self.rewrite_txn_indexes()?;
         tracing::info!(
             dir = %self.dir.display(),
             segments = cleaned.stats.segments_read,

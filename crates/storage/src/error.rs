@@ -86,6 +86,23 @@ pub enum AppendError {
         current: i16,
         found: i16,
     },
+    /// A transactional producer's batch that does not fit its transaction's state (a
+    /// non-transactional batch while its transaction is open): `INVALID_TXN_STATE`.
+    #[error("invalid transaction state for producer {producer_id}: {reason}")]
+    InvalidTxnState {
+        producer_id: i64,
+        reason: &'static str,
+    },
+    /// A transaction marker from a coordinator epoch older than the one of the
+    /// producer's last marker: `TRANSACTION_COORDINATOR_FENCED`.
+    #[error(
+        "marker for producer {producer_id} from coordinator epoch {found}, older than {current}"
+    )]
+    TransactionCoordinatorFenced {
+        producer_id: i64,
+        current: i32,
+        found: i32,
+    },
     /// Under CreateTime, a record whose timestamp lies further from the broker's clock
     /// than `message.timestamp.before.max.ms` / `after.max.ms` allow: `INVALID_TIMESTAMP`.
     /// `index` is the record's position in its batch (Kafka's `RecordError.batchIndex`).

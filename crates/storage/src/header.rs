@@ -90,4 +90,7 @@ impl BatchHeader {
     pub fn is_control(&self) -> bool {
         self.attributes & 0x20 != 0
     }
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & 0x10 != 0
+    }
 }

@@ -6,7 +6,9 @@
 //!   recovery design note.
 //! - [`index`]: `OffsetIndex` and `TimeIndex`.
 //! - [`epoch`]: `LeaderEpochFileCache` (`leader-epoch-checkpoint`).
-//! - [`producer_state`]: `ProducerStateManager`, idempotent-producer deduplication.
+//! - [`producer_state`]: `ProducerStateManager`, idempotent-producer deduplication and
+//!   each producer's open transaction (the last stable offset).
+//! - [`transaction_index`]: `TransactionIndex`, the aborted transactions (`.txnindex`).
 //! - [`retention`]: `cleanup.policy=delete`, DeleteRecords, rolling a quiet partition.
 //! - [`cleaner`]: `cleanup.policy=compact`, the log cleaner and its segment swap.
 //! - [`clean_shutdown`]: the data directory's clean-shutdown marker and the one
@@ -34,6 +36,7 @@ pub mod retention;
 pub mod segment;
 mod swap;
 pub mod topic_partition;
+pub mod transaction_index;
 mod validator;
 
 #[cfg(test)]
@@ -45,8 +48,11 @@ pub use config::{BrokerCompressionType, CleanupPolicy, LogConfig, MessageTimesta
 pub use epoch::{EpochEntry, LeaderEpochFileCache, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
 pub use error::{AppendError, DeleteRecordsError, ReadError, StorageError};
 pub use flush::{FlushDone, LogFlusher, PendingFlush};
-pub use log::{LogAppendInfo, TimestampAndOffset, UnifiedLog, ValidatedRecords};
-pub use producer_state::{AppendOrigin, BatchMetadata, ProducerStateEntry};
+pub use log::{
+    end_txn_marker_batch, LogAppendInfo, TimestampAndOffset, UnifiedLog, ValidatedRecords,
+};
+pub use producer_state::{AppendOrigin, BatchMetadata, EndTxnMarker, ProducerStateEntry};
 pub use retention::RetentionResult;
 pub use segment::{FetchDataInfo, FileRange, LogOffsetMetadata};
 pub use topic_partition::{parse_partition_dir_name, partition_dir_name, TopicPartition};
+pub use transaction_index::AbortedTxn;

@@ -13,6 +13,10 @@
 //! - `leader-epoch-checkpoint`: the leader epoch cache (see [`epoch`]).
 //! - `log-start-offset`, `high-watermark`: single-offset checkpoints.
 //! - `cleaner-offset-checkpoint`: the first offset the cleaner has not cleaned yet.
+//! - `<base offset>.txnindex`: the aborted transactions whose ABORT marker is in that
+//!   segment (see [`crate::transaction_index`]).
+//! - `<log end offset>.snapshot`: the producer state at a clean close (see
+//!   [`crate::producer_state`]).
 //! - `*.cleaned`, `*.swap`, `cleaner-swap`: a clean in progress, finished or rolled back
 //!   at open (see [`cleaner`]).
 //! - `.clean_shutdown`: written by earlier versions at a clean close, one per log; open
@@ -21,6 +25,18 @@
 //!   [`UnifiedLog::open`] how the previous run ended ([`PreviousShutdown`]); after an
 //!   unclean one the active segment is recovered and the producer state and any leader
 //!   epochs missing from the checkpoint are rebuilt from the batches.
+//!
+//! # Transactions
+//!
+//! The producer state tracks each producer's open transaction; the *last stable offset*
+//! (LSO, [`UnifiedLog::last_stable_offset`]) is the first offset of the oldest
+//! transaction not yet decided and replicated, or the high watermark, whichever is
+//! smaller: a read_committed reader reads below it only. A transaction marker is a
+//! control batch appended by the partition leader for the transaction coordinator
+//! ([`end_txn_marker_batch`], origin `Coordinator`); an ABORT marker adds an entry to the
+//! aborted-transaction index, which [`UnifiedLog::collect_aborted_txns`] answers fetches
+//! from. After an unclean shutdown the markers are read again with the batch headers,
+//! which rebuilds the open transactions, the LSO and the index together.
 //!
 //! [`UnifiedLog::close`] writes the index entries and checkpoints without fsync: the
 //! caller makes a whole directory of closed logs durable with one `syncfs` before it
@@ -58,14 +74,16 @@ use crate::epoch::LeaderEpochFileCache;
 use crate::error::{AppendError, ReadError, StorageError};
 use crate::flush::{FlushDone, LogFlusher, PendingFlush};
 use crate::producer_state::{
-    AppendOrigin, ProducerAppendInfo, ProducerBatch, ProducerStateEntry, ProducerStateManager,
+    AppendOrigin, EndTxnMarker, ProducerAppendInfo, ProducerBatch, ProducerStateEntry,
+    ProducerStateManager,
 };
-use crate::records::{first_record_at_or_after, validate_stored};
+use crate::records::{end_txn_marker, first_record_at_or_after, validate_stored};
 use crate::segment::{
     BatchSummary, FetchDataInfo, LogSegment, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
 };
 use crate::swap::{recover_swap, CLEANER_OFFSET_CHECKPOINT_FILE};
+use crate::transaction_index::{self, AbortedTxn, TXN_INDEX_FILE_SUFFIX};
 use crate::validator::{
     corrupt_to_append_error, recompress, validate_records, RecordChecks, TimestampWindow,
 };
@@ -140,6 +158,9 @@ pub struct UnifiedLog {
     pub(crate) recovery_point: i64,
     pub(crate) leader_epoch_cache: LeaderEpochFileCache,
     pub(crate) producer_state: ProducerStateManager,
+    /// Every aborted transaction of the log, by marker offset (the `.txnindex` files
+    /// hold the same, one file per segment).
+    pub(crate) aborted_txns: Vec<AbortedTxn>,
     unflushed_messages: u64,
     last_flush_ms: i64,
     /// Group commit of the fsyncs that `flush.messages` and `flush.ms` ask for (see
@@ -213,6 +234,7 @@ impl UnifiedLog {
                 bases.push(base);
             } else if let Some(base) = parse_base_offset(&name, INDEX_FILE_SUFFIX)
                 .or_else(|| parse_base_offset(&name, TIME_INDEX_FILE_SUFFIX))
+                .or_else(|| parse_base_offset(&name, TXN_INDEX_FILE_SUFFIX))
             {
                 index_files.push((base, entry.path()));
             }
@@ -335,14 +357,24 @@ impl UnifiedLog {
         };
         let replay_producers = snapshot.is_none();
         let mut producer_state = snapshot.unwrap_or_default();
+        let mut replayed_aborted = Vec::new();
+        let mut marker_error = None;
         for seg in segments.values() {
             if !replay_producers && !rebuild_epochs && !rederive_epochs {
                 break;
             }
-            seg.for_each_header(0, |_, h| {
+            seg.for_each_header(0, |pos, h| {
                 if h.last_offset() >= log_start_offset {
                     if replay_producers {
-                        producer_state.replay(h);
+                        match read_marker(seg, pos, h) {
+                            Ok(marker) => {
+                                replayed_aborted.extend(producer_state.replay(h, marker));
+                            }
+                            Err(e) => {
+                                marker_error = Some(e);
+                                return false;
+                            }
+                        }
                     }
                     let newer = leader_epoch_cache
                         .latest_epoch()
@@ -356,7 +388,20 @@ impl UnifiedLog {
                 }
                 true
             })?;
+            if let Some(e) = marker_error.take() {
+                return Err(e);
+            }
         }
+        // The aborted-transaction index: what the replay found (and the files rewritten
+        // to match, as they may miss entries written just before a crash), or, with the
+        // producer state from a clean close's snapshot, the files that close left.
+        let aborted_txns = if replay_producers {
+            rewrite_txn_indexes(dir, &segments, &replayed_aborted)?;
+            replayed_aborted
+        } else {
+            load_txn_indexes(dir, &segments)?
+        };
+        producer_state.on_high_watermark_updated(high_watermark);
         let trimmed = leader_epoch_cache.truncate_from_end(log_end)
             | leader_epoch_cache.truncate_from_start(log_start_offset);
         // An empty rebuilt cache (a new log) has nothing to persist: a missing file
@@ -410,6 +455,7 @@ impl UnifiedLog {
             recovery_point: log_end,
             leader_epoch_cache,
             producer_state,
+            aborted_txns,
             unflushed_messages: 0,
             last_flush_ms: now_ms,
             flusher,
@@ -508,6 +554,46 @@ impl UnifiedLog {
     pub fn producer_state(&self, producer_id: i64) -> Option<&ProducerStateEntry> {
         self.producer_state.get(producer_id)
     }
+    /// Every producer the log knows (DescribeProducers).
+    pub fn active_producers(&self) -> Vec<ProducerStateEntry> {
+        let mut all: Vec<_> = self.producer_state.producers().cloned().collect();
+        all.sort_unstable_by_key(|e| e.producer_id);
+        all
+    }
+    /// The open transactions, `(first offset, producer id)`, oldest first.
+    pub fn ongoing_txns(&self) -> Vec<(i64, i64)> {
+        self.producer_state.ongoing_txns().collect()
+    }
+    /// The first offset of the oldest transaction that is open or whose marker is not
+    /// below the high watermark yet (not clamped to the log start).
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.producer_state.first_unstable_offset()
+    }
+    /// The last stable offset: read_committed readers see the records below it only.
+    /// Never above the high watermark nor below the log start offset.
+    pub fn last_stable_offset(&self) -> i64 {
+        match self.producer_state.first_unstable_offset() {
+            Some(first) if first < self.high_watermark => first.max(self.log_start_offset),
+            _ => self.high_watermark,
+        }
+    }
+    /// The aborted transactions a read from `start_offset` up to `upper_bound_offset`
+    /// must report to a read_committed reader (Fetch's `aborted_transactions`).
+    pub fn collect_aborted_txns(
+        &self,
+        start_offset: i64,
+        upper_bound_offset: i64,
+    ) -> Vec<AbortedTxn> {
+        transaction_index::collect_aborted_txns(
+            &self.aborted_txns,
+            start_offset,
+            upper_bound_offset,
+        )
+    }
+    /// Every entry of the aborted-transaction index, oldest marker first.
+    pub fn aborted_txns(&self) -> &[AbortedTxn] {
+        &self.aborted_txns
+    }
     pub fn leader_epoch_cache(&self) -> &LeaderEpochFileCache {
         &self.leader_epoch_cache
     }
@@ -519,6 +605,8 @@ impl UnifiedLog {
     /// Sets the high watermark, clamped to `[log start, log end]`; returns the value set.
     pub fn update_high_watermark(&mut self, offset: i64) -> i64 {
         self.high_watermark = offset.clamp(self.log_start_offset, self.log_end_offset());
+        self.producer_state
+            .on_high_watermark_updated(self.high_watermark);
         self.high_watermark
     }
 
@@ -769,6 +857,8 @@ impl UnifiedLog {
                     last_offset_delta: b.last_offset_delta(),
                     max_timestamp: vb.max_timestamp_fix.unwrap_or_else(|| b.max_timestamp()),
                     is_control: b.is_control(),
+                    is_transactional: b.is_transactional(),
+                    marker: end_txn_marker(b).map_err(corrupt_to_append_error)?,
                 };
                 if origin == AppendOrigin::Client {
                     if let Some(dup) = self.producer_state.find_duplicate(&pb) {
@@ -853,7 +943,9 @@ impl UnifiedLog {
             .collect();
         self.append_batches(&parts, &summaries, now_ms)
             .map_err(|e| self.go_offline(e))?;
-        self.producer_state.apply(staged);
+        let aborted = self.producer_state.apply(staged);
+        self.record_aborted_txns(aborted)
+            .map_err(|e| self.go_offline(e))?;
         let pending = self.after_append(record_count, now_ms);
         let info = LogAppendInfo {
             first_offset,
@@ -944,12 +1036,23 @@ impl UnifiedLog {
             .collect();
         self.append_batches(&parts, &summaries, now_ms)
             .map_err(|e| self.go_offline(e))?;
+        let mut aborted = Vec::new();
         for vb in &batches {
             let mut hb = [0u8; HEADER_LEN];
             hb.copy_from_slice(&vb.batch.as_bytes()[..HEADER_LEN]);
-            self.producer_state
-                .replay(&crate::header::BatchHeader::parse(&hb));
+            // A marker the leader wrote is read as the leader read it; one that cannot
+            // be read (which the leader would have refused) changes no transaction.
+            let marker = end_txn_marker(&vb.batch).unwrap_or_else(|e| {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "unreadable replicated marker");
+                None
+            });
+            aborted.extend(
+                self.producer_state
+                    .replay(&crate::header::BatchHeader::parse(&hb), marker),
+            );
         }
+        self.record_aborted_txns(aborted)
+            .map_err(|e| self.go_offline(e))?;
         let pending = self.after_append(record_count, now_ms);
         let first = summaries.first().map_or(-1, |s| s.0);
         let last = summaries.last().map_or(-1, |s| s.2.last_offset);
@@ -1313,11 +1416,11 @@ impl UnifiedLog {
         }
         // As Kafka: a truncation below the log start moves the log start down with it.
         self.log_start_offset = self.log_start_offset.min(log_end);
+        self.high_watermark = self.high_watermark.min(log_end);
         self.rebuild_producer_state()?;
         self.layout_version += 1;
         self.first_dirty_offset = self.first_dirty_offset.min(log_end);
         self.checkpoint_first_dirty_offset()?;
-        self.high_watermark = self.high_watermark.min(log_end);
         self.recovery_point = self.recovery_point.min(log_end);
         self.flusher.record_truncated(self.active_file(), log_end);
         Ok(true)
@@ -1353,6 +1456,7 @@ impl UnifiedLog {
         self.leader_epoch_cache.clear();
         self.leader_epoch_cache.flush(Durability::Durable)?;
         self.producer_state.clear();
+        self.aborted_txns.clear();
         self.write_log_start_checkpoint(offset, Durability::Durable)?;
         self.checkpoint_high_watermark()
     }
@@ -1365,6 +1469,7 @@ impl UnifiedLog {
             return Ok(false);
         }
         self.log_start_offset = offset;
+        self.trim_aborted_txns();
         if self.leader_epoch_cache.truncate_from_start(offset) {
             self.leader_epoch_cache.flush(Durability::Durable)?;
         }
@@ -1372,19 +1477,67 @@ impl UnifiedLog {
         Ok(true)
     }
 
+    /// Rebuilds the producer state and the aborted-transaction index from the log (after
+    /// a truncation), and rewrites the `.txnindex` files to match.
     fn rebuild_producer_state(&mut self) -> Result<(), StorageError> {
         let mut state = ProducerStateManager::default();
+        let mut aborted = Vec::new();
         let log_start = self.log_start_offset;
         for seg in self.segments.values() {
-            seg.for_each_header(0, |_, h| {
+            let mut failed = None;
+            seg.for_each_header(0, |pos, h| {
                 if h.last_offset() >= log_start {
-                    state.replay(h);
+                    match read_marker(seg, pos, h) {
+                        Ok(marker) => aborted.extend(state.replay(h, marker)),
+                        Err(e) => {
+                            failed = Some(e);
+                            return false;
+                        }
+                    }
                 }
                 true
             })?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
         }
+        state.on_high_watermark_updated(self.high_watermark);
         self.producer_state = state;
+        rewrite_txn_indexes(&self.dir, &self.segments, &aborted)?;
+        self.aborted_txns = aborted;
         Ok(())
+    }
+
+    /// Adds the entries of ABORT markers just appended, in memory and in the `.txnindex`
+    /// of the segment holding each marker (no fsync: see [`crate::transaction_index`]).
+    fn record_aborted_txns(&mut self, aborted: Vec<AbortedTxn>) -> Result<(), StorageError> {
+        for txn in aborted {
+            let base = self
+                .segments
+                .range(..=txn.last_offset)
+                .next_back()
+                .map_or(txn.last_offset, |(b, _)| *b);
+            transaction_index::append(
+                &crate::segment::segment_file(&self.dir, base, TXN_INDEX_FILE_SUFFIX),
+                &[txn],
+            )?;
+            self.aborted_txns.push(txn);
+        }
+        Ok(())
+    }
+
+    /// Forgets the aborted transactions whose marker is below the log start: no read
+    /// can start before it (their files went with their segments).
+    pub(crate) fn trim_aborted_txns(&mut self) {
+        let start = self.log_start_offset;
+        let keep_from = self.aborted_txns.partition_point(|t| t.last_offset < start);
+        self.aborted_txns.drain(..keep_from);
+    }
+
+    /// Writes every segment's `.txnindex` from memory (after the cleaner replaced
+    /// segments, whose files named the old bases).
+    pub(crate) fn rewrite_txn_indexes(&self) -> Result<(), StorageError> {
+        rewrite_txn_indexes(&self.dir, &self.segments, &self.aborted_txns)
     }
 
     pub fn latest_epoch(&self) -> Option<i32> {
@@ -1465,6 +1618,11 @@ impl UnifiedLog {
         if !self.leader_epoch_cache.is_in_file() {
             self.leader_epoch_cache.flush(Durability::Deferred)?;
         }
+        if self.producer_state.has_unreplicated_txns() {
+            // The snapshot cannot say that a closed transaction still holds the LSO
+            // back; without one the next open replays the log and finds it.
+            return Ok(());
+        }
         self.producer_state
             .write_snapshot(&self.dir, self.log_end_offset(), Durability::Deferred)
     }
@@ -1475,6 +1633,126 @@ impl UnifiedLog {
         drop(self);
         fs::remove_dir_all(&dir).map_err(|e| StorageError::io(&dir, e))
     }
+}
+
+/// The transaction marker of the batch at `pos`, read only for a control batch.
+fn read_marker(
+    seg: &LogSegment,
+    pos: u64,
+    h: &crate::header::BatchHeader,
+) -> Result<Option<EndTxnMarker>, StorageError> {
+    if !h.is_control() || h.producer_id < 0 {
+        return Ok(None);
+    }
+    let Some(batch) = seg.read_batch(pos, h)? else {
+        return Ok(None);
+    };
+    Ok(end_txn_marker(&batch).unwrap_or_else(|e| {
+        tracing::warn!(path = %seg.log_path().display(), pos, error = %e, "unreadable transaction marker");
+        None
+    }))
+}
+
+/// Writes each segment's `.txnindex` with the entries of `aborted` whose marker it
+/// holds, removes the others (and those of segments that are gone).
+fn rewrite_txn_indexes(
+    dir: &Path,
+    segments: &BTreeMap<i64, LogSegment>,
+    aborted: &[AbortedTxn],
+) -> Result<(), StorageError> {
+    for entry in fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
+        let entry = entry.map_err(|e| StorageError::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(base) = parse_base_offset(&name, TXN_INDEX_FILE_SUFFIX) {
+            let mine = segment_entries(segments, base, aborted);
+            if !segments.contains_key(&base) || mine.is_empty() {
+                transaction_index::remove(&entry.path())?;
+            }
+        }
+    }
+    for &base in segments.keys() {
+        let mine = segment_entries(segments, base, aborted);
+        if !mine.is_empty() {
+            let path = crate::segment::segment_file(dir, base, TXN_INDEX_FILE_SUFFIX);
+            if transaction_index::read(&path)?.as_deref() != Some(mine) {
+                transaction_index::write(&path, mine)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The entries of `aborted` (sorted by marker offset) whose marker lies in the segment
+/// based at `base`.
+fn segment_entries<'a>(
+    segments: &BTreeMap<i64, LogSegment>,
+    base: i64,
+    aborted: &'a [AbortedTxn],
+) -> &'a [AbortedTxn] {
+    let next_base = segments
+        .range(base + 1..)
+        .next()
+        .map_or(i64::MAX, |(b, _)| *b);
+    let from = aborted.partition_point(|t| t.last_offset < base);
+    let to = aborted.partition_point(|t| t.last_offset < next_base);
+    &aborted[from..to.max(from)]
+}
+
+/// The entries of every segment's `.txnindex`, by marker offset. A file that cannot be
+/// read counts as empty, with a warning: the index then misses aborted transactions,
+/// which only a rebuild (an unclean open) would restore.
+fn load_txn_indexes(
+    dir: &Path,
+    segments: &BTreeMap<i64, LogSegment>,
+) -> Result<Vec<AbortedTxn>, StorageError> {
+    let mut all = Vec::new();
+    for &base in segments.keys() {
+        let path = crate::segment::segment_file(dir, base, TXN_INDEX_FILE_SUFFIX);
+        match transaction_index::read(&path)? {
+            Some(entries) => all.extend(entries),
+            None if path.exists() => {
+                tracing::warn!(path = %path.display(), "unreadable transaction index ignored");
+            }
+            None => {}
+        }
+    }
+    all.sort_by_key(|t| t.last_offset);
+    Ok(all)
+}
+
+/// A control batch holding one transaction marker (Kafka's
+/// `MemoryRecords.withEndTransactionMarker`), for a leader to append with origin
+/// `Coordinator`: producer id and epoch of the transaction, no sequence, transactional
+/// and control attributes, one record whose key is the marker type and whose value is
+/// `EndTxnMarker` version 0 with the coordinator epoch.
+pub fn end_txn_marker_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    commit: bool,
+    timestamp_ms: i64,
+) -> Result<Bytes, AppendError> {
+    use rill_protocol::records::{
+        end_txn_marker_value, CompressionType, ControlRecordType, RecordBatchBuilder,
+    };
+    let kind = if commit {
+        ControlRecordType::Commit
+    } else {
+        ControlRecordType::Abort
+    };
+    let mut builder = RecordBatchBuilder::new(CompressionType::None, 0)
+        .producer(producer_id, producer_epoch, -1)
+        .transactional(true)
+        .control(true);
+    builder
+        .append(
+            timestamp_ms,
+            Some(&kind.key()),
+            Some(&end_txn_marker_value(coordinator_epoch)),
+            &[],
+        )
+        .map_err(corrupt_to_append_error)?;
+    builder.build().map_err(corrupt_to_append_error)
 }
 
 impl UnifiedLog {
@@ -1555,3 +1833,6 @@ mod file_range_tests {
 
 #[cfg(test)]
 mod group_commit_tests;
+
+#[cfg(test)]
+mod txn_tests;

@@ -23,10 +23,33 @@
 //! close. Otherwise the state is rebuilt by reading the batch headers of the log in
 //! order, applying each as a replicated batch; both give the same state, since live
 //! appends and replay go through the same `validate_and_stage`.
-//! Transactions (ongoing transaction first offsets, the last stable offset) and
-//! producer-id expiration are not tracked yet.
+//!
+//! # Transactions (KIP-98)
+//!
+//! 5. A transactional data batch (attribute bit 4) of a producer with no open
+//!    transaction opens one at the batch's first offset (`current_txn_first_offset`);
+//!    a non-transactional data batch while one is open is refused (`InvalidTxnState`).
+//! 6. A control batch holding an `EndTxnMarker` (COMMIT or ABORT) closes the producer's
+//!    transaction (a marker for a producer with none open closes an empty one at the
+//!    marker). A marker whose coordinator epoch is below the one the producer's last
+//!    marker carried is from a fenced coordinator (`TransactionCoordinatorFenced`), one
+//!    with an older producer epoch from a fenced producer (rule 1).
+//! 7. The *first unstable offset* is the first offset of the oldest transaction that is
+//!    open, or that is closed by a marker the high watermark has not passed yet
+//!    (Kafka's `unreplicatedTxns`: until every in-sync replica has the marker, a new
+//!    leader could still see the transaction open). The log's last stable offset is the
+//!    smaller of it and the high watermark.
+//! 8. An ABORT marker yields an [`AbortedTxn`] for the transaction index, whose
+//!    `last_stable_offset` is the first offset of the oldest other open transaction, or
+//!    the marker's offset + 1.
+//!
+//! The snapshot line ends with `currentTxnFirstOffset (-1: none) coordinatorEpoch`; a
+//! line without them (an earlier version's snapshot) is refused and the state rebuilt
+//! from the log. A close with a closed transaction whose marker is above the high
+//! watermark writes no snapshot, so that the next open replays the log and finds it.
+//! Producer-id expiration is not done yet.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use std::fs;
 use std::path::Path;
@@ -34,7 +57,9 @@ use std::path::Path;
 use crate::checkpoint::{self, Durability};
 use crate::error::AppendError;
 use crate::header::BatchHeader;
+pub use crate::records::EndTxnMarker;
 use crate::segment::segment_file;
+use crate::transaction_index::AbortedTxn;
 use crate::StorageError;
 
 pub const PRODUCER_SNAPSHOT_SUFFIX: &str = "snapshot";
@@ -44,6 +69,18 @@ pub const PRODUCER_SNAPSHOT_SUFFIX: &str = "snapshot";
 pub const NUM_BATCHES_TO_RETAIN: usize = 5;
 pub const NO_PRODUCER_EPOCH: i16 = -1;
 pub const NO_SEQUENCE: i32 = -1;
+/// The coordinator epoch of a producer that has written no marker yet.
+pub const NO_COORDINATOR_EPOCH: i32 = -1;
+
+/// A transaction a marker closed (Kafka's `CompletedTxn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The marker's offset.
+    pub last_offset: i64,
+    pub aborted: bool,
+}
 
 /// Who is appending: decides which checks apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +140,10 @@ pub struct ProducerStateEntry {
     /// Oldest first, at most [`NUM_BATCHES_TO_RETAIN`].
     pub batches: VecDeque<BatchMetadata>,
     pub last_timestamp: i64,
+    /// The epoch of the transaction coordinator that wrote this producer's last marker.
+    pub coordinator_epoch: i32,
+    /// The first offset of the producer's open transaction in this partition.
+    pub current_txn_first_offset: Option<i64>,
 }
 
 impl ProducerStateEntry {
@@ -112,6 +153,8 @@ impl ProducerStateEntry {
             producer_epoch: NO_PRODUCER_EPOCH,
             batches: VecDeque::new(),
             last_timestamp: -1,
+            coordinator_epoch: NO_COORDINATOR_EPOCH,
+            current_txn_first_offset: None,
         }
     }
 
@@ -161,6 +204,11 @@ impl ProducerStateEntry {
 #[derive(Debug, Default, Clone)]
 pub struct ProducerStateManager {
     producers: HashMap<i64, ProducerStateEntry>,
+    /// Open transactions: first offset → producer id.
+    ongoing_txns: BTreeMap<i64, i64>,
+    /// Transactions closed by a marker the high watermark has not passed yet (rule 7):
+    /// first offset → (producer id, marker offset).
+    unreplicated_txns: BTreeMap<i64, (i64, i64)>,
 }
 
 /// The producer fields of one batch, as the log hands them over.
@@ -172,10 +220,15 @@ pub(crate) struct ProducerBatch {
     pub last_offset_delta: i32,
     pub max_timestamp: i64,
     pub is_control: bool,
+    pub is_transactional: bool,
+    /// The marker a control batch holds (`None`: not a transaction marker).
+    pub marker: Option<EndTxnMarker>,
 }
 
 impl ProducerBatch {
-    pub fn from_header(h: &BatchHeader) -> Self {
+    /// The batch's producer fields; `marker` is what its control record says, when it
+    /// is a control batch (the header alone cannot tell COMMIT from ABORT).
+    pub fn from_header(h: &BatchHeader, marker: Option<EndTxnMarker>) -> Self {
         Self {
             producer_id: h.producer_id,
             producer_epoch: h.producer_epoch,
@@ -183,6 +236,8 @@ impl ProducerBatch {
             last_offset_delta: h.last_offset_delta,
             max_timestamp: h.max_timestamp,
             is_control: h.is_control(),
+            is_transactional: h.is_transactional(),
+            marker: marker.filter(|_| h.is_control()),
         }
     }
     pub fn last_sequence(&self) -> i32 {
@@ -194,6 +249,14 @@ impl ProducerBatch {
 #[derive(Debug, Default)]
 pub(crate) struct ProducerAppendInfo {
     updated: HashMap<i64, ProducerStateEntry>,
+    /// Transactions opened and closed by the record set, in offset order.
+    txn_events: Vec<TxnEvent>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum TxnEvent {
+    Started { producer_id: i64, first_offset: i64 },
+    Completed(CompletedTxn),
 }
 
 impl ProducerStateManager {
@@ -209,6 +272,39 @@ impl ProducerStateManager {
         self.producers.is_empty()
     }
 
+    /// Every producer the partition knows, by producer id (DescribeProducers).
+    pub fn producers(&self) -> impl Iterator<Item = &ProducerStateEntry> {
+        self.producers.values()
+    }
+
+    /// Rule 7: the first offset of the oldest transaction that is open or whose marker
+    /// is not below the high watermark yet.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        let ongoing = self.ongoing_txns.keys().next().copied();
+        let unreplicated = self.unreplicated_txns.keys().next().copied();
+        match (ongoing, unreplicated) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The open transactions: `(first offset, producer id)`, oldest first.
+    pub fn ongoing_txns(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.ongoing_txns.iter().map(|(o, p)| (*o, *p))
+    }
+
+    /// The high watermark moved to `hw`: closed transactions whose marker is below it
+    /// no longer hold the last stable offset back.
+    pub(crate) fn on_high_watermark_updated(&mut self, hw: i64) {
+        self.unreplicated_txns
+            .retain(|_, (_, marker)| *marker >= hw);
+    }
+
+    /// Whether a closed transaction's marker is still above the high watermark.
+    pub(crate) fn has_unreplicated_txns(&self) -> bool {
+        !self.unreplicated_txns.is_empty()
+    }
+
     /// The last offset of each producer's latest batch: the batches the cleaner must
     /// keep (emptied if need be) so that a rebuild from the log finds every producer's
     /// last sequence again.
@@ -222,6 +318,8 @@ impl ProducerStateManager {
 
     pub(crate) fn clear(&mut self) {
         self.producers.clear();
+        self.ongoing_txns.clear();
+        self.unreplicated_txns.clear();
     }
 
     /// Rule 2: a client batch that repeats one of the producer's last five.
@@ -267,8 +365,40 @@ impl ProducerStateManager {
             }
         }
         if b.is_control {
+            let Some(marker) = b.marker else {
+                // A control record of a type this version does not know: no effect on
+                // the transaction, as Kafka's `ProducerAppendInfo` ignores it.
+                entry.maybe_update_producer_epoch(b.producer_epoch);
+                entry.last_timestamp = b.max_timestamp;
+                return Ok(());
+            };
+            if marker.coordinator_epoch < entry.coordinator_epoch {
+                if origin == AppendOrigin::Replication {
+                    tracing::warn!(
+                        producer_id = b.producer_id,
+                        coordinator_epoch = marker.coordinator_epoch,
+                        current = entry.coordinator_epoch,
+                        "replicated marker from an older coordinator epoch"
+                    );
+                } else {
+                    return Err(AppendError::TransactionCoordinatorFenced {
+                        producer_id: b.producer_id,
+                        current: entry.coordinator_epoch,
+                        found: marker.coordinator_epoch,
+                    });
+                }
+            }
+            let first_offset = entry.current_txn_first_offset.unwrap_or(last_offset);
             entry.maybe_update_producer_epoch(b.producer_epoch);
+            entry.current_txn_first_offset = None;
+            entry.coordinator_epoch = marker.coordinator_epoch;
             entry.last_timestamp = b.max_timestamp;
+            info.txn_events.push(TxnEvent::Completed(CompletedTxn {
+                producer_id: b.producer_id,
+                first_offset,
+                last_offset,
+                aborted: !marker.commit,
+            }));
             return Ok(());
         }
         if origin == AppendOrigin::Client {
@@ -298,6 +428,23 @@ impl ProducerStateManager {
                 }
             }
         }
+        let first_offset = last_offset - i64::from(b.last_offset_delta);
+        match (entry.current_txn_first_offset, b.is_transactional) {
+            (Some(_), false) => {
+                return Err(AppendError::InvalidTxnState {
+                    producer_id: b.producer_id,
+                    reason: "non-transactional batch while a transaction is open",
+                })
+            }
+            (None, true) => {
+                entry.current_txn_first_offset = Some(first_offset);
+                info.txn_events.push(TxnEvent::Started {
+                    producer_id: b.producer_id,
+                    first_offset,
+                });
+            }
+            _ => {}
+        }
         entry.add_batch(
             b.producer_epoch,
             BatchMetadata {
@@ -310,9 +457,43 @@ impl ProducerStateManager {
         Ok(())
     }
 
-    /// Applies what [`Self::validate_and_stage`] staged, once the append succeeded.
-    pub(crate) fn apply(&mut self, info: ProducerAppendInfo) {
+    /// Applies what [`Self::validate_and_stage`] staged, once the append succeeded, and
+    /// returns the transaction index entries of the ABORT markers in it (rule 8).
+    pub(crate) fn apply(&mut self, info: ProducerAppendInfo) -> Vec<AbortedTxn> {
         self.producers.extend(info.updated);
+        let mut aborted = Vec::new();
+        for event in info.txn_events {
+            match event {
+                TxnEvent::Started {
+                    producer_id,
+                    first_offset,
+                } => {
+                    self.ongoing_txns.insert(first_offset, producer_id);
+                }
+                TxnEvent::Completed(txn) => {
+                    if self.ongoing_txns.get(&txn.first_offset) == Some(&txn.producer_id) {
+                        self.ongoing_txns.remove(&txn.first_offset);
+                    }
+                    if txn.aborted {
+                        let last_stable_offset = self
+                            .ongoing_txns
+                            .keys()
+                            .next()
+                            .copied()
+                            .unwrap_or(txn.last_offset + 1);
+                        aborted.push(AbortedTxn {
+                            producer_id: txn.producer_id,
+                            first_offset: txn.first_offset,
+                            last_offset: txn.last_offset,
+                            last_stable_offset,
+                        });
+                    }
+                    self.unreplicated_txns
+                        .insert(txn.first_offset, (txn.producer_id, txn.last_offset));
+                }
+            }
+        }
+        aborted
     }
 
     /// Writes the snapshot of the state at `offset` (the log end) and removes older ones.
@@ -342,6 +523,11 @@ impl ProducerStateManager {
                     b.last_seq, b.last_offset, b.offset_delta, b.timestamp
                 ));
             }
+            line.push_str(&format!(
+                " {} {}",
+                e.current_txn_first_offset.unwrap_or(-1),
+                e.coordinator_epoch
+            ));
             lines.push(line);
         }
         let path = segment_file(dir, offset, PRODUCER_SNAPSHOT_SUFFIX);
@@ -358,6 +544,7 @@ impl ProducerStateManager {
             Err(e) => return Err(e),
         };
         let mut producers = HashMap::with_capacity(lines.len());
+        let mut ongoing_txns = BTreeMap::new();
         for f in lines {
             let header = f.get(..4).and_then(|h| {
                 Some((
@@ -370,11 +557,16 @@ impl ProducerStateManager {
             let Some((producer_id, producer_epoch, last_timestamp, n)) = header else {
                 return Ok(None);
             };
-            if n > NUM_BATCHES_TO_RETAIN || f.len() != 4 + 4 * n {
+            if n > NUM_BATCHES_TO_RETAIN || f.len() != 4 + 4 * n + 2 {
                 return Ok(None);
             }
+            let txn_first = f[4 + 4 * n];
+            let Ok(coordinator_epoch) = i32::try_from(f[4 + 4 * n + 1]) else {
+                return Ok(None);
+            };
+            let current_txn_first_offset = (txn_first >= 0).then_some(txn_first);
             let mut batches = VecDeque::with_capacity(n);
-            for b in f[4..].chunks_exact(4) {
+            for b in f[4..4 + 4 * n].chunks_exact(4) {
                 let (Ok(last_seq), Ok(offset_delta)) = (i32::try_from(b[0]), i32::try_from(b[2]))
                 else {
                     return Ok(None);
@@ -386,6 +578,9 @@ impl ProducerStateManager {
                     timestamp: b[3],
                 });
             }
+            if let Some(first) = current_txn_first_offset {
+                ongoing_txns.insert(first, producer_id);
+            }
             producers.insert(
                 producer_id,
                 ProducerStateEntry {
@@ -393,10 +588,16 @@ impl ProducerStateManager {
                     producer_epoch,
                     batches,
                     last_timestamp,
+                    coordinator_epoch,
+                    current_txn_first_offset,
                 },
             );
         }
-        Ok(Some(Self { producers }))
+        Ok(Some(Self {
+            producers,
+            ongoing_txns,
+            unreplicated_txns: BTreeMap::new(),
+        }))
     }
 
     /// Removes every snapshot in `dir` but `keep`.
@@ -413,19 +614,27 @@ impl ProducerStateManager {
         Ok(())
     }
 
-    /// Applies a batch read back from the log (recovery, truncation): as replication.
-    pub(crate) fn replay(&mut self, h: &BatchHeader) {
+    /// Applies a batch read back from the log (recovery, truncation, a follower's
+    /// append): as replication. `marker` is what a control batch's record says. Returns
+    /// the transaction index entry of an ABORT marker.
+    pub(crate) fn replay(
+        &mut self,
+        h: &BatchHeader,
+        marker: Option<EndTxnMarker>,
+    ) -> Option<AbortedTxn> {
         if h.producer_id < 0 {
-            return;
+            return None;
         }
-        let b = ProducerBatch::from_header(h);
+        let b = ProducerBatch::from_header(h, marker);
         let mut info = ProducerAppendInfo::default();
-        // Replication never fails validation; a result is ignored for that reason.
-        if self
-            .validate_and_stage(&mut info, &b, h.last_offset(), AppendOrigin::Replication)
-            .is_ok()
-        {
-            self.apply(info);
+        // Replication never fails the epoch checks; a batch that breaks the transaction
+        // rules (which a leader would have refused) is skipped rather than stop a load.
+        match self.validate_and_stage(&mut info, &b, h.last_offset(), AppendOrigin::Replication) {
+            Ok(()) => self.apply(info).pop(),
+            Err(e) => {
+                tracing::warn!(offset = h.base_offset, error = %e, "batch skipped by producer state");
+                None
+            }
         }
     }
 }
@@ -442,6 +651,8 @@ mod tests {
             last_offset_delta: n - 1,
             max_timestamp: 0,
             is_control: false,
+            is_transactional: false,
+            marker: None,
         }
     }
 

@@ -1,11 +1,22 @@
-//! Finding a record by timestamp inside a batch.
+//! Finding a record by timestamp inside a batch, and reading a control batch's
+//! transaction marker.
 //!
 //! ListOffsets by timestamp (and KIP-734's MAX_TIMESTAMP) answer with a record's offset,
 //! not a batch's, as Kafka does: the batch is decoded (decompressed under a cap when it
 //! is compressed) with `rill-protocol`'s record codec. This is off the produce and fetch
 //! paths, so the decode cost is paid only by the rare ListOffsets that needs it.
 
-use rill_protocol::records::{BatchError, CompressionType, RecordBatch, TimestampType};
+use rill_protocol::records::{
+    BatchError, CompressionType, ControlRecordType, RecordBatch, TimestampType,
+};
+
+/// What a transaction marker (a control record of type COMMIT or ABORT) says: Kafka's
+/// `EndTxnMarker`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndTxnMarker {
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+}
 
 /// Largest decompressed batch this path will decode; a batch over it (only possible if the
 /// topic's `max.message.bytes` was raised far past Kafka's default) is answered at batch
@@ -63,4 +74,46 @@ pub(crate) fn validate_stored(batch: &RecordBatch) -> Result<(), BatchError> {
         });
     }
     Ok(())
+}
+
+/// The `EndTxnMarker` of a control batch: its first record's key says COMMIT or ABORT
+/// (`version int16, type int16`), its value the coordinator epoch (`version int16,
+/// coordinatorEpoch int32`). `Ok(None)` for a control record of another type, one
+/// without a key, or a control batch with no record (which the cleaner may leave): none
+/// of those is a marker, and none has an effect on transactions (as Kafka's consumers
+/// skip control records they do not know). An error for a key too short to hold a type,
+/// or a marker whose value cannot be read.
+pub(crate) fn end_txn_marker(batch: &RecordBatch) -> Result<Option<EndTxnMarker>, BatchError> {
+    if !batch.is_control() {
+        return Ok(None);
+    }
+    let mut records = batch.record_iter(MAX_DECOMPRESSED_BYTES)?;
+    let Some(record) = records.next() else {
+        return Ok(None);
+    };
+    let record = record?;
+    let Some(key) = record.key.as_deref() else {
+        return Ok(None);
+    };
+    let commit = match ControlRecordType::from_key(key)? {
+        ControlRecordType::Commit => true,
+        ControlRecordType::Abort => false,
+        ControlRecordType::Unknown(_) => return Ok(None),
+    };
+    let value = record.value.as_deref().unwrap_or(&[]);
+    if value.len() < 6 {
+        return Err(BatchError::InvalidRecord(
+            "transaction marker value shorter than 6 bytes",
+        ));
+    }
+    if i16::from_be_bytes([value[0], value[1]]) < 0 {
+        return Err(BatchError::InvalidRecord(
+            "negative transaction marker value version",
+        ));
+    }
+    let coordinator_epoch = i32::from_be_bytes([value[2], value[3], value[4], value[5]]);
+    Ok(Some(EndTxnMarker {
+        commit,
+        coordinator_epoch,
+    }))
 }

@@ -185,6 +185,7 @@ impl UnifiedLog {
             .map_or(self.log_start_offset, |(b, _)| *b);
         if first_base > self.log_start_offset {
             self.log_start_offset = first_base;
+            self.trim_aborted_txns();
             self.write_log_start_checkpoint(first_base, Durability::Durable)?;
             if self.leader_epoch_cache.truncate_from_start(first_base) {
                 self.leader_epoch_cache.flush(Durability::Durable)?;

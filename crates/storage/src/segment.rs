@@ -751,12 +751,16 @@ impl LogSegment {
         self.time_index.flush(Durability::Deferred)
     }
 
-    /// Deletes the segment's three files.
+    /// Deletes the segment's files (its `.txnindex` too, when it has one).
     pub(crate) fn delete(self) -> Result<(), StorageError> {
+        let txn_index = self
+            .log_path
+            .with_extension(crate::transaction_index::TXN_INDEX_FILE_SUFFIX);
         for p in [
             &self.log_path,
             self.offset_index.path(),
             self.time_index.path(),
+            &txn_index,
         ] {
             match fs::remove_file(p) {
                 Ok(()) => {}

@@ -18,6 +18,13 @@
 //! watermark only then, so a consumer never sees what a crash could still take back
 //! (as when the fsync was made under the lock).
 //!
+//! Transactions: each log keeps its last stable offset (LSO) beside the high watermark
+//! (`rill_storage::UnifiedLog::last_stable_offset`); [`PartitionOffsets`] carries both,
+//! a read_committed read stops at the LSO and reports the aborted transactions in its
+//! range ([`FetchResult::aborted_transactions`]), and the leader appends the
+//! transaction coordinator's markers with [`ReplicaManager::append_txn_marker`], which
+//! the caller then waits for as an acks=all produce ([`ReplicaManager::wait_for_commit`]).
+//!
 //! Every write to a log that fails on disk reports to the [`LogDirFailureChannel`]:
 //! from the first one on, appends are refused with KAFKA_STORAGE_ERROR before they
 //! reach a log, and the server stops (see `log_dir_failure`).
@@ -37,9 +44,9 @@ use bytes::Bytes;
 use rill_protocol::primitives::Uuid;
 use rill_protocol::ErrorCode;
 use rill_storage::{
-    clean_shutdown, parse_partition_dir_name, partition_dir_name, AppendError, AppendOrigin,
-    DataDirSync, FetchDataInfo, FileRange, FlushDone, LogAppendInfo, LogConfig, PendingFlush,
-    PreviousShutdown, ReadError, StorageError, TopicPartition, UnifiedLog,
+    clean_shutdown, end_txn_marker_batch, parse_partition_dir_name, partition_dir_name, AbortedTxn,
+    AppendError, AppendOrigin, DataDirSync, FetchDataInfo, FileRange, FlushDone, LogAppendInfo,
+    LogConfig, PendingFlush, PreviousShutdown, ReadError, StorageError, TopicPartition, UnifiedLog,
 };
 
 use crate::error::BrokerError;
@@ -196,7 +203,33 @@ impl DeferredAppend {
 pub struct PartitionOffsets {
     pub log_start_offset: i64,
     pub high_watermark: i64,
+    /// Never above the high watermark: read_committed readers stop here.
+    pub last_stable_offset: i64,
     pub log_end_offset: i64,
+}
+
+impl PartitionOffsets {
+    fn of(log: &UnifiedLog) -> Self {
+        let offsets = Self {
+            log_start_offset: log.log_start_offset(),
+            high_watermark: log.high_watermark(),
+            last_stable_offset: log.last_stable_offset(),
+            log_end_offset: log.log_end_offset(),
+        };
+        debug_assert!(offsets.last_stable_offset <= offsets.high_watermark);
+        offsets
+    }
+}
+
+/// One transaction marker for one partition (an entry of WriteTxnMarkers): the leader
+/// appends it as a control batch (see [`ReplicaManager::append_txn_marker`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnMarker {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub coordinator_epoch: i32,
+    /// COMMIT (`true`) or ABORT.
+    pub commit: bool,
 }
 
 pub struct FetchResult {
@@ -205,6 +238,9 @@ pub struct FetchResult {
     pub records: Bytes,
     /// Where the records lie in their segment file (`None` when there are none).
     pub file_range: Option<FileRange>,
+    /// For a read_committed read: the aborted transactions from the fetch offset up to
+    /// the LSO (Fetch's `aborted_transactions`); `None` for other reads.
+    pub aborted_transactions: Option<Vec<AbortedTxn>>,
 }
 
 impl FetchResult {
@@ -1113,13 +1149,7 @@ impl ReplicaManager {
             match updated {
                 Ok(p) => proposal = p,
                 Err(e) => {
-                    let offsets = partition
-                        .with_log(|log| PartitionOffsets {
-                            log_start_offset: log.log_start_offset(),
-                            high_watermark: log.high_watermark(),
-                            log_end_offset: log.log_end_offset(),
-                        })
-                        .ok();
+                    let offsets = partition.with_log(|log| PartitionOffsets::of(log)).ok();
                     return Err((e.error_code(), offsets));
                 }
             }
@@ -1243,11 +1273,46 @@ impl ReplicaManager {
 
     pub fn offsets(&self, tp: &TopicPartition) -> Result<PartitionOffsets, ErrorCode> {
         let (partition, _) = self.leader_partition(tp)?;
-        partition.with_log(|log| PartitionOffsets {
-            log_start_offset: log.log_start_offset(),
-            high_watermark: log.high_watermark(),
-            log_end_offset: log.log_end_offset(),
-        })
+        partition.with_log(|log| PartitionOffsets::of(log))
+    }
+
+    /// Appends one transaction marker to a partition this broker leads, as the
+    /// coordinator's write (Kafka's WriteTxnMarkers path: `requiredAcks = -1`, origin
+    /// COORDINATOR): refused with NOT_ENOUGH_REPLICAS when the ISR is below
+    /// `min_insync`, as an acks=all produce is. Returns the append, which may still owe
+    /// its fsync ([`DeferredAppend::take_flush`], then [`Self::complete_flush`]), and the
+    /// leader epoch to hand to [`Self::wait_for_commit`] with the marker's offset + 1:
+    /// only once that answers NONE is the marker written in Kafka's sense.
+    pub fn append_txn_marker(
+        &self,
+        tp: &TopicPartition,
+        marker: &TxnMarker,
+        min_insync: usize,
+    ) -> Result<(DeferredAppend, i32), ErrorCode> {
+        let (isr, epoch) = self.isr_size(tp)?;
+        if isr < min_insync {
+            return Err(ErrorCode::NOT_ENOUGH_REPLICAS);
+        }
+        let records = end_txn_marker_batch(
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.coordinator_epoch,
+            marker.commit,
+            self.now(),
+        )
+        .map_err(|e| append_error_code(&e))?;
+        let appended = self.append_deferred(tp, &records, AppendOrigin::Coordinator)?;
+        Ok((appended, epoch))
+    }
+
+    /// The producers a partition this broker leads knows (DescribeProducers), with the
+    /// partition's open transactions.
+    pub fn active_producers(
+        &self,
+        tp: &TopicPartition,
+    ) -> Result<Vec<rill_storage::ProducerStateEntry>, ErrorCode> {
+        let (partition, _) = self.leader_partition(tp)?;
+        partition.with_log(|log| log.active_producers())
     }
 
     /// Reads committed data (below the high watermark) from `offset`.
@@ -1258,7 +1323,7 @@ impl ReplicaManager {
         max_bytes: usize,
         min_one_message: bool,
     ) -> Result<FetchResult, (ErrorCode, Option<PartitionOffsets>)> {
-        self.read_maybe_zero_copy(tp, -1, offset, max_bytes, min_one_message, false)
+        self.read_maybe_zero_copy(tp, -1, offset, max_bytes, min_one_message, false, false)
     }
 
     /// The leader's own read of its log up to the log end, not the high watermark: what
@@ -1288,7 +1353,10 @@ impl ReplicaManager {
     }
 
     /// As [`ReplicaManager::read`], but with `zero_copy` the records are not read: only
-    /// their file range is returned, for the connection to send with `sendfile`.
+    /// their file range is returned, for the connection to send with `sendfile`. With
+    /// `read_committed` (Fetch's `isolation_level` 1) the read stops at the last stable
+    /// offset and reports the aborted transactions in its range.
+    #[allow(clippy::too_many_arguments, reason = "one Fetch partition's fields")]
     pub fn read_maybe_zero_copy(
         &self,
         tp: &TopicPartition,
@@ -1297,6 +1365,7 @@ impl ReplicaManager {
         max_bytes: usize,
         min_one_message: bool,
         zero_copy: bool,
+        read_committed: bool,
     ) -> Result<FetchResult, (ErrorCode, Option<PartitionOffsets>)> {
         let (partition, _) = self
             .check_leader_epoch(tp, current_leader_epoch)
@@ -1310,7 +1379,11 @@ impl ReplicaManager {
                 max_bytes,
                 min_one_message,
                 zero_copy,
-                up_to: ReadUpTo::HighWatermark,
+                up_to: if read_committed {
+                    ReadUpTo::LastStableOffset
+                } else {
+                    ReadUpTo::HighWatermark
+                },
             },
         )
     }
@@ -1463,6 +1536,8 @@ impl ReplicaManager {
 #[derive(Clone, Copy)]
 enum ReadUpTo {
     HighWatermark,
+    /// read_committed consumers: the last stable offset, with the aborted transactions.
+    LastStableOffset,
     LogEnd,
 }
 
@@ -1494,13 +1569,10 @@ fn read_partition(
     } = spec;
     let result = partition
         .with_log(|log| {
-            let offsets = PartitionOffsets {
-                log_start_offset: log.log_start_offset(),
-                high_watermark: log.high_watermark(),
-                log_end_offset: log.log_end_offset(),
-            };
+            let offsets = PartitionOffsets::of(log);
             let bound = match up_to {
                 ReadUpTo::HighWatermark => offsets.high_watermark,
+                ReadUpTo::LastStableOffset => offsets.last_stable_offset,
                 ReadUpTo::LogEnd => offsets.log_end_offset,
             };
             let data: Result<FetchDataInfo, ReadError> = if zero_copy {
@@ -1508,19 +1580,25 @@ fn read_partition(
             } else {
                 log.read(offset, max_bytes, bound, min_one_message)
             };
-            (offsets, data)
+            // Every aborted transaction that overlaps [offset, LSO): a superset of the
+            // ones the records read overlap, which the consumer filters by producer and
+            // offset (Kafka bounds it by the fetched segment's end instead).
+            let aborted = matches!(up_to, ReadUpTo::LastStableOffset)
+                .then(|| log.collect_aborted_txns(offset, bound));
+            (offsets, data, aborted)
         })
         .map_err(|code| (code, None))?;
     match result {
-        (offsets, Ok(data)) => Ok(FetchResult {
+        (offsets, Ok(data), aborted_transactions) => Ok(FetchResult {
             offsets,
             records: data.records,
             file_range: data.file_range,
+            aborted_transactions,
         }),
-        (offsets, Err(ReadError::OffsetOutOfRange { .. })) => {
+        (offsets, Err(ReadError::OffsetOutOfRange { .. }), _) => {
             Err((ErrorCode::OFFSET_OUT_OF_RANGE, Some(offsets)))
         }
-        (offsets, Err(e)) => {
+        (offsets, Err(e), _) => {
             tracing::error!(%tp, error = %e, "read failed");
             // A disk that fails reads fails the directory, as Kafka's
             // `maybeHandleIOException` does for reads too: what it returns can no longer
@@ -1574,6 +1652,10 @@ pub fn append_error_code(e: &AppendError) -> ErrorCode {
         AppendError::OutOfOrderSequence { .. } => ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
         AppendError::InvalidProducerEpoch { .. } => ErrorCode::INVALID_PRODUCER_EPOCH,
         AppendError::InvalidTimestamp { .. } => ErrorCode::INVALID_TIMESTAMP,
+        AppendError::InvalidTxnState { .. } => ErrorCode::INVALID_TXN_STATE,
+        AppendError::TransactionCoordinatorFenced { .. } => {
+            ErrorCode::TRANSACTION_COORDINATOR_FENCED
+        }
         AppendError::Io(_) => ErrorCode::KAFKA_STORAGE_ERROR,
         #[allow(unreachable_patterns, reason = "the storage enum may grow")]
         _ => ErrorCode::UNKNOWN_SERVER_ERROR,
@@ -1662,6 +1744,82 @@ mod tests {
             manager(dir.path()).previous_shutdown,
             PreviousShutdown::Unclean
         );
+    }
+
+    fn txn_record(producer_id: i64, sequence: i32) -> Bytes {
+        let mut builder = RecordBatchBuilder::new(CompressionType::None, 0)
+            .producer(producer_id, 0, sequence)
+            .transactional(true);
+        builder.append(0, Some(b"k"), Some(b"v"), &[]).unwrap();
+        builder.build().unwrap()
+    }
+
+    #[test]
+    fn markers_move_the_last_stable_offset_and_fill_read_committed_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let rm = manager(dir.path());
+        let cs = changes(1, 1);
+        rm.open_logs(&cs);
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        let tp = &cs[0].tp;
+        rm.append(tp, &txn_record(5, 0)).unwrap();
+        rm.append(tp, &txn_record(6, 0)).unwrap();
+        rm.append(tp, &record()).unwrap();
+        let offsets = rm.offsets(tp).unwrap();
+        assert_eq!((offsets.high_watermark, offsets.last_stable_offset), (3, 0));
+        let read = |committed| {
+            rm.read_maybe_zero_copy(tp, -1, 0, 1 << 20, true, false, committed)
+                .ok()
+                .unwrap()
+        };
+        assert!(read(true).records.is_empty(), "nothing stable yet");
+        assert_eq!(read(false).aborted_transactions, None);
+
+        let abort = TxnMarker {
+            producer_id: 5,
+            producer_epoch: 0,
+            coordinator_epoch: 2,
+            commit: false,
+        };
+        // Not with fewer in-sync replicas than min.insync.replicas.
+        assert_eq!(
+            rm.append_txn_marker(tp, &abort, 2).err(),
+            Some(ErrorCode::NOT_ENOUGH_REPLICAS)
+        );
+        let (appended, epoch) = rm.append_txn_marker(tp, &abort, 1).unwrap();
+        assert_eq!((appended.info.first_offset, epoch), (3, 1));
+        // The ISR is this broker alone: the marker is committed at once.
+        assert_eq!(
+            rm.commit_progress(tp, epoch, 4, 1),
+            Some(isr::AcksAllProgress::Done)
+        );
+        assert_eq!(rm.offsets(tp).unwrap().last_stable_offset, 1);
+        let fenced = TxnMarker {
+            coordinator_epoch: 1,
+            ..abort
+        };
+        assert_eq!(
+            rm.append_txn_marker(tp, &fenced, 1).err(),
+            Some(ErrorCode::TRANSACTION_COORDINATOR_FENCED)
+        );
+        let commit = TxnMarker {
+            producer_id: 6,
+            commit: true,
+            ..abort
+        };
+        rm.append_txn_marker(tp, &commit, 1).unwrap();
+        let offsets = rm.offsets(tp).unwrap();
+        assert_eq!((offsets.high_watermark, offsets.last_stable_offset), (5, 5));
+        let committed = read(true);
+        assert_eq!(committed.offsets.last_stable_offset, 5);
+        let aborted = committed.aborted_transactions.unwrap();
+        assert_eq!(aborted.len(), 1);
+        assert_eq!((aborted[0].producer_id, aborted[0].first_offset), (5, 0));
+        let producers = rm.active_producers(tp).unwrap();
+        assert_eq!(producers.len(), 2);
+        assert!(producers
+            .iter()
+            .all(|p| p.current_txn_first_offset.is_none()));
     }
 
     fn flushing_leader(dir: &Path) -> (ReplicaManager, TopicPartition) {

@@ -12,7 +12,7 @@ use rill_protocol::generated::delete_records_response::{
 };
 use rill_protocol::generated::fetch_request::FetchRequest;
 use rill_protocol::generated::fetch_response::{
-    FetchResponse, FetchableTopicResponse, PartitionData,
+    AbortedTransaction, FetchResponse, FetchableTopicResponse, PartitionData,
 };
 use rill_protocol::generated::init_producer_id_request::InitProducerIdRequest;
 use rill_protocol::generated::init_producer_id_response::InitProducerIdResponse;
@@ -102,9 +102,6 @@ impl Broker {
                     // Only the group coordinator writes its topic; a client's bytes there
                     // would be replayed as group state.
                     Err(ErrorCode::INVALID_TOPIC_EXCEPTION)
-                } else if request.transactional_id.is_some() {
-                    // Transactions need the transaction coordinator, which is not built yet.
-                    Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                 } else {
                     match &p.records {
                         None => Err(ErrorCode::INVALID_RECORD),
@@ -412,13 +409,29 @@ impl Broker {
                         max,
                         total == 0,
                         zero_copy,
+                        request.isolation_level == 1,
                     )
                 };
                 let mut range = None;
                 match read {
                     Ok(result) => {
                         data.high_watermark = result.offsets.high_watermark;
-                        data.last_stable_offset = result.offsets.high_watermark;
+                        data.last_stable_offset = result.offsets.last_stable_offset;
+                        // read_committed: the aborted transactions in the range read, for
+                        // the consumer to drop their records (null when there are none,
+                        // as Kafka sends).
+                        if let Some(aborted) = &result.aborted_transactions {
+                            data.aborted_transactions = (!aborted.is_empty()).then(|| {
+                                aborted
+                                    .iter()
+                                    .map(|a| AbortedTransaction {
+                                        producer_id: a.producer_id,
+                                        first_offset: a.first_offset,
+                                        ..Default::default()
+                                    })
+                                    .collect()
+                            });
+                        }
                         data.log_start_offset = result.offsets.log_start_offset;
                         let len = result.byte_len();
                         total += len;
@@ -432,15 +445,12 @@ impl Broker {
                     Err((code, offsets)) => {
                         if let Some(o) = offsets {
                             data.high_watermark = o.high_watermark;
-                            data.last_stable_offset = o.high_watermark;
+                            data.last_stable_offset = o.last_stable_offset;
                             data.log_start_offset = o.log_start_offset;
                         }
                         data.error_code = code.code();
                         errored = true;
                     }
-                }
-                if request.isolation_level == 1 {
-                    data.aborted_transactions = Some(Vec::new());
                 }
                 ranges.push(range);
                 partitions.push(data);
@@ -465,6 +475,9 @@ impl Broker {
         request: ListOffsetsRequest,
         _version: i16,
     ) -> ListOffsetsResponse {
+        // READ_COMMITTED (v2+): the latest offset is the last stable offset, and a
+        // timestamp lookup finds only records below it.
+        let read_committed = request.isolation_level == 1;
         // A partition named twice cannot be answered unambiguously; Kafka refuses both.
         let mut seen = std::collections::HashMap::new();
         for topic in &request.topics {
@@ -500,7 +513,7 @@ impl Broker {
                             self.replicas
                                 .check_leader_epoch(&tp, p.current_leader_epoch)
                                 .and_then(|(_, epoch)| {
-                                    Ok((self.list_offset(&tp, p.timestamp)?, epoch))
+                                    Ok((self.list_offset(&tp, p.timestamp, read_committed)?, epoch))
                                 })
                         };
                         match answer {
@@ -529,22 +542,32 @@ impl Broker {
     }
 
     /// `(offset, timestamp)` for one ListOffsets partition, `None` when no record matches.
+    /// `read_committed` bounds the answers by the last stable offset instead of the high
+    /// watermark (Kafka's `fetchOffsetForTimestamp` with its `isolationLevel`).
     fn list_offset(
         &self,
         tp: &TopicPartition,
         timestamp: i64,
+        read_committed: bool,
     ) -> Result<Option<(i64, i64)>, ErrorCode> {
+        let last_fetchable = |offsets: crate::replication::replica_manager::PartitionOffsets| {
+            if read_committed {
+                offsets.last_stable_offset
+            } else {
+                offsets.high_watermark
+            }
+        };
         match timestamp {
             EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
                 Ok(Some((self.replicas.offsets(tp)?.log_start_offset, -1)))
             }
             LATEST_TIMESTAMP | LATEST_TIERED_TIMESTAMP => {
-                Ok(Some((self.replicas.offsets(tp)?.high_watermark, -1)))
+                Ok(Some((last_fetchable(self.replicas.offsets(tp)?), -1)))
             }
             MAX_TIMESTAMP => self.replicas.max_timestamp(tp),
             ts if ts < 0 => Err(ErrorCode::INVALID_REQUEST),
             ts => {
-                let hw = self.replicas.offsets(tp)?.high_watermark;
+                let hw = last_fetchable(self.replicas.offsets(tp)?);
                 Ok(self
                     .replicas
                     .offset_for_timestamp(tp, ts)?

@@ -23,6 +23,7 @@ mod partitions;
 mod quorum;
 mod topics;
 mod transactions;
+mod txn_partition;
 
 use std::net::SocketAddr;
 
@@ -87,6 +88,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::TxnOffsetCommit, 0, 4),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::WriteTxnMarkers, 0, 1),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -239,6 +242,8 @@ impl Broker {
                 respond!(self.handle_describe_transactions(r).await)
             }
             RequestBody::ListTransactions(r) => respond!(self.handle_list_transactions(r).await),
+            RequestBody::WriteTxnMarkers(r) => respond!(self.handle_write_txn_markers(r).await),
+            RequestBody::DescribeProducers(r) => respond!(self.handle_describe_producers(r)),
             _ => Err(format!("{} is not handled", api.name())),
         }
     }
