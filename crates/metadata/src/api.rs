@@ -37,6 +37,9 @@ pub enum ControllerEvent {
     /// connection): fence it now rather than when its lease lapses. Rill's own; Kafka
     /// waits for the session timeout.
     BrokerProcessGone(BrokerProcessGoneRequest),
+    /// AlterUserScramCredentials: credentials the broker derived from the client's salted
+    /// passwords, and deletions.
+    AlterUserScramCredentials(AlterUserScramCredentialsRequest),
 }
 
 /// What the controller decided: records to append to the metadata log (in this order,
@@ -63,6 +66,35 @@ pub enum ControllerResponse {
     AllocateProducerIds(AllocateProducerIdsResponse),
     IncrementalAlterConfigs(Vec<AlterConfigsResourceResult>),
     UnregisterBroker(UnregisterBrokerResponse),
+    AlterUserScramCredentials(Vec<AlterUserScramCredentialsResult>),
+}
+
+/// One credential to store: the user, Kafka's mechanism type (1: SCRAM-SHA-256, 2:
+/// SCRAM-SHA-512) and what the server keeps of the password.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScramCredentialUpsertion {
+    pub name: String,
+    pub mechanism: i8,
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlterUserScramCredentialsRequest {
+    /// `(user, mechanism)` to delete.
+    pub deletions: Vec<(String, i8)>,
+    pub upsertions: Vec<ScramCredentialUpsertion>,
+}
+
+/// The outcome for one user named in the request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlterUserScramCredentialsResult {
+    pub user: String,
+    #[serde(with = "ErrorCodeDef")]
+    pub error_code: ErrorCode,
+    pub error_message: Option<String>,
 }
 
 /// See [`ControllerEvent::BrokerProcessGone`]; the epoch is the registration that was

@@ -61,6 +61,13 @@ enum Command {
         #[command(subcommand)]
         command: cli::cluster::ClusterCommand,
     },
+    /// Create, delete and list SCRAM users (SASL/SCRAM-SHA-256 and -512).
+    User {
+        #[command(flatten)]
+        common: cli::Common,
+        #[command(subcommand)]
+        command: cli::user::UserCommand,
+    },
     /// Measure produce (throughput, delivery latency) and consume throughput.
     Bench {
         #[command(flatten)]
@@ -148,6 +155,7 @@ fn main() -> anyhow::Result<()> {
             Command::Consume { common, args } => cli::consume::run(&common, args).await,
             Command::Group { common, command } => cli::group::run(&common, command).await,
             Command::Cluster { common, command } => cli::cluster::run(&common, command).await,
+            Command::User { common, command } => cli::user::run(&common, command).await,
             Command::Bench { common, command } => cli::bench::run(&common, command).await,
         }
     });
@@ -232,7 +240,8 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         config.set("controller.quorum.voters", voters);
     }
     if let Some(advertised) = &args.advertised_listener {
-        config.set("advertised.listeners", &format!("PLAINTEXT://{advertised}"));
+        // The first client listener's, whatever its name.
+        config.set("advertised.listeners", advertised);
     }
     if let Some(dir) = &args.data_dir {
         config.set("log.dirs", &dir.display().to_string());
@@ -280,6 +289,11 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
                 controller.controller_addr,
                 data_dir.display()
             ),
+        }
+        if let Node::Broker(server) = &node {
+            for (name, addr) in &server.listeners {
+                println!("rill listener {name} on {addr}");
+            }
         }
         let failures = match &node {
             Node::Broker(server) => Some(server.broker.replicas.log_dir_failure().clone()),

@@ -17,6 +17,7 @@ mod data;
 mod groups;
 pub(crate) mod metadata;
 mod partitions;
+mod sasl;
 mod topics;
 
 use std::net::SocketAddr;
@@ -30,7 +31,8 @@ use rill_protocol::generated::{ApiKey, RequestBody};
 use rill_protocol::primitives::Encodable;
 use rill_protocol::ErrorCode;
 
-use crate::network::{RequestHandler, ResponseChunk};
+use crate::network::scram::{ScramCredential, ScramMechanism};
+use crate::network::{RequestHandler, ResponseChunk, Session};
 use crate::replication::alter_partition::ControllerChannel;
 pub(crate) use broker::ProducerIdBlock;
 pub use broker::{Broker, CONTROLLER_REQUEST_TIMEOUT};
@@ -69,6 +71,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::UnregisterBroker, 0, 0),
+    // Answered by the network layer on SASL listeners (`network::sasl`).
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -124,6 +131,7 @@ impl Broker {
         api: Option<ApiKey>,
         mut body: Bytes,
         peer: SocketAddr,
+        listener: &str,
     ) -> Result<Option<BytesMut>, String> {
         let version = header.request_api_version;
         let correlation_id = header.correlation_id;
@@ -148,7 +156,7 @@ impl Broker {
         }
         match request {
             RequestBody::ApiVersions(_) => respond!(api_versions_body(ErrorCode::NONE)),
-            RequestBody::Metadata(r) => respond!(self.handle_metadata(r, version).await),
+            RequestBody::Metadata(r) => respond!(self.handle_metadata(r, version, listener).await),
             RequestBody::Produce(r) => match self.handle_produce(r, version).await {
                 Some(resp) => respond!(resp),
                 None => Ok(None),
@@ -156,7 +164,7 @@ impl Broker {
             RequestBody::Fetch(r) => respond!(self.handle_fetch(r, version).await),
             RequestBody::ListOffsets(r) => respond!(self.handle_list_offsets(r, version)),
             RequestBody::FindCoordinator(r) => {
-                respond!(self.handle_find_coordinator(r, version).await)
+                respond!(self.handle_find_coordinator(r, version, listener).await)
             }
             RequestBody::CreateTopics(r) => respond!(self.handle_create_topics(r, version).await),
             RequestBody::DeleteTopics(r) => respond!(self.handle_delete_topics(r, version).await),
@@ -168,7 +176,7 @@ impl Broker {
             RequestBody::IncrementalAlterConfigs(r) => {
                 respond!(self.handle_incremental_alter_configs(r).await)
             }
-            RequestBody::DescribeCluster(r) => respond!(self.handle_describe_cluster(r)),
+            RequestBody::DescribeCluster(r) => respond!(self.handle_describe_cluster(r, listener)),
             RequestBody::OffsetForLeaderEpoch(r) => {
                 respond!(self.handle_offset_for_leader_epoch(r))
             }
@@ -195,6 +203,12 @@ impl Broker {
             }
             RequestBody::ListGroups(r) => respond!(self.handle_list_groups(r).await),
             RequestBody::DeleteGroups(r) => respond!(self.handle_delete_groups(r).await),
+            RequestBody::DescribeUserScramCredentials(r) => {
+                respond!(self.handle_describe_user_scram_credentials(r))
+            }
+            RequestBody::AlterUserScramCredentials(r) => {
+                respond!(self.handle_alter_user_scram_credentials(r).await)
+            }
             _ => Err(format!("{} is not handled", api.name())),
         }
     }
@@ -206,8 +220,9 @@ impl RequestHandler for Broker {
         header: &RequestHeader,
         api_key: Option<ApiKey>,
         body: Bytes,
-        peer: SocketAddr,
+        session: &Session,
     ) -> Result<Option<Vec<ResponseChunk>>, String> {
+        let peer = session.peer;
         // A broker that lost its controller lease leads nothing, and its image may be
         // stale; a client that keeps asking it for metadata (librdkafka asks the broker it
         // is connected to) would never learn the new leaders. Closing the connection
@@ -225,7 +240,9 @@ impl RequestHandler for Broker {
         if api_key == Some(ApiKey::Fetch) {
             self.handle_fetch_chunks(header, body, peer).await
         } else {
-            let response = self.handle(header, api_key, body, peer).await;
+            let response = self
+                .handle(header, api_key, body, peer, &session.listener)
+                .await;
             response.map(|r| r.map(|b| vec![ResponseChunk::Bytes(b.freeze())]))
         }
     }
@@ -233,6 +250,10 @@ impl RequestHandler for Broker {
     fn broker_config_value(&self, key: &str) -> Option<String> {
         crate::config::broker_config_value(&self.config, &self.image(), self.node_id, key)
             .map(|(v, _)| v)
+    }
+
+    fn scram_credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
+        sasl::scram_credential(&self.image(), user, mechanism)
     }
 }
 
