@@ -237,6 +237,23 @@ def test_mtls_required_refuses_clients_without_a_certificate(secure, pki):
     assert kafka_python_roundtrip(kp, topic, count=5) == [f"kp-{topic}-{i}".encode() for i in range(5)]
     with pytest.raises(KafkaException):
         AdminClient(s.confluent("SSL")).list_topics(timeout=5)
+    # A certificate whose subject no ssl.principal.mapping.rules rule matches is refused.
+    strict = secure(
+        {
+            "listener.name.ssl.ssl.client.auth": "required",
+            "listener.name.ssl.ssl.principal.mapping.rules": "RULE:^CN=([a-z]+),O=Ops$/$1/",
+        }
+    )
+    with pytest.raises(KafkaException):
+        AdminClient(
+            strict.confluent(
+                "SSL",
+                **{
+                    "ssl.certificate.location": str(pki.client_cert),
+                    "ssl.key.location": str(pki.client_key),
+                },
+            )
+        ).list_topics(timeout=5)
     # SASL_SSL keeps the default (none): no certificate needed there.
     creds = {"sasl.mechanism": "PLAIN", "sasl.username": "bob", "sasl.password": "bob-secret"}
     assert brokers_seen(s.confluent("SASL_SSL", **creds))

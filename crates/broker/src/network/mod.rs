@@ -548,9 +548,14 @@ async fn connection<H: RequestHandler>(
         _ = shutdown.changed() => return Ok(()),
     };
     if let Some(cert) = tls.get_ref().1.peer_certificates().and_then(|c| c.first()) {
-        if let Some(principal) = security::principal_of_certificate(cert) {
-            session.principal = Arc::from(principal.as_str());
-        }
+        // A certificate the chain check accepted but whose subject no mapping rule
+        // matches is refused, as Kafka's `SslPrincipalMapper` does.
+        let principal = security.principal_of_certificate(cert).ok_or_else(|| {
+            ConnectionError::Protocol(
+                "no ssl.principal.mapping.rules rule matches the client certificate".into(),
+            )
+        })?;
+        session.principal = Arc::from(principal.as_str());
     }
     tracing::trace!(%peer, principal = %session.principal, "TLS handshake done");
     let (reader, writer) = tokio::io::split(tls);

@@ -8,8 +8,10 @@
 //! `ssl.key.location` (the key). `ssl.client.auth=none|requested|required` asks clients
 //! for a certificate, checked against the CA certificates of `ssl.truststore.location`
 //! (PEM). A client that presented one is `User:` its subject in RFC 2253 form
-//! (`User:CN=alice,O=Example`), as Kafka's default `ssl.principal.mapping.rules` gives;
-//! any other is `User:ANONYMOUS`. Every key may be set per listener as
+//! (`User:CN=alice,O=Example`), rewritten by `ssl.principal.mapping.rules` as Kafka
+//! does (`RULE:^CN=(.*?),O=.*$/$1/L,DEFAULT`: the first rule whose pattern matches the
+//! whole subject, its replacement, lower- or upper-cased with `L`/`U`; a subject no rule
+//! matches is refused); any other client is `User:ANONYMOUS`. Every key may be set per listener as
 //! `listener.name.<listener>.<key>`, as in Kafka.
 
 use std::sync::Arc;
@@ -37,6 +39,8 @@ pub struct ListenerSecurity {
     pub tls: Option<TlsAcceptor>,
     /// The SASL mechanisms and PLAIN users, for `SASL_PLAINTEXT` and `SASL_SSL`.
     pub sasl: Option<Arc<SaslConfig>>,
+    /// `ssl.principal.mapping.rules`.
+    pub principal_rules: Vec<PrincipalRule>,
 }
 
 impl std::fmt::Debug for ListenerSecurity {
@@ -70,12 +74,26 @@ impl ListenerSecurity {
         } else {
             None
         };
+        let principal_rules =
+            match config.listener_value(&listener.name, "ssl.principal.mapping.rules") {
+                Some(raw) => parse_principal_rules(raw)
+                    .map_err(|e| config_error("ssl.principal.mapping.rules", &listener.name, e))?,
+                None => vec![PrincipalRule::Default],
+            };
         Ok(Self {
             name: listener.name.clone(),
             protocol: listener.protocol,
             tls,
             sasl,
+            principal_rules,
         })
+    }
+
+    /// The principal of a TLS client by its certificate (see the module docs); `None`
+    /// when the certificate cannot be read or no mapping rule matches its subject.
+    pub fn principal_of_certificate(&self, der: &[u8]) -> Option<String> {
+        let subject = subject_of_certificate(der)?;
+        map_principal(&self.principal_rules, &subject).map(|name| format!("User:{name}"))
     }
 
     /// A plaintext listener, for tests.
@@ -85,6 +103,7 @@ impl ListenerSecurity {
             protocol: SecurityProtocol::Plaintext,
             tls: None,
             sasl: None,
+            principal_rules: vec![PrincipalRule::Default],
         }
     }
 }
@@ -255,10 +274,121 @@ fn read_key(key: &str, listener: &str, path: &str) -> Result<PrivateKeyDer<'stat
         .map_err(|e| config_error(key, listener, format!("{path}: no private key read: {e}")))
 }
 
-/// The principal of a TLS client by its certificate: `User:` and the subject in RFC 2253
-/// form (most specific attribute first, as Java's `X500Principal.getName()` prints it);
-/// `None` when the certificate cannot be parsed.
-pub fn principal_of_certificate(der: &[u8]) -> Option<String> {
+/// One rule of `ssl.principal.mapping.rules`.
+#[derive(Debug, Clone)]
+pub enum PrincipalRule {
+    /// The subject as it is.
+    Default,
+    Rule {
+        pattern: regex::Regex,
+        /// With Java's `$1` turned into the regex crate's `${1}`.
+        replacement: String,
+        case: Option<char>,
+    },
+}
+
+/// Parses Kafka's rule list: `DEFAULT` and `RULE:pattern/replacement/[LU]`, separated by
+/// commas (a pattern may contain commas and `\/`).
+pub fn parse_principal_rules(raw: &str) -> Result<Vec<PrincipalRule>, String> {
+    let mut rules = Vec::new();
+    let mut rest = raw.trim();
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix("DEFAULT") {
+            rules.push(PrincipalRule::Default);
+            rest = after;
+        } else if let Some(after) = rest.strip_prefix("RULE:") {
+            let (pattern, after) = until_slash(after).ok_or("RULE without /replacement/")?;
+            let (replacement, after) = until_slash(after).ok_or("RULE without a closing /")?;
+            let (case, after) = match after.chars().next() {
+                Some(c @ ('L' | 'U')) => (Some(c), &after[1..]),
+                _ => (None, after),
+            };
+            let pattern = regex::Regex::new(&format!("^(?:{pattern})$"))
+                .map_err(|e| format!("RULE pattern {pattern:?}: {e}"))?;
+            let replacement = java_replacement(&replacement);
+            rules.push(PrincipalRule::Rule {
+                pattern,
+                replacement,
+                case,
+            });
+            rest = after;
+        } else {
+            return Err(format!(
+                "invalid rule at {rest:?}: use DEFAULT or RULE:pattern/replacement/[LU]"
+            ));
+        }
+        rest = rest.trim_start();
+        rest = rest.strip_prefix(',').unwrap_or(rest).trim_start();
+    }
+    if rules.is_empty() {
+        return Err("no rule".into());
+    }
+    Ok(rules)
+}
+
+/// The text before the next unescaped `/` (with `\/` unescaped), and what follows it.
+fn until_slash(s: &str) -> Option<(String, &str)> {
+    let mut out = String::new();
+    let mut chars = s.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' if s[i + 1..].starts_with('/') => {
+                out.push('/');
+                chars.next();
+            }
+            '/' => return Some((out, &s[i + 1..])),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+/// Java's `$1` group references as the regex crate's `${1}`.
+fn java_replacement(java: &str) -> String {
+    let mut out = String::new();
+    let mut chars = java.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) {
+            let mut digits = String::new();
+            while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                digits.push(*d);
+                chars.next();
+            }
+            out.push_str(&format!("${{{digits}}}"));
+        } else if c == '$' {
+            out.push_str("$$");
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The first rule that matches the whole subject, applied; `None` when none does.
+pub fn map_principal(rules: &[PrincipalRule], subject: &str) -> Option<String> {
+    rules.iter().find_map(|rule| match rule {
+        PrincipalRule::Default => Some(subject.to_string()),
+        PrincipalRule::Rule {
+            pattern,
+            replacement,
+            case,
+        } => {
+            if !pattern.is_match(subject) {
+                return None;
+            }
+            let mapped = pattern.replace(subject, replacement.as_str()).into_owned();
+            Some(match case {
+                Some('L') => mapped.to_lowercase(),
+                Some('U') => mapped.to_uppercase(),
+                _ => mapped,
+            })
+        }
+    })
+}
+
+/// A certificate's subject in RFC 2253 form (most specific attribute first, as Java's
+/// `X500Principal.getName()` prints it); `None` when the certificate cannot be parsed.
+pub fn subject_of_certificate(der: &[u8]) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let registry = x509_parser::objects::oid_registry();
     let mut rdns: Vec<_> = cert.subject().iter().collect();
@@ -278,7 +408,7 @@ pub fn principal_of_certificate(der: &[u8]) -> Option<String> {
                 .join("+")
         })
         .collect();
-    Some(format!("User:{}", rdns.join(",")))
+    Some(rdns.join(","))
 }
 
 fn escape_rfc2253(value: &str) -> String {
@@ -310,11 +440,48 @@ mod tests {
             .push(rcgen::DnType::CommonName, "alice");
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = params.self_signed(&key).unwrap();
+        let listener = ListenerSecurity::plaintext("SSL");
         assert_eq!(
-            principal_of_certificate(cert.der()).as_deref(),
+            listener.principal_of_certificate(cert.der()).as_deref(),
             Some("User:CN=alice,O=Example\\, Inc")
         );
-        assert_eq!(principal_of_certificate(b"not a certificate"), None);
+        assert_eq!(
+            listener.principal_of_certificate(b"not a certificate"),
+            None
+        );
+        let mut mapped = ListenerSecurity::plaintext("SSL");
+        mapped.principal_rules =
+            parse_principal_rules("RULE:^CN=(.*?),O=Example.*$/$1-svc/U, DEFAULT").unwrap();
+        assert_eq!(
+            mapped.principal_of_certificate(cert.der()).as_deref(),
+            Some("User:ALICE-SVC")
+        );
+    }
+
+    #[test]
+    fn principal_mapping_rules_as_kafka_reads_them() {
+        let rules = parse_principal_rules(
+            "RULE:^CN=([a-zA-Z0-9.]*),OU=(.*),O=.*$/$1@$2/L,RULE:^CN=(.*?)\\/x,.*$/$1/,DEFAULT",
+        )
+        .unwrap();
+        assert_eq!(rules.len(), 3);
+        assert_eq!(
+            map_principal(&rules, "CN=Kafka1,OU=Eng,O=Corp").as_deref(),
+            Some("kafka1@eng")
+        );
+        assert_eq!(
+            map_principal(&rules, "CN=svc/x,O=Corp").as_deref(),
+            Some("svc")
+        );
+        assert_eq!(
+            map_principal(&rules, "CN=other").as_deref(),
+            Some("CN=other")
+        );
+        let strict = parse_principal_rules("RULE:^CN=(.*)$/$1/").unwrap();
+        assert_eq!(map_principal(&strict, "O=nobody"), None);
+        assert!(parse_principal_rules("RULE:^CN=(.*$/$1/").is_err());
+        assert!(parse_principal_rules("RULES:x/y/").is_err());
+        assert!(parse_principal_rules("RULE:x").is_err());
     }
 
     #[test]
