@@ -539,6 +539,9 @@ async fn connection<H: RequestHandler>(
         )
         .await;
     };
+    // rustls reads the socket 4 KiB at a time; a buffer under it makes that one system
+    // call per 64 KiB.
+    let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
     // The handshake is bounded by the idle limit like any read.
     let tls = tokio::select! {
         tls = tokio::time::timeout(limits.connections_max_idle, acceptor.accept(stream)) => match tls {
@@ -585,8 +588,13 @@ impl ResponseWriter for BufWriter<OwnedWriteHalf> {
     }
 }
 
+/// The socket read buffer of a TLS connection (see `connection`).
+const TLS_READ_BUFFER_BYTES: usize = 64 * 1024;
+
 impl ResponseWriter
-    for BufWriter<tokio::io::WriteHalf<tokio_rustls::server::TlsStream<TcpStream>>>
+    for BufWriter<
+        tokio::io::WriteHalf<tokio_rustls::server::TlsStream<tokio::io::BufReader<TcpStream>>>,
+    >
 {
     fn zero_copy_socket(&self) -> Option<&TcpStream> {
         None
