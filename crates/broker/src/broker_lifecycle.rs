@@ -50,7 +50,6 @@ use std::time::Duration;
 
 use rill_metadata::{
     BrokerHeartbeatRequest, BrokerRegistrationRequest, ControllerEvent, ControllerResponse,
-    Endpoint,
 };
 use rill_protocol::{ErrorCode, Uuid};
 use tokio::sync::watch;
@@ -60,8 +59,6 @@ use crate::server::Broker;
 
 /// Retry pace while not registered, fenced, or shutting down.
 const FAST_INTERVAL: Duration = Duration::from_millis(100);
-/// `security_protocol` of a PLAINTEXT endpoint (Kafka's `SecurityProtocol.PLAINTEXT`).
-const PLAINTEXT: i16 = 0;
 
 /// Talks to the lifecycle task.
 pub struct LifecycleHandle {
@@ -320,16 +317,10 @@ async fn regain_lease(broker: &Broker) {
 
 /// One registration attempt: the broker epoch, or why not.
 async fn register(broker: &Broker, incarnation_id: Uuid, timeout: Duration) -> Result<i64, String> {
-    let port = u16::try_from(broker.advertised_port).map_err(|e| e.to_string())?;
     let event = ControllerEvent::BrokerRegistration(BrokerRegistrationRequest {
         broker_id: broker.node_id,
         incarnation_id,
-        listeners: vec![Endpoint {
-            name: "PLAINTEXT".into(),
-            host: broker.advertised_host.clone(),
-            port,
-            security_protocol: PLAINTEXT,
-        }],
+        listeners: broker.endpoints.clone(),
         rack: broker.config.get("broker.rack").map(str::to_string),
     });
     let result = broker

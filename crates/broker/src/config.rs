@@ -15,6 +15,70 @@ use crate::error::BrokerError;
 /// The listener name of the controller quorum in `listeners`.
 pub const CONTROLLER_LISTENER: &str = "CONTROLLER";
 
+/// Kafka's `SecurityProtocol`: what a listener speaks, with the id brokers register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub const ALL: [SecurityProtocol; 4] = [
+        SecurityProtocol::Plaintext,
+        SecurityProtocol::Ssl,
+        SecurityProtocol::SaslPlaintext,
+        SecurityProtocol::SaslSsl,
+    ];
+
+    /// The id in `RegisterBrokerRecord` and `BrokerRegistrationRequest` (Kafka's).
+    pub fn id(self) -> i16 {
+        match self {
+            SecurityProtocol::Plaintext => 0,
+            SecurityProtocol::Ssl => 1,
+            SecurityProtocol::SaslPlaintext => 2,
+            SecurityProtocol::SaslSsl => 3,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        let raw = raw.trim();
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(raw))
+    }
+
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    pub fn uses_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+}
+
+/// One client listener of `listeners`: its name, the address to bind and what it speaks
+/// (from `listener.security.protocol.map`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerConfig {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub protocol: SecurityProtocol,
+}
+
 /// What `process.roles` asks this node to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessRoles {
@@ -661,6 +725,7 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("broker.session.timeout.ms", "9000"),
     ("follower.replication.throttled.rate", "9223372036854775807"),
     ("config.strict", "false"),
+    ("connection.failed.authentication.delay.ms", "100"),
     ("connections.max.idle.ms", "600000"),
     ("controlled.shutdown.enable", "true"),
     ("controller.quorum.election.timeout.ms", "1000"),
@@ -714,7 +779,28 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
 ];
 
 /// Broker keys Rill reads that have no default of their own (unset means "not given").
-const KEYS_WITHOUT_DEFAULT: &[&str] = &["advertised.listeners", "broker.rack", "cluster.id"];
+const KEYS_WITHOUT_DEFAULT: &[&str] = &[
+    "advertised.listeners",
+    "broker.rack",
+    "cluster.id",
+    "controller.listener.names",
+    "inter.broker.listener.name",
+    "listener.security.protocol.map",
+    // Security (see `network::security`): TLS key material and client authentication,
+    // SASL mechanisms and PLAIN users.
+    "plain.sasl.jaas.config",
+    "sasl.enabled.mechanisms",
+    "sasl.plain.users.file",
+    "ssl.certificate.location",
+    "ssl.client.auth",
+    "ssl.enabled.protocols",
+    "ssl.key.location",
+    "ssl.keystore.location",
+    "ssl.keystore.type",
+    "ssl.principal.mapping.rules",
+    "ssl.truststore.location",
+    "ssl.truststore.type",
+];
 
 /// Kafka's coarser spellings of a millisecond key, highest precedence first after the
 /// key itself, with their factor to milliseconds (Kafka's `log.retention.ms` >
@@ -736,15 +822,11 @@ const UNIT_SYNONYMS: &[(&str, &[(&str, i64)])] = &[
 
 /// Kafka broker keys Rill accepts and deliberately ignores, so that a `server.properties`
 /// written for Kafka starts without a warning for each: they size thread pools and
-/// socket buffers that Rill does not have (tokio schedules its tasks), or name
-/// listeners Rill derives itself (its client listener is PLAINTEXT, its quorum listener
-/// is CONTROLLER). Keep this list short and explicit: a key here is never warned about,
-/// so it must be one whose absence of effect a user cannot be relying on.
+/// socket buffers that Rill does not have (tokio schedules its tasks). Keep this list
+/// short and explicit: a key here is never warned about, so it must be one whose absence
+/// of effect a user cannot be relying on.
 pub static IGNORED_KAFKA_KEYS: &[&str] = &[
     "background.threads",
-    "controller.listener.names",
-    "inter.broker.listener.name",
-    "listener.security.protocol.map",
     "num.io.threads",
     "num.network.threads",
     "num.recovery.threads.per.data.dir",
@@ -774,7 +856,15 @@ impl std::fmt::Display for UnknownKey {
 /// Whether Rill reads `key` as a broker configuration (or accepts it on purpose, see
 /// [`IGNORED_KAFKA_KEYS`]).
 pub fn is_known_broker_key(key: &str) -> bool {
+    if let Some((_, inner)) = listener_scoped(key) {
+        return known_broker_keys().any(|k| k == inner);
+    }
     known_broker_keys().any(|k| k == key) || IGNORED_KAFKA_KEYS.contains(&key)
+}
+
+/// `listener.name.<listener>.<key>` (Kafka's per-listener override) as `(listener, key)`.
+fn listener_scoped(key: &str) -> Option<(&str, &str)> {
+    key.strip_prefix("listener.name.")?.split_once('.')
 }
 
 /// Every broker key Rill reads.
@@ -989,44 +1079,204 @@ impl BrokerConfig {
         })
     }
 
-    /// The address clients connect to: the first of `listeners` that is not the
-    /// controller listener (`PLAINTEXT://host:port` or `host:port`).
+    /// `controller.listener.names`: the listeners that serve the controller quorum, never
+    /// clients (`CONTROLLER` unless set).
+    fn controller_listener_names(&self) -> Vec<String> {
+        let raw = self
+            .props
+            .get("controller.listener.names")
+            .map_or(CONTROLLER_LISTENER, String::as_str);
+        raw.split(',')
+            .map(|n| n.trim().to_ascii_uppercase())
+            .filter(|n| !n.is_empty())
+            .collect()
+    }
+
+    /// `listener.security.protocol.map` (`NAME:PROTOCOL,…`). A listener named after a
+    /// protocol (`SSL://…`) needs no entry, as with Kafka's default map.
+    pub fn security_protocol_map(&self) -> Result<BTreeMap<String, SecurityProtocol>, BrokerError> {
+        let mut map: BTreeMap<String, SecurityProtocol> = SecurityProtocol::ALL
+            .iter()
+            .map(|p| (p.name().to_string(), *p))
+            .collect();
+        let raw = self
+            .get("listener.security.protocol.map")
+            .unwrap_or_default();
+        for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let parsed = entry.split_once(':').and_then(|(name, protocol)| {
+                Some((
+                    name.trim().to_ascii_uppercase(),
+                    SecurityProtocol::parse(protocol)?,
+                ))
+            });
+            let Some((name, protocol)) = parsed else {
+                return Err(BrokerError::Config(format!(
+                    "listener.security.protocol.map: invalid entry {entry:?}: must be \
+                     NAME:PROTOCOL with PROTOCOL one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"
+                )));
+            };
+            map.insert(name, protocol);
+        }
+        Ok(map)
+    }
+
+    /// The client listeners (every entry of `listeners` but the controller's), in order,
+    /// each with its security protocol.
+    pub fn client_listeners(&self) -> Result<Vec<ListenerConfig>, BrokerError> {
+        let map = self.security_protocol_map()?;
+        let controller = self.controller_listener_names();
+        let mut out: Vec<ListenerConfig> = Vec::new();
+        for (name, hostport) in self.listeners() {
+            if controller.contains(&name) {
+                continue;
+            }
+            if out.iter().any(|l| l.name == name) {
+                return Err(BrokerError::Config(format!(
+                    "listeners: the listener name {name} is used twice"
+                )));
+            }
+            let protocol = *map.get(&name).ok_or_else(|| {
+                BrokerError::Config(format!(
+                    "listeners: no security protocol for listener {name}: add \
+                     {name}:PROTOCOL to listener.security.protocol.map"
+                ))
+            })?;
+            out.push(ListenerConfig {
+                name,
+                addr: Self::parse_addr("listeners", &hostport)?,
+                protocol,
+            });
+        }
+        if out.is_empty() {
+            return Err(BrokerError::Config("listeners: no client listener".into()));
+        }
+        Ok(out)
+    }
+
+    /// The address clients connect to first: the first client listener's.
     pub fn listen_addr(&self) -> Result<SocketAddr, BrokerError> {
-        let (_, hostport) = self
-            .listeners()
-            .into_iter()
-            .find(|(name, _)| name != CONTROLLER_LISTENER)
-            .ok_or_else(|| BrokerError::Config("listeners: no client listener".into()))?;
-        Self::parse_addr("listeners", &hostport)
+        let first = self.client_listeners()?;
+        first
+            .first()
+            .map(|l| l.addr)
+            .ok_or_else(|| BrokerError::Config("listeners: no client listener".into()))
     }
 
     /// The controller listener (`CONTROLLER://host:port` in `listeners`), where the Raft
     /// quorum and controller requests are served; `None` when not configured.
     pub fn controller_listen_addr(&self) -> Result<Option<SocketAddr>, BrokerError> {
+        let controller = self.controller_listener_names();
         self.listeners()
             .into_iter()
-            .find(|(name, _)| name == CONTROLLER_LISTENER)
+            .find(|(name, _)| controller.contains(name))
             .map(|(_, hp)| Self::parse_addr("listeners", &hp))
             .transpose()
     }
 
-    /// The host and port clients are told to use: `advertised.listeners`, else the
-    /// address bound.
-    pub fn advertised_listener(&self) -> Result<Option<(String, u16)>, BrokerError> {
+    /// `advertised.listeners` as `NAME -> (host, port)`; a bare `HOST:PORT` entry is the
+    /// first client listener's.
+    fn advertised_by_name(&self) -> Result<BTreeMap<String, (String, u16)>, BrokerError> {
+        let mut out = BTreeMap::new();
         let Some(raw) = self.props.get("advertised.listeners") else {
-            return Ok(None);
+            return Ok(out);
         };
-        let first = raw.split(',').next().unwrap_or_default().trim();
-        let hostport = first.split_once("://").map_or(first, |(_, rest)| rest);
+        let first = self
+            .client_listeners()?
+            .first()
+            .map(|l| l.name.clone())
+            .unwrap_or_default();
         let bad = || {
             BrokerError::Config(format!(
-                "advertised.listeners: invalid value {raw:?}: must be [NAME://]HOST:PORT with \
-                 a port from 0 to 65535"
+                "advertised.listeners: invalid value {raw:?}: must be [NAME://]HOST:PORT,… \
+                 with a port from 0 to 65535"
             ))
         };
-        let (host, port) = hostport.rsplit_once(':').ok_or_else(bad)?;
-        let port: u16 = port.parse().map_err(|_| bad())?;
-        Ok(Some((host.trim_matches(['[', ']']).to_string(), port)))
+        for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (name, hostport) = match entry.split_once("://") {
+                Some((name, rest)) => (name.to_ascii_uppercase(), rest),
+                None => (first.clone(), entry),
+            };
+            let (host, port) = hostport.rsplit_once(':').ok_or_else(bad)?;
+            let port: u16 = port.parse().map_err(|_| bad())?;
+            out.insert(name, (host.trim_matches(['[', ']']).to_string(), port));
+        }
+        Ok(out)
+    }
+
+    /// The host and port clients are told to use for the first client listener:
+    /// its `advertised.listeners` entry, else `None` (the address bound).
+    pub fn advertised_listener(&self) -> Result<Option<(String, u16)>, BrokerError> {
+        let by_name = self.advertised_by_name()?;
+        let first = self.client_listeners()?;
+        let name = first.first().map(|l| l.name.as_str()).unwrap_or_default();
+        Ok(by_name.get(name).cloned())
+    }
+
+    /// Every client listener's advertised endpoint, given the addresses actually bound
+    /// (a port 0 resolved, `0.0.0.0` advertised as 127.0.0.1): `(listener, host, port)`.
+    pub fn advertised_endpoints(
+        &self,
+        bound: &[(ListenerConfig, SocketAddr)],
+    ) -> Result<Vec<(ListenerConfig, String, u16)>, BrokerError> {
+        let by_name = self.advertised_by_name()?;
+        for name in by_name.keys() {
+            if !bound.iter().any(|(l, _)| &l.name == name) {
+                return Err(BrokerError::Config(format!(
+                    "advertised.listeners: {name} is not one of the listeners"
+                )));
+            }
+        }
+        Ok(bound
+            .iter()
+            .map(|(l, addr)| {
+                let (host, port) = by_name.get(&l.name).cloned().unwrap_or_else(|| {
+                    let ip = addr.ip();
+                    let host = if ip.is_unspecified() {
+                        "127.0.0.1".to_string()
+                    } else {
+                        ip.to_string()
+                    };
+                    (host, addr.port())
+                });
+                (l.clone(), host, port)
+            })
+            .collect())
+    }
+
+    /// `inter.broker.listener.name`: the listener brokers use to reach each other (the
+    /// follower fetchers); unless set, the first PLAINTEXT client listener, else the first.
+    pub fn inter_broker_listener_name(&self) -> Result<String, BrokerError> {
+        let listeners = self.client_listeners()?;
+        match self.props.get("inter.broker.listener.name") {
+            Some(name) => {
+                let name = name.trim().to_ascii_uppercase();
+                if listeners.iter().any(|l| l.name == name) {
+                    Ok(name)
+                } else {
+                    Err(BrokerError::Config(format!(
+                        "inter.broker.listener.name: {name} is not one of the listeners"
+                    )))
+                }
+            }
+            // Followers fetch in plaintext (replication over TLS and SASL is not built
+            // yet): the first PLAINTEXT listener, else the first.
+            None => Ok(listeners
+                .iter()
+                .find(|l| l.protocol == SecurityProtocol::Plaintext)
+                .or(listeners.first())
+                .map(|l| l.name.clone())
+                .unwrap_or_default()),
+        }
+    }
+
+    /// A key as it applies to one listener: `listener.name.<listener>.<key>` (Kafka's
+    /// per-listener override, the listener in lower case), else the key itself.
+    pub fn listener_value(&self, listener: &str, key: &str) -> Option<&str> {
+        let scoped = format!("listener.name.{}.{key}", listener.to_ascii_lowercase());
+        self.props
+            .get(&scoped)
+            .map(String::as_str)
+            .or_else(|| self.get(key))
     }
 
     /// `process.roles`: whether this node is a controller (a quorum voter), a broker, or
@@ -1261,9 +1511,10 @@ impl BrokerConfig {
         // A controller-only node opens no client listener, so it needs none.
         if roles.broker {
             self.listen_addr()?;
+            self.advertised_listener()?;
+            self.inter_broker_listener_name()?;
         }
         self.controller_listen_addr()?;
-        self.advertised_listener()?;
         self.quorum_voters()?;
         self.check_roles_against_voters()?;
         if roles.broker && !roles.controller {
@@ -1409,6 +1660,77 @@ mod tests {
             e.contains("config.strict") && e.contains("true or false"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn listeners_take_their_protocols_from_the_map_and_their_advertised_endpoints() {
+        let mut c = BrokerConfig::default();
+        c.set(
+            "listeners",
+            "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093,SSL://0.0.0.0:9094,\
+             CONTROLLER://127.0.0.1:9095",
+        );
+        c.set("listener.security.protocol.map", "INTERNAL:SASL_SSL");
+        c.set("advertised.listeners", "SSL://broker.example:19094");
+        let listeners = c.client_listeners().unwrap();
+        let names: Vec<(&str, SecurityProtocol)> = listeners
+            .iter()
+            .map(|l| (l.name.as_str(), l.protocol))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("PLAINTEXT", SecurityProtocol::Plaintext),
+                ("INTERNAL", SecurityProtocol::SaslSsl),
+                ("SSL", SecurityProtocol::Ssl)
+            ]
+        );
+        assert_eq!(c.listen_addr().unwrap().port(), 9092);
+        assert_eq!(c.controller_listen_addr().unwrap().unwrap().port(), 9095);
+        let bound: Vec<(ListenerConfig, SocketAddr)> =
+            listeners.iter().map(|l| (l.clone(), l.addr)).collect();
+        let advertised: Vec<(String, String, u16)> = c
+            .advertised_endpoints(&bound)
+            .unwrap()
+            .into_iter()
+            .map(|(l, h, p)| (l.name, h, p))
+            .collect();
+        assert_eq!(
+            advertised,
+            [
+                ("PLAINTEXT".into(), "127.0.0.1".into(), 9092),
+                ("INTERNAL".into(), "127.0.0.1".into(), 9093),
+                ("SSL".into(), "broker.example".into(), 19094)
+            ]
+        );
+        assert_eq!(c.inter_broker_listener_name().unwrap(), "PLAINTEXT");
+        c.set("inter.broker.listener.name", "internal");
+        assert_eq!(c.inter_broker_listener_name().unwrap(), "INTERNAL");
+        c.set("inter.broker.listener.name", "NOPE");
+        assert!(c.inter_broker_listener_name().is_err());
+        // A name with no protocol, a listener named twice, a bad map entry: refused.
+        c.set("listeners", "EXTERNAL://127.0.0.1:1");
+        assert!(config_error_of(c.client_listeners()).contains("EXTERNAL"));
+        c.set("listeners", "SSL://127.0.0.1:1,SSL://127.0.0.1:2");
+        assert!(config_error_of(c.client_listeners()).contains("twice"));
+        c.set("listener.security.protocol.map", "X:TLS");
+        assert!(config_error_of(c.security_protocol_map()).contains("X:TLS"));
+        // A bare advertised HOST:PORT is the first listener's, as before names.
+        let mut c = BrokerConfig::default();
+        c.set("advertised.listeners", "10.0.0.1:9999");
+        assert_eq!(
+            c.advertised_listener().unwrap(),
+            Some(("10.0.0.1".to_string(), 9999))
+        );
+        assert!(is_known_broker_key(
+            "listener.name.sasl_ssl.plain.sasl.jaas.config"
+        ));
+        assert!(is_known_broker_key("listener.name.ssl.ssl.client.auth"));
+        assert!(!is_known_broker_key("listener.name.ssl.ssl.clinet.auth"));
+    }
+
+    fn config_error_of<T: std::fmt::Debug>(r: Result<T, BrokerError>) -> String {
+        r.unwrap_err().to_string()
     }
 
     #[test]

@@ -52,6 +52,7 @@ pub use error::BrokerError;
 pub use server::{Broker, CONTROLLER_REQUEST_TIMEOUT};
 
 use coordinator::group_coordinator;
+use network::security::ListenerSecurity;
 use network::ConnectionLimits;
 use replication::log_manager::{self, LogManagerConfig};
 use replication::replica_manager::ReplicaManager;
@@ -61,7 +62,10 @@ use shared_server::{check_lock_is_for, log_data_dir, resolve_node_id, start_quor
 
 /// A running server; dropping it does not stop it, [`Server::shutdown`] does.
 pub struct Server {
+    /// The first client listener's address.
     pub local_addr: SocketAddr,
+    /// Every client listener: its name and the address bound.
+    pub listeners: Vec<(String, SocketAddr)>,
     /// Where the controller quorum listens on this node (on a broker-only node: where it
     /// receives the metadata log as an observer).
     pub controller_addr: SocketAddr,
@@ -116,25 +120,39 @@ impl Server {
         let controller_addr = quorum.local_addr();
         let quorum = Arc::new(quorum);
 
-        let addr = config.listen_addr()?;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|e| BrokerError::io(addr, e))?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|e| BrokerError::io(addr, e))?;
-        let (advertised_host, advertised_port) = match config.advertised_listener()? {
-            Some((host, port)) => (host, port),
-            None => {
-                let ip = local_addr.ip();
-                let host = if ip.is_unspecified() {
-                    "127.0.0.1".to_string()
-                } else {
-                    ip.to_string()
-                };
-                (host, local_addr.port())
-            }
-        };
+        let mut bound = Vec::new();
+        let mut listeners = Vec::new();
+        for l in config.client_listeners()? {
+            // Key files are read before the port is taken, so that a bad one says so.
+            let security = Arc::new(ListenerSecurity::from_config(&config, &l)?);
+            let tcp = TcpListener::bind(l.addr)
+                .await
+                .map_err(|e| BrokerError::io(l.addr, e))?;
+            let local = tcp.local_addr().map_err(|e| BrokerError::io(l.addr, e))?;
+            bound.push((l, local));
+            listeners.push(network::Listener { tcp, security });
+        }
+        let local_addr = bound
+            .first()
+            .map(|(_, a)| *a)
+            .ok_or_else(|| BrokerError::Config("listeners: no client listener".into()))?;
+        let listener_addrs: Vec<(String, SocketAddr)> =
+            bound.iter().map(|(l, a)| (l.name.clone(), *a)).collect();
+        let endpoints: Vec<rill_metadata::Endpoint> = config
+            .advertised_endpoints(&bound)?
+            .into_iter()
+            .map(|(l, host, port)| rill_metadata::Endpoint {
+                name: l.name,
+                host,
+                port,
+                security_protocol: l.protocol.id(),
+            })
+            .collect();
+        let (advertised_host, advertised_port) = endpoints
+            .first()
+            .map(|e| (e.host.clone(), e.port))
+            .unwrap_or_else(|| ("127.0.0.1".into(), local_addr.port()));
+        let inter_broker_listener = config.inter_broker_listener_name()?;
         let fetcher_config = replica_fetcher::FetcherConfig {
             local_id: node_id,
             max_wait: config.duration_ms("replica.fetch.wait.max.ms")?,
@@ -164,6 +182,8 @@ impl Server {
             max_request_bytes: config.socket_request_max_bytes()?,
             advertised_host,
             advertised_port: i32::from(advertised_port),
+            endpoints,
+            inter_broker_listener,
             quorum: quorum.clone(),
             image: RwLock::new(Arc::new(MetadataImage::new())),
             published,
@@ -201,7 +221,7 @@ impl Server {
             rx.clone(),
         );
         let task = tokio::spawn(network::serve(
-            listener,
+            listeners,
             broker.clone(),
             connection_limits,
             rx.clone(),
@@ -210,6 +230,7 @@ impl Server {
         lifecycle.wait_unfenced().await;
         Ok(Self {
             local_addr,
+            listeners: listener_addrs,
             controller_addr,
             broker,
             shutdown,

@@ -181,14 +181,18 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
             resign_coordinator(broker, tp).await;
         }
         let config = broker.log_config(new, &tp.topic);
-        let leader_addr = crate::server::metadata::broker_endpoint(new, registration.leader)
-            .and_then(|(host, port)| {
-                use std::net::ToSocketAddrs;
-                (host.as_str(), u16::try_from(port).ok()?)
-                    .to_socket_addrs()
-                    .ok()?
-                    .next()
-            });
+        let leader_addr = crate::server::metadata::broker_endpoint(
+            new,
+            registration.leader,
+            &broker.inter_broker_listener,
+        )
+        .and_then(|(host, port)| {
+            use std::net::ToSocketAddrs;
+            (host.as_str(), u16::try_from(port).ok()?)
+                .to_socket_addrs()
+                .ok()?
+                .next()
+        });
         if let Err(e) = broker.replicas.become_follower(
             &to_tp(tp),
             *topic_id,

@@ -22,11 +22,12 @@ use rill_protocol::generated::incremental_alter_configs_request::{
 };
 use rill_protocol::generated::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
 use rill_protocol::generated::{
-    AlterPartitionReassignmentsRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
-    DescribeGroupsRequest, DescribeTransactionsRequest, ElectLeadersRequest,
-    IncrementalAlterConfigsRequest, ListGroupsRequest, ListPartitionReassignmentsRequest,
-    ListTransactionsRequest, UnregisterBrokerRequest,
+    AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest, CreatePartitionsRequest,
+    CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, DescribeTransactionsRequest,
+    DescribeUserScramCredentialsRequest, ElectLeadersRequest, IncrementalAlterConfigsRequest,
+    ListGroupsRequest, ListPartitionReassignmentsRequest, ListTransactionsRequest,
+    UnregisterBrokerRequest,
 };
 use rill_protocol::{ErrorCode, Request};
 
@@ -54,6 +55,21 @@ const LIST_TRANSACTIONS_VERSION: i16 = 0;
 const DESCRIBE_TRANSACTIONS_VERSION: i16 = 0;
 /// FindCoordinator's key type of a transactional id.
 const COORDINATOR_TRANSACTION: i8 = 1;
+
+const DESCRIBE_USER_SCRAM_CREDENTIALS_VERSION: i16 = 0;
+const ALTER_USER_SCRAM_CREDENTIALS_VERSION: i16 = 0;
+
+/// A SCRAM credential to set with [`Admin::alter_user_scram_credentials`]: Kafka's
+/// mechanism type (1: SCRAM-SHA-256, 2: SCRAM-SHA-512), and the salted password, never
+/// the password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScramCredentialUpsertion {
+    pub name: String,
+    pub mechanism: i8,
+    pub iterations: i32,
+    pub salt: Vec<u8>,
+    pub salted_password: Vec<u8>,
+}
 
 /// Each partition's outcome of an election or a reassignment request: `Ok(())`, or the
 /// error the controller gave that partition (an [`Error::Kafka`] with its code).
@@ -993,6 +1009,103 @@ impl Admin {
                         },
                     )
                 })
+            })
+            .collect())
+    }
+
+    /// The SCRAM credentials of `users` (all users with one when `None`)
+    /// (DescribeUserScramCredentials): per user, its `(mechanism, iterations)` pairs, with
+    /// Kafka's mechanism types (1: SCRAM-SHA-256, 2: SCRAM-SHA-512), or the error for that
+    /// user (RESOURCE_NOT_FOUND when it has none).
+    pub async fn describe_user_scram_credentials(
+        &self,
+        users: Option<&[String]>,
+    ) -> Result<Vec<(String, Result<Vec<(i8, i32)>>)>> {
+        use rill_protocol::generated::describe_user_scram_credentials_request::UserName;
+        let request = DescribeUserScramCredentialsRequest {
+            users: users.map(|u| {
+                u.iter()
+                    .map(|name| UserName {
+                        name: name.clone(),
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        };
+        let response = self
+            .send_controller(&request, DESCRIBE_USER_SCRAM_CREDENTIALS_VERSION)
+            .await?;
+        let message = response.error_message;
+        check(response.error_code, || match message {
+            Some(m) => format!("describing SCRAM credentials: {m}"),
+            None => "describing SCRAM credentials".to_string(),
+        })?;
+        Ok(response
+            .results
+            .into_iter()
+            .map(|r| {
+                let user = r.user;
+                let outcome = check(r.error_code, || match &r.error_message {
+                    Some(m) => format!("SCRAM credentials of {user}: {m}"),
+                    None => format!("SCRAM credentials of {user}"),
+                })
+                .map(|()| {
+                    r.credential_infos
+                        .iter()
+                        .map(|c| (c.mechanism, c.iterations))
+                        .collect()
+                });
+                (user, outcome)
+            })
+            .collect())
+    }
+
+    /// Deletes and sets SCRAM credentials (AlterUserScramCredentials). Deletions are
+    /// `(user, mechanism)`; an upsertion carries the salt and the salted password
+    /// (`Hi(password, salt, iterations)`), which the client computes as Kafka's does, so
+    /// that the password itself never leaves it. Per user, its outcome.
+    pub async fn alter_user_scram_credentials(
+        &self,
+        deletions: &[(String, i8)],
+        upsertions: &[ScramCredentialUpsertion],
+    ) -> Result<Vec<(String, Result<()>)>> {
+        use rill_protocol::generated::alter_user_scram_credentials_request as wire;
+        let request = AlterUserScramCredentialsRequest {
+            deletions: deletions
+                .iter()
+                .map(|(name, mechanism)| wire::ScramCredentialDeletion {
+                    name: name.clone(),
+                    mechanism: *mechanism,
+                    ..Default::default()
+                })
+                .collect(),
+            upsertions: upsertions
+                .iter()
+                .map(|u| wire::ScramCredentialUpsertion {
+                    name: u.name.clone(),
+                    mechanism: u.mechanism,
+                    iterations: u.iterations,
+                    salt: u.salt.clone().into(),
+                    salted_password: u.salted_password.clone().into(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let response = self
+            .send_controller(&request, ALTER_USER_SCRAM_CREDENTIALS_VERSION)
+            .await?;
+        Ok(response
+            .results
+            .into_iter()
+            .map(|r| {
+                let user = r.user;
+                let outcome = check(r.error_code, || match &r.error_message {
+                    Some(m) => format!("altering SCRAM credentials of {user}: {m}"),
+                    None => format!("altering SCRAM credentials of {user}"),
+                });
+                (user, outcome)
             })
             .collect())
     }

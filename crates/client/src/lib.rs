@@ -48,7 +48,7 @@ mod types;
 pub use admin::{
     Admin, AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType, GroupDescription,
     GroupListing, MemberDescription, NewPartitions, NewTopic, PartitionResults,
-    TransactionDescription, TransactionListing,
+    ScramCredentialUpsertion, TransactionDescription, TransactionListing,
 };
 pub use assignor::{Assignor, GroupSubscription, MemberSubscription};
 pub use config::ClientConfig;

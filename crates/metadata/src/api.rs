@@ -39,6 +39,9 @@ pub enum ControllerEvent {
     BrokerProcessGone(BrokerProcessGoneRequest),
     /// UpdateFeatures: finalize feature levels (all of them or none).
     UpdateFeatures(UpdateFeaturesRequest),
+    /// AlterUserScramCredentials: credentials the broker derived from the client's salted
+    /// passwords, and deletions.
+    AlterUserScramCredentials(AlterUserScramCredentialsRequest),
 }
 
 /// What the controller decided: records to append to the metadata log (in this order,
@@ -67,6 +70,7 @@ pub enum ControllerResponse {
     UnregisterBroker(UnregisterBrokerResponse),
     /// Per feature asked for: its error (NONE when the whole update applies).
     UpdateFeatures(Vec<UpdateFeatureResult>),
+    AlterUserScramCredentials(Vec<AlterUserScramCredentialsResult>),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -78,6 +82,34 @@ pub struct UpdateFeaturesRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpdateFeatureResult {
     pub feature: String,
+    #[serde(with = "ErrorCodeDef")]
+    pub error_code: ErrorCode,
+    pub error_message: Option<String>,
+}
+
+/// One credential to store: the user, Kafka's mechanism type (1: SCRAM-SHA-256, 2:
+/// SCRAM-SHA-512) and what the server keeps of the password.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScramCredentialUpsertion {
+    pub name: String,
+    pub mechanism: i8,
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlterUserScramCredentialsRequest {
+    /// `(user, mechanism)` to delete.
+    pub deletions: Vec<(String, i8)>,
+    pub upsertions: Vec<ScramCredentialUpsertion>,
+}
+
+/// The outcome for one user named in the request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlterUserScramCredentialsResult {
+    pub user: String,
     #[serde(with = "ErrorCodeDef")]
     pub error_code: ErrorCode,
     pub error_message: Option<String>,

@@ -506,6 +506,7 @@ impl QuorumController {
             ControllerEvent::UnregisterBroker(r) => self.unregister_broker(r, image),
             ControllerEvent::BrokerProcessGone(r) => self.broker_process_gone(r, image),
             ControllerEvent::UpdateFeatures(r) => self.update_features(r, image),
+            ControllerEvent::AlterUserScramCredentials(r) => alter_user_scram_credentials(r, image),
         }
     }
 
@@ -1845,4 +1846,136 @@ pub fn check_image_invariants(image: &MetadataImage) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Kafka's bounds on SCRAM iterations (`ScramMechanism`'s minimum, and the most
+/// AlterUserScramCredentials accepts).
+pub const SCRAM_MIN_ITERATIONS: i32 = 4096;
+pub const SCRAM_MAX_ITERATIONS: i32 = 16384;
+
+/// AlterUserScramCredentials as Kafka's `ScramControlManager` decides it: each (user,
+/// mechanism) named once per request (else DUPLICATE_RESOURCE for that user), mechanisms 1
+/// and 2 only, iterations within [`SCRAM_MIN_ITERATIONS`, `SCRAM_MAX_ITERATIONS`], a
+/// deletion of a credential that does not exist is RESOURCE_NOT_FOUND. A user's changes
+/// apply together or not at all.
+fn alter_user_scram_credentials(
+    req: AlterUserScramCredentialsRequest,
+    image: &MetadataImage,
+) -> ControllerResult {
+    use rill_protocol::generated::metadata::{
+        RemoveUserScramCredentialRecord, UserScramCredentialRecord,
+    };
+    let mut s = Scratch::new(image);
+    let mut users: Vec<String> = Vec::new();
+    // A (user, mechanism) pair named twice makes the whole user's change a duplicate.
+    let mut pairs: BTreeMap<(String, i8), usize> = BTreeMap::new();
+    for (name, mechanism) in req
+        .deletions
+        .iter()
+        .map(|(n, m)| (n, *m))
+        .chain(req.upsertions.iter().map(|u| (&u.name, u.mechanism)))
+    {
+        if !users.contains(name) {
+            users.push(name.clone());
+        }
+        *pairs.entry((name.clone(), mechanism)).or_default() += 1;
+    }
+    let mut results = Vec::with_capacity(users.len());
+    for user in users {
+        let fail = |code: ErrorCode, message: &str| AlterUserScramCredentialsResult {
+            user: user.clone(),
+            error_code: code,
+            error_message: Some(message.to_string()),
+        };
+        if pairs.iter().any(|((u, _), n)| *u == user && *n > 1) {
+            results.push(fail(
+                ErrorCode::DUPLICATE_RESOURCE,
+                "A user credential cannot be altered twice in the same request",
+            ));
+            continue;
+        }
+        if user.is_empty() {
+            results.push(fail(
+                ErrorCode::UNACCEPTABLE_CREDENTIAL,
+                "Username must not be empty",
+            ));
+            continue;
+        }
+        let mut records = Vec::new();
+        let mut error = None;
+        for (_, mechanism) in req.deletions.iter().filter(|(n, _)| *n == user) {
+            if !(1..=2).contains(mechanism) {
+                error = Some(fail(
+                    ErrorCode::UNSUPPORTED_SASL_MECHANISM,
+                    "Unknown SCRAM mechanism",
+                ));
+            } else if !s
+                .image()
+                .scram_credentials
+                .contains_key(&(user.clone(), *mechanism))
+            {
+                error = Some(fail(
+                    ErrorCode::RESOURCE_NOT_FOUND,
+                    "Attempt to delete a user credential that does not exist",
+                ));
+            } else {
+                records.push(MetadataRecord::RemoveUserScramCredential(
+                    RemoveUserScramCredentialRecord {
+                        name: user.clone(),
+                        mechanism: *mechanism,
+                        ..Default::default()
+                    },
+                ));
+            }
+        }
+        for u in req.upsertions.iter().filter(|u| u.name == user) {
+            if !(1..=2).contains(&u.mechanism) {
+                error = Some(fail(
+                    ErrorCode::UNSUPPORTED_SASL_MECHANISM,
+                    "Unknown SCRAM mechanism",
+                ));
+            } else if u.iterations < SCRAM_MIN_ITERATIONS {
+                error = Some(fail(
+                    ErrorCode::UNACCEPTABLE_CREDENTIAL,
+                    "Too few iterations",
+                ));
+            } else if u.iterations > SCRAM_MAX_ITERATIONS {
+                error = Some(fail(
+                    ErrorCode::UNACCEPTABLE_CREDENTIAL,
+                    "Too many iterations",
+                ));
+            } else if u.salt.is_empty() || u.stored_key.is_empty() || u.server_key.is_empty() {
+                error = Some(fail(
+                    ErrorCode::UNACCEPTABLE_CREDENTIAL,
+                    "Empty salt or key",
+                ));
+            } else {
+                records.push(MetadataRecord::UserScramCredential(
+                    UserScramCredentialRecord {
+                        name: user.clone(),
+                        mechanism: u.mechanism,
+                        salt: u.salt.clone().into(),
+                        stored_key: u.stored_key.clone().into(),
+                        server_key: u.server_key.clone().into(),
+                        iterations: u.iterations,
+                        ..Default::default()
+                    },
+                ));
+            }
+        }
+        match error {
+            Some(e) => results.push(e),
+            None => {
+                for r in records {
+                    s.emit(r);
+                }
+                results.push(AlterUserScramCredentialsResult {
+                    user,
+                    error_code: ErrorCode::NONE,
+                    error_message: None,
+                });
+            }
+        }
+    }
+    s.finish(ControllerResponse::AlterUserScramCredentials(results))
 }

@@ -19,7 +19,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use rill_protocol::generated::metadata::register_broker_record::BrokerEndpoint;
 use rill_protocol::generated::metadata::{
     ConfigRecord, FeatureLevelRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord,
-    TopicRecord,
+    TopicRecord, UserScramCredentialRecord,
 };
 use rill_protocol::Uuid;
 
@@ -129,6 +129,26 @@ pub struct MetadataImage {
     /// The first producer id of the next block the controller hands out.
     pub next_producer_id: i64,
     pub features: BTreeMap<String, i16>,
+    /// SCRAM credentials by `(user, mechanism)` (Kafka's `ScramMechanism` type: 1 for
+    /// SCRAM-SHA-256, 2 for SCRAM-SHA-512), from `UserScramCredentialRecord`s.
+    pub scram_credentials: BTreeMap<(String, i8), ScramCredentialImage>,
+}
+
+/// What is stored of a password for SCRAM: never the password, nor its salted form.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ScramCredentialImage {
+    pub salt: Bytes,
+    pub stored_key: Bytes,
+    pub server_key: Bytes,
+    pub iterations: i32,
+}
+
+impl std::fmt::Debug for ScramCredentialImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScramCredentialImage")
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
 }
 
 impl MetadataImage {
@@ -363,6 +383,21 @@ impl MetadataImage {
                 self.next_producer_id = r.next_producer_id;
             }
             MetadataRecord::NoOp(_) => {}
+            MetadataRecord::UserScramCredential(r) => {
+                self.scram_credentials.insert(
+                    (r.name.clone(), r.mechanism),
+                    ScramCredentialImage {
+                        salt: r.salt.clone(),
+                        stored_key: r.stored_key.clone(),
+                        server_key: r.server_key.clone(),
+                        iterations: r.iterations,
+                    },
+                );
+            }
+            MetadataRecord::RemoveUserScramCredential(r) => {
+                self.scram_credentials
+                    .remove(&(r.name.clone(), r.mechanism));
+            }
         }
         Ok(())
     }
@@ -433,6 +468,19 @@ impl MetadataImage {
                     ..Default::default()
                 }));
             }
+        }
+        for ((name, mechanism), c) in &self.scram_credentials {
+            out.push(MetadataRecord::UserScramCredential(
+                UserScramCredentialRecord {
+                    name: name.clone(),
+                    mechanism: *mechanism,
+                    salt: c.salt.clone(),
+                    stored_key: c.stored_key.clone(),
+                    server_key: c.server_key.clone(),
+                    iterations: c.iterations,
+                    ..Default::default()
+                },
+            ));
         }
         if self.next_producer_id > 0 {
             out.push(MetadataRecord::ProducerIds(ProducerIdsRecord {

@@ -50,8 +50,8 @@ pub use controller::{
 pub use error::MetadataError;
 pub use image::{
     BrokerRegistration, ConfigResource, Endpoint, LocalReplicaChanges, MetadataImage,
-    PartitionRegistration, TopicImage, TopicPartition, NO_LEADER, NO_LEADER_CHANGE,
-    RESOURCE_BROKER, RESOURCE_TOPIC,
+    PartitionRegistration, ScramCredentialImage, TopicImage, TopicPartition, NO_LEADER,
+    NO_LEADER_CHANGE, RESOURCE_BROKER, RESOURCE_TOPIC,
 };
 pub use quorum::{
     parse_voters, submit_to_voters, CommittedRecords, MetadataQuorum, QuorumConfig,

@@ -22,7 +22,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use rill_protocol::generated::metadata::{
     BrokerRegistrationChangeRecord, ConfigRecord, FeatureLevelRecord, FenceBrokerRecord,
     NoOpRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord,
-    RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, UnregisterBrokerRecord,
+    RemoveTopicRecord, RemoveUserScramCredentialRecord, TopicRecord, UnfenceBrokerRecord,
+    UnregisterBrokerRecord, UserScramCredentialRecord,
 };
 use rill_protocol::primitives::{put_unsigned_varint, read_unsigned_varint};
 use rill_protocol::{Decodable, Encodable};
@@ -48,6 +49,8 @@ pub enum MetadataRecord {
     ProducerIds(ProducerIdsRecord),
     BrokerRegistrationChange(BrokerRegistrationChangeRecord),
     NoOp(NoOpRecord),
+    UserScramCredential(UserScramCredentialRecord),
+    RemoveUserScramCredential(RemoveUserScramCredentialRecord),
 }
 
 /// `(apiKey, highest version)` of every record type we write, from the JSON specs.
@@ -72,6 +75,8 @@ impl MetadataRecord {
             MetadataRecord::ProducerIds(_) => (15, 0),
             MetadataRecord::BrokerRegistrationChange(_) => (17, 2),
             MetadataRecord::NoOp(_) => (20, 0),
+            MetadataRecord::UserScramCredential(_) => (11, 0),
+            MetadataRecord::RemoveUserScramCredential(_) => (22, 0),
         }
     }
 
@@ -95,6 +100,8 @@ impl MetadataRecord {
             MetadataRecord::ProducerIds(r) => r.encode(buf, version)?,
             MetadataRecord::BrokerRegistrationChange(r) => r.encode(buf, version)?,
             MetadataRecord::NoOp(r) => r.encode(buf, version)?,
+            MetadataRecord::UserScramCredential(r) => r.encode(buf, version)?,
+            MetadataRecord::RemoveUserScramCredential(r) => r.encode(buf, version)?,
         }
         Ok(())
     }
@@ -126,7 +133,7 @@ impl MetadataRecord {
         })?;
         let max = match api_key {
             0 => 3,
-            1 | 2 | 4 | 7 | 8 | 9 | 12 | 15 | 20 => 0,
+            1 | 2 | 4 | 7 | 8 | 9 | 11 | 12 | 15 | 20 | 22 => 0,
             3 | 5 | 17 => 2,
             _ => return Err(unknown),
         };
@@ -150,6 +157,12 @@ impl MetadataRecord {
                 b, version,
             )?),
             20 => MetadataRecord::NoOp(NoOpRecord::decode(b, version)?),
+            11 => {
+                MetadataRecord::UserScramCredential(UserScramCredentialRecord::decode(b, version)?)
+            }
+            22 => MetadataRecord::RemoveUserScramCredential(
+                RemoveUserScramCredentialRecord::decode(b, version)?,
+            ),
             _ => return Err(unknown),
         };
         if !frame.is_empty() {

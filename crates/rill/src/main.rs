@@ -68,6 +68,13 @@ enum Command {
         #[command(subcommand)]
         command: cli::cluster::ClusterCommand,
     },
+    /// Create, delete and list SCRAM users (SASL/SCRAM-SHA-256 and -512).
+    User {
+        #[command(flatten)]
+        common: cli::Common,
+        #[command(subcommand)]
+        command: cli::user::UserCommand,
+    },
     /// Measure produce (throughput, delivery latency) and consume throughput.
     Bench {
         #[command(flatten)]
@@ -158,6 +165,7 @@ fn main() -> anyhow::Result<()> {
                 cli::transaction::run(&common, command).await
             }
             Command::Cluster { common, command } => cli::cluster::run(&common, command).await,
+            Command::User { common, command } => cli::user::run(&common, command).await,
             Command::Bench { common, command } => cli::bench::run(&common, command).await,
         }
     });
@@ -242,7 +250,8 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         config.set("controller.quorum.voters", voters);
     }
     if let Some(advertised) = &args.advertised_listener {
-        config.set("advertised.listeners", &format!("PLAINTEXT://{advertised}"));
+        // The first client listener's, whatever its name.
+        config.set("advertised.listeners", advertised);
     }
     if let Some(dir) = &args.data_dir {
         config.set("log.dirs", &dir.display().to_string());
@@ -290,6 +299,11 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
                 controller.controller_addr,
                 data_dir.display()
             ),
+        }
+        if let Node::Broker(server) = &node {
+            for (name, addr) in &server.listeners {
+                println!("rill listener {name} on {addr}");
+            }
         }
         let failures = match &node {
             Node::Broker(server) => Some(server.broker.replicas.log_dir_failure().clone()),

@@ -51,6 +51,12 @@
 //! the range and writing it; a file that turns out shorter than its range (truncated
 //! under the response) closes the connection rather than send a short frame.
 //!
+//! On a TLS listener (`SSL`, `SASL_SSL`) the stream is rustls's, and a Fetch's file
+//! ranges are read and encrypted through it: zero-copy is for plaintext listeners only.
+//! On a SASL listener the connection authenticates first (`sasl`): until it has, only
+//! ApiVersions and the SASL requests pass, every frame stays under
+//! `sasl.server.max.receive.size` and none is charged to the byte pool.
+//!
 //! Why this cannot deadlock: a connection holds at most one frame's bytes (its size
 //! clamped to the pool) and one slot, acquires them in the same order (bytes, then slot)
 //! and releases both once the [`RequestHandler`] returns; a slot holder is handling a request
@@ -74,10 +80,35 @@ use tokio::sync::{watch, Semaphore};
 
 use rill_protocol::generated::RequestHeader;
 
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, SecurityProtocol};
 use crate::error::BrokerError;
 
 pub mod request_slot;
+pub mod sasl;
+pub mod scram;
+pub mod security;
+
+use sasl::{Authenticator, Verdict};
+use scram::{ScramCredential, ScramMechanism};
+use security::{ListenerSecurity, ANONYMOUS};
+
+/// Who is on the other end of a connection, as the server sees each of its requests.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub peer: SocketAddr,
+    /// The listener the connection came in on: Metadata answers with the brokers'
+    /// endpoints on this listener, as Kafka does.
+    pub listener: Arc<str>,
+    pub security_protocol: SecurityProtocol,
+    /// `User:ANONYMOUS`, `User:<sasl user>`, or `User:<certificate subject>`.
+    pub principal: Arc<str>,
+}
+
+/// A bound client listener and what it demands of its connections.
+pub struct Listener {
+    pub tcp: TcpListener,
+    pub security: Arc<ListenerSecurity>,
+}
 
 /// What the network layer hands each complete request to (Kafka's `RequestChannel`, seen
 /// from its `SocketServer`): the server's dispatch. This layer knows frames, connections,
@@ -92,7 +123,7 @@ pub trait RequestHandler: Send + Sync + 'static {
         header: &RequestHeader,
         api_key: Option<ApiKey>,
         body: Bytes,
-        peer: SocketAddr,
+        session: &Session,
     ) -> impl std::future::Future<Output = Result<Option<Vec<ResponseChunk>>, String>> + Send;
 
     /// A broker config's current value at its highest level (this broker's dynamic
@@ -107,6 +138,11 @@ pub trait RequestHandler: Send + Sync + 'static {
     /// pipeline that the handler refused in part.
     fn connection_generation(&self) -> u64 {
         0
+    }
+
+    /// A user's SCRAM credential for one mechanism, for SASL/SCRAM authentication.
+    fn scram_credential(&self, _user: &str, _mechanism: ScramMechanism) -> Option<ScramCredential> {
+        None
     }
 }
 
@@ -150,6 +186,11 @@ pub struct ConnectionLimits {
     pub max_connections_per_ip: usize,
     /// `connections.max.idle.ms`.
     pub connections_max_idle: Duration,
+    /// `connection.failed.authentication.delay.ms`: how long a connection that failed to
+    /// authenticate is held (its answer sent) before it is closed, as in Kafka. It slows
+    /// down password guessing, and some clients (kafka-python) lose an answer whose
+    /// connection closes at once.
+    pub failed_authentication_delay: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -163,6 +204,7 @@ impl Default for ConnectionLimits {
             max_connections: i32::MAX as usize,
             max_connections_per_ip: i32::MAX as usize,
             connections_max_idle: Duration::from_millis(600_000),
+            failed_authentication_delay: Duration::from_millis(100),
         }
     }
 }
@@ -188,6 +230,7 @@ impl ConnectionLimits {
         let socket_request_max_bytes = int("socket.request.max.bytes", 104_857_600)?.max(0);
         let first = int("sasl.server.max.receive.size", 524_288)?.max(0);
         let idle_ms = int("connections.max.idle.ms", 600_000)?;
+        let auth_delay_ms = int("connection.failed.authentication.delay.ms", 100)?.max(0);
         Ok(Self {
             socket_request_max_bytes: socket_request_max_bytes as usize,
             first_request_max_bytes: first.min(socket_request_max_bytes) as usize,
@@ -201,6 +244,7 @@ impl ConnectionLimits {
             } else {
                 Duration::from_millis(idle_ms as u64)
             },
+            failed_authentication_delay: Duration::from_millis(auth_delay_ms as u64),
         })
     }
 }
@@ -320,13 +364,13 @@ impl RequestPools {
     }
 }
 
-/// Accepts connections until `shutdown` turns true, within `limits` (see
-/// [`ConnectionLimits::from_config`]).
+/// Accepts connections on every listener until `shutdown` turns true, within `limits`
+/// (see [`ConnectionLimits::from_config`]), which all listeners share.
 pub async fn serve<H: RequestHandler>(
-    listener: TcpListener,
+    listeners: Vec<Listener>,
     handler: Arc<H>,
     limits: ConnectionLimits,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let limits = Arc::new(limits);
     let pools = Arc::new(RequestPools::new(&limits));
@@ -334,9 +378,31 @@ pub async fn serve<H: RequestHandler>(
         total: 0,
         per_ip: HashMap::new(),
     }));
+    let mut accepting = tokio::task::JoinSet::new();
+    for listener in listeners {
+        accepting.spawn(accept_loop(
+            listener,
+            handler.clone(),
+            limits.clone(),
+            pools.clone(),
+            quotas.clone(),
+            shutdown.clone(),
+        ));
+    }
+    while accepting.join_next().await.is_some() {}
+}
+
+async fn accept_loop<H: RequestHandler>(
+    listener: Listener,
+    handler: Arc<H>,
+    limits: Arc<ConnectionLimits>,
+    pools: Arc<RequestPools>,
+    quotas: Arc<Mutex<ConnectionQuotas>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = listener.tcp.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let live = LiveConnectionLimits::of(handler.as_ref(), &limits);
                     let slot = match admit(&quotas, live, peer.ip()) {
@@ -351,12 +417,15 @@ pub async fn serve<H: RequestHandler>(
                     let shutdown = shutdown.clone();
                     let limits = limits.clone();
                     let pools = pools.clone();
+                    let security = listener.security.clone();
                     tokio::spawn(async move {
                         let _slot = slot;
-                        let result =
-                            connection(stream, peer, handler, &limits, &pools, shutdown).await;
+                        let result = connection(
+                            stream, peer, &security, handler, &limits, &pools, shutdown,
+                        )
+                        .await;
                         if let Err(e) = result {
-                            tracing::debug!(%peer, error = %e, "connection closed");
+                            tracing::debug!(%peer, listener = %security.name, error = %e, "connection closed");
                         }
                     });
                 }
@@ -385,6 +454,8 @@ enum ConnectionError {
     Shutdown,
     #[error("{0}")]
     Protocol(String),
+    #[error("TLS handshake: {0}")]
+    Tls(std::io::Error),
 }
 
 /// Reads frames off one connection, never buffering more than the frame being read plus
@@ -450,19 +521,112 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 async fn connection<H: RequestHandler>(
     stream: TcpStream,
     peer: SocketAddr,
+    security: &ListenerSecurity,
     handler: Arc<H>,
     limits: &ConnectionLimits,
     pools: &RequestPools,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ConnectionError> {
     stream.set_nodelay(true)?;
-    let (reader, writer) = stream.into_split();
-    let mut writer = BufWriter::new(writer);
+    let mut session = Session {
+        peer,
+        listener: Arc::from(security.name.as_str()),
+        security_protocol: security.protocol,
+        principal: Arc::from(ANONYMOUS),
+    };
+    let Some(acceptor) = &security.tls else {
+        let (reader, writer) = stream.into_split();
+        return serve_connection(
+            reader,
+            BufWriter::new(writer),
+            session,
+            security,
+            handler,
+            limits,
+            pools,
+            shutdown,
+        )
+        .await;
+    };
+    // rustls reads the socket 4 KiB at a time; a buffer under it makes that one system
+    // call per 64 KiB.
+    let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
+    // The handshake is bounded by the idle limit like any read.
+    let tls = tokio::select! {
+        tls = tokio::time::timeout(limits.connections_max_idle, acceptor.accept(stream)) => match tls {
+            Ok(tls) => tls.map_err(ConnectionError::Tls)?,
+            Err(_) => return Err(ConnectionError::Idle(limits.connections_max_idle)),
+        },
+        _ = shutdown.changed() => return Ok(()),
+    };
+    if let Some(cert) = tls.get_ref().1.peer_certificates().and_then(|c| c.first()) {
+        // A certificate the chain check accepted but whose subject no mapping rule
+        // matches is refused, as Kafka's `SslPrincipalMapper` does.
+        let principal = security.principal_of_certificate(cert).ok_or_else(|| {
+            ConnectionError::Protocol(
+                "no ssl.principal.mapping.rules rule matches the client certificate".into(),
+            )
+        })?;
+        session.principal = Arc::from(principal.as_str());
+    }
+    tracing::trace!(%peer, principal = %session.principal, "TLS handshake done");
+    let (reader, writer) = tokio::io::split(tls);
+    serve_connection(
+        reader,
+        BufWriter::new(writer),
+        session,
+        security,
+        handler,
+        limits,
+        pools,
+        shutdown,
+    )
+    .await
+}
+
+/// Where a connection writes its responses: a plaintext socket, whose Fetch ranges go
+/// out with `sendfile`, or a TLS stream, through which they are read and encrypted.
+trait ResponseWriter: AsyncWrite + Unpin + Send {
+    /// The socket to `sendfile` to, on plaintext only.
+    fn zero_copy_socket(&self) -> Option<&TcpStream>;
+}
+
+impl ResponseWriter for BufWriter<OwnedWriteHalf> {
+    fn zero_copy_socket(&self) -> Option<&TcpStream> {
+        Some(self.get_ref().as_ref())
+    }
+}
+
+/// The socket read buffer of a TLS connection (see `connection`).
+const TLS_READ_BUFFER_BYTES: usize = 64 * 1024;
+
+impl ResponseWriter
+    for BufWriter<
+        tokio::io::WriteHalf<tokio_rustls::server::TlsStream<tokio::io::BufReader<TcpStream>>>,
+    >
+{
+    fn zero_copy_socket(&self) -> Option<&TcpStream> {
+        None
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWriter>(
+    reader: R,
+    mut writer: W,
+    mut session: Session,
+    security: &ListenerSecurity,
+    handler: Arc<H>,
+    limits: &ConnectionLimits,
+    pools: &RequestPools,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), ConnectionError> {
     let mut frames = FrameReader {
         reader,
         buf: BytesMut::new(),
         idle: limits.connections_max_idle,
     };
+    let mut sasl = security.sasl.clone().map(Authenticator::new);
     let mut served_one = false;
     // The handler's generation when this connection's first request came.
     let mut generation = None;
@@ -474,9 +638,12 @@ async fn connection<H: RequestHandler>(
         let Some(size) = next else {
             return Ok(());
         };
-        let size = check_size(size, served_one, limits)?;
+        // Until a SASL connection has authenticated, every frame is held to the
+        // pre-authentication limit and none is charged to the pool (see the module docs).
+        let trusted = served_one && sasl.as_ref().is_none_or(|a| a.principal().is_some());
+        let size = check_size(size, trusted, limits)?;
         // Back-pressure: until the byte pool has room this connection reads nothing more.
-        let bytes = if served_one {
+        let bytes = if trusted {
             let permit = tokio::select! {
                 permit = acquire_bytes(pools, size) => permit,
                 _ = shutdown.changed() => return Ok(()),
@@ -489,15 +656,85 @@ async fn connection<H: RequestHandler>(
             frame = frames.frame(size) => frame?,
             _ = shutdown.changed() => return Ok(()),
         };
+        if let Some(auth) = sasl.as_mut().filter(|a| a.expects_raw_token()) {
+            // After a v0 SaslHandshake the tokens come as bare frames (before KIP-152).
+            let verdict = auth.raw_token(&frame, |user, m| handler.scram_credential(user, m));
+            match verdict {
+                Verdict::Respond(token) => {
+                    let len = i32::try_from(token.len()).unwrap_or(i32::MAX);
+                    write_within(&mut writer, &len.to_be_bytes(), limits.connections_max_idle)
+                        .await?;
+                    write_within(&mut writer, &token, limits.connections_max_idle).await?;
+                    flush_within(&mut writer, limits.connections_max_idle).await?;
+                    if let Some(p) = auth.principal() {
+                        session.principal = Arc::from(p);
+                    }
+                    served_one = true;
+                    continue;
+                }
+                Verdict::Close { reason, .. } => return Err(ConnectionError::Protocol(reason)),
+                Verdict::Pass => {}
+            }
+        }
+        let mut body = frame;
+        let (header, api_key) = decode_request_header(&mut body)
+            .map_err(|e| ConnectionError::Protocol(format!("request header: {e}")))?;
+        let verdict = match sasl.as_mut() {
+            Some(auth) => auth.request(
+                header.request_api_key,
+                header.request_api_version,
+                header.correlation_id,
+                &mut body,
+                |user, m| handler.scram_credential(user, m),
+            ),
+            // Kafka answers SaslHandshake on a listener without SASL with
+            // ILLEGAL_SASL_STATE; closing says as much to a client and costs less.
+            None if matches!(
+                api_key,
+                Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
+            ) =>
+            {
+                Verdict::Close {
+                    response: None,
+                    reason: format!("SASL request on the {} listener", security.name),
+                }
+            }
+            None => Verdict::Pass,
+        };
+        match verdict {
+            Verdict::Pass => {}
+            Verdict::Respond(body) => {
+                let len = i32::try_from(body.len()).unwrap_or(i32::MAX);
+                write_within(&mut writer, &len.to_be_bytes(), limits.connections_max_idle).await?;
+                write_within(&mut writer, &body, limits.connections_max_idle).await?;
+                flush_within(&mut writer, limits.connections_max_idle).await?;
+                if let Some(p) = sasl.as_ref().and_then(|a| a.principal()) {
+                    session.principal = Arc::from(p);
+                }
+                served_one = true;
+                continue;
+            }
+            Verdict::Close { response, reason } => {
+                if let Some(body) = response {
+                    let len = i32::try_from(body.len()).unwrap_or(i32::MAX);
+                    write_within(&mut writer, &len.to_be_bytes(), limits.connections_max_idle)
+                        .await?;
+                    write_within(&mut writer, &body, limits.connections_max_idle).await?;
+                    let _ = flush_within(&mut writer, limits.connections_max_idle).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(limits.failed_authentication_delay) => {}
+                        _ = shutdown.changed() => {}
+                    }
+                }
+                return Err(ConnectionError::Protocol(reason));
+            }
+        }
         let slot = tokio::select! {
             slot = pools.requests.clone().acquire_owned() => {
                 slot.map_err(|_| ConnectionError::Shutdown)?
             }
             _ = shutdown.changed() => return Ok(()),
         };
-        let mut body = frame;
-        let (header, api_key) = decode_request_header(&mut body)
-            .map_err(|e| ConnectionError::Protocol(format!("request header: {e}")))?;
         let now = handler.connection_generation();
         if *generation.get_or_insert(now) != now {
             let _ = tokio::time::timeout(limits.connections_max_idle, writer.flush()).await;
@@ -506,8 +743,11 @@ async fn connection<H: RequestHandler>(
             ));
         }
         // The slot goes back when the request ends or parks (see `request_slot`).
-        let response =
-            request_slot::holding(slot, handler.handle_request(&header, api_key, body, peer)).await;
+        let response = request_slot::holding(
+            slot,
+            handler.handle_request(&header, api_key, body, &session),
+        )
+        .await;
         drop(bytes);
         match response {
             Ok(Some(response)) => {
@@ -522,11 +762,18 @@ async fn connection<H: RequestHandler>(
         }
         // Pipelined requests already buffered are answered together with one flush.
         if frames.buf.len() < FRAME_PREFIX_LEN || !frame_complete(&frames.buf) {
-            match tokio::time::timeout(limits.connections_max_idle, writer.flush()).await {
-                Ok(r) => r?,
-                Err(_) => return Err(ConnectionError::Idle(limits.connections_max_idle)),
-            }
+            flush_within(&mut writer, limits.connections_max_idle).await?;
         }
+    }
+}
+
+async fn flush_within<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    idle: Duration,
+) -> Result<(), ConnectionError> {
+    match tokio::time::timeout(idle, writer.flush()).await {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(ConnectionError::Idle(idle)),
     }
 }
 
@@ -544,14 +791,14 @@ fn frame_complete(buf: &[u8]) -> bool {
 /// Checks a size prefix against the cap that applies to this connection now.
 fn check_size(
     size: i32,
-    served_one: bool,
+    trusted: bool,
     limits: &ConnectionLimits,
 ) -> Result<usize, ConnectionError> {
     if size < 0 {
         return Err(FrameError::NegativeSize(size).into());
     }
     let size = size as usize;
-    if !served_one && size > limits.first_request_max_bytes {
+    if !trusted && size > limits.first_request_max_bytes {
         return Err(ConnectionError::FirstFrameTooLarge {
             size,
             max: limits.first_request_max_bytes,
@@ -580,11 +827,24 @@ async fn acquire_bytes(
 /// Writes a response made of chunks: the bytes before each file range corked, the
 /// range with `sendfile` straight from the page cache, the bytes after the last range
 /// through the buffer (see the module note).
-async fn write_chunks(
-    writer: &mut BufWriter<OwnedWriteHalf>,
+async fn write_chunks<W: ResponseWriter>(
+    writer: &mut W,
     chunks: &[ResponseChunk],
     idle: Duration,
 ) -> Result<(), ConnectionError> {
+    if writer.zero_copy_socket().is_none() {
+        // TLS: every byte goes through the stream, the file ranges read in pieces.
+        for chunk in chunks {
+            match chunk {
+                ResponseChunk::Bytes(b) => write_within(writer, b, idle).await?,
+                ResponseChunk::File { file, offset, len } => {
+                    let end = offset.saturating_add(*len as u64);
+                    copy_file(writer, file, *offset, end, idle).await?;
+                }
+            }
+        }
+        return Ok(());
+    }
     let mut rest = chunks;
     while !rest.is_empty() {
         let bytes = rest
@@ -601,13 +861,11 @@ async fn write_chunks(
             return Ok(());
         };
         rest = after;
-        if !writer.buffer().is_empty() {
-            // An earlier pipelined response is still buffered: it goes first.
-            match tokio::time::timeout(idle, writer.flush()).await {
-                Ok(r) => r?,
-                Err(_) => return Err(ConnectionError::Idle(idle)),
-            }
-        }
+        // An earlier pipelined response may still be buffered: it goes first.
+        flush_within(writer, idle).await?;
+        let Some(socket) = writer.zero_copy_socket() else {
+            return Err(ConnectionError::Protocol("no socket for sendfile".into()));
+        };
         let slices: Vec<&[u8]> = run
             .iter()
             .filter_map(|c| match c {
@@ -615,9 +873,9 @@ async fn write_chunks(
                 ResponseChunk::File { .. } => None,
             })
             .collect();
-        send_corked(writer.get_ref().as_ref(), &slices, idle).await?;
+        send_corked(socket, &slices, idle).await?;
         let end = offset.saturating_add(*len as u64);
-        let sent = send_file(writer.get_ref().as_ref(), file, *offset, end, idle).await?;
+        let sent = send_file(socket, file, *offset, end, idle).await?;
         if sent < end {
             copy_file(writer, file, sent, end, idle).await?;
         }
@@ -1033,6 +1291,91 @@ mod tests {
             .unwrap()
             .unwrap();
         Bytes::from(body)
+    }
+
+    /// The brokers' ports a Metadata v1 response names.
+    fn metadata_ports(mut body: Bytes) -> Vec<i32> {
+        use rill_protocol::Decodable;
+        body.advance(4); // correlation id
+        let response = rill_protocol::generated::MetadataResponse::decode(&mut body, 1).unwrap();
+        response.brokers.iter().map(|b| b.port).collect()
+    }
+
+    #[tokio::test]
+    async fn a_sasl_listener_gates_requests_and_metadata_names_each_listener() {
+        let (server, _dir) = server(&[
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            ),
+            (
+                "plain.sasl.jaas.config",
+                "PlainLoginModule required user_alice=\"pw\";",
+            ),
+        ])
+        .await;
+        let names: Vec<&str> = server.listeners.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["PLAINTEXT", "SASL_PLAINTEXT"]);
+        let plain = server.listeners[0].1;
+        let sasl = server.listeners[1].1;
+        let metadata = || {
+            request(
+                ApiKey::Metadata,
+                1,
+                9,
+                &MetadataRequest {
+                    topics: Some(vec![]),
+                    ..Default::default()
+                },
+            )
+        };
+        let mut sock = TcpStream::connect(plain).await.unwrap();
+        sock.write_all(&metadata()).await.unwrap();
+        assert_eq!(
+            metadata_ports(response_body(&mut sock).await),
+            [i32::from(plain.port())]
+        );
+
+        // Before authentication: ApiVersions passes, Metadata closes.
+        let mut sock = TcpStream::connect(sasl).await.unwrap();
+        sock.write_all(&api_versions(1)).await.unwrap();
+        assert_eq!(response(&mut sock).await, Some(1));
+        sock.write_all(&metadata()).await.unwrap();
+        assert!(closed(&mut sock).await);
+        // Before authentication every frame is held to the pre-authentication limit,
+        // not only the first.
+        let mut sock = TcpStream::connect(sasl).await.unwrap();
+        sock.write_all(&api_versions(1)).await.unwrap();
+        assert_eq!(response(&mut sock).await, Some(1));
+        sock.write_all(&(600 * 1024i32).to_be_bytes())
+            .await
+            .unwrap();
+        assert!(closed(&mut sock).await);
+
+        // PLAIN, then Metadata names the SASL listener's port.
+        let mut sock = TcpStream::connect(sasl).await.unwrap();
+        let handshake = rill_protocol::generated::SaslHandshakeRequest {
+            mechanism: "PLAIN".into(),
+        };
+        sock.write_all(&request(ApiKey::SaslHandshake, 1, 2, &handshake))
+            .await
+            .unwrap();
+        assert_eq!(response(&mut sock).await, Some(2));
+        let auth = rill_protocol::generated::SaslAuthenticateRequest {
+            auth_bytes: Bytes::from_static(b"\0alice\0pw"),
+            ..Default::default()
+        };
+        sock.write_all(&request(ApiKey::SaslAuthenticate, 1, 3, &auth))
+            .await
+            .unwrap();
+        let body = response_body(&mut sock).await;
+        assert_eq!(&body[4..6], &[0, 0], "SaslAuthenticate error code");
+        sock.write_all(&metadata()).await.unwrap();
+        assert_eq!(
+            metadata_ports(response_body(&mut sock).await),
+            [i32::from(sasl.port())]
+        );
+        server.shutdown().await;
     }
 
     #[tokio::test]

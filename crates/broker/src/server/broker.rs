@@ -34,6 +34,10 @@ pub struct Broker {
     /// Host and port that clients are told to connect to.
     pub advertised_host: String,
     pub advertised_port: i32,
+    /// Every client listener's advertised endpoint, as this broker registers them.
+    pub endpoints: Vec<rill_metadata::Endpoint>,
+    /// `inter.broker.listener.name`: the listener followers fetch from leaders on.
+    pub inter_broker_listener: String,
     pub max_request_bytes: usize,
     /// The controller quorum this node votes in or observes; controller requests go
     /// through it.

@@ -266,7 +266,10 @@ impl Broker {
         let supported = super::supported_range(ApiKey::Fetch)
             .is_some_and(|(lo, hi)| (lo..=hi).contains(&version));
         if !supported {
-            let response = self.handle(header, Some(ApiKey::Fetch), body, peer).await?;
+            // Unsupported: answered by closing, which no listener changes.
+            let response = self
+                .handle(header, Some(ApiKey::Fetch), body, peer, "")
+                .await?;
             return Ok(response.map(|b| vec![ResponseChunk::Bytes(b.freeze())]));
         }
         let request = FetchRequest::decode(&mut body, version)

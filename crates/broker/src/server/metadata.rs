@@ -32,24 +32,31 @@ use crate::server::Broker;
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
-/// A broker's client endpoint as registered: `(host, port)`.
-pub(crate) fn broker_endpoint(image: &MetadataImage, id: i32) -> Option<(String, i32)> {
+/// A broker's endpoint on one listener as registered: `(host, port)`; `None` when the
+/// broker has no such listener (Kafka then leaves it out of what it tells that
+/// listener's clients).
+pub(crate) fn broker_endpoint(
+    image: &MetadataImage,
+    id: i32,
+    listener: &str,
+) -> Option<(String, i32)> {
     let b = image.broker(id)?;
-    let e = b.endpoints.first()?;
+    let e = b.endpoints.iter().find(|e| e.name == listener)?;
     Some((e.host.clone(), i32::from(e.port)))
 }
 
-/// The unfenced brokers with the client endpoint they registered: `(id, host, port,
-/// rack)`, what Metadata and DescribeCluster list (Kafka leaves fenced brokers out).
-fn live_brokers(
-    image: &MetadataImage,
-) -> impl Iterator<Item = (i32, String, i32, Option<String>)> + '_ {
+/// The unfenced brokers with their endpoint on `listener`: `(id, host, port, rack)`,
+/// what Metadata and DescribeCluster list (Kafka leaves fenced brokers out).
+fn live_brokers<'a>(
+    image: &'a MetadataImage,
+    listener: &'a str,
+) -> impl Iterator<Item = (i32, String, i32, Option<String>)> + 'a {
     image
         .brokers
         .values()
         .filter(|b| !b.fenced)
-        .filter_map(|b| {
-            let (host, port) = broker_endpoint(image, b.id)?;
+        .filter_map(move |b| {
+            let (host, port) = broker_endpoint(image, b.id, listener)?;
             Some((b.id, host, port, b.rack.clone()))
         })
 }
@@ -138,6 +145,7 @@ impl Broker {
         &self,
         request: MetadataRequest,
         version: i16,
+        listener: &str,
     ) -> MetadataResponse {
         let all = match &request.topics {
             None => true,
@@ -206,7 +214,7 @@ impl Broker {
                 })
                 .collect()
         };
-        let brokers = live_brokers(&image)
+        let brokers = live_brokers(&image, listener)
             .map(|(node_id, host, port, rack)| MetadataResponseBroker {
                 node_id,
                 host,
@@ -229,6 +237,7 @@ impl Broker {
     async fn group_coordinator_node(
         &self,
         group_id: &str,
+        listener: &str,
     ) -> Result<(i32, String, i32), ErrorCode> {
         let partitions = self
             .config
@@ -245,8 +254,8 @@ impl Broker {
             .map(|p| p.leader)
             .filter(|l| *l >= 0 && (*l != self.node_id || self.replicas.lease_held()))
             .ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
-        let (host, port) =
-            broker_endpoint(&image, leader).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
+        let (host, port) = broker_endpoint(&image, leader, listener)
+            .ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
         Ok((leader, host, port))
     }
 
@@ -298,6 +307,7 @@ impl Broker {
         &self,
         request: FindCoordinatorRequest,
         version: i16,
+        listener: &str,
     ) -> FindCoordinatorResponse {
         let keys: Vec<String> = if version >= 4 {
             request.coordinator_keys.clone()
@@ -307,9 +317,9 @@ impl Broker {
         let mut coordinators = Vec::with_capacity(keys.len());
         for key in keys {
             let found = if request.key_type == KEY_TYPE_GROUP {
-                self.group_coordinator_node(&key).await
+                self.group_coordinator_node(&key, listener).await
             } else if request.key_type == KEY_TYPE_TRANSACTION {
-                self.transaction_coordinator_node(&key).await
+                self.transaction_coordinator_node(&key, listener).await
             } else {
                 Err(ErrorCode::INVALID_REQUEST)
             };
@@ -353,9 +363,10 @@ impl Broker {
     pub(crate) fn handle_describe_cluster(
         &self,
         _request: DescribeClusterRequest,
+        listener: &str,
     ) -> DescribeClusterResponse {
         let image = self.image();
-        let brokers = live_brokers(&image)
+        let brokers = live_brokers(&image, listener)
             .map(|(broker_id, host, port, rack)| DescribeClusterBroker {
                 broker_id,
                 host,

@@ -21,6 +21,7 @@ mod log_dirs;
 pub(crate) mod metadata;
 mod partitions;
 mod quorum;
+mod sasl;
 mod topics;
 mod transactions;
 mod txn_partition;
@@ -36,7 +37,8 @@ use rill_protocol::generated::{ApiKey, RequestBody};
 use rill_protocol::primitives::Encodable;
 use rill_protocol::ErrorCode;
 
-use crate::network::{RequestHandler, ResponseChunk};
+use crate::network::scram::{ScramCredential, ScramMechanism};
+use crate::network::{RequestHandler, ResponseChunk, Session};
 use crate::replication::alter_partition::ControllerChannel;
 pub(crate) use broker::ProducerIdBlock;
 pub use broker::{Broker, CONTROLLER_REQUEST_TIMEOUT};
@@ -90,6 +92,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListTransactions, 0, 1),
     (ApiKey::WriteTxnMarkers, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
+    // Answered by the network layer on SASL listeners (`network::sasl`).
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -145,6 +152,7 @@ impl Broker {
         api: Option<ApiKey>,
         mut body: Bytes,
         peer: SocketAddr,
+        listener: &str,
     ) -> Result<Option<BytesMut>, String> {
         let version = header.request_api_version;
         let correlation_id = header.correlation_id;
@@ -171,7 +179,7 @@ impl Broker {
             RequestBody::ApiVersions(_) => {
                 respond!(self.with_features(api_versions_body(ErrorCode::NONE)))
             }
-            RequestBody::Metadata(r) => respond!(self.handle_metadata(r, version).await),
+            RequestBody::Metadata(r) => respond!(self.handle_metadata(r, version, listener).await),
             RequestBody::Produce(r) => match self.handle_produce(r, version).await {
                 Some(resp) => respond!(resp),
                 None => Ok(None),
@@ -179,7 +187,7 @@ impl Broker {
             RequestBody::Fetch(r) => respond!(self.handle_fetch(r, version).await),
             RequestBody::ListOffsets(r) => respond!(self.handle_list_offsets(r, version)),
             RequestBody::FindCoordinator(r) => {
-                respond!(self.handle_find_coordinator(r, version).await)
+                respond!(self.handle_find_coordinator(r, version, listener).await)
             }
             RequestBody::CreateTopics(r) => respond!(self.handle_create_topics(r, version).await),
             RequestBody::DeleteTopics(r) => respond!(self.handle_delete_topics(r, version).await),
@@ -193,7 +201,7 @@ impl Broker {
             RequestBody::IncrementalAlterConfigs(r) => {
                 respond!(self.handle_incremental_alter_configs(r).await)
             }
-            RequestBody::DescribeCluster(r) => respond!(self.handle_describe_cluster(r)),
+            RequestBody::DescribeCluster(r) => respond!(self.handle_describe_cluster(r, listener)),
             RequestBody::OffsetForLeaderEpoch(r) => {
                 respond!(self.handle_offset_for_leader_epoch(r))
             }
@@ -244,6 +252,12 @@ impl Broker {
             RequestBody::ListTransactions(r) => respond!(self.handle_list_transactions(r).await),
             RequestBody::WriteTxnMarkers(r) => respond!(self.handle_write_txn_markers(r).await),
             RequestBody::DescribeProducers(r) => respond!(self.handle_describe_producers(r)),
+            RequestBody::DescribeUserScramCredentials(r) => {
+                respond!(self.handle_describe_user_scram_credentials(r))
+            }
+            RequestBody::AlterUserScramCredentials(r) => {
+                respond!(self.handle_alter_user_scram_credentials(r).await)
+            }
             _ => Err(format!("{} is not handled", api.name())),
         }
     }
@@ -255,8 +269,9 @@ impl RequestHandler for Broker {
         header: &RequestHeader,
         api_key: Option<ApiKey>,
         body: Bytes,
-        peer: SocketAddr,
+        session: &Session,
     ) -> Result<Option<Vec<ResponseChunk>>, String> {
+        let peer = session.peer;
         // A broker that lost its controller lease leads nothing, and its image may be
         // stale; a client that keeps asking it for metadata (librdkafka asks the broker it
         // is connected to) would never learn the new leaders. Closing the connection
@@ -274,7 +289,9 @@ impl RequestHandler for Broker {
         if api_key == Some(ApiKey::Fetch) {
             self.handle_fetch_chunks(header, body, peer).await
         } else {
-            let response = self.handle(header, api_key, body, peer).await;
+            let response = self
+                .handle(header, api_key, body, peer, &session.listener)
+                .await;
             response.map(|r| r.map(|b| vec![ResponseChunk::Bytes(b.freeze())]))
         }
     }
@@ -286,6 +303,10 @@ impl RequestHandler for Broker {
 
     fn connection_generation(&self) -> u64 {
         self.lease_losses.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn scram_credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
+        sasl::scram_credential(&self.image(), user, mechanism)
     }
 }
 

@@ -69,6 +69,7 @@ impl Broker {
     pub(crate) async fn transaction_coordinator_node(
         &self,
         transactional_id: &str,
+        listener: &str,
     ) -> Result<(i32, String, i32), ErrorCode> {
         let partitions = self.transaction_state_partitions();
         if self.image().topic(TRANSACTION_STATE_TOPIC).is_none() {
@@ -81,8 +82,8 @@ impl Broker {
             .map(|p| p.leader)
             .filter(|l| *l >= 0 && (*l != self.node_id || self.replicas.lease_held()))
             .ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
-        let (host, port) =
-            broker_endpoint(&image, leader).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
+        let (host, port) = broker_endpoint(&image, leader, listener)
+            .ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
         Ok((leader, host, port))
     }
 
@@ -520,13 +521,15 @@ impl PartitionLeaders for BrokerLeaders {
         if p.leader < 0 {
             return Leader::Unavailable;
         }
-        let addr = broker_endpoint(&image, p.leader).and_then(|(host, port)| {
-            use std::net::ToSocketAddrs;
-            (host.as_str(), u16::try_from(port).ok()?)
-                .to_socket_addrs()
-                .ok()?
-                .next()
-        });
+        let addr = broker_endpoint(&image, p.leader, &broker.inter_broker_listener).and_then(
+            |(host, port)| {
+                use std::net::ToSocketAddrs;
+                (host.as_str(), u16::try_from(port).ok()?)
+                    .to_socket_addrs()
+                    .ok()?
+                    .next()
+            },
+        );
         match addr {
             Some(addr) => Leader::At(p.leader, addr),
             None => Leader::Unavailable,

@@ -1231,3 +1231,82 @@ fn feature_levels_are_bootstrapped_and_updated_all_or_nothing() {
     assert_eq!((written, results[0].error_code), (1, ErrorCode::NONE));
     assert_eq!(h.image.features.get(METADATA_VERSION), Some(&25));
 }
+
+fn upsertion(name: &str, mechanism: i8, iterations: i32) -> ScramCredentialUpsertion {
+    ScramCredentialUpsertion {
+        name: name.into(),
+        mechanism,
+        salt: vec![1; 16],
+        stored_key: vec![2; 32],
+        server_key: vec![3; 32],
+        iterations,
+    }
+}
+
+fn alter_scram(
+    h: &mut Harness,
+    deletions: Vec<(String, i8)>,
+    upsertions: Vec<ScramCredentialUpsertion>,
+) -> Vec<(String, ErrorCode)> {
+    let r = h.run(ControllerEvent::AlterUserScramCredentials(
+        AlterUserScramCredentialsRequest {
+            deletions,
+            upsertions,
+        },
+    ));
+    let ControllerResponse::AlterUserScramCredentials(results) = r.response else {
+        panic!("{:?}", r.response)
+    };
+    results
+        .into_iter()
+        .map(|r| (r.user, r.error_code))
+        .collect()
+}
+
+#[test]
+fn scram_credentials_are_stored_checked_deleted_and_snapshotted() {
+    let mut h = Harness::new();
+    let results = alter_scram(
+        &mut h,
+        vec![],
+        vec![
+            upsertion("alice", 1, 4096),
+            upsertion("alice", 2, 8192),
+            upsertion("bob", 2, 4095),
+            upsertion("carol", 3, 4096),
+            upsertion("dave", 1, 16385),
+            upsertion("erin", 2, 4096),
+            upsertion("erin", 2, 5000),
+        ],
+    );
+    assert_eq!(
+        results,
+        [
+            ("alice".to_string(), ErrorCode::NONE),
+            ("bob".to_string(), ErrorCode::UNACCEPTABLE_CREDENTIAL),
+            ("carol".to_string(), ErrorCode::UNSUPPORTED_SASL_MECHANISM),
+            ("dave".to_string(), ErrorCode::UNACCEPTABLE_CREDENTIAL),
+            ("erin".to_string(), ErrorCode::DUPLICATE_RESOURCE),
+        ]
+    );
+    let keys: Vec<_> = h.image.scram_credentials.keys().cloned().collect();
+    assert_eq!(keys, [("alice".to_string(), 1), ("alice".to_string(), 2)]);
+    assert_eq!(
+        h.image.scram_credentials[&("alice".to_string(), 2)].iterations,
+        8192
+    );
+    // A snapshot carries them.
+    let restored = MetadataImage::from_snapshot(h.image.to_snapshot().unwrap()).unwrap();
+    assert_eq!(restored.scram_credentials, h.image.scram_credentials);
+    // Deleting what does not exist is RESOURCE_NOT_FOUND and changes nothing.
+    let results = alter_scram(&mut h, vec![("alice".into(), 1), ("bob".into(), 2)], vec![]);
+    assert_eq!(
+        results,
+        [
+            ("alice".to_string(), ErrorCode::NONE),
+            ("bob".to_string(), ErrorCode::RESOURCE_NOT_FOUND),
+        ]
+    );
+    let keys: Vec<_> = h.image.scram_credentials.keys().cloned().collect();
+    assert_eq!(keys, [("alice".to_string(), 2)]);
+}

@@ -1,0 +1,591 @@
+//! SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677) as Kafka's SASL server speaks
+//! them: the server's side of the exchange, and the credential that is stored for a user
+//! (salt, StoredKey, ServerKey, iterations; never the password, nor the salted password).
+//!
+//! The exchange: client-first `n,,n=<user>,r=<cnonce>`, server-first
+//! `r=<cnonce><snonce>,s=<salt>,i=<iterations>`, client-final
+//! `c=biws,r=<nonce>,p=<proof>`, server-final `v=<signature>`. The proof is checked by
+//! recomputing StoredKey from it, compared in constant time (`subtle`). An unknown user
+//! gets a server-first from a made-up credential and fails at the proof, like a wrong
+//! password, so that the exchange does not say which users exist.
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256, Sha512};
+use subtle::ConstantTimeEq;
+
+/// Kafka's bounds on SCRAM iterations (`ScramMechanism.minIterations`, and the maximum
+/// AlterUserScramCredentials accepts).
+pub const MIN_ITERATIONS: i32 = 4096;
+pub const MAX_ITERATIONS: i32 = 16384;
+
+/// A SCRAM mechanism, with Kafka's type ids (`ScramMechanism` in the admin APIs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ScramMechanism {
+    Sha256,
+    Sha512,
+}
+
+impl ScramMechanism {
+    pub const ALL: [ScramMechanism; 2] = [ScramMechanism::Sha256, ScramMechanism::Sha512];
+
+    /// The mechanism's type in DescribeUserScramCredentials, AlterUserScramCredentials and
+    /// `UserScramCredentialRecord`.
+    pub fn kafka_type(self) -> i8 {
+        match self {
+            ScramMechanism::Sha256 => 1,
+            ScramMechanism::Sha512 => 2,
+        }
+    }
+
+    pub fn from_kafka_type(t: i8) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.kafka_type() == t)
+    }
+
+    /// The SASL mechanism name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScramMechanism::Sha256 => "SCRAM-SHA-256",
+            ScramMechanism::Sha512 => "SCRAM-SHA-512",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
+        // HMAC takes keys of any length; `new_from_slice` cannot fail for it.
+        match self {
+            ScramMechanism::Sha256 => match Hmac::<Sha256>::new_from_slice(key) {
+                Ok(mut m) => {
+                    m.update(data);
+                    m.finalize().into_bytes().to_vec()
+                }
+                Err(_) => Vec::new(),
+            },
+            ScramMechanism::Sha512 => match Hmac::<Sha512>::new_from_slice(key) {
+                Ok(mut m) => {
+                    m.update(data);
+                    m.finalize().into_bytes().to_vec()
+                }
+                Err(_) => Vec::new(),
+            },
+        }
+    }
+
+    fn hash(self, data: &[u8]) -> Vec<u8> {
+        match self {
+            ScramMechanism::Sha256 => Sha256::digest(data).to_vec(),
+            ScramMechanism::Sha512 => Sha512::digest(data).to_vec(),
+        }
+    }
+
+    /// `Hi(password, salt, iterations)`: PBKDF2 with this mechanism's HMAC.
+    pub fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
+        match self {
+            ScramMechanism::Sha256 => {
+                let mut out = [0u8; 32];
+                pbkdf2::pbkdf2_hmac::<Sha256>(password, salt, iterations, &mut out);
+                out.to_vec()
+            }
+            ScramMechanism::Sha512 => {
+                let mut out = [0u8; 64];
+                pbkdf2::pbkdf2_hmac::<Sha512>(password, salt, iterations, &mut out);
+                out.to_vec()
+            }
+        }
+    }
+
+    /// The stored credential for a salted password (what AlterUserScramCredentials
+    /// carries; Kafka's client salts the password itself).
+    pub fn credential(
+        self,
+        salt: &[u8],
+        salted_password: &[u8],
+        iterations: i32,
+    ) -> ScramCredential {
+        let client_key = self.hmac(salted_password, b"Client Key");
+        ScramCredential {
+            salt: salt.to_vec(),
+            stored_key: self.hash(&client_key),
+            server_key: self.hmac(salted_password, b"Server Key"),
+            iterations,
+        }
+    }
+}
+
+/// What is stored of a user's password for one mechanism.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ScramCredential {
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
+
+impl std::fmt::Debug for ScramCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScramCredential")
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Random bytes from the operating system, base64 (no `,`, so safe in SCRAM messages).
+pub fn random_base64(len: usize) -> Result<String, String> {
+    let mut bytes = vec![0u8; len];
+    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness: {e}"))?;
+    Ok(BASE64.encode(bytes))
+}
+
+/// Random bytes from the operating system.
+pub fn random_bytes(len: usize) -> Result<Vec<u8>, String> {
+    let mut bytes = vec![0u8; len];
+    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness: {e}"))?;
+    Ok(bytes)
+}
+
+/// Why an exchange failed. The client is told only "authentication failed"; the
+/// reason is for the server's log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScramError {
+    #[error("malformed {0}")]
+    Malformed(&'static str),
+    #[error("channel binding is not supported")]
+    ChannelBinding,
+    #[error("the nonce of client-final is not the nonce of server-first")]
+    NonceMismatch,
+    #[error("invalid credentials")]
+    InvalidCredentials,
+    #[error("the exchange is over")]
+    Finished,
+    #[error("{0}")]
+    Internal(String),
+}
+
+enum State {
+    ClientFirst,
+    ClientFinal(Box<Pending>),
+    Finished,
+}
+
+/// What the server remembers between server-first and client-final.
+struct Pending {
+    user: String,
+    credential: ScramCredential,
+    known: bool,
+    gs2_header: String,
+    client_first_bare: String,
+    server_first: String,
+    nonce: String,
+}
+
+/// One step of an exchange.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ScramStep {
+    /// Send this and wait for the client's next message.
+    Continue(Vec<u8>),
+    /// Authenticated as `user`; send this last message.
+    Done { user: String, response: Vec<u8> },
+}
+
+/// The server side of one SCRAM exchange.
+pub struct ScramServer {
+    mechanism: ScramMechanism,
+    state: State,
+}
+
+impl ScramServer {
+    pub fn new(mechanism: ScramMechanism) -> Self {
+        Self {
+            mechanism,
+            state: State::ClientFirst,
+        }
+    }
+
+    pub fn mechanism(&self) -> ScramMechanism {
+        self.mechanism
+    }
+
+    /// Takes the client's next message; `lookup` finds a user's stored credential for
+    /// this mechanism.
+    pub fn step(
+        &mut self,
+        message: &[u8],
+        lookup: impl FnOnce(&str) -> Option<ScramCredential>,
+    ) -> Result<ScramStep, ScramError> {
+        let message = std::str::from_utf8(message).map_err(|_| ScramError::Malformed("message"))?;
+        match std::mem::replace(&mut self.state, State::Finished) {
+            State::ClientFirst => self.client_first(message, lookup),
+            State::ClientFinal(pending) => {
+                let Pending {
+                    user,
+                    credential,
+                    known,
+                    gs2_header,
+                    client_first_bare,
+                    server_first,
+                    nonce,
+                } = *pending;
+                let final_without_proof;
+                let proof;
+                {
+                    let (without, p) = message
+                        .rsplit_once(",p=")
+                        .ok_or(ScramError::Malformed("client-final"))?;
+                    final_without_proof = without.to_string();
+                    proof = BASE64
+                        .decode(p)
+                        .map_err(|_| ScramError::Malformed("client proof"))?;
+                }
+                let mut attrs = final_without_proof.split(',');
+                let channel = attrs
+                    .next()
+                    .and_then(|a| a.strip_prefix("c="))
+                    .ok_or(ScramError::Malformed("channel binding"))?;
+                let channel = BASE64
+                    .decode(channel)
+                    .map_err(|_| ScramError::Malformed("channel binding"))?;
+                if channel != gs2_header.as_bytes() {
+                    return Err(ScramError::ChannelBinding);
+                }
+                let client_nonce = attrs
+                    .next()
+                    .and_then(|a| a.strip_prefix("r="))
+                    .ok_or(ScramError::Malformed("client-final nonce"))?;
+                if !bool::from(client_nonce.as_bytes().ct_eq(nonce.as_bytes())) {
+                    return Err(ScramError::NonceMismatch);
+                }
+                let auth_message =
+                    format!("{client_first_bare},{server_first},{final_without_proof}");
+                let m = self.mechanism;
+                let signature = m.hmac(&credential.stored_key, auth_message.as_bytes());
+                if proof.len() != signature.len() {
+                    return Err(ScramError::InvalidCredentials);
+                }
+                let client_key: Vec<u8> =
+                    proof.iter().zip(&signature).map(|(a, b)| a ^ b).collect();
+                let matches = m.hash(&client_key).ct_eq(&credential.stored_key);
+                if !bool::from(matches) || !known {
+                    return Err(ScramError::InvalidCredentials);
+                }
+                let server_signature = m.hmac(&credential.server_key, auth_message.as_bytes());
+                Ok(ScramStep::Done {
+                    user,
+                    response: format!("v={}", BASE64.encode(server_signature)).into_bytes(),
+                })
+            }
+            State::Finished => Err(ScramError::Finished),
+        }
+    }
+
+    fn client_first(
+        &mut self,
+        message: &str,
+        lookup: impl FnOnce(&str) -> Option<ScramCredential>,
+    ) -> Result<ScramStep, ScramError> {
+        // gs2-header: "n," or "y," (no channel binding), then an optional authzid.
+        let mut parts = message.splitn(3, ',');
+        let cbind = parts.next().ok_or(ScramError::Malformed("gs2 header"))?;
+        let authzid = parts.next().ok_or(ScramError::Malformed("gs2 header"))?;
+        let bare = parts.next().ok_or(ScramError::Malformed("client-first"))?;
+        match cbind {
+            "n" | "y" => {}
+            c if c.starts_with("p=") => return Err(ScramError::ChannelBinding),
+            _ => return Err(ScramError::Malformed("gs2 header")),
+        }
+        let mut user = None;
+        let mut client_nonce = None;
+        for attr in bare.split(',') {
+            match attr.split_once('=') {
+                Some(("n", v)) => user = Some(decode_saslname(v)?),
+                Some(("r", v)) => client_nonce = Some(v),
+                Some(("m", _)) => return Err(ScramError::Malformed("mandatory extension")),
+                // Other extensions (Kafka's `tokenauth`) are ignored.
+                Some(_) => {}
+                None => return Err(ScramError::Malformed("client-first attribute")),
+            }
+        }
+        let user = user.ok_or(ScramError::Malformed("client-first without a user"))?;
+        let client_nonce =
+            client_nonce.ok_or(ScramError::Malformed("client-first without a nonce"))?;
+        if client_nonce.is_empty() || !client_nonce.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+            return Err(ScramError::Malformed("client nonce"));
+        }
+        if let Some(a) = authzid.strip_prefix("a=") {
+            if decode_saslname(a)? != user {
+                return Err(ScramError::InvalidCredentials);
+            }
+        } else if !authzid.is_empty() {
+            return Err(ScramError::Malformed("authzid"));
+        }
+        let (credential, known) = match lookup(&user) {
+            Some(c) => (c, true),
+            None => {
+                // A made-up credential, so that the client learns only at the end.
+                let salt = random_bytes(32).map_err(ScramError::Internal)?;
+                let fake = random_bytes(32).map_err(ScramError::Internal)?;
+                (
+                    self.mechanism.credential(&salt, &fake, MIN_ITERATIONS),
+                    false,
+                )
+            }
+        };
+        let nonce = format!(
+            "{client_nonce}{}",
+            random_base64(24).map_err(ScramError::Internal)?
+        );
+        let server_first = format!(
+            "r={nonce},s={},i={}",
+            BASE64.encode(&credential.salt),
+            credential.iterations
+        );
+        let response = server_first.clone().into_bytes();
+        self.state = State::ClientFinal(Box::new(Pending {
+            user,
+            credential,
+            known,
+            gs2_header: format!("{cbind},{authzid},"),
+            client_first_bare: bare.to_string(),
+            server_first,
+            nonce,
+        }));
+        Ok(ScramStep::Continue(response))
+    }
+}
+
+/// RFC 5802's saslname: `=2C` is `,` and `=3D` is `=`; any other `=` is malformed.
+fn decode_saslname(raw: &str) -> Result<String, ScramError> {
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(i) = rest.find('=') {
+        out.push_str(&rest[..i]);
+        let code = rest.get(i + 1..i + 3);
+        match code {
+            Some("2C") => out.push(','),
+            Some("3D") => out.push('='),
+            _ => return Err(ScramError::Malformed("user name")),
+        }
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    if out.is_empty() {
+        return Err(ScramError::Malformed("user name"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The client side of an exchange, as Kafka's `ScramSaslClient` computes it.
+    pub(crate) struct Client {
+        pub mechanism: ScramMechanism,
+        pub user: String,
+        pub password: String,
+        pub nonce: String,
+        pub first_bare: String,
+        pub auth_message: String,
+        pub salted: Vec<u8>,
+    }
+
+    impl Client {
+        pub(crate) fn new(mechanism: ScramMechanism, user: &str, password: &str) -> Self {
+            Self {
+                mechanism,
+                user: user.into(),
+                password: password.into(),
+                nonce: "fyko+d2lbbFgONRv9qkxdawL".into(),
+                first_bare: String::new(),
+                auth_message: String::new(),
+                salted: Vec::new(),
+            }
+        }
+
+        pub(crate) fn first(&mut self) -> Vec<u8> {
+            self.first_bare = format!(
+                "n={},r={}",
+                self.user.replace('=', "=3D").replace(',', "=2C"),
+                self.nonce
+            );
+            format!("n,,{}", self.first_bare).into_bytes()
+        }
+
+        pub(crate) fn final_message(&mut self, server_first: &[u8]) -> Vec<u8> {
+            let server_first = std::str::from_utf8(server_first).unwrap();
+            let mut nonce = "";
+            let mut salt = Vec::new();
+            let mut iterations = 0;
+            for a in server_first.split(',') {
+                let (k, v) = a.split_once('=').unwrap();
+                match k {
+                    "r" => nonce = v,
+                    "s" => salt = BASE64.decode(v).unwrap(),
+                    "i" => iterations = v.parse().unwrap(),
+                    _ => {}
+                }
+            }
+            self.salted =
+                self.mechanism
+                    .salted_password(self.password.as_bytes(), &salt, iterations);
+            let without = format!("c=biws,r={nonce}");
+            self.auth_message = format!("{},{server_first},{without}", self.first_bare);
+            let client_key = self.mechanism.hmac(&self.salted, b"Client Key");
+            let stored = self.mechanism.hash(&client_key);
+            let signature = self.mechanism.hmac(&stored, self.auth_message.as_bytes());
+            let proof: Vec<u8> = client_key
+                .iter()
+                .zip(&signature)
+                .map(|(a, b)| a ^ b)
+                .collect();
+            format!("{without},p={}", BASE64.encode(proof)).into_bytes()
+        }
+
+        pub(crate) fn server_signature(&self) -> Vec<u8> {
+            let server_key = self.mechanism.hmac(&self.salted, b"Server Key");
+            let sig = self
+                .mechanism
+                .hmac(&server_key, self.auth_message.as_bytes());
+            format!("v={}", BASE64.encode(sig)).into_bytes()
+        }
+    }
+
+    pub(crate) fn stored(mechanism: ScramMechanism, password: &str) -> ScramCredential {
+        let salt = b"a salt of sixteen".to_vec();
+        let salted = mechanism.salted_password(password.as_bytes(), &salt, 4096);
+        mechanism.credential(&salt, &salted, 4096)
+    }
+
+    #[test]
+    fn a_full_exchange_authenticates_and_signs_for_both_mechanisms() {
+        for m in ScramMechanism::ALL {
+            let credential = stored(m, "pencil");
+            let mut client = Client::new(m, "user", "pencil");
+            let mut server = ScramServer::new(m);
+            let ScramStep::Continue(first) = server
+                .step(&client.first(), |u| {
+                    (u == "user").then(|| credential.clone())
+                })
+                .unwrap()
+            else {
+                panic!("no server-first")
+            };
+            assert!(std::str::from_utf8(&first)
+                .unwrap()
+                .starts_with("r=fyko+d2lbbFgONRv9qkxdawL"));
+            assert!(std::str::from_utf8(&first).unwrap().ends_with(",i=4096"));
+            let last = client.final_message(&first);
+            let done = server.step(&last, |_| unreachable!()).unwrap();
+            assert_eq!(
+                done,
+                ScramStep::Done {
+                    user: "user".into(),
+                    response: client.server_signature()
+                }
+            );
+            assert_eq!(server.step(b"again", |_| None), Err(ScramError::Finished));
+        }
+    }
+
+    /// RFC 7677's test vector: SCRAM-SHA-256 of user "user", password "pencil".
+    #[test]
+    fn rfc_7677_vector_verifies() {
+        let m = ScramMechanism::Sha256;
+        let salt = BASE64.decode("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
+        let salted = m.salted_password(b"pencil", &salt, 4096);
+        let credential = m.credential(&salt, &salted, 4096);
+        let auth_message = "n=user,r=rOprNGfwEbeRWgbNEkqO,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096,c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
+        let client_key = m.hmac(&salted, b"Client Key");
+        let signature = m.hmac(&credential.stored_key, auth_message.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(a, b)| a ^ b)
+            .collect();
+        assert_eq!(
+            BASE64.encode(proof),
+            "dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+        );
+        let v = m.hmac(&credential.server_key, auth_message.as_bytes());
+        assert_eq!(
+            BASE64.encode(v),
+            "6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+        );
+    }
+
+    #[test]
+    fn a_wrong_password_and_an_unknown_user_fail_alike_at_the_proof() {
+        let m = ScramMechanism::Sha512;
+        let credential = stored(m, "right");
+        for (user, password) in [("alice", "wrong"), ("nobody", "right")] {
+            let mut client = Client::new(m, user, password);
+            let mut server = ScramServer::new(m);
+            let ScramStep::Continue(first) = server
+                .step(&client.first(), |u| {
+                    (u == "alice").then(|| credential.clone())
+                })
+                .unwrap()
+            else {
+                panic!()
+            };
+            let last = client.final_message(&first);
+            assert_eq!(
+                server.step(&last, |_| None),
+                Err(ScramError::InvalidCredentials),
+                "{user}"
+            );
+        }
+    }
+
+    #[test]
+    fn nonce_channel_binding_and_malformed_messages_are_refused() {
+        let m = ScramMechanism::Sha256;
+        let credential = stored(m, "pw");
+        let lookup = |_: &str| Some(credential.clone());
+        for bad in [
+            &b"p=tls-unique,,n=u,r=abc"[..],
+            b"n,,r=abc",
+            b"n,,n=u",
+            b"n,,n=u,r=",
+            b"n,,n=u=zz,r=abc",
+            b"x,,n=u,r=abc",
+            b"n,,n=u,r=abc,m=ext",
+            b"\xff\xfe",
+        ] {
+            assert!(ScramServer::new(m).step(bad, lookup).is_err(), "{bad:?}");
+        }
+        // A client-final whose nonce is not the server's.
+        let mut client = Client::new(m, "u", "pw");
+        let mut server = ScramServer::new(m);
+        let ScramStep::Continue(first) = server.step(&client.first(), lookup).unwrap() else {
+            panic!()
+        };
+        let last = String::from_utf8(client.final_message(&first)).unwrap();
+        let forged = last.replace("r=fyko", "r=fyk0");
+        assert_eq!(
+            server.step(forged.as_bytes(), lookup),
+            Err(ScramError::NonceMismatch)
+        );
+        // A client-final that claims channel binding it did not announce.
+        let mut server = ScramServer::new(m);
+        let ScramStep::Continue(first) = server.step(&client.first(), lookup).unwrap() else {
+            panic!()
+        };
+        let last = String::from_utf8(client.final_message(&first)).unwrap();
+        let forged = last.replace("c=biws", "c=eSws");
+        assert_eq!(
+            server.step(forged.as_bytes(), lookup),
+            Err(ScramError::ChannelBinding)
+        );
+    }
+
+    #[test]
+    fn saslnames_decode_escapes() {
+        assert_eq!(decode_saslname("a=2Cb=3Dc").unwrap(), "a,b=c");
+        assert!(decode_saslname("a=").is_err());
+        assert!(decode_saslname("").is_err());
+    }
+}
