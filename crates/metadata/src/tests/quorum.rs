@@ -121,13 +121,16 @@ async fn three_nodes_elect_replicate_fail_over_and_catch_up() {
         other => panic!("{other:?}"),
     }
 
-    // The controller registers brokers and creates topics through the quorum.
+    // The controller registers brokers and creates topics through the quorum. The
+    // brokers' ids are not the quorum nodes' ids: the node's own event loop fences a
+    // broker whose id's quorum port refused a dial (its process is gone), and at start
+    // the nodes refuse each other's dials until all listen.
     let mut controller = QuorumController::new(ControllerConfig::default());
-    for b in 1..=3 {
+    for b in 11..=13 {
         decide(leader, &mut controller, register(b)).await;
     }
     let image = leader.leader_image().await.unwrap();
-    for b in 1..=3 {
+    for b in 11..=13 {
         let epoch = image.broker(b).unwrap().epoch;
         decide(
             leader,
@@ -451,7 +454,8 @@ async fn describe_quorum_reports_the_leaders_view_from_any_node() {
     let (_, nodes, leader) = three(dir.path(), (300, 600)).await;
     let leader_node = nodes.iter().find(|n| n.node_id() == leader).unwrap();
     let mut controller = QuorumController::new(ControllerConfig::default());
-    for id in 1..=3 {
+    // Not the quorum nodes' ids (see `three_nodes_elect_replicate_fail_over_and_catch_up`).
+    for id in 11..=13 {
         decide(leader_node, &mut controller, register(id)).await;
     }
     // A few heartbeats, so each follower has answered one holding the whole log.
@@ -482,7 +486,7 @@ async fn describe_quorum_reports_the_leaders_view_from_any_node() {
     cut.isolate(true);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = leader_node.describe(Duration::from_secs(5)).await.unwrap();
-    decide(leader_node, &mut controller, register(4)).await;
+    decide(leader_node, &mut controller, register(14)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = leader_node.describe(Duration::from_secs(5)).await.unwrap();
     let of = |d: &crate::QuorumDescription, id: u64| {
