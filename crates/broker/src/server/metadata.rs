@@ -280,6 +280,17 @@ impl Broker {
         .into_iter()
         .map(|(k, v)| (k.to_string(), Some(v.to_string())))
         .collect();
+        self.create_internal_topic(topic).await
+    }
+
+    /// Creates an internal topic a coordinator lives on (`__consumer_offsets`,
+    /// `__transaction_state`); one that exists already is fine. A refusal makes the
+    /// coordinator unavailable for now, as Kafka answers while it cannot create it.
+    pub(crate) async fn create_internal_topic(
+        &self,
+        topic: CreatableTopic,
+    ) -> Result<(), ErrorCode> {
+        let name = topic.name.clone();
         let event =
             rill_metadata::ControllerEvent::CreateTopics(rill_metadata::CreateTopicsRequest {
                 topics: vec![topic],
@@ -294,7 +305,7 @@ impl Broker {
                     Ok(())
                 }
                 Some(r) => {
-                    tracing::warn!(error = r.error_code.name(), message = ?r.error_message, "cannot create {OFFSETS_TOPIC}");
+                    tracing::warn!(error = r.error_code.name(), message = ?r.error_message, "cannot create {name}");
                     Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
                 }
                 None => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),

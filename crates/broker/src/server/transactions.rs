@@ -112,27 +112,7 @@ impl Broker {
         .into_iter()
         .map(|(k, v)| (k.to_string(), Some(v)))
         .collect();
-        let event =
-            rill_metadata::ControllerEvent::CreateTopics(rill_metadata::CreateTopicsRequest {
-                topics: vec![topic],
-                validate_only: false,
-            });
-        match self.controller_call(event).await? {
-            rill_metadata::ControllerResponse::CreateTopics(r) => match r.first() {
-                Some(r)
-                    if r.error_code == ErrorCode::NONE
-                        || r.error_code == ErrorCode::TOPIC_ALREADY_EXISTS =>
-                {
-                    Ok(())
-                }
-                Some(r) => {
-                    tracing::warn!(error = r.error_code.name(), message = ?r.error_message, "cannot create {TRANSACTION_STATE_TOPIC}");
-                    Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
-                }
-                None => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
-            },
-            _ => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
-        }
+        self.create_internal_topic(topic).await
     }
 
     /// InitProducerId with a transactional id: a new producer id at epoch 0, or an epoch
