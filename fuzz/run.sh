@@ -4,6 +4,7 @@
 #
 #   fuzz/run.sh 300              # five minutes per target
 #   FUZZ_TARGETS="frame request" fuzz/run.sh 30
+#   FUZZ_PROFILE=dev fuzz/run.sh 15  # a cheaper build for a short run (the test command's)
 #
 # Needs a nightly toolchain (`cargo +nightly`); without one it says so and exits 0, so that
 # a test command can call it unconditionally. cargo-fuzz is installed when missing.
@@ -24,14 +25,18 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked
 fi
 
-cargo +nightly fuzz build
+profile=()
+if [[ "${FUZZ_PROFILE:-release}" == dev ]]; then
+    profile=(--dev)
+fi
+cargo +nightly fuzz build "${profile[@]}"
 targets="${FUZZ_TARGETS:-$(cargo +nightly fuzz list)}"
 failed=()
 for target in $targets; do
     mkdir -p "corpus/$target"
     echo "fuzz: $target for ${seconds}s"
     # -rss_limit_mb: a decoder that allocates what a length claims shows up as a crash.
-    if ! cargo +nightly fuzz run "$target" "corpus/$target" "seeds/$target" -- \
+    if ! cargo +nightly fuzz run "${profile[@]}" "$target" "corpus/$target" "seeds/$target" -- \
         -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 \
         2>"corpus/$target.log"; then
         tail -n 40 "corpus/$target.log"

@@ -16,7 +16,8 @@
 //!    client and tools, the differential harness against Apache Kafka, Go clients), their
 //!    counts added to the tally; skipped when pytest arguments name a subset.
 //! 6. Every `cargo fuzz` target for `RILL_FUZZ_SECONDS` (15) seconds when a nightly
-//!    toolchain is present (`fuzz/run.sh`).
+//!    toolchain is present (`fuzz/run.sh`, built with fuzz's dev profile unless
+//!    `FUZZ_PROFILE` says otherwise).
 //!
 //! The last line printed is a tally in the plain `N passed, N failed, N skipped` form, so
 //! that a reader (or CI) sees at once what ran; the exit code is non-zero on any failure.
@@ -149,12 +150,16 @@ fn fuzz(root: &Path) -> anyhow::Result<()> {
     }
     banner(&format!("fuzz/run.sh {seconds}"));
     let started = Instant::now();
-    let status = Command::new("bash")
+    let mut command = Command::new("bash");
+    command
         .arg(root.join("fuzz/run.sh"))
         .arg(seconds.to_string())
-        .current_dir(root)
-        .status()
-        .context("could not start fuzz/run.sh")?;
+        .current_dir(root);
+    // A short run is better served by the cheaper build (fuzz/Cargo.toml says why).
+    if std::env::var_os("FUZZ_PROFILE").is_none() {
+        command.env("FUZZ_PROFILE", "dev");
+    }
+    let status = command.status().context("could not start fuzz/run.sh")?;
     println!("    (fuzz: {:.1}s)", started.elapsed().as_secs_f64());
     if !status.success() {
         bail!("a fuzz target found a crash ({status}); see fuzz/artifacts/");
