@@ -1,7 +1,7 @@
 //! The replicated cluster metadata of Rill, with no I/O in its core.
 //!
-//! - [`acl`]: Kafka's ACL nouns ([`StandardAcl`], [`AclBindingFilter`] and their enums);
-//!   [`authorizer`]: [`StandardAuthorizer`], Kafka's authorizer over the image's
+//! - [`acl`] (from `rill-protocol`): Kafka's ACL nouns ([`StandardAcl`],
+//!   [`AclBindingFilter`] and their enums); [`authorizer`]: [`StandardAuthorizer`], Kafka's authorizer over the image's
 //!   [`AclCache`], pure like the rest.
 //! - [`record`]: [`MetadataRecord`], one entry of the metadata log (Kafka's metadata
 //!   record types, generated in `rill_protocol::generated::metadata`), and its bytes.
@@ -34,7 +34,7 @@
 //! assert!(image.broker(1).unwrap().fenced); // until its first caught-up heartbeat
 //! ```
 
-pub mod acl;
+pub use rill_protocol::acl;
 mod acl_control;
 pub mod api;
 pub mod authorizer;

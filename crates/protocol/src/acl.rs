@@ -6,12 +6,12 @@
 //! The codes are Kafka's (`org.apache.kafka.common.acl`, `org.apache.kafka.common.resource`):
 //! they travel on the wire and in the metadata log unchanged. A code this crate does not
 //! know reads as `Unknown`, as Kafka's `fromCode` does, so that validation can refuse it
-//! with Kafka's error rather than the decoder failing.
+//! with Kafka's error rather than the decoder failing. Here, beside the codec, because the
+//! broker, the metadata log and the clients all speak them; with the `serde` feature they
+//! serialize (the controller forwards ACL changes between nodes).
 
 use std::fmt;
 use std::str::FromStr;
-
-use serde::{Deserialize, Serialize};
 
 /// The name of the one Cluster resource (Kafka's `Resource.CLUSTER_NAME`).
 pub const CLUSTER_NAME: &str = "kafka-cluster";
@@ -26,9 +26,8 @@ pub const WILDCARD_PRINCIPAL: &str = "User:*";
 macro_rules! kafka_enum {
     ($(#[$doc:meta])* $name:ident { $($variant:ident = $code:literal, $java:literal;)+ }) => {
         $(#[$doc])*
-        #[derive(
-            Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-        )]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
         pub enum $name {
             $($variant),+
         }
@@ -182,7 +181,8 @@ impl ResourceType {
 
 /// One ACL: a resource pattern bound to an access control entry (Kafka's `StandardAcl`,
 /// and its `AclBinding` on the wire).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct StandardAcl {
     pub resource_type: ResourceType,
     pub resource_name: String,
@@ -215,7 +215,8 @@ impl fmt::Display for StandardAcl {
 
 /// A filter over ACL bindings (Kafka's `AclBindingFilter`): `None` for a name, principal
 /// or host matches any; `Any` for an enum matches any value.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AclBindingFilter {
     pub resource_type: ResourceType,
     pub resource_name: Option<String>,
