@@ -880,10 +880,8 @@ fn offset_delete(a: &Authz, r: &mut OffsetDeleteRequest) -> Gate {
                 .map(|p| OffsetDeleteResponsePartition {
                     partition_index: p.partition_index,
                     error_code: TAF.code(),
-                    ..Default::default()
                 })
                 .collect(),
-            ..Default::default()
         })
         .collect();
     patch!(OffsetDelete, |resp| resp.topics.extend(refused))
@@ -1254,7 +1252,7 @@ fn describe_topic_partitions(a: &Authz, r: &mut DescribeTopicPartitionsRequest) 
     };
     patch!(DescribeTopicPartitions, |resp| {
         resp.topics
-            .retain(|t| t.name.as_deref().is_some_and(|n| checker(n)));
+            .retain(|t| t.name.as_deref().is_some_and(&checker));
         for t in &mut resp.topics {
             if let Some(n) = &t.name {
                 t.topic_authorized_operations = ops(n);
