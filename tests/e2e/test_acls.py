@@ -513,3 +513,75 @@ def test_every_node_of_a_cluster_enforces_the_same_acls(tmp_path):
     finally:
         problems = cluster.teardown()
     assert not problems, problems
+
+
+def test_admin_requests_check_their_operations_and_report_authorized_operations(acl_server):
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicCollection
+    from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
+
+    s = acl_server()
+    topic, group = unique_topic("adm"), "g-" + uuid.uuid4().hex[:6]
+    create_topic(s.admin_bootstrap, topic, partitions=1)
+    # A group the super user made, with a committed offset.
+    c = Consumer({"bootstrap.servers": s.admin_bootstrap, "group.id": group})
+    c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    c.close()
+    carol = AdminClient(s.sasl("carol"))
+
+    def error_of(futures: dict) -> int | None:
+        # (The dict must stay whole: confluent-kafka resolves its futures through it.)
+        try:
+            list(futures.values())[0].result(timeout=15)
+        except KafkaException as e:
+            return e.args[0].code()
+        return None
+
+    assert error_of(carol.create_topics([NewTopic(unique_topic("c"), 1, 1)])) \
+        == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert error_of(carol.delete_topics([topic])) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert error_of(carol.create_partitions([NewPartitions(topic, 2)])) \
+        == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert error_of(carol.describe_configs([ConfigResource("topic", topic)])) \
+        == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert error_of(carol.describe_configs([ConfigResource("broker", "1")])) \
+        == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    assert error_of(carol.describe_consumer_groups([group])) \
+        == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert error_of(carol.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)])) == KafkaError.GROUP_AUTHORIZATION_FAILED
+    listed = carol.list_consumer_groups().result(timeout=15)
+    assert group not in {g.group_id for g in listed.valid}
+
+    # KIP-430: what carol may do, as Metadata, DescribeGroups and DescribeCluster report it.
+    rill_acl(s.admin_bootstrap, "add", "--allow-principal", "User:carol", "--operation", "Read",
+             "--topic", topic)
+    rill_acl(s.admin_bootstrap, "add", "--allow-principal", "User:carol", "--operation", "Describe",
+             "--group", group)
+    described = carol.describe_topics(TopicCollection([topic]),
+                                      include_authorized_operations=True)[topic].result(timeout=15)
+    assert set(described.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+    g = carol.describe_consumer_groups([group], include_authorized_operations=True)[group] \
+        .result(timeout=15)
+    assert set(g.authorized_operations) == {AclOperation.DESCRIBE}
+    cluster = carol.describe_cluster(include_authorized_operations=True).result(timeout=15)
+    assert not cluster.authorized_operations
+    root_admin = AdminClient(s.sasl("admin"))
+    root = root_admin.describe_cluster(include_authorized_operations=True).result(timeout=15)
+    assert AclOperation.CLUSTER_ACTION in root.authorized_operations
+    assert len(root.authorized_operations) == 7
+    assert group in {g.group_id for g in carol.list_consumer_groups().result(timeout=15).valid}
+    # An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+    # (Kafka's authorizeByResourceType); carol now may describe the topic, not write it.
+    p = Producer(s.sasl("carol", **{"enable.idempotence": True}))
+    p.produce(topic, b"x")
+    with pytest.raises(KafkaException) as e:  # librdkafka raises its fatal error here
+        p.flush(15)
+    assert e.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED, e.value
+    assert e.value.args[0].fatal()
+    tp = Producer(s.sasl("carol", **{"transactional.id": "tx-" + uuid.uuid4().hex[:6]}))
+    with pytest.raises(KafkaException) as e:
+        tp.init_transactions(15)
+    assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    rill_acl(s.admin_bootstrap, "add", "--allow-principal", "User:carol", "--operation", "Write",
+             "--topic", topic)
+    assert produce_one(s.sasl("carol", **{"enable.idempotence": True}), topic, b"idem") is None
