@@ -1017,72 +1017,84 @@ fn init_producer_id(a: &Authz, r: &InitProducerIdRequest) -> Gate {
     }
 }
 
+/// The config resources `op` is refused on, taken out of `resources`, each turned into its
+/// response entry by `refuse(resource_type, resource_name, error)`.
+fn refuse_config_resources<R, T>(
+    a: &Authz,
+    op: AclOperation,
+    resources: &mut Vec<R>,
+    key: impl Fn(&R) -> (i8, &str),
+    refuse: impl Fn(i8, String, ErrorCode) -> T,
+) -> Vec<T> {
+    take_denied(resources, |res| {
+        let (rt, name) = key(res);
+        config_allowed(a, op, rt, name)
+    })
+    .iter()
+    .map(|res| {
+        let (rt, name) = key(res);
+        refuse(rt, name.to_string(), config_error(rt))
+    })
+    .collect()
+}
+
 fn describe_configs(a: &Authz, r: &mut DescribeConfigsRequest) -> Gate {
-    let denied = take_denied(&mut r.resources, |res| {
-        config_allowed(a, DescribeConfigs, res.resource_type, &res.resource_name)
-    });
-    if denied.is_empty() {
+    let refused = refuse_config_resources(
+        a,
+        DescribeConfigs,
+        &mut r.resources,
+        |res| (res.resource_type, res.resource_name.as_str()),
+        |resource_type, resource_name, code| DescribeConfigsResult {
+            error_code: code.code(),
+            error_message: Some(code.name().to_string()),
+            resource_type,
+            resource_name,
+            ..Default::default()
+        },
+    );
+    if refused.is_empty() {
         return Gate::Proceed(None);
     }
-    let refused: Vec<DescribeConfigsResult> = denied
-        .into_iter()
-        .map(|res| {
-            let code = config_error(res.resource_type);
-            DescribeConfigsResult {
-                error_code: code.code(),
-                error_message: Some(code.name().to_string()),
-                resource_type: res.resource_type,
-                resource_name: res.resource_name,
-                ..Default::default()
-            }
-        })
-        .collect();
     patch!(DescribeConfigs, |resp| resp.results.extend(refused))
 }
 
 fn alter_configs(a: &Authz, r: &mut AlterConfigsRequest) -> Gate {
-    let denied = take_denied(&mut r.resources, |res| {
-        config_allowed(a, AlterConfigs, res.resource_type, &res.resource_name)
-    });
-    if denied.is_empty() {
+    let refused = refuse_config_resources(
+        a,
+        AlterConfigs,
+        &mut r.resources,
+        |res| (res.resource_type, res.resource_name.as_str()),
+        |resource_type, resource_name, code| AlterConfigsResourceResponse {
+            error_code: code.code(),
+            error_message: Some(code.name().to_string()),
+            resource_type,
+            resource_name,
+            ..Default::default()
+        },
+    );
+    if refused.is_empty() {
         return Gate::Proceed(None);
     }
-    let refused: Vec<AlterConfigsResourceResponse> = denied
-        .into_iter()
-        .map(|res| {
-            let code = config_error(res.resource_type);
-            AlterConfigsResourceResponse {
-                error_code: code.code(),
-                error_message: Some(code.name().to_string()),
-                resource_type: res.resource_type,
-                resource_name: res.resource_name,
-                ..Default::default()
-            }
-        })
-        .collect();
     patch!(AlterConfigs, |resp| resp.responses.extend(refused))
 }
 
 fn incremental_alter_configs(a: &Authz, r: &mut IncrementalAlterConfigsRequest) -> Gate {
-    let denied = take_denied(&mut r.resources, |res| {
-        config_allowed(a, AlterConfigs, res.resource_type, &res.resource_name)
-    });
-    if denied.is_empty() {
+    let refused = refuse_config_resources(
+        a,
+        AlterConfigs,
+        &mut r.resources,
+        |res| (res.resource_type, res.resource_name.as_str()),
+        |resource_type, resource_name, code| IncrementalResourceResponse {
+            error_code: code.code(),
+            error_message: Some(code.name().to_string()),
+            resource_type,
+            resource_name,
+            ..Default::default()
+        },
+    );
+    if refused.is_empty() {
         return Gate::Proceed(None);
     }
-    let refused: Vec<IncrementalResourceResponse> = denied
-        .into_iter()
-        .map(|res| {
-            let code = config_error(res.resource_type);
-            IncrementalResourceResponse {
-                error_code: code.code(),
-                error_message: Some(code.name().to_string()),
-                resource_type: res.resource_type,
-                resource_name: res.resource_name,
-                ..Default::default()
-            }
-        })
-        .collect();
     patch!(IncrementalAlterConfigs, |resp| resp
         .responses
         .extend(refused))
