@@ -429,6 +429,37 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
 TOPIC_AUTHORIZATION_FAILED = 29
 
 
+def acl_count_of(port: int) -> int:
+    """How many ACLs one broker's DescribeAcls v1 (every binding) lists, by hand."""
+    null = struct.pack(">h", -1)
+    body = struct.pack(">b", 1) + null + struct.pack(">b", 1) + null + null + struct.pack(">bb", 1, 1)
+    client = b"acl-test"
+    header = struct.pack(">hhi", 29, 1, 9) + struct.pack(">h", len(client)) + client
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+        resp = recv_exact(sock, struct.unpack(">i", recv_exact(sock, 4))[0])
+    off = 4 + 4
+    error, msg_len = struct.unpack_from(">hh", resp, off)
+    assert error == 0, error
+    off += 4 + max(msg_len, 0)
+    count = 0
+
+    def string(at: int) -> int:
+        (n,) = struct.unpack_from(">h", resp, at)
+        return at + 2 + max(n, 0)
+
+    (resources,) = struct.unpack_from(">i", resp, off)
+    off += 4
+    for _ in range(resources):
+        off = string(off + 1) + 1
+        (acls,) = struct.unpack_from(">i", resp, off)
+        off += 4
+        for _ in range(acls):
+            off = string(string(off)) + 2
+            count += 1
+    return count
+
+
 def test_a_follower_fetch_from_a_client_is_refused(acl_server, tmp_path):
     # With an authorizer: CLUSTER_ACTION decides. ANONYMOUS is no super user here.
     s = acl_server({"super.users": "User:admin"})
@@ -491,6 +522,12 @@ def test_every_node_of_a_cluster_enforces_the_same_acls(tmp_path):
         rill_acl(admin_bootstrap, "add", "--allow-principal", "User:alice", "--operation", "Write",
                  "--operation", "Describe", "--topic", "team-a.", "--resource-pattern-type",
                  "prefixed")
+        # Each node lists the ACLs from its own image once it has applied their records.
+        for node in cluster.nodes.values():
+            deadline = time.monotonic() + 15
+            while acl_count_of(node.port) != 2:
+                assert time.monotonic() < deadline, f"node on {node.port} never had the ACLs"
+                time.sleep(0.2)
         # Each node alone, as the client's only bootstrap, answers the same: alice may write
         # every partition (each led by some node), bob may not.
         for node_id, port in sasl_ports.items():
