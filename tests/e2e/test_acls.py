@@ -50,6 +50,7 @@ from kafka.errors import (
 from conftest import CLUSTER_OVERRIDES, DEFAULT_OVERRIDES
 from kafka_helpers import create_topic, read_all, unique_topic, wait_for_leaders
 from rill_harness import RillCluster, RillServer, free_port, rill_binary
+from test_security import recv_exact
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret", "admin": "admin-secret"}
 JAAS = (
@@ -414,16 +415,6 @@ def fetch_v4(sock: socket.socket, topic: str, replica_id: int) -> int:
     off += 2 + nlen + 4
     _, error = struct.unpack_from(">ih", resp, off)
     return error
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
 
 
 TOPIC_AUTHORIZATION_FAILED = 29

@@ -1038,67 +1038,56 @@ fn refuse_config_resources<R, T>(
     .collect()
 }
 
-fn describe_configs(a: &Authz, r: &mut DescribeConfigsRequest) -> Gate {
-    let refused = refuse_config_resources(
-        a,
-        DescribeConfigs,
-        &mut r.resources,
-        |res| (res.resource_type, res.resource_name.as_str()),
-        |resource_type, resource_name, code| DescribeConfigsResult {
-            error_code: code.code(),
-            error_message: Some(code.name().to_string()),
-            resource_type,
-            resource_name,
-            ..Default::default()
-        },
-    );
-    if refused.is_empty() {
-        return Gate::Proceed(None);
-    }
-    patch!(DescribeConfigs, |resp| resp.results.extend(refused))
+/// The gate of a config API: `$op` on each resource, the refused ones answered with
+/// `$result` entries in the response's `$field`.
+macro_rules! config_gate {
+    ($name:ident, $request:ty, $op:expr, $variant:ident, $field:ident, $result:ident) => {
+        fn $name(a: &Authz, r: &mut $request) -> Gate {
+            let refused = refuse_config_resources(
+                a,
+                $op,
+                &mut r.resources,
+                |res| (res.resource_type, res.resource_name.as_str()),
+                |resource_type, resource_name, code| $result {
+                    error_code: code.code(),
+                    error_message: Some(code.name().to_string()),
+                    resource_type,
+                    resource_name,
+                    ..Default::default()
+                },
+            );
+            if refused.is_empty() {
+                return Gate::Proceed(None);
+            }
+            patch!($variant, |resp| resp.$field.extend(refused))
+        }
+    };
 }
 
-fn alter_configs(a: &Authz, r: &mut AlterConfigsRequest) -> Gate {
-    let refused = refuse_config_resources(
-        a,
-        AlterConfigs,
-        &mut r.resources,
-        |res| (res.resource_type, res.resource_name.as_str()),
-        |resource_type, resource_name, code| AlterConfigsResourceResponse {
-            error_code: code.code(),
-            error_message: Some(code.name().to_string()),
-            resource_type,
-            resource_name,
-            ..Default::default()
-        },
-    );
-    if refused.is_empty() {
-        return Gate::Proceed(None);
-    }
-    patch!(AlterConfigs, |resp| resp.responses.extend(refused))
-}
-
-fn incremental_alter_configs(a: &Authz, r: &mut IncrementalAlterConfigsRequest) -> Gate {
-    let refused = refuse_config_resources(
-        a,
-        AlterConfigs,
-        &mut r.resources,
-        |res| (res.resource_type, res.resource_name.as_str()),
-        |resource_type, resource_name, code| IncrementalResourceResponse {
-            error_code: code.code(),
-            error_message: Some(code.name().to_string()),
-            resource_type,
-            resource_name,
-            ..Default::default()
-        },
-    );
-    if refused.is_empty() {
-        return Gate::Proceed(None);
-    }
-    patch!(IncrementalAlterConfigs, |resp| resp
-        .responses
-        .extend(refused))
-}
+config_gate!(
+    describe_configs,
+    DescribeConfigsRequest,
+    DescribeConfigs,
+    DescribeConfigs,
+    results,
+    DescribeConfigsResult
+);
+config_gate!(
+    alter_configs,
+    AlterConfigsRequest,
+    AlterConfigs,
+    AlterConfigs,
+    responses,
+    AlterConfigsResourceResponse
+);
+config_gate!(
+    incremental_alter_configs,
+    IncrementalAlterConfigsRequest,
+    AlterConfigs,
+    IncrementalAlterConfigs,
+    responses,
+    IncrementalResourceResponse
+);
 
 fn create_partitions(a: &Authz, r: &mut CreatePartitionsRequest) -> Gate {
     let denied = take_denied(&mut r.topics, |t| a.topic(Alter, &t.name));
