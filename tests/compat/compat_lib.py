@@ -48,6 +48,16 @@ def workdir(family: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{family}-", dir=runs))
 
 
+# Kafka's authorizer, open where no ACL says otherwise: clients that send no credentials
+# (User:ANONYMOUS) may do anything, and the ACL APIs work. The families that check ACLs run
+# Rill and the reference Kafka alike with it, so that every request of theirs also goes
+# through the authorizer.
+OPEN_AUTHORIZER = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "allow.everyone.if.no.acl.found": "true",
+}
+
+
 def start_rill(directory: Path, overrides: dict[str, str] | None = None) -> RillServer:
     return RillServer(directory, overrides=overrides).start()
 

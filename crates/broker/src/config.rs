@@ -718,6 +718,7 @@ pub struct BrokerConfig {
 
 /// Broker keys with their defaults, as DescribeConfigs on the broker resource lists them.
 pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
+    ("authorizer.class.name", ""),
     ("auto.create.topics.enable", "true"),
     ("auto.leader.rebalance.enable", "true"),
     ("broker.heartbeat.interval.ms", "2000"),
@@ -781,6 +782,8 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
 /// Broker keys Rill reads that have no default of their own (unset means "not given").
 const KEYS_WITHOUT_DEFAULT: &[&str] = &[
     "advertised.listeners",
+    // The authorizer's own keys (Kafka passes them to it; they are no KafkaConfig).
+    "allow.everyone.if.no.acl.found",
     "broker.rack",
     "cluster.id",
     "controller.listener.names",
@@ -800,6 +803,7 @@ const KEYS_WITHOUT_DEFAULT: &[&str] = &[
     "ssl.principal.mapping.rules",
     "ssl.truststore.location",
     "ssl.truststore.type",
+    "super.users",
 ];
 
 /// Kafka's coarser spellings of a millisecond key, highest precedence first after the
@@ -1426,6 +1430,31 @@ impl BrokerConfig {
     pub fn data_dir(&self) -> PathBuf {
         let raw = self.get("log.dirs").unwrap_or("./rill-data");
         PathBuf::from(raw.split(',').next().unwrap_or(raw).trim())
+    }
+
+    /// The authorizer `authorizer.class.name` names, configured by `super.users` and
+    /// `allow.everyone.if.no.acl.found`; `None` when the key is empty (Kafka's default:
+    /// no authorization). Kafka's StandardAuthorizer is the only class there is; any other
+    /// name is refused, as Kafka refuses a class it cannot load.
+    pub fn authorizer(&self) -> Result<Option<rill_metadata::StandardAuthorizer>, BrokerError> {
+        let class = self.get("authorizer.class.name").unwrap_or("").trim();
+        if class.is_empty() {
+            return Ok(None);
+        }
+        if class != rill_metadata::STANDARD_AUTHORIZER_CLASS {
+            return Err(BrokerError::Config(format!(
+                "authorizer.class.name: unknown authorizer `{class}` (the only one is {})",
+                rill_metadata::STANDARD_AUTHORIZER_CLASS
+            )));
+        }
+        let allow = match self.get("allow.everyone.if.no.acl.found").map(str::trim) {
+            None | Some("") => false,
+            Some(v) => v.eq_ignore_ascii_case("true"),
+        };
+        let super_users = self.get("super.users").unwrap_or("");
+        rill_metadata::StandardAuthorizer::new(super_users, allow)
+            .map(Some)
+            .map_err(BrokerError::Config)
     }
 
     pub fn auto_create_topics(&self) -> bool {

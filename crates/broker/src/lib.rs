@@ -106,6 +106,7 @@ impl Server {
         // manager's keys, and `config` sits below both.
         let connection_limits = ConnectionLimits::from_config(&config)?;
         let log_manager_config = LogManagerConfig::from_config(&config)?;
+        let authorizer = config.authorizer()?.map(Arc::new);
         let roles = config.process_roles()?;
         if !roles.broker {
             return Err(BrokerError::Config(
@@ -180,6 +181,7 @@ impl Server {
             node_id,
             cluster_id,
             max_request_bytes: config.socket_request_max_bytes()?,
+            authorizer,
             advertised_host,
             advertised_port: i32::from(advertised_port),
             endpoints,

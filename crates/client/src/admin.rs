@@ -4,7 +4,9 @@
 //! Topic, partition and config changes go to the controller when metadata names one
 //! (any broker otherwise: a KRaft broker forwards them); group requests go to the group's
 //! coordinator, found with FindCoordinator; `list_groups` asks every broker, since each
-//! knows only the groups it coordinates.
+//! knows only the groups it coordinates. ACLs are in `admin/acls.rs`.
+
+mod acls;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -63,6 +63,10 @@ pub use producer::{
 };
 pub use types::{ElectionType, OffsetSpec, PartitionReassignment, TopicPartition};
 
+/// Kafka's ACL nouns, as [`Admin::create_acls`], [`Admin::describe_acls`] and
+/// [`Admin::delete_acls`] take and give them (re-exported from `rill-protocol`).
+pub use rill_protocol::acl;
+
 /// Record-batch types re-exported from `rill-protocol` (compression codecs, headers).
 pub mod records {
     pub use rill_protocol::records::{CompressionType, Header};

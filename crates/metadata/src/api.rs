@@ -42,6 +42,10 @@ pub enum ControllerEvent {
     /// AlterUserScramCredentials: credentials the broker derived from the client's salted
     /// passwords, and deletions.
     AlterUserScramCredentials(AlterUserScramCredentialsRequest),
+    /// CreateAcls: the bindings to store, in request order.
+    CreateAcls(CreateAclsRequest),
+    /// DeleteAcls: the filters whose matching bindings to remove.
+    DeleteAcls(DeleteAclsRequest),
 }
 
 /// What the controller decided: records to append to the metadata log (in this order,
@@ -71,6 +75,36 @@ pub enum ControllerResponse {
     /// Per feature asked for: its error (NONE when the whole update applies).
     UpdateFeatures(Vec<UpdateFeatureResult>),
     AlterUserScramCredentials(Vec<AlterUserScramCredentialsResult>),
+    /// Per creation, in request order.
+    CreateAcls(Vec<AclCreateResult>),
+    /// Per filter, in request order.
+    DeleteAcls(Vec<AclDeleteResult>),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateAclsRequest {
+    pub creations: Vec<crate::acl::StandardAcl>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AclCreateResult {
+    #[serde(with = "ErrorCodeDef")]
+    pub error_code: ErrorCode,
+    pub error_message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeleteAclsRequest {
+    pub filters: Vec<crate::acl::AclBindingFilter>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AclDeleteResult {
+    #[serde(with = "ErrorCodeDef")]
+    pub error_code: ErrorCode,
+    pub error_message: Option<String>,
+    /// The bindings the filter matched, now deleted.
+    pub deleted: Vec<crate::acl::StandardAcl>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -151,24 +151,24 @@ pub struct QuorumController {
 }
 
 /// The image as it will be once the records emitted so far are applied.
-struct Scratch<'a> {
+pub(crate) struct Scratch<'a> {
     image: Cow<'a, MetadataImage>,
     records: Vec<MetadataRecord>,
 }
 
 impl<'a> Scratch<'a> {
-    fn new(image: &'a MetadataImage) -> Self {
+    pub(crate) fn new(image: &'a MetadataImage) -> Self {
         Self {
             image: Cow::Borrowed(image),
             records: Vec::new(),
         }
     }
 
-    fn image(&self) -> &MetadataImage {
+    pub(crate) fn image(&self) -> &MetadataImage {
         &self.image
     }
 
-    fn emit(&mut self, record: MetadataRecord) {
+    pub(crate) fn emit(&mut self, record: MetadataRecord) {
         // Records the controller builds always fit the image it built them against; an
         // error here is a controller bug, and the record is still emitted so replicas
         // and the scratch image stay in step.
@@ -178,7 +178,7 @@ impl<'a> Scratch<'a> {
         self.records.push(record);
     }
 
-    fn finish(self, response: ControllerResponse) -> ControllerResult {
+    pub(crate) fn finish(self, response: ControllerResponse) -> ControllerResult {
         ControllerResult {
             records: self.records,
             response,
@@ -452,6 +452,16 @@ impl QuorumController {
         }
     }
 
+    /// A fresh id for an ACL, as Kafka's `AclControlManager.newAclId` draws one.
+    fn new_acl_id(&mut self, image: &MetadataImage) -> Uuid {
+        loop {
+            let id = Uuid::from_u64_pair(self.next_random(), self.next_random());
+            if !id.is_zero() && image.acls.get(&id).is_none() {
+                return id;
+            }
+        }
+    }
+
     /// Kafka's precedence for a decision the controller makes: the topic's config, then
     /// the cluster-wide dynamic default, then the controller's own static config.
     fn unclean_enabled(&self, image: &MetadataImage, topic: &str) -> bool {
@@ -507,6 +517,11 @@ impl QuorumController {
             ControllerEvent::BrokerProcessGone(r) => self.broker_process_gone(r, image),
             ControllerEvent::UpdateFeatures(r) => self.update_features(r, image),
             ControllerEvent::AlterUserScramCredentials(r) => alter_user_scram_credentials(r, image),
+            ControllerEvent::CreateAcls(r) => {
+                let mut new_id = |image: &MetadataImage| self.new_acl_id(image);
+                crate::acl_control::create_acls(r, image, &mut new_id)
+            }
+            ControllerEvent::DeleteAcls(r) => crate::acl_control::delete_acls(r, image),
         }
     }
 

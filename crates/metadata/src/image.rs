@@ -14,15 +14,18 @@
 //! broker has caught up with the log once it has applied its own registration.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use rill_protocol::generated::metadata::register_broker_record::BrokerEndpoint;
 use rill_protocol::generated::metadata::{
-    ConfigRecord, FeatureLevelRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord,
-    TopicRecord, UserScramCredentialRecord,
+    AccessControlEntryRecord, ConfigRecord, FeatureLevelRecord, PartitionRecord, ProducerIdsRecord,
+    RegisterBrokerRecord, TopicRecord, UserScramCredentialRecord,
 };
 use rill_protocol::Uuid;
 
+use crate::acl::{AclOperation, AclPermissionType, PatternType, ResourceType, StandardAcl};
+use crate::authorizer::AclCache;
 use crate::error::MetadataError;
 use crate::record::{decode_batch, encode_batch, MetadataRecord};
 
@@ -132,6 +135,9 @@ pub struct MetadataImage {
     /// SCRAM credentials by `(user, mechanism)` (Kafka's `ScramMechanism` type: 1 for
     /// SCRAM-SHA-256, 2 for SCRAM-SHA-512), from `UserScramCredentialRecord`s.
     pub scram_credentials: BTreeMap<(String, i8), ScramCredentialImage>,
+    /// The ACLs, from `AccessControlEntryRecord`s. Shared between the images a broker
+    /// publishes until one changes them: ACLs change rarely, images often.
+    pub acls: Arc<AclCache>,
 }
 
 /// What is stored of a password for SCRAM: never the password, nor its salted form.
@@ -398,6 +404,25 @@ impl MetadataImage {
                 self.scram_credentials
                     .remove(&(r.name.clone(), r.mechanism));
             }
+            MetadataRecord::AccessControlEntry(r) => {
+                let acl = StandardAcl {
+                    resource_type: ResourceType::from_code(r.resource_type),
+                    resource_name: r.resource_name.clone(),
+                    pattern_type: PatternType::from_code(r.pattern_type),
+                    principal: r.principal.clone(),
+                    host: r.host.clone(),
+                    operation: AclOperation::from_code(r.operation),
+                    permission_type: AclPermissionType::from_code(r.permission_type),
+                };
+                if !Arc::make_mut(&mut self.acls).add(r.id, acl) {
+                    return Err(inconsistent(format!("an ACL with id {} exists", r.id)));
+                }
+            }
+            MetadataRecord::RemoveAccessControlEntry(r) => {
+                if Arc::make_mut(&mut self.acls).remove(&r.id).is_none() {
+                    return Err(inconsistent(format!("removal of unknown ACL {}", r.id)));
+                }
+            }
         }
         Ok(())
     }
@@ -482,6 +507,9 @@ impl MetadataImage {
                 },
             ));
         }
+        for (id, acl) in self.acls.iter() {
+            out.push(MetadataRecord::AccessControlEntry(acl_record(*id, acl)));
+        }
         if self.next_producer_id > 0 {
             out.push(MetadataRecord::ProducerIds(ProducerIdsRecord {
                 broker_id: -1,
@@ -517,6 +545,21 @@ impl MetadataImage {
         }
         image.next_offset = next_offset;
         Ok(image)
+    }
+}
+
+/// The record that stores `acl` under `id`.
+pub fn acl_record(id: Uuid, acl: &StandardAcl) -> AccessControlEntryRecord {
+    AccessControlEntryRecord {
+        id,
+        resource_type: acl.resource_type.code(),
+        resource_name: acl.resource_name.clone(),
+        pattern_type: acl.pattern_type.code(),
+        principal: acl.principal.clone(),
+        host: acl.host.clone(),
+        operation: acl.operation.code(),
+        permission_type: acl.permission_type.code(),
+        ..Default::default()
     }
 }
 

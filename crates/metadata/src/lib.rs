@@ -1,5 +1,8 @@
 //! The replicated cluster metadata of Rill, with no I/O in its core.
 //!
+//! - [`acl`] (from `rill-protocol`): Kafka's ACL nouns ([`StandardAcl`],
+//!   [`AclBindingFilter`] and their enums); [`authorizer`]: [`StandardAuthorizer`], Kafka's authorizer over the image's
+//!   [`AclCache`], pure like the rest.
 //! - [`record`]: [`MetadataRecord`], one entry of the metadata log (Kafka's metadata
 //!   record types, generated in `rill_protocol::generated::metadata`), and its bytes.
 //! - [`image`]: [`MetadataImage`], what applying the records in order builds; every node
@@ -31,7 +34,10 @@
 //! assert!(image.broker(1).unwrap().fenced); // until its first caught-up heartbeat
 //! ```
 
+pub use rill_protocol::acl;
+mod acl_control;
 pub mod api;
+pub mod authorizer;
 pub mod controller;
 pub mod error;
 pub mod features;
@@ -43,7 +49,15 @@ pub mod record;
 #[cfg(test)]
 mod tests;
 
+pub use acl::{
+    AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType, StandardAcl,
+    CLUSTER_NAME,
+};
 pub use api::*;
+pub use authorizer::{
+    AclCache, Action, AuthorizationResult, RequestContext, StandardAuthorizer,
+    STANDARD_AUTHORIZER_CLASS,
+};
 pub use controller::{
     check_image_invariants, validate_topic_name, ControllerConfig, QuorumController,
 };

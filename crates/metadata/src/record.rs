@@ -20,10 +20,11 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use rill_protocol::generated::metadata::{
-    BrokerRegistrationChangeRecord, ConfigRecord, FeatureLevelRecord, FenceBrokerRecord,
-    NoOpRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord,
-    RemoveTopicRecord, RemoveUserScramCredentialRecord, TopicRecord, UnfenceBrokerRecord,
-    UnregisterBrokerRecord, UserScramCredentialRecord,
+    AccessControlEntryRecord, BrokerRegistrationChangeRecord, ConfigRecord, FeatureLevelRecord,
+    FenceBrokerRecord, NoOpRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
+    RegisterBrokerRecord, RemoveAccessControlEntryRecord, RemoveTopicRecord,
+    RemoveUserScramCredentialRecord, TopicRecord, UnfenceBrokerRecord, UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 };
 use rill_protocol::primitives::{put_unsigned_varint, read_unsigned_varint};
 use rill_protocol::{Decodable, Encodable};
@@ -51,6 +52,8 @@ pub enum MetadataRecord {
     NoOp(NoOpRecord),
     UserScramCredential(UserScramCredentialRecord),
     RemoveUserScramCredential(RemoveUserScramCredentialRecord),
+    AccessControlEntry(AccessControlEntryRecord),
+    RemoveAccessControlEntry(RemoveAccessControlEntryRecord),
 }
 
 /// `(apiKey, highest version)` of every record type we write, from the JSON specs.
@@ -77,6 +80,8 @@ impl MetadataRecord {
             MetadataRecord::NoOp(_) => (20, 0),
             MetadataRecord::UserScramCredential(_) => (11, 0),
             MetadataRecord::RemoveUserScramCredential(_) => (22, 0),
+            MetadataRecord::AccessControlEntry(_) => (18, 0),
+            MetadataRecord::RemoveAccessControlEntry(_) => (19, 0),
         }
     }
 
@@ -102,6 +107,8 @@ impl MetadataRecord {
             MetadataRecord::NoOp(r) => r.encode(buf, version)?,
             MetadataRecord::UserScramCredential(r) => r.encode(buf, version)?,
             MetadataRecord::RemoveUserScramCredential(r) => r.encode(buf, version)?,
+            MetadataRecord::AccessControlEntry(r) => r.encode(buf, version)?,
+            MetadataRecord::RemoveAccessControlEntry(r) => r.encode(buf, version)?,
         }
         Ok(())
     }
@@ -133,7 +140,7 @@ impl MetadataRecord {
         })?;
         let max = match api_key {
             0 => 3,
-            1 | 2 | 4 | 7 | 8 | 9 | 11 | 12 | 15 | 20 | 22 => 0,
+            1 | 2 | 4 | 7 | 8 | 9 | 11 | 12 | 15 | 18 | 19 | 20 | 22 => 0,
             3 | 5 | 17 => 2,
             _ => return Err(unknown),
         };
@@ -163,6 +170,10 @@ impl MetadataRecord {
             22 => MetadataRecord::RemoveUserScramCredential(
                 RemoveUserScramCredentialRecord::decode(b, version)?,
             ),
+            18 => MetadataRecord::AccessControlEntry(AccessControlEntryRecord::decode(b, version)?),
+            19 => MetadataRecord::RemoveAccessControlEntry(RemoveAccessControlEntryRecord::decode(
+                b, version,
+            )?),
             _ => return Err(unknown),
         };
         if !frame.is_empty() {

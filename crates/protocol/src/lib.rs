@@ -9,6 +9,8 @@
 //! - [`header`]: request headers read before the api key is known, and whole frames
 //!   (header and body) written and read in one call.
 //! - [`error`]: codec errors and Kafka's [`ErrorCode`] table.
+//! - [`acl`]: Kafka's ACL nouns (resource types, pattern types, operations, permissions,
+//!   bindings and their filters) as CreateAcls, DescribeAcls and DeleteAcls carry them.
 //! - [`records`]: record batches (magic 2): a zero-copy header view, CRC32C, records,
 //!   compression codecs and a builder.
 //!
@@ -26,6 +28,7 @@
 //! ```
 #![doc(html_root_url = "https://docs.rs/rill-protocol")]
 
+pub mod acl;
 pub mod error;
 pub mod frame;
 pub mod generated;

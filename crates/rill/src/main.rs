@@ -75,6 +75,13 @@ enum Command {
         #[command(subcommand)]
         command: cli::user::UserCommand,
     },
+    /// Add, list and remove ACLs (kafka-acls.sh's options).
+    Acl {
+        #[command(flatten)]
+        common: cli::Common,
+        #[command(subcommand)]
+        command: cli::acl::AclCommand,
+    },
     /// Measure produce (throughput, delivery latency) and consume throughput.
     Bench {
         #[command(flatten)]
@@ -166,6 +173,7 @@ fn main() -> anyhow::Result<()> {
             }
             Command::Cluster { common, command } => cli::cluster::run(&common, command).await,
             Command::User { common, command } => cli::user::run(&common, command).await,
+            Command::Acl { common, command } => cli::acl::run(&common, command).await,
             Command::Bench { common, command } => cli::bench::run(&common, command).await,
         }
     });

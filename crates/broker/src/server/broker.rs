@@ -39,6 +39,9 @@ pub struct Broker {
     /// `inter.broker.listener.name`: the listener followers fetch from leaders on.
     pub inter_broker_listener: String,
     pub max_request_bytes: usize,
+    /// `authorizer.class.name`'s authorizer; `None` when none is configured, and then
+    /// every request is allowed, as in Kafka (see `server::auth_helper`).
+    pub authorizer: Option<Arc<rill_metadata::StandardAuthorizer>>,
     /// The controller quorum this node votes in or observes; controller requests go
     /// through it.
     pub quorum: Arc<MetadataQuorum>,

@@ -1,6 +1,5 @@
 //! The data path: Produce, Fetch, ListOffsets and InitProducerId.
 
-use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
@@ -26,7 +25,7 @@ use rill_protocol::generated::produce_response::{
 };
 use rill_protocol::generated::request_header::RequestHeader;
 use rill_protocol::generated::response_header::ResponseHeader;
-use rill_protocol::generated::ApiKey;
+use rill_protocol::generated::{ApiKey, ResponseBody};
 use rill_protocol::primitives::{
     put_unsigned_varint, write_array_len, write_nullable_bytes, write_string, write_tagged_count,
     Decodable, Encodable,
@@ -36,9 +35,10 @@ use rill_storage::{AppendOrigin, FileRange, PendingFlush, TopicPartition};
 
 use crate::coordinator::group_coordinator::OFFSETS_TOPIC;
 use crate::network::request_slot;
-use crate::network::ResponseChunk;
+use crate::network::{ResponseChunk, Session};
 use crate::replication::append_signal::AppendSignals;
 use crate::replication::replica_manager::DeferredAppend;
+use crate::server::request_authorization::Gate;
 use crate::server::Broker;
 use rill_metadata::{AllocateProducerIdsRequest, ControllerEvent, ControllerResponse};
 use rill_protocol::generated::offset_for_leader_epoch_request::OffsetForLeaderEpochRequest;
@@ -260,22 +260,49 @@ impl Broker {
         &self,
         header: &RequestHeader,
         mut body: Bytes,
-        peer: SocketAddr,
+        session: &Session,
     ) -> Result<Option<Vec<ResponseChunk>>, String> {
+        let peer = session.peer;
         let version = header.request_api_version;
         let supported = super::supported_range(ApiKey::Fetch)
             .is_some_and(|(lo, hi)| (lo..=hi).contains(&version));
         if !supported {
-            // Unsupported: answered by closing, which no listener changes.
+            // Unsupported: answered by closing.
             let response = self
-                .handle(header, Some(ApiKey::Fetch), body, peer, "")
+                .handle(header, Some(ApiKey::Fetch), body, session)
                 .await?;
             return Ok(response.map(|b| vec![ResponseChunk::Bytes(b.freeze())]));
         }
-        let request = FetchRequest::decode(&mut body, version)
+        let mut request = FetchRequest::decode(&mut body, version)
             .map_err(|e| format!("Fetch v{version} from {peer}: {e}"))?;
-        let (mut response, ranges) = self.fetch_wait(&request, version, true).await;
         let correlation_id = header.correlation_id;
+        let authz = self.authz(session);
+        let patch = match self.fetch_gate(&authz, &mut request, version, &session.listener) {
+            Gate::Proceed(patch) => patch,
+            Gate::Respond(body) => {
+                let frame = super::encode_response(
+                    correlation_id,
+                    ApiKey::Fetch,
+                    version,
+                    &super::AnyResponse(&body),
+                )?;
+                return Ok(Some(vec![ResponseChunk::Bytes(frame.freeze())]));
+            }
+            Gate::Close(reason) => return Err(reason),
+        };
+        let (mut response, mut ranges) = self.fetch_wait(&request, version, true).await;
+        if let Some(patch) = patch {
+            // The refused partitions come after the read ones and carry no records.
+            let mut body = ResponseBody::Fetch(response);
+            patch(&mut body);
+            let ResponseBody::Fetch(patched) = body else {
+                return Err("a Fetch patch changed the response's type".into());
+            };
+            response = patched;
+            let partitions: usize = response.responses.iter().map(|t| t.partitions.len()).sum();
+            let missing = partitions.saturating_sub(ranges.len());
+            ranges.extend(std::iter::repeat_with(|| None).take(missing));
+        }
         if let Some(chunks) = encode_fetch_chunks(correlation_id, version, &response, &ranges)? {
             return Ok(Some(chunks));
         }

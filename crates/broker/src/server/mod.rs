@@ -11,6 +11,8 @@
 //! ApiVersions, which answers UNSUPPORTED_VERSION in v0 so that any client can learn what
 //! this broker speaks (KIP-511).
 
+mod acls;
+pub(crate) mod auth_helper;
 mod broker;
 mod configs;
 mod data;
@@ -21,19 +23,18 @@ mod log_dirs;
 pub(crate) mod metadata;
 mod partitions;
 mod quorum;
+mod request_authorization;
 mod sasl;
 mod topics;
 mod transactions;
 mod txn_partition;
-
-use std::net::SocketAddr;
 
 use bytes::{Bytes, BytesMut};
 use rill_protocol::frame::{begin_frame, end_frame};
 use rill_protocol::generated::api_versions_response::{ApiVersion, ApiVersionsResponse};
 use rill_protocol::generated::request_header::RequestHeader;
 use rill_protocol::generated::response_header::ResponseHeader;
-use rill_protocol::generated::{ApiKey, RequestBody};
+use rill_protocol::generated::{ApiKey, RequestBody, ResponseBody};
 use rill_protocol::primitives::Encodable;
 use rill_protocol::ErrorCode;
 
@@ -42,6 +43,7 @@ use crate::network::{RequestHandler, ResponseChunk, Session};
 use crate::replication::alter_partition::ControllerChannel;
 pub(crate) use broker::ProducerIdBlock;
 pub use broker::{Broker, CONTROLLER_REQUEST_TIMEOUT};
+use request_authorization::Gate;
 pub use transactions::BrokerLeaders;
 
 /// The APIs this broker answers, with the version range it answers them in. Narrower than
@@ -97,6 +99,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    // Kafka 4.1's ranges: KIP-896 removed version 0.
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -128,6 +134,19 @@ pub fn encode_response<T: Encodable>(
     Ok(buf)
 }
 
+/// A response of any API, for [`encode_response`].
+struct AnyResponse<'a>(&'a ResponseBody);
+
+impl Encodable for AnyResponse<'_> {
+    fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), rill_protocol::EncodeError> {
+        self.0.encode(buf, version)
+    }
+
+    fn encoded_len(&self, version: i16) -> usize {
+        self.0.encoded_len(version)
+    }
+}
+
 fn api_versions_body(error_code: ErrorCode) -> ApiVersionsResponse {
     ApiVersionsResponse {
         error_code: error_code.code(),
@@ -151,9 +170,10 @@ impl Broker {
         header: &RequestHeader,
         api: Option<ApiKey>,
         mut body: Bytes,
-        peer: SocketAddr,
-        listener: &str,
+        session: &Session,
     ) -> Result<Option<BytesMut>, String> {
+        let peer = session.peer;
+        let listener: &str = &session.listener;
         let version = header.request_api_version;
         let correlation_id = header.correlation_id;
         let Some(api) = api else {
@@ -167,13 +187,27 @@ impl Broker {
             }
             return Err(format!("unsupported version {version} of {}", api.name()));
         }
-        let request = RequestBody::decode(api, version, &mut body)
+        let mut request = RequestBody::decode(api, version, &mut body)
             .map_err(|e| format!("{} v{version} from {peer}: {e}", api.name()))?;
         tracing::trace!(api = api.name(), version, correlation_id, %peer, "request");
+        acls::validate(&request)
+            .map_err(|e| format!("{} v{version} from {peer}: {e}", api.name()))?;
+        let authz = self.authz(session);
+        let patch = match self.authorize_request(&authz, version, listener, &mut request) {
+            Gate::Proceed(patch) => patch,
+            Gate::Respond(body) => {
+                return encode_response(correlation_id, api, version, &AnyResponse(&body)).map(Some)
+            }
+            Gate::Close(reason) => return Err(reason),
+        };
         macro_rules! respond {
-            ($resp:expr) => {
-                encode_response(correlation_id, api, version, &$resp).map(Some)
-            };
+            ($resp:expr) => {{
+                let mut body = ResponseBody::from($resp);
+                if let Some(patch) = patch {
+                    patch(&mut body);
+                }
+                encode_response(correlation_id, api, version, &AnyResponse(&body)).map(Some)
+            }};
         }
         match request {
             RequestBody::ApiVersions(_) => {
@@ -182,6 +216,11 @@ impl Broker {
             RequestBody::Metadata(r) => respond!(self.handle_metadata(r, version, listener).await),
             RequestBody::Produce(r) => match self.handle_produce(r, version).await {
                 Some(resp) => respond!(resp),
+                // An acks=0 produce that the gate refused in part: the client hears of
+                // no error, so the connection is closed, as Kafka does.
+                None if patch.is_some() => {
+                    Err("acks=0 produce to a topic the principal may not write".into())
+                }
                 None => Ok(None),
             },
             RequestBody::Fetch(r) => respond!(self.handle_fetch(r, version).await),
@@ -258,6 +297,9 @@ impl Broker {
             RequestBody::AlterUserScramCredentials(r) => {
                 respond!(self.handle_alter_user_scram_credentials(r).await)
             }
+            RequestBody::DescribeAcls(r) => respond!(self.handle_describe_acls(r)),
+            RequestBody::CreateAcls(r) => respond!(self.handle_create_acls(r).await),
+            RequestBody::DeleteAcls(r) => respond!(self.handle_delete_acls(r).await),
             _ => Err(format!("{} is not handled", api.name())),
         }
     }
@@ -271,7 +313,6 @@ impl RequestHandler for Broker {
         body: Bytes,
         session: &Session,
     ) -> Result<Option<Vec<ResponseChunk>>, String> {
-        let peer = session.peer;
         // A broker that lost its controller lease leads nothing, and its image may be
         // stale; a client that keeps asking it for metadata (librdkafka asks the broker it
         // is connected to) would never learn the new leaders. Closing the connection
@@ -287,11 +328,9 @@ impl RequestHandler for Broker {
         }
         // A Fetch answers with ranges of segment files beside its bytes (zero-copy).
         if api_key == Some(ApiKey::Fetch) {
-            self.handle_fetch_chunks(header, body, peer).await
+            self.handle_fetch_chunks(header, body, session).await
         } else {
-            let response = self
-                .handle(header, api_key, body, peer, &session.listener)
-                .await;
+            let response = self.handle(header, api_key, body, session).await;
             response.map(|r| r.map(|b| vec![ResponseChunk::Bytes(b.freeze())]))
         }
     }

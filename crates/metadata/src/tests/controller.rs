@@ -1310,3 +1310,114 @@ fn scram_credentials_are_stored_checked_deleted_and_snapshotted() {
     let keys: Vec<_> = h.image.scram_credentials.keys().cloned().collect();
     assert_eq!(keys, [("alice".to_string(), 2)]);
 }
+
+fn binding(rt: ResourceType, name: &str, pt: PatternType, principal: &str) -> StandardAcl {
+    StandardAcl {
+        resource_type: rt,
+        resource_name: name.into(),
+        pattern_type: pt,
+        principal: principal.into(),
+        host: "*".into(),
+        operation: AclOperation::Write,
+        permission_type: AclPermissionType::Allow,
+    }
+}
+
+fn create_acls(h: &mut Harness, creations: Vec<StandardAcl>) -> (usize, Vec<ErrorCode>) {
+    let r = h.run(ControllerEvent::CreateAcls(CreateAclsRequest { creations }));
+    let ControllerResponse::CreateAcls(results) = r.response else {
+        panic!("{:?}", r.response)
+    };
+    (
+        r.records.len(),
+        results.into_iter().map(|r| r.error_code).collect(),
+    )
+}
+
+fn delete_acls(h: &mut Harness, filters: Vec<AclBindingFilter>) -> (usize, Vec<AclDeleteResult>) {
+    let r = h.run(ControllerEvent::DeleteAcls(DeleteAclsRequest { filters }));
+    let ControllerResponse::DeleteAcls(results) = r.response else {
+        panic!("{:?}", r.response)
+    };
+    (r.records.len(), results)
+}
+
+#[test]
+fn acls_are_validated_stored_once_deleted_by_filter_and_snapshotted() {
+    use AclOperation as Op;
+    use PatternType::{Literal, Match, Prefixed};
+    use ResourceType::{Cluster, Group, Topic};
+    let mut h = Harness::new();
+    let good = binding(Topic, "orders-", Prefixed, "User:alice");
+    let mut bad_op = binding(Topic, "t", Literal, "User:alice");
+    bad_op.operation = Op::Any;
+    let mut bad_perm = binding(Topic, "t", Literal, "User:alice");
+    bad_perm.permission_type = AclPermissionType::Unknown;
+    let (written, codes) = create_acls(
+        &mut h,
+        vec![
+            good.clone(),
+            good.clone(),
+            binding(Cluster, "my-cluster", Literal, "User:alice"),
+            binding(Cluster, CLUSTER_NAME, Literal, "User:alice"),
+            binding(Topic, "", Literal, "User:alice"),
+            binding(ResourceType::Any, "t", Literal, "User:alice"),
+            binding(ResourceType::Unknown, "t", Literal, "User:alice"),
+            binding(Topic, "t", Match, "User:alice"),
+            binding(Topic, "t", PatternType::Any, "User:alice"),
+            bad_op,
+            bad_perm,
+            binding(Topic, "t", Literal, "alice"),
+            binding(Group, "g", Literal, "User:*"),
+        ],
+    );
+    let bad = ErrorCode::INVALID_REQUEST;
+    let ok = ErrorCode::NONE;
+    assert_eq!(
+        codes,
+        [ok, ok, bad, ok, bad, bad, bad, bad, bad, bad, bad, bad, ok]
+    );
+    assert_eq!(written, 3, "the duplicate binding is stored once");
+    assert_eq!(h.image.acls.len(), 3);
+    // Creating an existing binding again succeeds and writes nothing.
+    assert_eq!(create_acls(&mut h, vec![good.clone()]), (0, vec![ok]));
+    let restored = MetadataImage::from_snapshot(h.image.to_snapshot().unwrap()).unwrap();
+    assert_eq!(restored.acls, h.image.acls);
+
+    // Deletion: an unknown part is refused; a binding two filters match is removed once.
+    let topics = AclBindingFilter {
+        resource_type: Topic,
+        ..AclBindingFilter::any()
+    };
+    let alice = AclBindingFilter {
+        principal: Some("User:alice".into()),
+        ..AclBindingFilter::any()
+    };
+    let unknown = AclBindingFilter {
+        pattern_type: PatternType::Unknown,
+        ..AclBindingFilter::any()
+    };
+    let unknown_entry = AclBindingFilter {
+        operation: Op::Unknown,
+        ..AclBindingFilter::any()
+    };
+    let (written, results) = delete_acls(&mut h, vec![topics, alice, unknown, unknown_entry]);
+    assert_eq!(written, 2);
+    let codes: Vec<ErrorCode> = results.iter().map(|r| r.error_code).collect();
+    assert_eq!(codes, [ok, ok, bad, bad]);
+    assert_eq!(results[0].deleted, std::slice::from_ref(&good));
+    assert_eq!(results[1].deleted.len(), 2);
+    assert_eq!(h.image.acls.len(), 1);
+    let left: Vec<&StandardAcl> = h.image.acls.iter().map(|(_, a)| a).collect();
+    assert_eq!(left[0].resource_type, Group);
+    // A MATCH filter by a topic's name finds the prefixed bindings that apply to it.
+    create_acls(&mut h, vec![good.clone()]);
+    let matching = AclBindingFilter {
+        resource_type: Topic,
+        resource_name: Some("orders-eu".into()),
+        pattern_type: Match,
+        ..AclBindingFilter::any()
+    };
+    let (written, results) = delete_acls(&mut h, vec![matching]);
+    assert_eq!((written, results[0].deleted.clone()), (1, vec![good]));
+}

@@ -52,8 +52,19 @@ import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.GroupState;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.acl.AccessControlEntry;
+import org.apache.kafka.common.acl.AccessControlEntryFilter;
+import org.apache.kafka.common.acl.AclBinding;
+import org.apache.kafka.common.acl.AclBindingFilter;
+import org.apache.kafka.common.acl.AclOperation;
+import org.apache.kafka.common.acl.AclPermissionType;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.InvalidRequestException;
 import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
+import org.apache.kafka.common.resource.PatternType;
+import org.apache.kafka.common.resource.ResourcePattern;
+import org.apache.kafka.common.resource.ResourcePatternFilter;
+import org.apache.kafka.common.resource.ResourceType;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
@@ -97,6 +108,7 @@ public final class JavaClientSuite {
         checks.add("admin_describe_features", suite::adminDescribeFeatures);
         checks.add("admin_describe_metadata_quorum", suite::adminDescribeQuorum);
         checks.add("admin_describe_producers", suite::adminDescribeProducers);
+        checks.add("admin_acls_create_describe_delete", suite::adminAcls);
         int failed = checks.runAll(Arrays.asList(args).subList(1, args.length));
         suite.admin.close(Duration.ofSeconds(5));
         System.exit(Math.min(failed, 100));
@@ -546,5 +558,44 @@ public final class JavaClientSuite {
         TopicPartition tp = new TopicPartition(topic, 0);
         var states = admin.describeProducers(List.of(tp)).partitionResult(tp).get(30, TimeUnit.SECONDS);
         checkEquals(1, states.activeProducers().size(), "active producers");
+    }
+
+    // Runs against a broker with Kafka's StandardAuthorizer and
+    // allow.everyone.if.no.acl.found=true (see java-client/run): the ACLs made here name a
+    // principal of their own, so they restrict no other check.
+    private void adminAcls() throws Exception {
+        String principal = "User:compat-" + run;
+        String prefix = topic("acl") + "-";
+        AclBinding read = new AclBinding(
+                new ResourcePattern(ResourceType.TOPIC, prefix, PatternType.PREFIXED),
+                new AccessControlEntry(principal, "*", AclOperation.READ, AclPermissionType.ALLOW));
+        AclBinding deny = new AclBinding(
+                new ResourcePattern(ResourceType.GROUP, "group-" + run, PatternType.LITERAL),
+                new AccessControlEntry(principal, "10.0.0.1", AclOperation.DESCRIBE, AclPermissionType.DENY));
+        admin.createAcls(List.of(read, deny)).all().get(30, TimeUnit.SECONDS);
+        AclBindingFilter byPrincipal = new AclBindingFilter(ResourcePatternFilter.ANY,
+                new AccessControlEntryFilter(principal, null, AclOperation.ANY, AclPermissionType.ANY));
+        Collection<AclBinding> found = admin.describeAcls(byPrincipal).values().get(30, TimeUnit.SECONDS);
+        checkEquals(Set.of(read, deny), new HashSet<>(found), "ACLs of " + principal);
+        // MATCH: the prefixed binding applies to a topic under the prefix.
+        AclBindingFilter match = new AclBindingFilter(
+                new ResourcePatternFilter(ResourceType.TOPIC, prefix + "orders", PatternType.MATCH),
+                new AccessControlEntryFilter(principal, null, AclOperation.ANY, AclPermissionType.ANY));
+        checkEquals(List.of(read), new ArrayList<>(admin.describeAcls(match).values().get(30, TimeUnit.SECONDS)),
+                "MATCH");
+        // Kafka's validation: the Cluster resource has one name.
+        AclBinding badCluster = new AclBinding(
+                new ResourcePattern(ResourceType.CLUSTER, "not-kafka-cluster", PatternType.LITERAL),
+                new AccessControlEntry(principal, "*", AclOperation.ALTER, AclPermissionType.ALLOW));
+        try {
+            admin.createAcls(List.of(badCluster)).all().get(30, TimeUnit.SECONDS);
+            check(false, "an ACL on a cluster not named kafka-cluster was created");
+        } catch (ExecutionException e) {
+            check(e.getCause() instanceof InvalidRequestException, "expected InvalidRequestException, got " + e.getCause());
+        }
+        Collection<AclBinding> deleted = admin.deleteAcls(List.of(byPrincipal)).all().get(30, TimeUnit.SECONDS);
+        checkEquals(Set.of(read, deny), new HashSet<>(deleted), "deleted");
+        checkEquals(0, admin.describeAcls(byPrincipal).values().get(30, TimeUnit.SECONDS).size(),
+                "ACLs left after the delete");
     }
 }
