@@ -53,8 +53,6 @@ const ALTER_PARTITION_REASSIGNMENTS_VERSION: i16 = 0;
 const LIST_PARTITION_REASSIGNMENTS_VERSION: i16 = 0;
 const LIST_TRANSACTIONS_VERSION: i16 = 0;
 const DESCRIBE_TRANSACTIONS_VERSION: i16 = 0;
-/// FindCoordinator's key type of a transactional id.
-const COORDINATOR_TRANSACTION: i8 = 1;
 
 const DESCRIBE_USER_SCRAM_CREDENTIALS_VERSION: i16 = 0;
 const ALTER_USER_SCRAM_CREDENTIALS_VERSION: i16 = 0;
@@ -647,7 +645,7 @@ impl Admin {
         let mut out = Vec::new();
         for id in transactional_ids {
             let coordinator =
-                ops::find_coordinator_of(&self.net, id, COORDINATOR_TRANSACTION).await?;
+                ops::find_coordinator_of(&self.net, id, ops::COORDINATOR_TRANSACTION).await?;
             let conn = self.net.connection(&coordinator.addr()).await?;
             let request = DescribeTransactionsRequest {
                 transactional_ids: vec![id.clone()],

@@ -1,7 +1,9 @@
 //! `rill-client`: Rill's native asynchronous Kafka client (tokio).
 //!
 //! - [`Producer`]: batching (`batch.size`, `linger.ms`), compression, idempotence on by
-//!   default, the Java client's partitioner ([`murmur2`]), a [`DeliveryFuture`] per record.
+//!   default, the Java client's partitioner ([`murmur2`]), a [`DeliveryFuture`] per record;
+//!   with a `transactional.id`, transactions ([`Producer::init_transactions`],
+//!   `begin_transaction`, `commit_transaction`, `abort_transaction`; transaction version 1).
 //! - [`Consumer`]: consumer groups (the classic protocol: FindCoordinator, JoinGroup,
 //!   SyncGroup, heartbeats, the range/roundrobin/sticky/cooperative-sticky assignors in
 //!   Kafka's embedded consumer-protocol format), auto-commit, rebalance listener, or
@@ -33,6 +35,7 @@
 //! # Ok(()) }
 //! ```
 
+mod aborted_transactions;
 mod admin;
 mod assignor;
 mod config;
@@ -43,6 +46,7 @@ mod network;
 mod ops;
 mod partitioner;
 mod producer;
+mod transaction;
 mod types;
 
 pub use admin::{

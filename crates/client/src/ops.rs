@@ -26,6 +26,8 @@ pub(crate) const FIND_COORDINATOR_VERSION: i16 = 3;
 pub(crate) const OFFSET_FETCH_VERSION: i16 = 7;
 pub(crate) const OFFSET_COMMIT_VERSION: i16 = 8;
 pub(crate) const LIST_OFFSETS_VERSION: i16 = 7;
+/// FindCoordinator's key type of a transactional id (a group's is 0).
+pub(crate) const COORDINATOR_TRANSACTION: i8 = 1;
 
 /// The coordinator of `group`, asked of the least-loaded broker (the seeds' step 1 of
 /// `ensureCoordinatorReady`), retrying while it is not available yet.
