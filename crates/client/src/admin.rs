@@ -285,6 +285,11 @@ impl Admin {
         })
     }
 
+    /// The connections, for the admin calls kept in modules of their own.
+    pub(crate) fn net(&self) -> &NetworkClient {
+        &self.net
+    }
+
     fn timeout_ms(&self) -> i32 {
         i32::try_from(self.net.config.request_timeout.as_millis()).unwrap_or(i32::MAX)
     }
@@ -605,12 +610,23 @@ impl Admin {
     /// Every transactional id of every broker (in one of `states` when not empty), sorted
     /// by id.
     pub async fn list_transactions(&self, states: &[String]) -> Result<Vec<TransactionListing>> {
+        self.list_transactions_filtered(states, &[]).await
+    }
+
+    /// [`Self::list_transactions`] of the transactional ids whose producer id is one of
+    /// `producer_ids` (every one when empty).
+    pub async fn list_transactions_filtered(
+        &self,
+        states: &[String],
+        producer_ids: &[i64],
+    ) -> Result<Vec<TransactionListing>> {
         self.net.refresh_metadata(Some(&[])).await?;
         let md = self.net.metadata();
         let mut out = Vec::new();
         for id in md.brokers.keys() {
             let request = ListTransactionsRequest {
                 state_filters: states.to_vec(),
+                producer_id_filters: producer_ids.to_vec(),
                 duration_filter: -1,
                 ..Default::default()
             };

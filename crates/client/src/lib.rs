@@ -9,7 +9,8 @@
 //!   Kafka's embedded consumer-protocol format), auto-commit, rebalance listener, or
 //!   plain `assign` without a group.
 //! - [`Admin`]: topics, partitions (leader elections, reassignments), configs, groups
-//!   and their offsets, offsets, cluster.
+//!   and their offsets, offsets, cluster, transactions (list, describe, the producers of
+//!   a partition, and aborting a hanging transaction).
 //!
 //! All three share the connection layer: a metadata cache refreshed on
 //! `NOT_LEADER_OR_FOLLOWER`/`UNKNOWN_TOPIC_OR_PARTITION` and after `metadata.max.age.ms`,
@@ -37,6 +38,7 @@
 
 mod aborted_transactions;
 mod admin;
+mod admin_producers;
 mod assignor;
 mod config;
 mod connection;
@@ -54,6 +56,7 @@ pub use admin::{
     GroupListing, MemberDescription, NewPartitions, NewTopic, PartitionResults,
     ScramCredentialUpsertion, TransactionDescription, TransactionListing,
 };
+pub use admin_producers::{AbortTransactionSpec, ProducerState};
 pub use assignor::{Assignor, GroupSubscription, MemberSubscription};
 pub use config::ClientConfig;
 pub use consumer::{
