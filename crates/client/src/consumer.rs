@@ -51,11 +51,10 @@ use rill_protocol::generated::{
     FetchRequest, FetchResponse, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
     SyncGroupRequest,
 };
-use rill_protocol::records::{Header, RecordBatch};
+use rill_protocol::records::{AbortedTransactions, Header, RecordBatch};
 use rill_protocol::ErrorCode;
 use tokio::task::JoinHandle;
 
-use crate::aborted_transactions::AbortedTransactions;
 use crate::assignor::{
     decode_assignment, decode_subscription, encode_assignment, encode_subscription, Assignor,
     GroupSubscription,

@@ -36,7 +36,6 @@
 //! # Ok(()) }
 //! ```
 
-mod aborted_transactions;
 mod admin;
 mod admin_producers;
 mod assignor;

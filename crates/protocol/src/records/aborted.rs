@@ -2,7 +2,8 @@
 //! `CompletedFetch` with its `abortedProducerIds`): the broker reads only up to the last
 //! stable offset and lists the aborted transactions that overlap the answer, each as its
 //! producer id and first offset; the consumer drops that producer's transactional batches
-//! from the first offset on, until the producer's ABORT marker.
+//! from the first offset on, until the producer's ABORT marker. Here because both
+//! `rill-client`'s consumer and the broker's replication simulation read that way.
 //!
 //! Why a producer id and a first offset are enough: a producer has at most one open
 //! transaction per partition, so its batches between that first offset and the next ABORT
@@ -10,12 +11,25 @@
 
 use std::collections::HashSet;
 
-use rill_protocol::generated::fetch_response::AbortedTransaction;
-use rill_protocol::records::{ControlRecordType, RecordBatch};
+use crate::generated::fetch_response::AbortedTransaction;
+use crate::records::{ControlRecordType, RecordBatch};
 
-/// The aborted transactions of one partition's answer, consumed batch by batch in offset
-/// order.
-pub(crate) struct AbortedTransactions {
+/// The aborted transactions of one partition's fetch answer, consumed batch by batch in
+/// offset order.
+///
+/// ```
+/// use rill_protocol::generated::fetch_response::AbortedTransaction;
+/// use rill_protocol::records::{AbortedTransactions, RecordBatch, RecordBatchBuilder, CompressionType};
+///
+/// // Producer 7's transaction from offset 0 was aborted.
+/// let listed = [AbortedTransaction { producer_id: 7, first_offset: 0, ..Default::default() }];
+/// let mut builder = RecordBatchBuilder::new(CompressionType::None, 0).producer(7, 0, 0).transactional(true);
+/// builder.append(0, None, Some(b"never seen"), &[]).unwrap();
+/// let batch = RecordBatch::new(builder.build().unwrap()).unwrap();
+/// let mut aborted = AbortedTransactions::new(Some(&listed));
+/// assert!(!aborted.deliver(&batch));
+/// ```
+pub struct AbortedTransactions {
     /// (first offset, producer id), the ones not reached yet last.
     ahead: Vec<(i64, i64)>,
     /// Producers whose aborted transaction has begun and whose ABORT marker is not
@@ -24,7 +38,9 @@ pub(crate) struct AbortedTransactions {
 }
 
 impl AbortedTransactions {
-    pub(crate) fn new(listed: Option<&[AbortedTransaction]>) -> Self {
+    /// The transactions a fetch answer lists (`aborted_transactions`; none for
+    /// read_uncommitted).
+    pub fn new(listed: Option<&[AbortedTransaction]>) -> Self {
         let mut ahead: Vec<(i64, i64)> = listed
             .unwrap_or_default()
             .iter()
@@ -41,7 +57,7 @@ impl AbortedTransactions {
     /// Whether `batch`'s records are delivered: false for a batch of an aborted
     /// transaction, and for control batches, which are never delivered (an ABORT marker
     /// ends its producer's aborted transaction here).
-    pub(crate) fn deliver(&mut self, batch: &RecordBatch) -> bool {
+    pub fn deliver(&mut self, batch: &RecordBatch) -> bool {
         while let Some(&(first_offset, producer_id)) = self.ahead.last() {
             if first_offset > batch.last_offset() {
                 break;
@@ -79,7 +95,7 @@ fn is_abort_marker(batch: &RecordBatch) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use rill_protocol::records::{end_txn_marker_value, CompressionType, RecordBatchBuilder};
+    use crate::records::{end_txn_marker_value, CompressionType, RecordBatchBuilder};
 
     use super::*;
 
