@@ -4,8 +4,9 @@
 //! 1. An idempotent producer (acks=all) sends `--records` records to `<topic>-idempotent`.
 //! 2. A transactional producer sends as many to `<topic>-transactional`, committing every
 //!    `--commit-interval-ms` (Kafka Streams' `commit.interval.ms` is 100 ms under
-//!    exactly-once); each `commit_transaction` (the flush of what is in flight, then
-//!    EndTxn) goes into an HDR histogram.
+//!    exactly-once); each commit (the flush of what is in flight, then
+//!    `commit_transaction`'s EndTxn) goes into an HDR histogram, and its EndTxn part into
+//!    another.
 //! 3. The transactional topic is read back four times by a consumer each:
 //!    read_uncommitted, read_committed, read_committed, read_uncommitted; each level's two
 //!    reads are added up.
@@ -86,8 +87,11 @@ pub struct TxnBench {
 /// One producer's phase.
 struct Sent {
     secs: f64,
-    /// `commit_transaction` calls, for the transactional phase.
+    /// Each commit: the flush of what the transaction still had in flight, then
+    /// `commit_transaction` (EndTxn), for the transactional phase.
     commits: Latencies,
+    /// The EndTxn part of each commit alone.
+    end_txns: Latencies,
 }
 
 pub async fn run(common: &Common, args: TxnBench) -> anyhow::Result<()> {
@@ -210,6 +214,17 @@ async fn send(
         }
     });
     let mut commits = Latencies::new()?;
+    let mut end_txns = Latencies::new()?;
+    // The flush first, so that the EndTxn round trip shows apart from it.
+    let commit = async |commits: &mut Latencies, end_txns: &mut Latencies| {
+        let begun = Instant::now();
+        producer.flush().await?;
+        let ending = Instant::now();
+        producer.commit_transaction().await?;
+        end_txns.record(ending.elapsed());
+        commits.record(begun.elapsed());
+        anyhow::Ok(())
+    };
     let started = Instant::now();
     if commit_interval.is_some() {
         producer.begin_transaction()?;
@@ -218,9 +233,7 @@ async fn send(
     for i in 0..args.records {
         if let Some(interval) = commit_interval {
             if last_commit.elapsed() >= interval {
-                let begun = Instant::now();
-                producer.commit_transaction().await?;
-                commits.record(begun.elapsed());
+                commit(&mut commits, &mut end_txns).await?;
                 producer.begin_transaction()?;
                 last_commit = Instant::now();
             }
@@ -233,9 +246,7 @@ async fn send(
         }
     }
     if commit_interval.is_some() {
-        let begun = Instant::now();
-        producer.commit_transaction().await?;
-        commits.record(begun.elapsed());
+        commit(&mut commits, &mut end_txns).await?;
     } else {
         producer.flush().await?;
     }
@@ -243,7 +254,11 @@ async fn send(
     collector.await??;
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     reporter.abort();
-    Ok(Sent { secs, commits })
+    Ok(Sent {
+        secs,
+        commits,
+        end_txns,
+    })
 }
 
 fn report(
@@ -264,6 +279,7 @@ fn report(
     let (committed_rps, committed_mbps) = read_rate(committed);
     let read_fraction = committed_rps / uncommitted_rps;
     let summary = txn.commits.summary();
+    let end_txn = txn.end_txns.summary();
     if common.json() {
         print_json(&json!({
             "records": args.records,
@@ -275,6 +291,7 @@ fn report(
                 "count": txn.commits.len(),
                 "latency_ms": summary.to_json(),
                 "latency_histogram": txn.commits.table_json(),
+                "end_txn_latency_ms": end_txn.to_json(),
             },
             "transactional_fraction_of_idempotent": txn_fraction,
             "read_uncommitted": {"seconds": uncommitted.secs, "records": uncommitted.records, "records_per_sec": uncommitted_rps, "mb_per_sec": uncommitted_mbps},
@@ -289,7 +306,7 @@ fn report(
         println!(
             "transactional (commit every {} ms): {} records in {:.2} s, {txn_rps:.0} records/s, \
              {txn_mbps:.2} MB/s = {txn_fraction:.3} of idempotent; {} commits, latency avg {:.2} ms, \
-             p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+             p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (EndTxn alone p50 {:.2} ms, p99 {:.2} ms)",
             args.commit_interval_ms,
             args.records,
             txn.secs,
@@ -297,7 +314,9 @@ fn report(
             summary.avg,
             summary.p50,
             summary.p99,
-            summary.max
+            summary.max,
+            end_txn.p50,
+            end_txn.p99
         );
         println!(
             "read_uncommitted: {uncommitted_rps:.0} records/s, {uncommitted_mbps:.2} MB/s; \
