@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use crate::admin::Admin;
 use crate::error::{Error, Result};
 use crate::ops;
-use crate::types::TopicPartition;
+use crate::types::{by_topic, TopicPartition};
 
 const DESCRIBE_PRODUCERS_VERSION: i16 = 0;
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
@@ -72,17 +72,14 @@ impl Admin {
             partitions,
             "DescribeProducers",
             |leader, tps| async move {
-                let mut topics: Vec<TopicRequest> = Vec::new();
-                for tp in &tps {
-                    match topics.iter_mut().find(|t| t.name == tp.topic) {
-                        Some(t) => t.partition_indexes.push(tp.partition),
-                        None => topics.push(TopicRequest {
-                            name: tp.topic.clone(),
-                            partition_indexes: vec![tp.partition],
-                            ..Default::default()
-                        }),
-                    }
-                }
+                let topics = by_topic(&tps)
+                    .into_iter()
+                    .map(|(name, partition_indexes)| TopicRequest {
+                        name,
+                        partition_indexes,
+                        ..Default::default()
+                    })
+                    .collect();
                 let request = DescribeProducersRequest {
                     topics,
                     ..Default::default()

@@ -22,7 +22,7 @@ use rill_protocol::{ErrorCode, Request};
 use crate::error::{Error, Result};
 use crate::network::{BrokerMetadata, NetworkClient};
 use crate::ops;
-use crate::types::TopicPartition;
+use crate::types::{by_topic, TopicPartition};
 
 /// Versions of transaction version 1 (KIP-890 part 2 would be EndTxn v5): AddPartitionsToTxn
 /// v3 is the last the clients send (v4 and up are the brokers' batched form).
@@ -84,17 +84,14 @@ impl TransactionCoordinator {
         (producer_id, producer_epoch): (i64, i16),
         partitions: &[TopicPartition],
     ) -> Result<()> {
-        let mut topics: Vec<AddPartitionsToTxnTopic> = Vec::new();
-        for tp in partitions {
-            match topics.iter_mut().find(|t| t.name == tp.topic) {
-                Some(t) => t.partitions.push(tp.partition),
-                None => topics.push(AddPartitionsToTxnTopic {
-                    name: tp.topic.clone(),
-                    partitions: vec![tp.partition],
-                    ..Default::default()
-                }),
-            }
-        }
+        let topics = by_topic(partitions)
+            .into_iter()
+            .map(|(name, partitions)| AddPartitionsToTxnTopic {
+                name,
+                partitions,
+                ..Default::default()
+            })
+            .collect();
         let request = AddPartitionsToTxnRequest {
             v3_and_below_transactional_id: self.transactional_id.clone(),
             v3_and_below_producer_id: producer_id,
