@@ -12,6 +12,9 @@ The log this builds in one partition (P1, P2, P3 are transactional producers):
 so the last stable offset is 10 until P3's transaction ends. On three nodes (RF 3,
 `min.insync.replicas=2`) the followers copy the markers and build the same transaction
 state, so that a new leader after a kill -9 of the old one serves the same answers.
+
+A batch written the same way for a producer no coordinator knows is a hanging transaction
+(KIP-664), which `rill transaction find-hanging` finds and `rill transaction abort` ends.
 """
 
 from __future__ import annotations
@@ -138,7 +141,8 @@ class Wire:
         self.sock.close()
 
 
-def batch(values: list[str], producer_id: int = -1, sequence: int = -1) -> bytes:
+def batch(values: list[str], producer_id: int = -1, sequence: int = -1,
+          timestamp_ms: int | None = None) -> bytes:
     transactional = producer_id >= 0
     builder = DefaultRecordBatchBuilder(
         magic=2,
@@ -149,7 +153,7 @@ def batch(values: list[str], producer_id: int = -1, sequence: int = -1) -> bytes
         base_sequence=sequence,
         batch_size=1 << 20,
     )
-    now = int(time.time() * 1000)
+    now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
     for i, value in enumerate(values):
         builder.append(i, timestamp=now, key=None, value=value.encode(), headers=[])
     return bytes(builder.build())
@@ -449,3 +453,53 @@ def test_markers_replicate_and_a_new_leader_serves_the_same_answers(rill_cluster
         COMMITTED + ["o3-0", "o3-1", "p-2"],
         14,
     )
+
+
+def test_a_hanging_transaction_is_found_and_aborted_by_the_cli(rill):
+    """A transactional batch no coordinator knows of (KIP-664's hanging transaction: here
+    written by hand, with a create time an hour old): it holds the last stable offset back
+    until `rill transaction find-hanging` names it and `rill transaction abort` ends it with
+    an ABORT marker at the partition leader."""
+    from test_transaction_coordinator import rill_cli_json
+
+    topic = unique_topic("txn-hanging")
+    create_topic(rill.bootstrap, topic, 1)
+    hour_ago = int(time.time() * 1000) - 3_600_000
+    wire = Wire(rill.bootstrap)
+    try:
+        wait_for(lambda: describe_producers(wire, topic) == {}, 30, f"{topic} to be led")
+        assert produce(wire, topic, batch(["h-0", "h-1"], P1, 0, timestamp_ms=hour_ago), "lost") == 0
+        assert produce(wire, topic, batch(["p-0"]), None) == 2
+    finally:
+        wire.close()
+    # Stuck: the plain record behind the hanging transaction is not readable committed.
+    assert confluent_read(rill.bootstrap, topic, "read_committed") == ([], 0)
+
+    hanging = rill_cli_json(rill, "transaction", "find-hanging", "--topic", topic)
+    assert [(h["partition"], h["producer_id"], h["current_txn_start_offset"]) for h in hanging] == [
+        (0, P1, 0)
+    ], hanging
+    assert hanging[0]["producer_epoch"] == EPOCH and hanging[0]["last_timestamp"] == hour_ago
+    # Younger than a 90-minute limit: not hanging by that measure.
+    assert rill_cli_json(rill, "transaction", "find-hanging", "--topic", topic,
+                         "--max-transaction-timeout", "90") == []
+    # Any broker's partitions can be searched too.
+    by_broker = rill_cli_json(rill, "transaction", "find-hanging", "--broker-id", "1")
+    assert [h["topic"] for h in by_broker] == [topic], by_broker
+
+    aborted = rill_cli_json(rill, "transaction", "abort", "--topic", topic, "--partition", "0",
+                            "--start-offset", "0")
+    assert aborted["aborted"]["producer_id"] == P1, aborted
+    assert confluent_read(rill.bootstrap, topic, "read_committed") == (["p-0"], 4)
+    assert confluent_read(rill.bootstrap, topic, "read_uncommitted") == (["h-0", "h-1", "p-0"], 4)
+    assert rill_cli_json(rill, "transaction", "find-hanging", "--topic", topic) == []
+    (producer,) = rill_cli_json(rill, "transaction", "describe-producers", "--topic", topic,
+                                "--partition", "0")
+    assert (producer["producer_id"], producer["current_txn_start_offset"]) == (P1, -1)
+    # Nothing left to abort at that offset.
+    from rill_harness import rill_binary
+    import subprocess
+    again = subprocess.run([str(rill_binary()), "transaction", "abort", "--topic", topic,
+                            "--partition", "0", "--start-offset", "0", "-b", rill.bootstrap],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode != 0 and "no open transaction" in again.stderr, again

@@ -55,8 +55,6 @@ const ALTER_PARTITION_REASSIGNMENTS_VERSION: i16 = 0;
 const LIST_PARTITION_REASSIGNMENTS_VERSION: i16 = 0;
 const LIST_TRANSACTIONS_VERSION: i16 = 0;
 const DESCRIBE_TRANSACTIONS_VERSION: i16 = 0;
-/// FindCoordinator's key type of a transactional id.
-const COORDINATOR_TRANSACTION: i8 = 1;
 
 const DESCRIBE_USER_SCRAM_CREDENTIALS_VERSION: i16 = 0;
 const ALTER_USER_SCRAM_CREDENTIALS_VERSION: i16 = 0;
@@ -287,6 +285,11 @@ impl Admin {
         Ok(Self {
             net: NetworkClient::new(config)?,
         })
+    }
+
+    /// The connections, for the admin calls kept in modules of their own.
+    pub(crate) fn net(&self) -> &NetworkClient {
+        &self.net
     }
 
     fn timeout_ms(&self) -> i32 {
@@ -609,12 +612,23 @@ impl Admin {
     /// Every transactional id of every broker (in one of `states` when not empty), sorted
     /// by id.
     pub async fn list_transactions(&self, states: &[String]) -> Result<Vec<TransactionListing>> {
+        self.list_transactions_filtered(states, &[]).await
+    }
+
+    /// [`Self::list_transactions`] of the transactional ids whose producer id is one of
+    /// `producer_ids` (every one when empty).
+    pub async fn list_transactions_filtered(
+        &self,
+        states: &[String],
+        producer_ids: &[i64],
+    ) -> Result<Vec<TransactionListing>> {
         self.net.refresh_metadata(Some(&[])).await?;
         let md = self.net.metadata();
         let mut out = Vec::new();
         for id in md.brokers.keys() {
             let request = ListTransactionsRequest {
                 state_filters: states.to_vec(),
+                producer_id_filters: producer_ids.to_vec(),
                 duration_filter: -1,
                 ..Default::default()
             };
@@ -649,7 +663,7 @@ impl Admin {
         let mut out = Vec::new();
         for id in transactional_ids {
             let coordinator =
-                ops::find_coordinator_of(&self.net, id, COORDINATOR_TRANSACTION).await?;
+                ops::find_coordinator_of(&self.net, id, ops::COORDINATOR_TRANSACTION).await?;
             let conn = self.net.connection(&coordinator.addr()).await?;
             let request = DescribeTransactionsRequest {
                 transactional_ids: vec![id.clone()],

@@ -51,7 +51,7 @@ use rill_protocol::generated::{
     FetchRequest, FetchResponse, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
     SyncGroupRequest,
 };
-use rill_protocol::records::{Header, RecordBatch};
+use rill_protocol::records::{AbortedTransactions, Header, RecordBatch};
 use rill_protocol::ErrorCode;
 use tokio::task::JoinHandle;
 
@@ -133,7 +133,8 @@ pub struct ConsumerConfig {
     pub fetch_max_wait: Duration,
     /// `max.poll.records`.
     pub max_poll_records: usize,
-    /// `isolation.level=read_committed` (reads up to the last stable offset).
+    /// `isolation.level=read_committed`: reads up to the last stable offset, and skips the
+    /// records of aborted transactions.
     pub read_committed: bool,
 }
 
@@ -171,6 +172,12 @@ impl ConsumerConfig {
 
     pub fn auto_offset_reset(mut self, reset: AutoOffsetReset) -> Self {
         self.auto_offset_reset = reset;
+        self
+    }
+
+    /// `isolation.level`: `read_committed` when `on`, else `read_uncommitted`.
+    pub fn read_committed(mut self, on: bool) -> Self {
+        self.read_committed = on;
         self
     }
 
@@ -1428,6 +1435,12 @@ impl Consumer {
                     c => return Err(Error::kafka(c, format!("fetching {tp}"))),
                 }
                 state.high_watermark = p.high_watermark;
+                // Listed only for read_committed (a read_uncommitted answer has none).
+                let mut aborted = AbortedTransactions::new(
+                    p.aborted_transactions
+                        .as_deref()
+                        .filter(|_| self.config.read_committed),
+                );
                 let Some(records) = p.records else { continue };
                 let mut next = fetched_at;
                 for batch in RecordBatch::iter(records) {
@@ -1436,7 +1449,7 @@ impl Consumer {
                     if batch.next_offset() <= next {
                         continue;
                     }
-                    if !batch.is_control() {
+                    if aborted.deliver(&batch) {
                         for record in batch.records(max_bytes)? {
                             if record.offset < next {
                                 continue;

@@ -1,13 +1,16 @@
 //! `rill-client`: Rill's native asynchronous Kafka client (tokio).
 //!
 //! - [`Producer`]: batching (`batch.size`, `linger.ms`), compression, idempotence on by
-//!   default, the Java client's partitioner ([`murmur2`]), a [`DeliveryFuture`] per record.
+//!   default, the Java client's partitioner ([`murmur2`]), a [`DeliveryFuture`] per record;
+//!   with a `transactional.id`, transactions ([`Producer::init_transactions`],
+//!   `begin_transaction`, `commit_transaction`, `abort_transaction`; transaction version 1).
 //! - [`Consumer`]: consumer groups (the classic protocol: FindCoordinator, JoinGroup,
 //!   SyncGroup, heartbeats, the range/roundrobin/sticky/cooperative-sticky assignors in
 //!   Kafka's embedded consumer-protocol format), auto-commit, rebalance listener, or
 //!   plain `assign` without a group.
 //! - [`Admin`]: topics, partitions (leader elections, reassignments), configs, groups
-//!   and their offsets, offsets, cluster.
+//!   and their offsets, offsets, cluster, transactions (list, describe, the producers of
+//!   a partition, and aborting a hanging transaction).
 //!
 //! All three share the connection layer: a metadata cache refreshed on
 //! `NOT_LEADER_OR_FOLLOWER`/`UNKNOWN_TOPIC_OR_PARTITION` and after `metadata.max.age.ms`,
@@ -34,6 +37,7 @@
 //! ```
 
 mod admin;
+mod admin_producers;
 mod assignor;
 mod config;
 mod connection;
@@ -43,6 +47,7 @@ mod network;
 mod ops;
 mod partitioner;
 mod producer;
+mod transaction;
 mod types;
 
 pub use admin::{
@@ -50,6 +55,7 @@ pub use admin::{
     GroupListing, MemberDescription, NewPartitions, NewTopic, PartitionResults,
     ScramCredentialUpsertion, TransactionDescription, TransactionListing,
 };
+pub use admin_producers::{AbortTransactionSpec, ProducerState};
 pub use assignor::{Assignor, GroupSubscription, MemberSubscription};
 pub use config::ClientConfig;
 pub use consumer::{

@@ -26,6 +26,8 @@ pub(crate) const FIND_COORDINATOR_VERSION: i16 = 3;
 pub(crate) const OFFSET_FETCH_VERSION: i16 = 7;
 pub(crate) const OFFSET_COMMIT_VERSION: i16 = 8;
 pub(crate) const LIST_OFFSETS_VERSION: i16 = 7;
+/// FindCoordinator's key type of a transactional id (a group's is 0).
+pub(crate) const COORDINATOR_TRANSACTION: i8 = 1;
 
 /// The coordinator of `group`, asked of the least-loaded broker (the seeds' step 1 of
 /// `ensureCoordinatorReady`), retrying while it is not available yet.
@@ -233,6 +235,73 @@ pub(crate) async fn list_offsets(
     partitions: &[TopicPartition],
     spec: OffsetSpec,
 ) -> Result<BTreeMap<TopicPartition, i64>> {
+    ask_leaders(net, partitions, "ListOffsets", |leader, tps| async move {
+        let mut by_topic: BTreeMap<&str, Vec<ListOffsetsPartition>> = BTreeMap::new();
+        for tp in &tps {
+            by_topic
+                .entry(&tp.topic)
+                .or_default()
+                .push(ListOffsetsPartition {
+                    partition_index: tp.partition,
+                    current_leader_epoch: -1,
+                    timestamp: spec.as_timestamp(),
+                    ..Default::default()
+                });
+        }
+        let request = ListOffsetsRequest {
+            replica_id: -1,
+            isolation_level: 0,
+            topics: by_topic
+                .into_iter()
+                .map(|(name, partitions)| ListOffsetsTopic {
+                    name: name.to_string(),
+                    partitions,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let response = net.send_to(leader, &request, LIST_OFFSETS_VERSION).await?;
+        Ok(response
+            .topics
+            .into_iter()
+            .flat_map(|t| {
+                let name = t.name;
+                t.partitions.into_iter().map(move |p| {
+                    let code = ErrorCode::from_code(p.error_code);
+                    let tp = TopicPartition::new(name.clone(), p.partition_index);
+                    (
+                        tp,
+                        if code.is_ok() {
+                            Ok(p.offset)
+                        } else {
+                            Err(code)
+                        },
+                    )
+                })
+            })
+            .collect())
+    })
+    .await
+}
+
+/// One partition's answer from its leader: a value, or the error code the leader gave.
+pub(crate) type PartitionAnswer<T> = (TopicPartition, std::result::Result<T, ErrorCode>);
+
+/// Asks each partition's leader with `ask(leader, its partitions)`, one call per leader,
+/// and retries the partitions whose leader is unknown, unreachable or answered a
+/// retriable code (after a metadata refresh) until `request.timeout.ms` has passed.
+/// `what` names the request in errors.
+pub(crate) async fn ask_leaders<T, F, Fut>(
+    net: &NetworkClient,
+    partitions: &[TopicPartition],
+    what: &str,
+    ask: F,
+) -> Result<BTreeMap<TopicPartition, T>>
+where
+    F: Fn(i32, Vec<TopicPartition>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<PartitionAnswer<T>>>>,
+{
     let deadline = Instant::now() + net.config.request_timeout;
     let mut out = BTreeMap::new();
     let mut todo: Vec<TopicPartition> = partitions.to_vec();
@@ -263,45 +332,19 @@ pub(crate) async fn list_offsets(
             }
         }
         for (leader, tps) in by_leader {
-            let mut by_topic: BTreeMap<&str, Vec<ListOffsetsPartition>> = BTreeMap::new();
-            for tp in &tps {
-                by_topic
-                    .entry(&tp.topic)
-                    .or_default()
-                    .push(ListOffsetsPartition {
-                        partition_index: tp.partition,
-                        current_leader_epoch: -1,
-                        timestamp: spec.as_timestamp(),
-                        ..Default::default()
-                    });
-            }
-            let request = ListOffsetsRequest {
-                replica_id: -1,
-                isolation_level: 0,
-                topics: by_topic
-                    .into_iter()
-                    .map(|(name, partitions)| ListOffsetsTopic {
-                        name: name.to_string(),
-                        partitions,
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            };
-            match net.send_to(leader, &request, LIST_OFFSETS_VERSION).await {
-                Ok(response) => {
-                    for t in response.topics {
-                        for p in t.partitions {
-                            let tp = TopicPartition::new(t.name.clone(), p.partition_index);
-                            let code = ErrorCode::from_code(p.error_code);
-                            if code.is_ok() {
-                                out.insert(tp, p.offset);
-                            } else if code.is_retriable() {
-                                last_error =
-                                    Some(Error::kafka(code, format!("ListOffsets for {tp}")));
+            match ask(leader, tps.clone()).await {
+                Ok(answers) => {
+                    for (tp, answer) in answers {
+                        match answer {
+                            Ok(value) => {
+                                out.insert(tp, value);
+                            }
+                            Err(code) if code.is_retriable() => {
+                                last_error = Some(Error::kafka(code, format!("{what} for {tp}")));
                                 retry.push(tp);
-                            } else {
-                                return Err(Error::kafka(code, format!("ListOffsets for {tp}")));
+                            }
+                            Err(code) => {
+                                return Err(Error::kafka(code, format!("{what} for {tp}")))
                             }
                         }
                     }
@@ -315,8 +358,9 @@ pub(crate) async fn list_offsets(
         }
         if !retry.is_empty() {
             if Instant::now() >= deadline {
-                return Err(last_error
-                    .unwrap_or(Error::kafka(ErrorCode::LEADER_NOT_AVAILABLE, "ListOffsets")));
+                return Err(
+                    last_error.unwrap_or(Error::kafka(ErrorCode::LEADER_NOT_AVAILABLE, what))
+                );
             }
             net.invalidate_metadata();
             tokio::time::sleep(net.config.retry_backoff).await;

@@ -25,7 +25,7 @@
 //! else of its partition is in flight.
 
 use std::collections::hash_map::RandomState;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::pin::Pin;
@@ -49,6 +49,7 @@ use crate::connection::SplicedFrame;
 use crate::error::{Error, Result};
 use crate::network::NetworkClient;
 use crate::partitioner::partition_for_key;
+use crate::transaction::TransactionCoordinator;
 use crate::types::TopicPartition;
 
 const PRODUCE_VERSION: i16 = 11;
@@ -120,8 +121,15 @@ pub struct ProducerConfig {
     pub buffer_memory: usize,
     /// `max.request.size`: the largest record accepted.
     pub max_request_size: usize,
-    /// `max.block.ms`: how long `send` waits for metadata of a new topic.
+    /// `max.block.ms`: how long `send` waits for metadata of a new topic, and the bound
+    /// on each call to the transaction coordinator.
     pub max_block: Duration,
+    /// `transactional.id`: makes the producer transactional (see
+    /// [`Producer::init_transactions`]); needs idempotence.
+    pub transactional_id: Option<String>,
+    /// `transaction.timeout.ms`: how long the coordinator lets a transaction stay open
+    /// before it aborts it.
+    pub transaction_timeout: Duration,
 }
 
 impl ProducerConfig {
@@ -138,7 +146,21 @@ impl ProducerConfig {
             buffer_memory: 32 << 20,
             max_request_size: 1 << 20,
             max_block: Duration::from_secs(60),
+            transactional_id: None,
+            transaction_timeout: Duration::from_secs(60),
         }
+    }
+
+    /// `transactional.id`: records are sent only inside transactions, which commit or
+    /// abort as a whole.
+    pub fn transactional_id(mut self, id: impl Into<String>) -> Self {
+        self.transactional_id = Some(id.into());
+        self
+    }
+
+    pub fn transaction_timeout(mut self, timeout: Duration) -> Self {
+        self.transaction_timeout = timeout;
+        self
     }
 
     pub fn acks(mut self, acks: Acks) -> Self {
@@ -379,6 +401,21 @@ struct ProducerBatch {
     full: bool,
 }
 
+/// A transactional producer's view of its transaction, kept with the accumulator so
+/// that `send` and the sender see it under the one lock they take anyway.
+#[derive(Default)]
+struct TxnPartitions {
+    /// From `begin_transaction` until its commit or abort is done.
+    open: bool,
+    /// Partitions AddPartitionsToTxn has added to the open transaction: only their batches
+    /// are sent.
+    added: HashSet<TopicPartition>,
+    /// Partitions with records in the open transaction, not added yet.
+    pending: BTreeSet<TopicPartition>,
+    /// The first record batch of the open transaction that failed: it can only abort.
+    failed: Option<Error>,
+}
+
 #[derive(Default)]
 struct PartitionQueue {
     batches: VecDeque<ProducerBatch>,
@@ -404,6 +441,8 @@ struct Accumulator {
     /// buffer costs a page fault per 4 KiB, as much as copying the records into it.
     pool: Vec<Vec<u8>>,
     pool_bytes: usize,
+    /// The transaction, for a producer with a `transactional.id`.
+    txn: Option<TxnPartitions>,
 }
 
 #[derive(Clone, Copy)]
@@ -428,6 +467,8 @@ impl Accumulator {
 struct ProducerInner {
     net: Arc<NetworkClient>,
     config: ProducerConfig,
+    /// The transactional id's coordinator, for a transactional producer.
+    coordinator: Option<TransactionCoordinator>,
     state: Mutex<Accumulator>,
     wake: Notify,
     idle: Notify,
@@ -464,10 +505,21 @@ impl Producer {
                 "max.in.flight.requests.per.connection must be at most 5 with idempotence".into(),
             ));
         }
+        if config.transactional_id.is_some() && !config.idempotent() {
+            return Err(Error::InvalidConfig(
+                "transactional.id needs enable.idempotence and acks=all".into(),
+            ));
+        }
         let net = NetworkClient::new(config.client.clone())?;
+        let coordinator = config
+            .transactional_id
+            .clone()
+            .map(|id| TransactionCoordinator::new(id, config.transaction_timeout));
+        let txn = coordinator.as_ref().map(|_| TxnPartitions::default());
         let seed = RandomState::new().build_hasher().finish() | 1;
         let inner = Arc::new(ProducerInner {
             net,
+            coordinator,
             memory: Semaphore::new(config.buffer_memory.min(Semaphore::MAX_PERMITS)),
             config,
             state: Mutex::new(Accumulator {
@@ -482,6 +534,7 @@ impl Producer {
                 partition_counts: HashMap::new(),
                 pool: Vec::new(),
                 pool_bytes: 0,
+                txn,
             }),
             wake: Notify::new(),
             idle: Notify::new(),
@@ -609,6 +662,17 @@ impl Producer {
             (None, Some(key)) => partition_for_key(key, partition_count),
             (None, None) => sticky_partition(state, &mut tp, partition_count, config.batch_size),
         };
+        if let Some(txn) = state.txn.as_mut() {
+            if !txn.open {
+                return Err(Error::IllegalState(
+                    "a transactional producer sends only inside a transaction (begin_transaction)"
+                        .into(),
+                ));
+            }
+            if !txn.added.contains(&tp) && !txn.pending.contains(&tp) {
+                txn.pending.insert(tp.clone());
+            }
+        }
         if !state.queues.contains_key(&tp) {
             state.queues.insert(tp.clone(), PartitionQueue::default());
         }
@@ -726,7 +790,123 @@ impl Producer {
         }
     }
 
-    /// Flushes, stops the sender task and closes the connections.
+    /// Registers the `transactional.id` with its transaction coordinator
+    /// (InitProducerId): this producer gets the id's producer id under a new epoch, which
+    /// fences any older producer of the same id and aborts a transaction one left open.
+    /// Call once, before the first [`Self::begin_transaction`].
+    ///
+    /// ```no_run
+    /// use rill_client::{ClientConfig, Producer, ProducerConfig, ProducerRecord};
+    ///
+    /// # async fn run() -> rill_client::Result<()> {
+    /// let config = ProducerConfig::new(ClientConfig::new("127.0.0.1:9092"))
+    ///     .transactional_id("orders-copier");
+    /// let producer = Producer::new(config)?;
+    /// producer.init_transactions().await?;
+    /// producer.begin_transaction()?;
+    /// producer.send(ProducerRecord::new("orders", "one")).await?;
+    /// producer.send(ProducerRecord::new("orders", "two")).await?;
+    /// // Both or neither reach read_committed consumers.
+    /// producer.commit_transaction().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn init_transactions(&self) -> Result<()> {
+        let coordinator = self.coordinator()?;
+        if self.inner.lock()?.txn.as_ref().is_some_and(|t| t.open) {
+            return Err(Error::IllegalState(
+                "init_transactions with a transaction open".into(),
+            ));
+        }
+        let (producer_id, producer_epoch) = coordinator
+            .init_producer_id(&self.inner.net, self.inner.config.max_block)
+            .await?;
+        let mut s = self.inner.lock()?;
+        s.producer_id = producer_id;
+        s.producer_epoch = producer_epoch;
+        for q in s.queues.values_mut() {
+            q.next_sequence = 0;
+        }
+        s.txn = Some(TxnPartitions::default());
+        Ok(())
+    }
+
+    /// Opens a transaction: the records sent until [`Self::commit_transaction`] or
+    /// [`Self::abort_transaction`] become visible to read_committed consumers together,
+    /// or never.
+    pub fn begin_transaction(&self) -> Result<()> {
+        self.coordinator()?;
+        let mut s = self.inner.lock()?;
+        if s.producer_id < 0 {
+            return Err(Error::IllegalState(
+                "begin_transaction before init_transactions".into(),
+            ));
+        }
+        let Some(txn) = s.txn.as_mut() else {
+            return Err(Error::IllegalState("not a transactional producer".into()));
+        };
+        if txn.open {
+            return Err(Error::IllegalState("a transaction is open already".into()));
+        }
+        *txn = TxnPartitions {
+            open: true,
+            ..Default::default()
+        };
+        Ok(())
+    }
+
+    /// Sends what the transaction still holds, waits for every record of it, then commits
+    /// it (EndTxn). When a record of the transaction failed, the commit is refused with
+    /// that error and the transaction stays open, to be aborted.
+    pub async fn commit_transaction(&self) -> Result<()> {
+        self.end_transaction(true).await
+    }
+
+    /// Waits for the records already sent, then aborts the transaction (EndTxn): none of
+    /// its records reach read_committed consumers.
+    pub async fn abort_transaction(&self) -> Result<()> {
+        self.end_transaction(false).await
+    }
+
+    async fn end_transaction(&self, commit: bool) -> Result<()> {
+        let coordinator = self.coordinator()?;
+        if !self.inner.lock()?.txn.as_ref().is_some_and(|t| t.open) {
+            return Err(Error::IllegalState("no transaction is open".into()));
+        }
+        self.flush().await?;
+        let (ids, started) = {
+            let mut s = self.inner.lock()?;
+            let ids = (s.producer_id, s.producer_epoch);
+            let Some(txn) = s.txn.as_mut() else {
+                return Err(Error::IllegalState("not a transactional producer".into()));
+            };
+            if commit {
+                if let Some(e) = txn.failed.clone() {
+                    return Err(e);
+                }
+            }
+            (ids, !txn.added.is_empty())
+        };
+        // A transaction that wrote nothing has nothing for the coordinator to end (the
+        // Java client completes it without EndTxn too).
+        if started {
+            coordinator
+                .end_txn(&self.inner.net, self.inner.config.max_block, ids, commit)
+                .await?;
+        }
+        if let Some(txn) = self.inner.lock()?.txn.as_mut() {
+            *txn = TxnPartitions::default();
+        }
+        Ok(())
+    }
+
+    fn coordinator(&self) -> Result<&TransactionCoordinator> {
+        self.inner.coordinator.as_ref().ok_or_else(|| {
+            Error::IllegalState("not a transactional producer (no transactional.id)".into())
+        })
+    }
+
+    /// Flushes, stops the sender task and closes the connections. A transaction left open
+    /// is not ended here: its coordinator aborts it after `transaction.timeout.ms`.
     pub async fn close(&self) -> Result<()> {
         let flushed = self.flush().await;
         self.inner.lock()?.closed = true;
@@ -787,10 +967,14 @@ impl ProducerInner {
 
     fn complete(&self, batch: ProducerBatch, result: Result<(i64, i64)>) {
         let n = batch.records;
+        let failed = result.as_ref().err().cloned();
         batch.outcome.set(result);
         self.memory.add_permits(batch.memory);
         if let Ok(mut s) = self.state.lock() {
             s.pending = s.pending.saturating_sub(n);
+            if let (Some(e), Some(txn)) = (failed, s.txn.as_mut()) {
+                txn.failed.get_or_insert(e);
+            }
             if let Some(q) = s.queues.get_mut(&batch.tp) {
                 q.in_flight = q.in_flight.saturating_sub(1);
             }
@@ -847,11 +1031,15 @@ impl ProducerInner {
         let urgent = s.flushing > 0 || s.closed;
         let max_in_flight = self.config.max_in_flight.max(1);
         let idempotent = self.config.idempotent();
+        let transactional = self.coordinator.is_some();
         let (pid, epoch) = (s.producer_id, s.producer_epoch);
         let mut ready = Vec::new();
         let mut next: Option<Instant> = None;
         let mut expired = Vec::new();
-        for q in s.queues.values_mut() {
+        let Accumulator { queues, txn, .. } = &mut *s;
+        for (tp, q) in queues.iter_mut() {
+            // A transaction's partition is sent to once AddPartitionsToTxn has added it.
+            let sendable = txn.as_ref().is_none_or(|t| t.added.contains(tp));
             while let Some(front) = q.batches.front() {
                 if front.records == 0 {
                     q.batches.pop_front();
@@ -866,7 +1054,7 @@ impl ProducerInner {
                     continue;
                 }
                 let retried = front.base_sequence.is_some();
-                if q.in_flight >= max_in_flight || (retried && q.in_flight > 0) {
+                if !sendable || q.in_flight >= max_in_flight || (retried && q.in_flight > 0) {
                     break;
                 }
                 if let Some(at) = front.retry_after {
@@ -896,7 +1084,9 @@ impl ProducerInner {
                         &mut batch.builder,
                         RecordBatchBuilder::new(CompressionType::None, 0),
                     );
-                    batch.builder = builder.producer(pid, epoch, seq);
+                    batch.builder = builder
+                        .producer(pid, epoch, seq)
+                        .transactional(transactional);
                 }
                 q.in_flight += 1;
                 ready.push(batch);
@@ -965,7 +1155,9 @@ fn now_ms() -> i64 {
 
 async fn run_sender(inner: Arc<ProducerInner>) {
     loop {
+        // A transactional producer has its id from init_transactions.
         let needs_pid = inner.config.idempotent()
+            && inner.coordinator.is_none()
             && inner
                 .state
                 .lock()
@@ -984,6 +1176,9 @@ async fn run_sender(inner: Arc<ProducerInner>) {
             }
         }
         let notified = inner.wake.notified();
+        if let Some(coordinator) = &inner.coordinator {
+            add_partitions(&inner, coordinator).await;
+        }
         let (ready, next, done) = inner.drain();
         if done {
             return;
@@ -1010,6 +1205,52 @@ fn fail_all(inner: &ProducerInner, error: Error) {
             .collect(),
         Err(_) => return,
     };
+    for b in batches {
+        inner.complete(b, Err(error.clone()));
+    }
+}
+
+/// AddPartitionsToTxn for the open transaction's partitions that have records and are
+/// not in it yet. When it fails (after the coordinator call's own retries), their batches
+/// fail with its error, and so does the transaction's commit.
+async fn add_partitions(inner: &ProducerInner, coordinator: &TransactionCoordinator) {
+    let (pending, ids) = match inner.state.lock() {
+        Ok(mut s) if s.producer_id >= 0 => {
+            let ids = (s.producer_id, s.producer_epoch);
+            match s.txn.as_mut() {
+                Some(t) if !t.pending.is_empty() => (
+                    std::mem::take(&mut t.pending)
+                        .into_iter()
+                        .collect::<Vec<_>>(),
+                    ids,
+                ),
+                _ => return,
+            }
+        }
+        _ => return,
+    };
+    let result = coordinator
+        .add_partitions(&inner.net, inner.config.max_block, ids, &pending)
+        .await;
+    let Err(error) = result else {
+        if let Ok(mut s) = inner.state.lock() {
+            if let Some(t) = s.txn.as_mut() {
+                t.added.extend(pending);
+            }
+        }
+        return;
+    };
+    tracing::warn!(%error, "AddPartitionsToTxn failed; the transaction can only abort");
+    let mut batches: Vec<ProducerBatch> = Vec::new();
+    if let Ok(mut s) = inner.state.lock() {
+        for tp in &pending {
+            if let Some(q) = s.queues.get_mut(tp) {
+                // `complete` takes each one out of flight.
+                q.in_flight += q.batches.len();
+                batches.extend(q.batches.drain(..));
+            }
+        }
+    }
     for b in batches {
         inner.complete(b, Err(error.clone()));
     }
@@ -1143,10 +1384,17 @@ async fn send_produce(inner: &Arc<ProducerInner>, leader: i32, batches: Vec<Prod
     let timeout_ms =
         i32::try_from(inner.config.client.request_timeout.as_millis()).unwrap_or(i32::MAX);
     let acks = inner.config.acks;
+    let transactional_id = inner.config.transactional_id.as_deref();
     let frame = conn
         .begin_spliced::<ProduceRequest>(PRODUCE_VERSION)
         .and_then(|mut frame| {
-            encode_produce(&mut frame, acks.wire(), timeout_ms, &topics)?;
+            encode_produce(
+                &mut frame,
+                transactional_id,
+                acks.wire(),
+                timeout_ms,
+                &topics,
+            )?;
             Ok(frame)
         });
     let spliced: Vec<&[u8]> = topics
@@ -1195,6 +1443,7 @@ async fn send_produce(inner: &Arc<ProducerInner>, leader: i32, batches: Vec<Prod
 /// the generated `ProduceRequest` encoder, without its copy of every batch.
 fn encode_produce(
     frame: &mut SplicedFrame,
+    transactional_id: Option<&str>,
     acks: i16,
     timeout_ms: i32,
     topics: &[TopicBatches<'_>],
@@ -1210,8 +1459,13 @@ fn encode_produce(
     }
     let flexible = version >= 9;
     if version >= 3 {
-        // transactional_id: this producer is not transactional.
-        write_nullable_string(&mut frame.head, flexible, true, None, "TransactionalId")?;
+        write_nullable_string(
+            &mut frame.head,
+            flexible,
+            true,
+            transactional_id,
+            "TransactionalId",
+        )?;
     }
     frame.head.put_i16(acks);
     frame.head.put_i32(timeout_ms);
@@ -1342,8 +1596,9 @@ mod tests {
             ("t", vec![(1, &big[..1000])]),
         ];
         let empty: Vec<TopicBatches<'_>> = Vec::new();
+        let cases = [(&topics, None), (&empty, None), (&topics, Some("copier-7"))];
         for version in 0..=11i16 {
-            for topics in [&topics, &empty] {
+            for (topics, transactional_id) in cases {
                 let header = RequestHeader {
                     request_api_key: ApiKey::Produce.as_i16(),
                     request_api_version: version,
@@ -1352,7 +1607,8 @@ mod tests {
                     ..Default::default()
                 };
                 let request = ProduceRequest {
-                    transactional_id: None,
+                    // Below v3 there is no field for it.
+                    transactional_id: transactional_id.filter(|_| version >= 3).map(String::from),
                     acks: -1,
                     timeout_ms: 30_000,
                     topic_data: topics
@@ -1377,7 +1633,7 @@ mod tests {
 
                 let header_version = ApiKey::Produce.request_header_version(version);
                 let mut frame = SplicedFrame::new(&header, header_version).unwrap();
-                encode_produce(&mut frame, -1, 30_000, topics).unwrap();
+                encode_produce(&mut frame, transactional_id, -1, 30_000, topics).unwrap();
                 let spliced: Vec<&[u8]> = topics
                     .iter()
                     .flat_map(|(_, ps)| ps.iter().map(|(_, r)| *r))
@@ -1385,7 +1641,7 @@ mod tests {
                 assert_eq!(
                     frame.assemble(&spliced),
                     expected.to_vec(),
-                    "version {version}"
+                    "version {version}, transactional id {transactional_id:?}"
                 );
             }
         }

@@ -15,6 +15,19 @@ pub struct TopicPartition {
     pub partition: i32,
 }
 
+/// `partitions` grouped by topic, as requests list them: each topic once, in the order it
+/// first comes, with its partitions in the order they come.
+pub(crate) fn by_topic(partitions: &[TopicPartition]) -> Vec<(String, Vec<i32>)> {
+    let mut out: Vec<(String, Vec<i32>)> = Vec::new();
+    for tp in partitions {
+        match out.iter_mut().find(|(name, _)| *name == tp.topic) {
+            Some((_, ps)) => ps.push(tp.partition),
+            None => out.push((tp.topic.clone(), vec![tp.partition])),
+        }
+    }
+    out
+}
+
 impl TopicPartition {
     pub fn new(topic: impl Into<String>, partition: i32) -> Self {
         Self {

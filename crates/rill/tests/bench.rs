@@ -1,6 +1,7 @@
 //! `rill bench` against a real `rill server`: `produce` and `consume` report every record
-//! and positive rates, `e2e` a produce-to-consume latency with nothing missing; and
-//! `limits` (no server) four positive ceilings.
+//! and positive rates, `e2e` a produce-to-consume latency with nothing missing, `txn` both
+//! producers, the commit latencies and both isolation levels' reads; and `limits` (no
+//! server) four positive ceilings.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test harness: a failure is a test failure
 
@@ -260,4 +261,61 @@ fn bench_limits_reports_four_positive_figures() {
     }
     // The scratch file is removed.
     assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 0);
+}
+
+#[test]
+fn bench_txn_compares_transactions_with_idempotence() {
+    let server = start_server();
+    let txn = bench(
+        &server.bootstrap,
+        &[
+            "txn",
+            "--topic",
+            "txn",
+            "--records",
+            "3000",
+            "--record-size",
+            "100",
+            "--commit-interval-ms",
+            "1",
+            "--partitions",
+            "2",
+        ],
+    );
+    for phase in [
+        "idempotent",
+        "transactional",
+        "read_uncommitted",
+        "read_committed",
+    ] {
+        assert!(
+            txn[phase]["records_per_sec"].as_f64().unwrap() > 0.0,
+            "{phase}: {txn}"
+        );
+    }
+    // Every record of the committed transactions is read at both isolation levels, twice.
+    assert_eq!(txn["read_uncommitted"]["records"], 6000, "{txn}");
+    assert_eq!(txn["read_committed"]["records"], 6000, "{txn}");
+    // A commit every millisecond: more than the final one.
+    let commits = txn["commits"]["count"].as_u64().unwrap();
+    assert!(commits > 1, "{txn}");
+    let latency = &txn["commits"]["latency_ms"];
+    let (p50, max) = (
+        latency["p50"].as_f64().unwrap(),
+        latency["max"].as_f64().unwrap(),
+    );
+    assert!(0.0 < p50 && p50 <= max, "{txn}");
+    assert!(
+        txn["transactional_fraction_of_idempotent"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(
+        txn["read_committed_fraction_of_read_uncommitted"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert_histogram(&txn["commits"], commits);
 }

@@ -6,15 +6,26 @@
 //! broker late and out of step with the others; brokers lose the controller (and are
 //! fenced while they still think they lead), stall, crash (`kill -9`: what was written
 //! stays) and come back; the controller moves leadership back to the preferred replica.
+//! Beside the plain producer, transactional producers (KIP-98) write batches of open
+//! transactions, and the test plays their transaction coordinator: it commits a
+//! transaction only once all its batches are acknowledged, aborts the others, and writes
+//! the marker with the real `append_txn_marker` to whichever broker thinks it leads,
+//! again until an acks=all wait says it is in (as the marker sender does).
 //!
 //! After every step it checks what DESIGN.md promises about acknowledged data:
 //! - every record acknowledged is held at its offset by every live ISR member;
 //! - no offset was acknowledged with two different records;
 //! - any two replicas agree below both their high watermarks, and no replica's high
 //!   watermark passes its log end;
+//! - (invariant 10) every replica's last stable offset is at most its high watermark, and
+//!   a read_committed read of a leader's whole log, filtered by the aborted transactions
+//!   it reports as a consumer filters them, returns no record at or above that LSO and no
+//!   record of a transaction that was aborted or is still open;
 //!
-//! and at the end, once every broker is back and has caught up, that all replicas hold
-//! the same log, with every acknowledged record in it.
+//! and at the end, once every broker is back and has caught up and every transaction has
+//! ended, that all replicas hold the same log, with every acknowledged record in it, and
+//! that read_committed returns every acknowledged record but those of aborted
+//! transactions, up to an LSO equal to the high watermark.
 //!
 //! A failure prints the seed; `RILL_SEED=<seed> cargo test -p rill-broker
 //! replication_sim -- --nocapture` replays it (`RILL_SIM_TRACE=1` tells the story);
@@ -22,7 +33,7 @@
 //! network shells around these calls (the fetcher's and the AlterPartition sender's
 //! loops, the metadata publisher's task), whose decisions are the ones below.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -34,14 +45,17 @@ use rill_metadata::{
     ControllerResponse, CreatableTopic, CreateTopicsRequest, Endpoint, LocalReplicaChanges,
     MetadataImage, MetadataRecord, QuorumController,
 };
-use rill_protocol::records::{CompressionType, RecordBatch, RecordBatchBuilder};
+use rill_protocol::generated::fetch_response::AbortedTransaction;
+use rill_protocol::records::{
+    AbortedTransactions, CompressionType, RecordBatch, RecordBatchBuilder,
+};
 use rill_protocol::{ErrorCode, Uuid};
 use rill_storage::{LogConfig, TopicPartition};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::replication::isr::{AcksAllProgress, BrokerStatus};
 use crate::replication::replica_fetcher::FetcherConfig;
-use crate::replication::replica_manager::{AlterPartitionItem, ReplicaManager};
+use crate::replication::replica_manager::{AlterPartitionItem, ReplicaManager, TxnMarker};
 
 const BROKERS: i32 = 3;
 const TOPIC: &str = "sim";
@@ -49,6 +63,11 @@ const MIN_INSYNC: usize = 2;
 const LAG_MS: i64 = 3_000;
 const SESSION_MS: i64 = 2_000;
 const ACK_TIMEOUT_MS: i64 = 30_000;
+/// Transactional producers, and the first of their producer ids.
+const TXN_PRODUCERS: usize = 2;
+const FIRST_TXN_PRODUCER_ID: i64 = 1_000;
+/// The epoch of the (one, simulated) transaction coordinator, in every marker.
+const COORDINATOR_EPOCH: i32 = 1;
 
 struct Rng(u64);
 
@@ -96,6 +115,44 @@ struct PendingAck {
     base_offset: i64,
     values: Vec<u64>,
     deadline: i64,
+    /// For a transactional batch: the producer (its index) and the epoch of its
+    /// transaction.
+    txn: Option<(usize, i16)>,
+}
+
+/// A transactional producer of the partition.
+struct TxnProducer {
+    producer_id: i64,
+    /// Bumped after every transaction (as transaction version 2 does), so that the next
+    /// one starts at sequence 0 whatever the leaders kept of the last.
+    epoch: i16,
+    next_sequence: i32,
+    phase: TxnPhase,
+}
+
+enum TxnPhase {
+    Idle,
+    Open {
+        values: Vec<u64>,
+        /// Batches appended whose acks=all answer has not come.
+        unacked: usize,
+        /// A batch was refused or not acknowledged: the transaction can only abort.
+        failed: bool,
+    },
+    /// Decided; the marker is appended (again) until acknowledged.
+    Ending {
+        commit: bool,
+        marker: Option<PendingMarker>,
+    },
+}
+
+/// A transaction marker appended and waiting for the high watermark to pass it.
+struct PendingMarker {
+    broker: usize,
+    incarnation: u64,
+    leader_epoch: i32,
+    required_offset: i64,
+    deadline: i64,
 }
 
 struct Sim {
@@ -111,6 +168,13 @@ struct Sim {
     acked: BTreeMap<i64, u64>,
     pending: Vec<PendingAck>,
     next_value: u64,
+    txn_producers: Vec<TxnProducer>,
+    /// Values written in transactions, and those of the transactions decided either way.
+    txn_values: BTreeSet<u64>,
+    committed_values: BTreeSet<u64>,
+    aborted_values: BTreeSet<u64>,
+    /// Transactions whose marker was acknowledged: (commits, aborts).
+    ended: (usize, usize),
     _dirs: tempfile::TempDir,
 }
 
@@ -194,6 +258,18 @@ impl Sim {
             acked: BTreeMap::new(),
             pending: Vec::new(),
             next_value: 1,
+            txn_producers: (0..TXN_PRODUCERS)
+                .map(|i| TxnProducer {
+                    producer_id: FIRST_TXN_PRODUCER_ID + i as i64,
+                    epoch: 0,
+                    next_sequence: 0,
+                    phase: TxnPhase::Idle,
+                })
+                .collect(),
+            txn_values: BTreeSet::new(),
+            committed_values: BTreeSet::new(),
+            aborted_values: BTreeSet::new(),
+            ended: (0, 0),
             _dirs: dirs,
         };
         for b in 0..BROKERS as usize {
@@ -469,8 +545,207 @@ impl Sim {
             base_offset: info.first_offset,
             values,
             deadline: self.now() + ACK_TIMEOUT_MS,
+            txn: None,
         });
         self.drain_proposals(b);
+    }
+
+    /// A transactional producer's step: opens a transaction, or appends a batch of it
+    /// (acks=all) to a broker that thinks it leads.
+    fn txn_produce(&mut self, b: usize) {
+        let t = self.rng.below(TXN_PRODUCERS as u64) as usize;
+        let producer = &mut self.txn_producers[t];
+        match producer.phase {
+            TxnPhase::Idle => {
+                producer.phase = TxnPhase::Open {
+                    values: Vec::new(),
+                    unacked: 0,
+                    failed: false,
+                };
+                return;
+            }
+            TxnPhase::Open { failed: false, .. } => {}
+            _ => return,
+        }
+        let Some(rm) = self.rm(b) else { return };
+        let Ok((isr, leader_epoch)) = rm.isr_size(&self.tp) else {
+            return;
+        };
+        if isr < MIN_INSYNC {
+            return;
+        }
+        let count = 1 + self.rng.below(2) as usize;
+        let values: Vec<u64> = (0..count as u64).map(|i| self.next_value + i).collect();
+        let producer = &self.txn_producers[t];
+        let mut builder = RecordBatchBuilder::new(CompressionType::None, 0)
+            .producer(producer.producer_id, producer.epoch, producer.next_sequence)
+            .transactional(true);
+        for v in &values {
+            builder
+                .append(self.now(), None, Some(&v.to_be_bytes()), &[])
+                .expect("record");
+        }
+        let batch = builder.build().expect("batch");
+        let appended = rm.append(&self.tp, &batch);
+        let (now, incarnation) = (self.now(), self.brokers[b].incarnation);
+        let producer = &mut self.txn_producers[t];
+        let TxnPhase::Open {
+            values: written,
+            unacked,
+            failed,
+        } = &mut producer.phase
+        else {
+            return;
+        };
+        match appended {
+            Ok((info, _)) => {
+                self.next_value += count as u64;
+                producer.next_sequence += count as i32;
+                written.extend(&values);
+                *unacked += 1;
+                self.txn_values.extend(&values);
+                self.pending.push(PendingAck {
+                    broker: b as i32,
+                    incarnation,
+                    leader_epoch,
+                    base_offset: info.first_offset,
+                    values,
+                    deadline: now + ACK_TIMEOUT_MS,
+                    txn: Some((t, producer.epoch)),
+                });
+            }
+            // Nothing written (not the leader, too few replicas): another broker later.
+            Err(code) if code.is_retriable() => {}
+            // A sequence the leader does not take (an earlier batch was truncated away
+            // with a leader change): this transaction can only abort.
+            Err(_) => *failed = true,
+        }
+        self.drain_proposals(b);
+    }
+
+    /// The coordinator's decision on an open transaction whose batches have all been
+    /// answered: commit when every one was acknowledged (sometimes abort anyway), else
+    /// abort. `force` decides every such transaction (at heal).
+    fn txn_decide(&mut self, force: bool) {
+        for t in 0..TXN_PRODUCERS {
+            if !force && !self.rng.chance(50) {
+                continue;
+            }
+            let commit_wanted = self.rng.chance(65);
+            let producer = &mut self.txn_producers[t];
+            let TxnPhase::Open {
+                values,
+                unacked: 0,
+                failed,
+            } = &mut producer.phase
+            else {
+                continue;
+            };
+            if values.is_empty() && !*failed {
+                // Nothing reached a partition: nothing to end there.
+                producer.phase = TxnPhase::Idle;
+                continue;
+            }
+            let commit = commit_wanted && !*failed;
+            let values = std::mem::take(values);
+            if commit {
+                self.committed_values.extend(values);
+            } else {
+                self.aborted_values.extend(values);
+            }
+            producer.phase = TxnPhase::Ending {
+                commit,
+                marker: None,
+            };
+        }
+    }
+
+    /// Appends the marker of every decided transaction not waiting on one to broker `b`,
+    /// when it thinks it leads (WriteTxnMarkers' append, `min.insync.replicas` checked).
+    fn txn_marker(&mut self, b: usize) {
+        let Some(rm) = self.rm(b) else { return };
+        let (now, incarnation) = (self.now(), self.brokers[b].incarnation);
+        for producer in &mut self.txn_producers {
+            let TxnPhase::Ending {
+                commit,
+                marker: marker @ None,
+            } = &mut producer.phase
+            else {
+                continue;
+            };
+            let txn_marker = TxnMarker {
+                producer_id: producer.producer_id,
+                producer_epoch: producer.epoch,
+                coordinator_epoch: COORDINATOR_EPOCH,
+                commit: *commit,
+            };
+            let Ok((mut appended, leader_epoch)) =
+                rm.append_txn_marker(&self.tp, &txn_marker, MIN_INSYNC)
+            else {
+                continue;
+            };
+            if let Some(flush) = appended.take_flush() {
+                let partition = appended.partition().clone();
+                if rm
+                    .complete_flush(&self.tp, &partition, flush.sync())
+                    .is_err()
+                {
+                    continue;
+                }
+            }
+            *marker = Some(PendingMarker {
+                broker: b,
+                incarnation,
+                leader_epoch,
+                required_offset: appended.info.last_offset + 1,
+                deadline: now + ACK_TIMEOUT_MS,
+            });
+        }
+        self.drain_proposals(b);
+    }
+
+    /// The markers' acks=all waits: one answered ends its transaction (the next starts
+    /// under a new epoch); one refused or timed out is written again.
+    fn resolve_markers(&mut self) {
+        let now = self.now();
+        for t in 0..TXN_PRODUCERS {
+            let TxnPhase::Ending {
+                commit,
+                marker: Some(m),
+            } = &self.txn_producers[t].phase
+            else {
+                continue;
+            };
+            let commit = *commit;
+            let alive = self.brokers[m.broker].incarnation == m.incarnation;
+            let progress = match self.rm(m.broker) {
+                Some(rm) if alive => {
+                    rm.commit_progress(&self.tp, m.leader_epoch, m.required_offset, MIN_INSYNC)
+                }
+                _ => None,
+            };
+            let deadline = m.deadline;
+            let producer = &mut self.txn_producers[t];
+            match progress {
+                Some(AcksAllProgress::Done) => {
+                    producer.phase = TxnPhase::Idle;
+                    producer.epoch += 1;
+                    producer.next_sequence = 0;
+                    if commit {
+                        self.ended.0 += 1;
+                    } else {
+                        self.ended.1 += 1;
+                    }
+                }
+                Some(AcksAllProgress::Waiting) if now < deadline => {}
+                _ => {
+                    producer.phase = TxnPhase::Ending {
+                        commit,
+                        marker: None,
+                    }
+                }
+            }
+        }
     }
 
     /// Answers the produces whose fate is decided (DelayedProduce).
@@ -487,6 +762,20 @@ impl Sim {
                 }
                 _ => None,
             };
+            // Answered either way: acknowledged, refused, or timed out.
+            let decided = !matches!(progress, Some(AcksAllProgress::Waiting)) || now >= p.deadline;
+            if let (Some((t, epoch)), true) = (p.txn, decided) {
+                let producer = &mut self.txn_producers[t];
+                if producer.epoch == epoch {
+                    if let TxnPhase::Open {
+                        unacked, failed, ..
+                    } = &mut producer.phase
+                    {
+                        *unacked = unacked.saturating_sub(1);
+                        *failed |= !matches!(progress, Some(AcksAllProgress::Done));
+                    }
+                }
+            }
             match progress {
                 Some(AcksAllProgress::Done) => {
                     for (i, v) in p.values.iter().enumerate() {
@@ -505,6 +794,7 @@ impl Sim {
             }
         }
         self.pending = still;
+        self.resolve_markers();
         Ok(())
     }
 
@@ -656,13 +946,111 @@ impl Sim {
                 }
             }
         }
+        for b in 0..BROKERS as usize {
+            self.read_committed(b)?;
+        }
         Ok(())
+    }
+
+    /// DESIGN.md's invariant 10 on broker `b`: its LSO is at most its high watermark and,
+    /// when it thinks it leads, a read_committed read of its whole log (Fetch's read, then
+    /// the consumer's filter) returns nothing at or past the LSO and nothing of an
+    /// aborted or open transaction. Returns the values read (none from a follower).
+    fn read_committed(&self, b: usize) -> Result<Vec<u64>, String> {
+        let id = self.brokers[b].id;
+        let Some(rm) = self.rm(b) else {
+            return Ok(Vec::new());
+        };
+        let Some(p) = rm.get(&self.tp) else {
+            return Ok(Vec::new());
+        };
+        let (lso, hw, start) = p
+            .with_log(|log| {
+                (
+                    log.last_stable_offset(),
+                    log.high_watermark(),
+                    log.log_start_offset(),
+                )
+            })
+            .map_err(|c| c.name().to_string())?;
+        if lso > hw {
+            return Err(format!(
+                "broker {id}: LSO {lso} above the high watermark {hw}"
+            ));
+        }
+        let mut out = Vec::new();
+        let mut offset = start;
+        loop {
+            // A follower (or a broker that lost its leadership) answers with an error.
+            let Ok(read) =
+                rm.read_maybe_zero_copy(&self.tp, -1, offset, 1 << 20, true, false, true)
+            else {
+                return Ok(out);
+            };
+            let (lso, hw) = (read.offsets.last_stable_offset, read.offsets.high_watermark);
+            if lso > hw {
+                return Err(format!(
+                    "broker {id}: a fetch answers LSO {lso} above the high watermark {hw}"
+                ));
+            }
+            let listed: Vec<AbortedTransaction> = read
+                .aborted_transactions
+                .unwrap_or_default()
+                .iter()
+                .map(|a| AbortedTransaction {
+                    producer_id: a.producer_id,
+                    first_offset: a.first_offset,
+                    ..Default::default()
+                })
+                .collect();
+            let mut aborted = AbortedTransactions::new(Some(&listed));
+            let before = offset;
+            for batch in RecordBatch::iter(read.records) {
+                let Ok(batch) = batch else { break };
+                if batch.next_offset() <= offset {
+                    continue;
+                }
+                offset = batch.next_offset();
+                if batch.last_offset() >= lso {
+                    return Err(format!(
+                        "broker {id}: read_committed returned offsets up to {} with the LSO at {lso}",
+                        batch.last_offset()
+                    ));
+                }
+                if !aborted.deliver(&batch) {
+                    continue;
+                }
+                for r in batch.records(1 << 20).unwrap_or_default() {
+                    let value = r.value.as_deref().unwrap_or_default();
+                    let v = u64::from_be_bytes(value.try_into().unwrap_or([0; 8]));
+                    if self.txn_values.contains(&v) && !self.committed_values.contains(&v) {
+                        let what = if self.aborted_values.contains(&v) {
+                            "an aborted"
+                        } else {
+                            "an open"
+                        };
+                        return Err(format!(
+                            "broker {id}: read_committed returned {v} at offset {}, of {what} \
+                             transaction (LSO {lso}, aborted listed {listed:?})",
+                            r.offset
+                        ));
+                    }
+                    out.push(v);
+                }
+            }
+            if offset <= before {
+                return Ok(out);
+            }
+        }
     }
 
     fn step(&mut self) -> Result<(), String> {
         let b = self.rng.below(BROKERS as u64) as usize;
         match self.rng.below(1000) {
-            0..=249 => self.produce(b),
+            0..=149 => self.produce(b),
+            150..=209 => self.txn_produce(b),
+            210..=224 => self.txn_decide(false),
+            225..=249 => self.txn_marker(b),
             250..=599 => self.fetch(b),
             600..=699 => self.deliver(b, false),
             700..=789 => self.alter_partition(b),
@@ -736,7 +1124,9 @@ impl Sim {
                 self.deliver(b, true);
                 self.alter_partition(b);
                 self.fetch(b);
+                self.txn_marker(b);
             }
+            self.txn_decide(true);
             self.advance(100);
             self.resolve_acks()?;
             self.check()?;
@@ -761,6 +1151,38 @@ impl Sim {
         for (offset, value) in &self.acked {
             if logs[0].get(offset) != Some(value) {
                 return Err(format!("acknowledged record {value} at {offset} lost"));
+            }
+        }
+        if let Some(t) = self
+            .txn_producers
+            .iter()
+            .find(|t| !matches!(t.phase, TxnPhase::Idle))
+        {
+            return Err(format!(
+                "producer {}'s transaction did not end after healing",
+                t.producer_id
+            ));
+        }
+        // Every transaction ended: read_committed reads the whole log (the LSO is the high
+        // watermark) and returns every acknowledged record but the aborted ones.
+        let leader = (registration.leader - 1) as usize;
+        let rm = self.rm(leader).ok_or("the leader is down after healing")?;
+        let (lso, hw) = rm
+            .get(&self.tp)
+            .ok_or("the leader has no partition")?
+            .with_log(|log| (log.last_stable_offset(), log.high_watermark()))
+            .map_err(|c| c.name().to_string())?;
+        if lso != hw {
+            return Err(format!(
+                "LSO {lso} below the high watermark {hw} with nothing open"
+            ));
+        }
+        let read: BTreeSet<u64> = self.read_committed(leader)?.into_iter().collect();
+        for (offset, value) in &self.acked {
+            if !self.aborted_values.contains(value) && !read.contains(value) {
+                return Err(format!(
+                    "acknowledged record {value} at {offset} missing from read_committed"
+                ));
             }
         }
         Ok(())
@@ -810,7 +1232,16 @@ impl Sim {
     }
 }
 
-fn simulate(seed: u64, steps: usize) -> Result<(usize, usize), String> {
+/// What a seed's run did: records acknowledged and written, transactions committed and
+/// aborted.
+struct Outcome {
+    acked: usize,
+    written: usize,
+    commits: usize,
+    aborts: usize,
+}
+
+fn simulate(seed: u64, steps: usize) -> Result<Outcome, String> {
     let mut sim = Sim::new(seed);
     let mut last_isr = Vec::new();
     let mut expansions = 0;
@@ -835,12 +1266,19 @@ fn simulate(seed: u64, steps: usize) -> Result<(usize, usize), String> {
     let epoch = sim.image.partition(TOPIC, 0).map_or(-1, |p| p.leader_epoch);
     sim.heal().map_err(|e| format!("healing: {e}"))?;
     let written = sim.next_value as usize - 1;
+    let (commits, aborts) = sim.ended;
     println!(
-        "seed {seed}: {} of {written} records acknowledged, {crashes} crashes, leader epoch \
-         {epoch}, {expansions} ISR expansions, steps by ISR size {isr_sizes:?}",
+        "seed {seed}: {} of {written} records acknowledged, {commits} transactions committed \
+         and {aborts} aborted, {crashes} crashes, leader epoch {epoch}, {expansions} ISR \
+         expansions, steps by ISR size {isr_sizes:?}",
         sim.acked.len()
     );
-    Ok((sim.acked.len(), written))
+    Ok(Outcome {
+        acked: sim.acked.len(),
+        written,
+        commits,
+        aborts,
+    })
 }
 
 #[test]
@@ -857,12 +1295,15 @@ fn replication_keeps_every_acknowledged_record() {
     };
     let mut acked_total = 0;
     let mut written_total = 0;
+    let (mut commits, mut aborts) = (0, 0);
     for seed in seeds {
         let outcome = catch_unwind(AssertUnwindSafe(|| simulate(seed, 1_500)));
         match outcome {
-            Ok(Ok((acked, written))) => {
-                acked_total += acked;
-                written_total += written;
+            Ok(Ok(outcome)) => {
+                acked_total += outcome.acked;
+                written_total += outcome.written;
+                commits += outcome.commits;
+                aborts += outcome.aborts;
             }
             Ok(Err(e)) => panic!("seed {seed}: {e}\nreplay: RILL_SEED={seed} cargo test -p rill-broker replication_sim"),
             Err(_) => panic!("seed {seed} panicked\nreplay: RILL_SEED={seed} cargo test -p rill-broker replication_sim"),
@@ -874,5 +1315,9 @@ fn replication_keeps_every_acknowledged_record() {
     assert!(
         written_total > acked_total,
         "no write was ever refused or left unanswered"
+    );
+    assert!(
+        commits > 0 && aborts > 0,
+        "transactions: {commits} committed, {aborts} aborted"
     );
 }

@@ -10,13 +10,16 @@
 //! - [`compression`]: gzip, snappy (xerial framing, raw blocks accepted), lz4 (frame
 //!   format) and zstd, each decoder capped against decompression bombs.
 //! - [`builder`]: [`RecordBatchBuilder`], which writes a complete batch with its CRC.
+//! - [`aborted`]: [`AbortedTransactions`], what a read_committed reader skips.
 
+pub mod aborted;
 pub mod batch;
 pub mod builder;
 pub mod compression;
 pub mod record;
 mod varint;
 
+pub use aborted::AbortedTransactions;
 pub use batch::{BatchError, CompressionType, RecordBatch, TimestampType};
 pub use builder::RecordBatchBuilder;
 pub use record::{end_txn_marker_value, ControlRecordType, Header, Record, RecordIter, RecordRef};

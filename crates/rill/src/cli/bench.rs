@@ -2,8 +2,9 @@
 //! spirit of Kafka's `kafka-producer-perf-test`, `kafka-consumer-perf-test` and
 //! `EndToEndLatency`, and the machine's own ceilings to compare them with.
 //!
-//! `produce` and `consume` live here; `e2e` (produce-to-consume latency at a fixed rate)
-//! and `limits` (loopback TCP, disk and memcpy bandwidth) in the submodules.
+//! `produce` and `consume` live here; `e2e` (produce-to-consume latency at a fixed rate),
+//! `limits` (loopback TCP, disk and memcpy bandwidth) and `txn` (transactions against the
+//! idempotent producer, read_committed against read_uncommitted) in the submodules.
 //!
 //! The producer side measures each record from `send` to its delivery acknowledgement,
 //! into an HDR histogram (`latency`) printed at the end of the run.
@@ -28,6 +29,7 @@ mod cpu;
 mod e2e;
 mod latency;
 mod limits;
+mod txn;
 
 use latency::{Latencies, LatencySummary};
 
@@ -43,6 +45,9 @@ pub enum BenchCommand {
     /// Measure this machine's ceilings: loopback TCP, disk writes (with and without
     /// fdatasync) and memcpy bandwidth.
     Limits(limits::LimitsBench),
+    /// A transactional producer committing every N ms against the idempotent producer in
+    /// the same run; commit latency; read_committed against read_uncommitted reads.
+    Txn(txn::TxnBench),
 }
 
 #[derive(Args, Debug)]
@@ -98,6 +103,7 @@ pub async fn run(common: &Common, command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Consume(args) => consume(common, args).await,
         BenchCommand::E2e(args) => e2e::run(common, args).await,
         BenchCommand::Limits(args) => limits::run(common, args).await,
+        BenchCommand::Txn(args) => txn::run(common, args).await,
     }
 }
 
@@ -166,11 +172,18 @@ async fn ensure_topic(
     topic: &str,
     partitions: i32,
 ) -> anyhow::Result<Vec<TopicPartition>> {
+    ensure_new_topic(common, NewTopic::new(topic, partitions)).await
+}
+
+/// [`ensure_topic`] with every setting of the topic's creation.
+async fn ensure_new_topic(
+    common: &Common,
+    new_topic: NewTopic,
+) -> anyhow::Result<Vec<TopicPartition>> {
     let admin = Admin::new(common.client())?;
-    match admin
-        .create_topics(&[NewTopic::new(topic, partitions)])
-        .await
-    {
+    let topic = new_topic.name.clone();
+    let topic = topic.as_str();
+    match admin.create_topics(&[new_topic]).await {
         Ok(()) => {}
         Err(e) if e.code() == Some(rill_protocol::ErrorCode::TOPIC_ALREADY_EXISTS) => {}
         Err(e) => return Err(e).context("creating the topic"),
@@ -319,59 +332,29 @@ async fn consume(common: &Common, args: ConsumeBench) -> anyhow::Result<()> {
     );
     let target = match args.records {
         Some(n) => n,
-        None => {
-            let start = admin
-                .list_offsets(&partitions, OffsetSpec::Earliest)
-                .await?;
-            let end = admin.list_offsets(&partitions, OffsetSpec::Latest).await?;
-            end.iter()
-                .map(|(tp, &e)| (e - start.get(tp).copied().unwrap_or(0)).max(0) as u64)
-                .sum()
-        }
+        None => records_between(&admin, &partitions, OffsetSpec::Latest).await?,
     };
-    let mut config =
-        ConsumerConfig::new(common.client()).auto_offset_reset(AutoOffsetReset::Earliest);
-    if let Some(group) = &args.group {
-        config = config.group_id(group);
-    }
-    let mut consumer = Consumer::new(config)?;
-    if args.group.is_some() {
-        consumer.subscribe(&[args.topic.as_str()])?;
-    } else {
-        consumer.assign(&partitions)?;
-        consumer.seek_to(&partitions, OffsetSpec::Earliest).await?;
-    }
-    let progress = Arc::new(Progress::default());
-    let reporter = spawn_progress(progress.clone(), "consume");
-    let idle = Duration::from_millis(args.idle_timeout_ms);
-    let started = Instant::now();
-    let cpu_start = cpu::process_cpu();
-    let (mut records, mut bytes) = (0u64, 0u64);
-    let mut last_record = Instant::now();
-    while records < target {
-        let batch = consumer.poll(Duration::from_millis(500)).await?;
-        if batch.is_empty() {
-            if last_record.elapsed() > idle {
-                reporter.abort();
-                anyhow::bail!("no record for {idle:?} after {records} of {target} records");
-            }
-            continue;
-        }
-        last_record = Instant::now();
-        for r in &batch {
-            bytes += (r.value.as_ref().map_or(0, Bytes::len) + r.key.as_ref().map_or(0, Bytes::len))
-                as u64;
-        }
-        records += batch.len() as u64;
-        progress.records.store(records, Ordering::Relaxed);
-        progress.bytes.store(bytes, Ordering::Relaxed);
-    }
-    let secs = started.elapsed().as_secs_f64().max(1e-9);
-    reporter.abort();
-    consumer.close().await?;
+    let read = read_records(
+        common,
+        &args.topic,
+        &partitions,
+        Reader {
+            group: args.group.as_deref(),
+            target,
+            read_committed: false,
+            idle: Duration::from_millis(args.idle_timeout_ms),
+        },
+    )
+    .await?;
+    let Read {
+        records,
+        bytes,
+        secs,
+        cpu_s,
+        cpu_per_gb,
+    } = read;
     let records_per_sec = records as f64 / secs;
     let mb_per_sec = bytes as f64 / secs / 1e6;
-    let (cpu_s, cpu_per_gb) = cpu::report(cpu_start, bytes);
     if common.json() {
         print_json(&json!({
             "records": records,
@@ -390,6 +373,103 @@ async fn consume(common: &Common, args: ConsumeBench) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The offsets between the partitions' starts and `end` (their ends, or last stable
+/// offsets): what reading them all delivers when nothing was compacted or aborted.
+async fn records_between(
+    admin: &Admin,
+    partitions: &[TopicPartition],
+    end: OffsetSpec,
+) -> anyhow::Result<u64> {
+    let start = admin.list_offsets(partitions, OffsetSpec::Earliest).await?;
+    let end = admin.list_offsets(partitions, end).await?;
+    Ok(end
+        .iter()
+        .map(|(tp, &e)| (e - start.get(tp).copied().unwrap_or(0)).max(0) as u64)
+        .sum())
+}
+
+/// How [`read_records`] reads.
+struct Reader<'a> {
+    /// Subscribe in this group instead of assigning every partition from the start.
+    group: Option<&'a str>,
+    /// Records to read before stopping.
+    target: u64,
+    read_committed: bool,
+    /// Give up when no record arrives for this long.
+    idle: Duration,
+}
+
+/// What [`read_records`] read, and what it cost this process.
+struct Read {
+    records: u64,
+    bytes: u64,
+    secs: f64,
+    cpu_s: f64,
+    cpu_per_gb: f64,
+}
+
+/// Reads `topic` from the start until `reader.target` records have arrived, printing
+/// the rate each second.
+async fn read_records(
+    common: &Common,
+    topic: &str,
+    partitions: &[TopicPartition],
+    reader: Reader<'_>,
+) -> anyhow::Result<Read> {
+    let mut config = ConsumerConfig::new(common.client())
+        .auto_offset_reset(AutoOffsetReset::Earliest)
+        .read_committed(reader.read_committed);
+    if let Some(group) = reader.group {
+        config = config.group_id(group);
+    }
+    let mut consumer = Consumer::new(config)?;
+    if reader.group.is_some() {
+        consumer.subscribe(&[topic])?;
+    } else {
+        consumer.assign(partitions)?;
+        consumer.seek_to(partitions, OffsetSpec::Earliest).await?;
+    }
+    let progress = Arc::new(Progress::default());
+    let reporter = spawn_progress(progress.clone(), "consume");
+    let started = Instant::now();
+    let cpu_start = cpu::process_cpu();
+    let (mut records, mut bytes) = (0u64, 0u64);
+    let mut last_record = Instant::now();
+    let target = reader.target;
+    while records < target {
+        let batch = consumer.poll(Duration::from_millis(500)).await?;
+        if batch.is_empty() {
+            if last_record.elapsed() > reader.idle {
+                reporter.abort();
+                anyhow::bail!(
+                    "no record for {:?} after {records} of {target} records",
+                    reader.idle
+                );
+            }
+            continue;
+        }
+        last_record = Instant::now();
+        for r in &batch {
+            bytes += (r.value.as_ref().map_or(0, Bytes::len) + r.key.as_ref().map_or(0, Bytes::len))
+                as u64;
+        }
+        records += batch.len() as u64;
+        progress.records.store(records, Ordering::Relaxed);
+        progress.bytes.store(bytes, Ordering::Relaxed);
+    }
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    reporter.abort();
+    consumer.close().await?;
+    let (cpu_s, cpu_per_gb) = cpu::report(cpu_start, bytes);
+    Ok(Read {
+        records,
+        bytes,
+        secs,
+        cpu_s,
+        cpu_per_gb,
+    })
 }
 
 #[cfg(test)]
