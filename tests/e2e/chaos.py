@@ -5,6 +5,7 @@ was promised.
     python tests/e2e/chaos.py --scenario coordinator-partition --seed 7
     python tests/e2e/chaos.py --scenario random --seconds 1800 --seed 42
     cargo xtask chaos --minutes 30 --seed 42          # the same, with the venv and binary
+    cargo xtask chaos --minutes 10 --transactional    # with the transactional workload
 
 # Topology
 
@@ -24,9 +25,9 @@ partition faults are skipped, and the output says so.
 
 This file is the run and its command line; the parts are beside it: `netns.py` (the
 network, shared with `bench/cluster_failover.py --fault partition`), `chaos_workload.py`
-(the clients and what they record), `chaos_faults.py` (schedules and the nemesis),
-`chaos_checker.py` (the checks) and `kafka_wire.py` (the requests built by hand, so that
-an answer is one node's).
+(the clients and what they record), `chaos_txn.py` (the transactional workload),
+`chaos_faults.py` (schedules and the nemesis), `chaos_checker.py` (the checks) and
+`kafka_wire.py` (the requests built by hand, so that an answer is one node's).
 
 # Workload
 
@@ -47,11 +48,19 @@ an answer is one node's).
   every answer a node gave as the coordinator (no error): each is a claim that the
   offsets in it were committed.
 
-Transactional producers and read_committed consumers are not part of the workload yet
-(transactions are not built; the broker answers their APIs with Kafka's error codes):
-`--transactional` asks for them and is refused with that message; the checker's
-`check_read_committed` takes what such a workload records (aborted values, what a
-read_committed reader saw) and runs when it is given them.
+With `--transactional` (and in the short run of `test_chaos.py`), on two more topics
+(`chaos_txn.py` says how each outcome is known):
+- `--txn-producers` transactional producers (`transactional.id`, acks=all) write
+  multi-partition transactions of 3-8 records, committing or aborting them in a seeded
+  pattern (an abort is flushed first, so that its records are in the log); every twelfth
+  is fenced halfway by a new producer of the same `transactional.id`, after which the
+  old one, now a zombie, produces the rest and asks to commit;
+- a consume-transform-produce member copies the idempotent producers' topic, one
+  transaction per batch with the group's offsets (`send_offsets_to_transaction`), some
+  aborted on purpose and then rewound to the committed offsets;
+- a read_committed consumer reads both topics throughout, noting when it saw each record;
+- ListOffsets is sent at READ_COMMITTED and then at READ_UNCOMMITTED to every node.
+Faults may then also aim at `txn-coordinator`, the first transactional id's coordinator.
 
 # Faults
 
@@ -81,21 +90,45 @@ ISR full) and the workload stops. Then:
 - `producer_order`: in each partition, each producer's sequence numbers increase with
   the offset;
 - `replicas_identical`: with all three nodes paused together, each partition's segment
-  bytes are the same on every replica (the workload topic and `__consumer_offsets`);
+  bytes are the same on every replica (every topic of the workload, `__consumer_offsets`
+  and, with transactions, `__transaction_state`);
 - `offsets_never_backwards`: per group and partition, the answers the session got, in
   order, and then the group's offsets after heal, never decrease;
 - `offsets_fetched_were_committed`: every offset any node answered is one whose commit
   record is in `__consumer_offsets` after heal, i.e. it was replicated (read back with a
-  consumer; the check refuses to pass if that log has been compacted);
+  read_uncommitted consumer; the check refuses to pass if that log has been compacted,
+  i.e. an offset it was not handed is not a transaction marker's in the segment files);
 - `acked_commit_visible`: no answer to the session after its own acknowledged commit is
   below it, and after heal each group's offsets are at least its acknowledged commits;
   (What is not checked: the order of answers across nodes. A deposed coordinator cut off
   from the controller goes on answering OffsetFetch with the offsets it had committed
   until it hears of its successor, as Kafka's does: stale, but replicated, which
   `offsets_fetched_were_committed` holds it to; a client keeps one coordinator.)
-- `read_committed` (when a transactional workload ran): no aborted value was read.
+With the transactional workload (`chaos_checker.check_transactions`, `check_copy`,
+`check_stable_offsets`, each on both topics read back at both isolation levels):
+- `read_committed_no_aborted`: no record of an aborted transaction, and nothing a zombie
+  wrote, was handed to a read_committed reader, during the run or after heal;
+- `committed_txn_visible_once`: every record of a transaction whose commit was
+  acknowledged is read_committed after heal exactly once, at its acknowledged offset; a
+  transaction of unknown outcome is visible whole or not at all;
+- `txn_order`: each producer's records are in the order written, per partition;
+- `open_txn_invisible`: the run's reader saw no record before its commit was asked for;
+- `fenced_writes_invisible`: a zombie's records are neither acknowledged nor read, and
+  its commit is refused;
+- `read_uncommitted_control`: read_uncommitted finds every acknowledged record (the
+  aborted ones too) at its offset, once, and at least one aborted record, so that the
+  first check cannot pass for want of anything to hide;
+- `copy_exactly_once`: the copy holds input records 0..C-1 of each partition, once and in
+  order, C being the copy group's offset after heal;
+- `lso_at_most_high_watermark`: each leader's LSO is not above the high watermark it
+  answers next, and neither goes back under one leader epoch;
+- `no_hanging_transaction`: once the workload ended its transactions, every LSO reaches
+  its high watermark.
 A failure prints the seed, the schedule as it ran and the evidence; the report is also
-written as JSON (`--report`). The exit status is 0 when every check passed, 1 otherwise.
+written as JSON (`--report`). librdkafka's log lines of the idempotent producers
+(`debug=eos`, which logs their produce errors and the messages it acknowledged without an
+offset) and of the transactional clients go to `idempotent-clients.log` and
+`txn-clients.log` in the run's directory. The exit status is 0 when every check passed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -326,7 +359,8 @@ def run(args: argparse.Namespace) -> dict:
         ).items():
             created.result(timeout=30)
         wait_settled(bootstrap, workload_topics, SETTLE_TIMEOUT_S)
-        producers = Producers(bootstrap, topic, partitions, args.producers, args.rate, clock)
+        producers = Producers(bootstrap, topic, partitions, args.producers, args.rate, clock,
+                              workdir / "idempotent-clients.log")
         group_members = Group(bootstrap, topic, group, clock)
         probe_group = probe_group_beside(hosts, group, rng)
         checker = OffsetChecker(hosts, [group, probe_group], topic, partitions, clock)
@@ -394,6 +428,9 @@ def run(args: argparse.Namespace) -> dict:
             # librdkafka's implicit acknowledgements: a message whose own answer was lost
             # is acknowledged, without an offset, when a later sequence is.
             acknowledged_without_offset=[asdict(a) for a in producers.acks if a.offset is None][:20],
+            acknowledged_without_offset_count=sum(a.offset is None for a in producers.acks),
+            implicitly_acked=producers.eos_log.implicitly_acked,
+            eos_log=producers.eos_log.lines[:50],
             sent=producers.sent,
             producer_errors=producers.errors[:10],
             commits=len(group_members.attempts),
@@ -446,6 +483,10 @@ def print_report(report: dict) -> bool:
     for ack in report.get("acknowledged_without_offset", []):
         log(f"note: p{ack['producer']}-{ack['seq']} was acknowledged without an offset "
             f"(partition {ack['partition']}, t={ack['at']:.2f}s)")
+    if report.get("acknowledged_without_offset_count"):
+        log(f"note: {report['acknowledged_without_offset_count']} acknowledged without an offset; librdkafka "
+            f"logged {report.get('implicitly_acked', 0)} message(s) implicitly acked (an earlier request's "
+            f"answer lost, a later one's success acknowledging it)")
     for c in checks.values():
         log(f"  {'PASS' if c['ok'] else 'FAIL'} {c['name']} ({c['checked']} checked)")
         for line in c["evidence"]:

@@ -5,11 +5,14 @@ and the protocol-following session. Each records what it was promised, for
 
 from __future__ import annotations
 
+import logging
 import random
+import re
 import struct
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from kafka_wire import REQUEST_TIMEOUT_S
 from kafka_wire import find_coordinator_raw, offset_commit, offset_fetch
@@ -34,14 +37,51 @@ class Ack:
     at: float = 0.0
 
 
+class EosLog(logging.Handler):
+    """librdkafka's `debug=eos` lines of the idempotent producers, which it logs only on
+    a produce error or an implicit acknowledgement: the messages it acknowledged
+    without an offset because a later request of theirs succeeded after an earlier one's
+    answer was lost (IMPLICITACK, librdkafka's `rd_kafka_dr_implicit_ack`), and the
+    error lines (ERRSEQ, UNKPID, DUPSEQ, ...), kept for the evidence."""
+
+    KEEP = 200
+    STARTUP = {"INIT", "TXN", "PIDBROKER"}  # what every producer logs as it starts
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.implicitly_acked = 0
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = record.getMessage()
+        with self._lock:
+            found = re.search(r"IMPLICITACK.* (\d+) message\(s\) implicitly acked", line)
+            if found:
+                self.implicitly_acked += int(found.group(1))
+            if len(self.lines) < self.KEEP and line.split(" ", 1)[0] not in self.STARTUP:
+                self.lines.append(line)
+
+
 class Producers:
     """Idempotent acks=all producers, each writing p<id>-<seq> round-robin over partitions."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, count: int, rate_per_s: float, clock: "Clock"):
+    def __init__(self, bootstrap: str, topic: str, partitions: int, count: int, rate_per_s: float, clock: "Clock",
+                 log_path: Path | None = None):
         from confluent_kafka import Producer
 
         self.topic, self.partitions, self.clock = topic, partitions, clock
         self.interval = 1.0 / rate_per_s
+        self.eos_log = EosLog()
+        logger = logging.getLogger("chaos.idempotent.producers")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(self.eos_log)
+        if log_path is not None:
+            # Every line librdkafka logs for them, with the time, for the evidence.
+            handler = logging.FileHandler(log_path)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+            logger.addHandler(handler)
         self.producers = [
             Producer(
                 {
@@ -51,6 +91,8 @@ class Producers:
                     "linger.ms": 5,
                     "message.timeout.ms": 60000,
                     "topic.metadata.refresh.interval.ms": 1000,
+                    "debug": "eos",
+                    "logger": logger,
                 }
             )
             for _ in range(count)

@@ -1,12 +1,16 @@
 """The fault-injection suite's short run (issue #14, item 5), part of `cargo xtask test`.
 
-One run of `chaos.py --scenario ci` (about two minutes): a three-node cluster in network
-namespaces, idempotent acks=all producers and a committing two-member group, the group's
+One run of `chaos.py --scenario ci --transactional` (about two minutes): a three-node
+cluster in network namespaces, idempotent acks=all producers and a committing two-member
+group, transactional producers (committing, aborting, one in twelve fenced by a
+successor), a consume-transform-produce member and a read_committed reader; the group's
 coordinator partitioned from its peers first, then seeded random faults (kill -9,
-SIGSTOP, partitions; disk full in the long runs, see `CI_FAULTS`). Each invariant the checker holds the run to is a test of
-its own, so that a failure names the invariant and shows its evidence, the seed and the
-schedule. `RILL_CHAOS_SEED` replays a seed; `RILL_CHAOS_SECONDS` lengthens the schedule
-(longer runs: `cargo xtask chaos --minutes N`).
+SIGSTOP, partitions, aimed at a node, the group's coordinator or a transaction
+coordinator; disk full in the long runs, see `CI_FAULTS`). Each invariant the checker
+holds the run to is a test of its own, so that a failure names the invariant and shows
+its evidence, the seed and the schedule. `RILL_CHAOS_SEED` replays a seed;
+`RILL_CHAOS_SECONDS` lengthens the schedule; `RILL_CHAOS_TRANSACTIONAL=0` leaves the
+transactional workload out (longer runs: `cargo xtask chaos --minutes N`).
 
 `offsets_never_backwards` and `offsets_fetched_were_committed` are the checks that found
 issue #14's bug 1 (OffsetFetch served an offset commit before its `__consumer_offsets`
@@ -15,8 +19,11 @@ never replicated, and the next coordinator answered older ones): they failed on 
 run before the fix, and pass since.
 
 The checker's own tests (no broker) feed it histories with a lost record, a duplicate,
-an offset acknowledged twice, out-of-order sequences and offsets that go backwards, and
-require it to fail on each: a check that cannot fail would pass every run.
+an offset acknowledged twice, out-of-order sequences, offsets that go backwards, an
+aborted or a fenced producer's record read_committed, a committed one missing or
+repeated, a record read before its commit was asked for, a read_uncommitted control
+with nothing aborted in it, a copy that is not exactly once and an LSO above the high
+watermark, and require it to fail on each: a check that cannot fail would pass every run.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import chaos_txn
 import chaos_workload
 
 CHAOS = Path(__file__).with_name("chaos.py")
-RUN_TIMEOUT_S = 280
+RUN_TIMEOUT_S = 360
 # Disk-full faults are left to the long runs (`cargo xtask chaos`, or RILL_CHAOS_FAULTS
 # here) until the duplicate they exposed once is understood: seed 103757731 stored an
 # idempotent producer's record twice (the second copy under a bumped producer epoch,
@@ -61,6 +68,8 @@ def chaos_run(tmp_path_factory):
         "--report", str(report_path),
         "--faults", os.environ.get("RILL_CHAOS_FAULTS", CI_FAULTS),
     ]
+    if os.environ.get("RILL_CHAOS_TRANSACTIONAL", "1") != "0":
+        command.append("--transactional")
     if os.environ.get("RILL_CHAOS_SEED"):
         command += ["--seed", os.environ["RILL_CHAOS_SEED"]]
     done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
@@ -88,6 +97,10 @@ def test_chaos_run_injected_faults(chaos_run):
     partitions_skipped = any(s.startswith("partition") for s in report["skipped"])
     if not partitions_skipped:
         assert first["kind"] == "partition" and first["target"] == "coordinator" and first["node"], output
+    if "transactional" in report:
+        txns = report["transactional"]["transactions"]
+        assert txns["committed"] > 10 and txns["aborted"] > 5, output
+        assert report["transactional"]["fenced"] > 0 and report["transactional"]["copy_committed"] > 0, output
 
 
 @pytest.mark.parametrize(
@@ -102,6 +115,27 @@ def test_chaos_run_injected_faults(chaos_run):
     ],
 )
 def test_chaos_invariant(chaos_run, check):
+    _outcome(chaos_run, check)
+
+
+TXN_CHECKS = [
+    "read_committed_no_aborted",
+    "committed_txn_visible_once",
+    "txn_order",
+    "open_txn_invisible",
+    "fenced_writes_invisible",
+    "read_uncommitted_control",
+    "copy_exactly_once",
+    "lso_at_most_high_watermark",
+    "no_hanging_transaction",
+]
+
+
+@pytest.mark.parametrize("check", TXN_CHECKS)
+def test_chaos_transactions(chaos_run, check):
+    report, _output = chaos_run
+    if "transactional" not in report:
+        pytest.skip("RILL_CHAOS_TRANSACTIONAL=0: no transactional workload in this run")
     _outcome(chaos_run, check)
 
 
