@@ -423,6 +423,10 @@ def run(args: argparse.Namespace) -> dict:
             checks.append(check_copy(history.committed[txn.copy_topic], copied, partitions))
             checks += check_stable_offsets(history.stable_offsets, history.settled, history.last_stable_offsets)
         checks.append(compare_replicas(cluster, [*workload_topics, *internal]))
+        failures = [f for part in (producers, group_members, checker, session) for f in part.failures]
+        failures += txn.failures() if txn is not None else []
+        if failures:
+            report.setdefault("problems", []).extend(failures)
         report.update(
             acknowledged=len(producers.acks),
             # librdkafka's implicit acknowledgements: a message whose own answer was lost
@@ -449,13 +453,13 @@ def run(args: argparse.Namespace) -> dict:
         report.setdefault("faults", [asdict(f) for f in schedule])
     finally:
         for thing in (producers, group_members, checker, session):
-            if thing is not None and hasattr(thing, "_halt"):
-                thing._halt.set()
+            if thing is not None:
+                thing.halt()
         if txn is not None:
             txn.halt()
         problems = cluster.teardown()
         if problems:
-            report.setdefault("problems", problems)
+            report.setdefault("problems", []).extend(problems)
         if net is not None:
             net.teardown()
     return report
@@ -464,8 +468,11 @@ def run(args: argparse.Namespace) -> dict:
 def print_report(report: dict) -> bool:
     checks = report.get("checks", {})
     ok = bool(checks) and all(c["ok"] for c in checks.values()) and "error" not in report
+    ok = ok and not report.get("problems")
     if "error" in report:
         log(f"the run itself failed:\n{report['error']}")
+    for problem in report.get("problems", []):
+        log(f"problem: {problem}")
     log(f"seed {report['seed']}, scenario {report['scenario']}: "
         f"{report.get('acknowledged', 0)} acknowledged writes checked, "
         f"{report.get('faults_injected', 0)} faults injected, "

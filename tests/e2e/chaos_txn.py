@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chaos_workload import Clock
+from chaos_workload import Clock, Workers
 from kafka_wire import READ_COMMITTED, READ_UNCOMMITTED, REQUEST_TIMEOUT_S, list_offsets
 
 # Below the broker's transaction.max.timeout.ms and above any fault window, so that a
@@ -132,6 +132,17 @@ CLIENT_LOG = logging.getLogger("chaos.txn.clients")
 CLIENT_LOG.propagate = False
 
 
+def flush(producer, timeout_s: float) -> None:
+    """Waits for the producer's deliveries; a producer in a fatal state (fenced) raises
+    its error from flush, which the transactional call after it reports anyway."""
+    from confluent_kafka import KafkaException
+
+    try:
+        producer.flush(timeout_s)
+    except KafkaException:
+        pass
+
+
 def txn_producer(bootstrap: str, transactional_id: str):
     from confluent_kafka import Producer
 
@@ -147,9 +158,11 @@ def txn_producer(bootstrap: str, transactional_id: str):
     )
 
 
-class TxnProducers:
+class TxnProducers(Workers):
     """Transactional producers, each committing and aborting multi-partition transactions
     in a seeded pattern, one in FENCE_EVERY of them fenced by a successor."""
+
+    JOIN_TIMEOUT_S = 2 * TXN_RETRY_DEADLINE_S
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, count: int, seed: int,
                  clock: Clock, transactional_ids: list[str]):
@@ -159,17 +172,7 @@ class TxnProducers:
         self.errors: list[str] = []
         self.restarts = 0
         self._lock = threading.Lock()
-        self._halt = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(count)]
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-
-    def stop(self):
-        self._halt.set()
-        for t in self.threads:
-            t.join(timeout=2 * TXN_RETRY_DEADLINE_S)
+        super().__init__(count)
 
     def _init(self, index: int):
         """A new producer of `index`'s transactional.id, initialised (which fences and
@@ -250,7 +253,7 @@ class TxnProducers:
         if abort:
             # Flushed first: librdkafka purges what it has not sent at an abort, and the
             # read_uncommitted control must find aborted records in the log.
-            producer.flush(TXN_CALL_TIMEOUT_S)
+            flush(producer, TXN_CALL_TIMEOUT_S)
             done = attempt(producer.abort_transaction, f"t{index} abort", self.errors)
             producer.poll(0)
             txn.outcome = "aborted"  # the commit was never asked for
@@ -279,7 +282,7 @@ class TxnProducers:
         producer, which then writes the rest and asks to commit, as a zombie would."""
         from confluent_kafka import KafkaException
 
-        zombie.flush(TXN_CALL_TIMEOUT_S)
+        flush(zombie, TXN_CALL_TIMEOUT_S)
         successor = self._init(index)
         if successor is None:
             txn.outcome = "aborted"
@@ -298,15 +301,17 @@ class TxnProducers:
             txn.zombie_commit_acknowledged = True
         except KafkaException as exc:
             txn.note += f"zombie commit refused: {exc.args[0]}"
-        zombie.flush(5)
+        flush(zombie, 5)
         return successor
 
 
-class CopyMember:
+class CopyMember(Workers):
     """A consume-transform-produce member of one group: each batch it consumes from the
     input topic goes to the copy topic (same partition) in one transaction, with the
     group's offsets for it (`send_offsets_to_transaction`); some are aborted on purpose,
     after which the consumer is rewound to the group's committed offsets."""
+
+    JOIN_TIMEOUT_S = 3 * TXN_RETRY_DEADLINE_S
 
     def __init__(self, bootstrap: str, input_topic: str, topic: str, group: str,
                  transactional_id: str, seed: int, clock: Clock):
@@ -317,15 +322,7 @@ class CopyMember:
         self.errors: list[str] = []
         self.restarts = 0
         self.rebalances = 0
-        self._halt = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self):
-        self.thread.start()
-
-    def stop(self):
-        self._halt.set()
-        self.thread.join(timeout=3 * TXN_RETRY_DEADLINE_S)
+        super().__init__()
 
     def _consumer(self):
         from confluent_kafka import Consumer
@@ -379,7 +376,7 @@ class CopyMember:
             self.errors.append(f"copy rewind: {exc.args[0]}")
             return False
 
-    def _run(self):
+    def _run(self, _index: int):
         producer = self._producer()
         consumer = self._consumer()
         n = 0
@@ -445,7 +442,7 @@ class CopyMember:
                 txn.outcome = "unknown"
                 return self._restart(consumer)
         else:
-            producer.flush(TXN_CALL_TIMEOUT_S)
+            flush(producer, TXN_CALL_TIMEOUT_S)
             if attempt(producer.abort_transaction, "copy abort", self.errors) != Outcome.OK:
                 txn.outcome = "aborted"  # the commit was never asked for
                 return self._restart(consumer)
@@ -474,18 +471,17 @@ class Seen:
     at: float
 
 
-class LiveReader(threading.Thread):
+class LiveReader(Workers):
     """A read_committed consumer of the transactional topics during the run, from their
     beginning: the first time it was handed each value."""
 
     def __init__(self, bootstrap: str, topics: dict[str, int], clock: Clock):
-        super().__init__(daemon=True)
+        super().__init__()
         self.bootstrap, self.topics, self.clock = bootstrap, topics, clock
         self.seen: list[Seen] = []
         self._values: set[bytes] = set()
-        self._halt = threading.Event()
 
-    def run(self):
+    def _run(self, _index: int):
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         consumer = Consumer(
@@ -507,10 +503,6 @@ class LiveReader(threading.Thread):
         finally:
             consumer.close()
 
-    def stop(self):
-        self._halt.set()
-        self.join(timeout=30)
-
 
 @dataclass
 class StableOffsets:
@@ -526,15 +518,14 @@ class StableOffsets:
     at: float
 
 
-class LsoWatcher(threading.Thread):
+class LsoWatcher(Workers):
     """ListOffsets at READ_COMMITTED and then READ_UNCOMMITTED to every node in turn;
     keeps the pairs a leader answered both of under one leader epoch."""
 
     def __init__(self, hosts: dict[int, str], topics: dict[str, int], clock: Clock):
-        super().__init__(daemon=True)
+        super().__init__()
         self.hosts, self.topics, self.clock = hosts, topics, clock
         self.observations: list[StableOffsets] = []
-        self._halt = threading.Event()
 
     def ask(self, node: int) -> list[StableOffsets]:
         try:
@@ -550,15 +541,11 @@ class LsoWatcher(threading.Thread):
                 found.append(StableOffsets(node, key[0], key[1], epoch, lso, hw, now))
         return found
 
-    def run(self):
+    def _run(self, _index: int):
         while not self._halt.is_set():
             for node in self.hosts:
                 self.observations.extend(self.ask(node))
             time.sleep(WATCH_INTERVAL_S)
-
-    def stop(self):
-        self._halt.set()
-        self.join(timeout=30)
 
     def settled(self, timeout_s: float) -> tuple[bool, list[StableOffsets]]:
         """After the workload: waits until every partition's leader answers an LSO equal
@@ -666,7 +653,7 @@ class TxnWorkload:
     def halt(self):
         """Stops everything at once, without waiting (a run that failed)."""
         for part in (self.producers, self.copy, self.live, self.watcher):
-            part._halt.set()
+            part.halt()
 
     def finish(self) -> TxnHistory:
         """Lets each producer end the transaction under way, waits for the last stable
@@ -684,6 +671,9 @@ class TxnWorkload:
         committed, uncommitted = values("read_committed"), values("read_uncommitted")
         return TxnHistory(self.producers.txns + self.copy.txns, committed, uncommitted, self.live.seen,
                           self.watcher.observations, settled, last)
+
+    def failures(self) -> list[str]:
+        return [f for part in (self.producers, self.copy, self.live, self.watcher) for f in part.failures]
 
     def summary(self) -> dict:
         txns = self.producers.txns + self.copy.txns

@@ -11,6 +11,7 @@ import re
 import struct
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,41 @@ class Clock:
 
     def now(self) -> float:
         return round(time.monotonic() - self.t0, 3)
+
+
+class Workers:
+    """Each part of the workload: `count` threads, each running `self._run(index)` until
+    halted; `stop` halts them and waits for each (up to JOIN_TIMEOUT_S). A thread that
+    dies of an exception is noted in `failures`: the run then did less than it says, and
+    fails."""
+
+    JOIN_TIMEOUT_S = 30.0
+
+    def __init__(self, count: int = 1):
+        self._halt = threading.Event()
+        self.failures: list[str] = []
+        self.threads = [threading.Thread(target=self._guarded, args=(i,), daemon=True) for i in range(count)]
+
+    def _run(self, index: int) -> None:
+        raise NotImplementedError
+
+    def _guarded(self, index: int) -> None:
+        try:
+            self._run(index)
+        except Exception:  # noqa: BLE001 - reported as the run's failure
+            self.failures.append(f"{type(self).__name__} thread {index} died:\n{traceback.format_exc()}")
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def halt(self):
+        self._halt.set()
+
+    def stop(self):
+        self.halt()
+        for t in self.threads:
+            t.join(timeout=self.JOIN_TIMEOUT_S)
 
 
 @dataclass
@@ -63,8 +99,10 @@ class EosLog(logging.Handler):
                 self.lines.append(line)
 
 
-class Producers:
+class Producers(Workers):
     """Idempotent acks=all producers, each writing p<id>-<seq> round-robin over partitions."""
+
+    JOIN_TIMEOUT_S = 120.0
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, count: int, rate_per_s: float, clock: "Clock",
                  log_path: Path | None = None):
@@ -101,12 +139,7 @@ class Producers:
         self.errors: list[str] = []
         self.sent = 0
         self._lock = threading.Lock()
-        self._halt = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(count)]
-
-    def start(self):
-        for t in self.threads:
-            t.start()
+        super().__init__(count)
 
     def _run(self, index: int):
         producer = self.producers[index]
@@ -140,12 +173,6 @@ class Producers:
             with self._lock:
                 self.errors.append(f"p{index}: {remaining} records undelivered after flush")
 
-    def stop(self):
-        self._halt.set()
-        for t in self.threads:
-            t.join(timeout=120)
-
-
 def parse_value(value: bytes) -> tuple[int, int]:
     pid, seq = value.decode().removeprefix("p").split("-")
     return int(pid), int(seq)
@@ -162,8 +189,10 @@ class CommitAttempt:
     error: str = ""
 
 
-class Group:
+class Group(Workers):
     """Two members of one group, committing synchronously and only ever forward."""
+
+    JOIN_TIMEOUT_S = 60.0
 
     def __init__(self, bootstrap: str, topic: str, group: str, clock: Clock, members: int = 2):
         self.bootstrap, self.topic, self.group, self.clock = bootstrap, topic, group, clock
@@ -171,12 +200,7 @@ class Group:
         self.consumed = 0
         self.highest_attempted: dict[int, int] = {}
         self._commit_lock = threading.Lock()
-        self._halt = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(m,), daemon=True) for m in range(members)]
-
-    def start(self):
-        for t in self.threads:
-            t.start()
+        super().__init__(members)
 
     def _run(self, member: int):
         from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -232,11 +256,6 @@ class Group:
         finally:
             consumer.close()
 
-    def stop(self):
-        self._halt.set()
-        for t in self.threads:
-            t.join(timeout=60)
-
 
 @dataclass
 class Observation:
@@ -247,18 +266,17 @@ class Observation:
     group: str = ""
 
 
-class OffsetChecker(threading.Thread):
+class OffsetChecker(Workers):
     """Asks every node in turn, whether or not it is the coordinator, what the groups'
     committed offsets are: every answer given without an error is a claim that the
     offsets were committed, and the checker holds it to that."""
 
     def __init__(self, hosts: dict[int, str], groups: list[str], topic: str, partitions: int, clock: Clock):
-        super().__init__(daemon=True)
+        super().__init__()
         self.hosts, self.groups, self.topic, self.partitions, self.clock = hosts, groups, topic, partitions, clock
         self.observations: list[Observation] = []
         self.errors: dict[int, int] = {}
         self.unreachable = 0
-        self._halt = threading.Event()
 
     def ask(self, node: int, group: str) -> Observation | None:
         start = self.clock.now()
@@ -276,16 +294,12 @@ class OffsetChecker(threading.Thread):
         self.observations.append(observation)
         return observation
 
-    def run(self):
+    def _run(self, _index: int):
         while not self._halt.is_set():
             for node in self.hosts:
                 for group in self.groups:
                     self.ask(node, group)
             time.sleep(0.1)
-
-    def stop(self):
-        self._halt.set()
-        self.join(timeout=30)
 
 
 # Error codes on which a client looks for the coordinator again.
@@ -293,7 +307,7 @@ COORDINATOR_MOVED = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE
 PROBE_COMMIT_TIMEOUT_S = 8.0  # above offsets.commit.timeout.ms: the broker answers first
 
 
-class ProbeSession(threading.Thread):
+class ProbeSession(Workers):
     """A client that follows the protocol, as librdkafka's committed() does: it finds the
     coordinator with FindCoordinator, keeps it until it answers an error that says it moved
     (or cannot be reached), and reads both groups' offsets from it, in order. It also
@@ -304,7 +318,7 @@ class ProbeSession(threading.Thread):
 
     def __init__(self, hosts: dict[int, str], probe_group: str, group: str, topic: str,
                  partitions: int, clock: Clock, rng: random.Random):
-        super().__init__(daemon=True)
+        super().__init__()
         self.hosts, self.probe_group, self.group = hosts, probe_group, group
         self.topic, self.partitions, self.clock, self.rng = topic, partitions, clock, rng
         self.coordinator: int | None = None
@@ -312,7 +326,6 @@ class ProbeSession(threading.Thread):
         self.attempts: list[CommitAttempt] = []
         self.finds: list[tuple[float, int]] = []
         self.next_value = 1
-        self._halt = threading.Event()
 
     def find(self) -> int | None:
         order = list(self.hosts)
@@ -357,11 +370,7 @@ class ProbeSession(threading.Thread):
         if error == -1 or error in COORDINATOR_MOVED:
             self.coordinator = None
 
-    def run(self):
+    def _run(self, _index: int):
         while not self._halt.is_set():
             self.step()
             time.sleep(0.1)
-
-    def stop(self):
-        self._halt.set()
-        self.join(timeout=30)
