@@ -89,6 +89,9 @@ ISR full) and the workload stops. Then:
 - `no_offset_two_records`: no offset was acknowledged for two values;
 - `producer_order`: in each partition, each producer's sequence numbers increase with
   the offset;
+- `acks_without_offset_implicit`: no more acknowledgements came without an offset (-1)
+  than librdkafka logged as implicit (an earlier request's answer lost, a later one's
+  success acknowledging it), so none was the broker's answer;
 - `replicas_identical`: with all three nodes paused together, each partition's segment
   bytes are the same on every replica (every topic of the workload, `__consumer_offsets`
   and, with transactions, `__transaction_state`);
@@ -147,6 +150,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chaos_checker import (  # noqa: E402
+    check_acks_without_offset,
     check_copy,
     check_offsets,
     check_records,
@@ -399,6 +403,7 @@ def run(args: argparse.Namespace) -> dict:
             f"{checker.unreachable} unreachable); after heal {final}")
         stored = read_log(cluster.bootstrap, topic, partitions)
         checks = check_records(producers.acks, stored)
+        checks.append(check_acks_without_offset(producers.acks, producers.eos_log.implicitly_acked))
         for check in checks:
             if check.name == "no_duplicate" and not check.ok:
                 explain_duplicates(check, cluster, topic)

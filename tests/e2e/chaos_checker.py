@@ -76,6 +76,21 @@ def check_records(acks: list[Ack], log_by_partition: dict[int, dict[int, bytes]]
     ]
 
 
+def check_acks_without_offset(acks: list[Ack], implicitly_acked: int) -> Check:
+    """acks_without_offset_implicit: every acknowledgement without an offset (-1) is one
+    of librdkafka's implicit ones, which it logs (IMPLICITACK, `debug=eos`) when a request
+    whose answer was lost is acknowledged by a later request's success: a broker that
+    answered a produce, or a retry of one, with NONE and base offset -1 would show here as
+    more acknowledgements without an offset than librdkafka explains. (Kafka answers a
+    retried batch with its original offset, from the producer state.)"""
+    without = [a for a in acks if a.offset is None]
+    wrong = [] if len(without) <= implicitly_acked else [
+        f"{len(without)} acknowledged without an offset, {implicitly_acked} implicitly acknowledged by librdkafka: "
+        + ", ".join(f"p{a.producer}-{a.seq} (partition {a.partition}, t={a.at:.2f}s)" for a in without[:10])
+    ]
+    return Check("acks_without_offset_implicit", not wrong, len(acks), wrong)
+
+
 def committed_history(records: dict[int, dict[int, tuple[bytes | None, bytes | None]]], topic: str,
                       markers: dict[int, set[int]] | None = None):
     """{(group, partition): set of committed offsets} from `__consumer_offsets` as it is

@@ -110,6 +110,7 @@ def test_chaos_run_injected_faults(chaos_run):
         "no_duplicate",
         "no_offset_two_records",
         "producer_order",
+        "acks_without_offset_implicit",
         "replicas_identical",
         "acked_commit_visible",
     ],
@@ -184,6 +185,13 @@ def test_checker_takes_an_acknowledgement_without_an_offset_as_stored_anywhere_i
     assert all(c.ok for c in chaos_checker.check_records([_ack(0, 0, 0, None), _ack(0, 1, 0, None)], log))
     assert not _by_name(chaos_checker.check_records([_ack(0, 3, 0, None)], log))["no_lost_ack"].ok
     assert not _by_name(chaos_checker.check_records([_ack(0, 2, 0, None)], log))["no_lost_ack"].ok
+
+
+def test_checker_finds_an_acknowledgement_without_an_offset_librdkafka_does_not_explain():
+    acks = [_ack(0, 0, 0, 0), _ack(0, 1, 0, None), _ack(0, 2, 0, None)]
+    assert chaos_checker.check_acks_without_offset(acks, 2).ok
+    assert not chaos_checker.check_acks_without_offset(acks, 1).ok
+    assert chaos_checker.check_acks_without_offset(acks[:1], 0).ok
 
 
 def test_checker_finds_offsets_going_backwards():
