@@ -332,9 +332,12 @@ def run(args: argparse.Namespace) -> dict:
     for fault in schedule:
         log(f"  {fault.describe()}")
 
-    # Every refused produce in the nodes' logs (debug in the handler), so that a duplicate
-    # or a loss comes with the error codes the producers were given.
-    os.environ.setdefault("RILL_LOG", "info,openraft=off,rill_broker::apis::data=debug")
+    # Every refused produce and transaction marker in the nodes' logs (debug in the
+    # handlers and the marker sender), so that a duplicate, a loss or a visible aborted
+    # record comes with the error codes the clients and the coordinator were given.
+    os.environ.setdefault("RILL_LOG", "info,openraft=off,rill_broker::server::data=debug,"
+                          "rill_broker::server::txn_partition=debug,"
+                          "rill_broker::coordinator::transaction_marker=debug")
     cluster = make_cluster(workdir, net)
     preloaded = faketime is not None and any(f.kind == "clock-jump" for f in schedule)
     if preloaded:
