@@ -123,6 +123,9 @@ def attempt(call, what: str, errors: list[str], retry_deadline_s: float = TXN_RE
                 continue
             errors.append(f"{what}: {error}")
             return Outcome.FATAL
+        except SystemError as exc:  # see `flush`
+            errors.append(f"{what}: {exc}")
+            return Outcome.FATAL
 
 
 # librdkafka's log lines of the transactional clients: a fenced zombie logs a few fatal
@@ -132,14 +135,20 @@ CLIENT_LOG = logging.getLogger("chaos.txn.clients")
 CLIENT_LOG.propagate = False
 
 
-def flush(producer, timeout_s: float) -> None:
-    """Waits for the producer's deliveries; a producer in a fatal state (fenced) raises
-    its error from flush, which the transactional call after it reports anyway."""
+def flush(producer, timeout_s: float = 0.0) -> None:
+    """Waits for the producer's deliveries (or, with no timeout, serves the callbacks due).
+    A producer in a fatal state (fenced) raises its error from here, which the
+    transactional call after it reports anyway; and confluent-kafka can raise
+    SystemError from a log line handed to `CLIENT_LOG` while that error is pending
+    (seen in a long run: "LogRecord returned a result with an exception set")."""
     from confluent_kafka import KafkaException
 
     try:
-        producer.flush(timeout_s)
-    except KafkaException:
+        if timeout_s > 0:
+            producer.flush(timeout_s)
+        else:
+            producer.poll(0)
+    except (KafkaException, SystemError):
         pass
 
 
@@ -206,9 +215,10 @@ class TxnProducers(Workers):
                                  on_delivery=self._on_delivery(acks))
                 return True
             except BufferError:
-                producer.poll(0.1)
-            except KafkaException as exc:
-                txn.note += f"produce refused: {exc.args[0]}; "
+                flush(producer)
+                time.sleep(0.1)
+            except (KafkaException, SystemError) as exc:  # SystemError: see `flush`
+                txn.note += f"produce refused: {exc}; "
                 return False
         return False
 
@@ -255,18 +265,18 @@ class TxnProducers(Workers):
             # read_uncommitted control must find aborted records in the log.
             flush(producer, TXN_CALL_TIMEOUT_S)
             done = attempt(producer.abort_transaction, f"t{index} abort", self.errors)
-            producer.poll(0)
+            flush(producer)
             txn.outcome = "aborted"  # the commit was never asked for
             return producer if done == Outcome.OK else self._replace(index)
         txn.commit_started = self.clock.now()
         done = attempt(producer.commit_transaction, f"t{index} commit", self.errors)
-        producer.poll(0)
+        flush(producer)
         if done == Outcome.OK:
             txn.outcome = "committed"
             return producer
         if done == Outcome.ABORT:
             if attempt(producer.abort_transaction, f"t{index} abort", self.errors) == Outcome.OK:
-                producer.poll(0)
+                flush(producer)
                 txn.outcome = "aborted"
                 return producer
         txn.outcome = "unknown"
@@ -294,13 +304,13 @@ class TxnProducers(Workers):
             try:
                 zombie.produce(self.topic, value=value, partition=(start + k) % self.partitions,
                                on_delivery=self._on_delivery(txn.zombie_acks))
-            except (BufferError, KafkaException) as exc:
+            except (BufferError, KafkaException, SystemError) as exc:
                 txn.note += f"zombie produce refused: {exc}; "
         try:
             zombie.commit_transaction(TXN_CALL_TIMEOUT_S)
             txn.zombie_commit_acknowledged = True
-        except KafkaException as exc:
-            txn.note += f"zombie commit refused: {exc.args[0]}"
+        except (KafkaException, SystemError) as exc:
+            txn.note += f"zombie commit refused: {exc}"
         flush(zombie, 5)
         return successor
 
@@ -420,10 +430,11 @@ class CopyMember(Workers):
                         producer.produce(self.topic, value=value, partition=m.partition(), on_delivery=on_delivery)
                         break
                     except BufferError:
-                        producer.poll(0.1)
+                        flush(producer)
+                        time.sleep(0.1)
                 txn.offsets[m.partition()] = max(txn.offsets.get(m.partition(), 0), m.offset() + 1)
-        except KafkaException as exc:
-            txn.outcome, txn.note = "aborted", f"refused: {exc.args[0]}"
+        except (KafkaException, SystemError) as exc:  # SystemError: see `flush`
+            txn.outcome, txn.note = "aborted", f"refused: {exc}"
             return self._restart(consumer)
         offsets = [TopicPartition(self.input_topic, p, o) for p, o in sorted(txn.offsets.items())]
         sent = attempt(lambda t: producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), t),
@@ -434,7 +445,7 @@ class CopyMember(Workers):
         if sent == Outcome.OK and not abort:
             txn.commit_started = self.clock.now()
             done = attempt(producer.commit_transaction, "copy commit", self.errors)
-            producer.poll(0)
+            flush(producer)
             if done == Outcome.OK:
                 txn.outcome = "committed"
                 return producer, consumer
@@ -446,7 +457,7 @@ class CopyMember(Workers):
             if attempt(producer.abort_transaction, "copy abort", self.errors) != Outcome.OK:
                 txn.outcome = "aborted"  # the commit was never asked for
                 return self._restart(consumer)
-            producer.poll(0)
+            flush(producer)
         txn.outcome = "aborted"
         if not self._rewind(consumer, set(txn.offsets)):
             consumer.close()
