@@ -31,8 +31,10 @@ k of transaction n), `z<producer>-<n>-<k>` for what a zombie wrote after it was 
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -152,6 +154,44 @@ def flush(producer, timeout_s: float = 0.0) -> None:
         pass
 
 
+class Reaper:
+    """Destroys the producers the workload is done with (fenced, failed) on a thread of
+    its own, once the workload holds no reference to them: librdkafka's destroy waits for
+    the producer's broker threads, which a broker that is down can hold, and a workload
+    thread must not wait on that (one transactional producer thread sat past its 180 s
+    join in a long run, seed 104, its transaction open). A destroy that hangs here holds
+    only this thread."""
+
+    DELAY_S = 1.0
+    # How long a handed-over producer may still be referenced elsewhere before it is let
+    # go regardless (its destroy then runs where the last reference goes).
+    HOLD_MAX_S = 600.0
+
+    def __init__(self):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def discard(self, producer) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True, name="chaos-reaper")
+                self._thread.start()
+        self._queue.put((time.monotonic() + self.DELAY_S, producer))
+
+    def _run(self) -> None:
+        while True:
+            due, producer = self._queue.get()
+            time.sleep(max(0.0, due - time.monotonic()))
+            # Two references are this frame's and getrefcount's own argument.
+            while sys.getrefcount(producer) > 2 and time.monotonic() < due + self.HOLD_MAX_S:
+                time.sleep(0.1)
+            del producer  # the last reference: librdkafka's destroy runs here
+
+
+REAPER = Reaper()
+
+
 def txn_producer(bootstrap: str, transactional_id: str):
     from confluent_kafka import Producer
 
@@ -192,6 +232,7 @@ class TxnProducers(Workers):
             producer = txn_producer(self.bootstrap, self.transactional_ids[index])
             if attempt(producer.init_transactions, f"t{index} init", self.errors) == Outcome.OK:
                 return producer
+            REAPER.discard(producer)
             with self._lock:
                 self.restarts += 1
             time.sleep(0.5)
@@ -248,7 +289,7 @@ class TxnProducers(Workers):
             producer.begin_transaction()
         except KafkaException as exc:
             txn.outcome, txn.note = "aborted", f"begin refused: {exc.args[0]}"
-            return self._replace(index)
+            return self._replace(index, producer)
         produced = count // 2 if fence else count
         for k in range(produced):
             value = f"t{index}-{txn.number}-{k}".encode()
@@ -267,7 +308,7 @@ class TxnProducers(Workers):
             done = attempt(producer.abort_transaction, f"t{index} abort", self.errors)
             flush(producer)
             txn.outcome = "aborted"  # the commit was never asked for
-            return producer if done == Outcome.OK else self._replace(index)
+            return producer if done == Outcome.OK else self._replace(index, producer)
         txn.commit_started = self.clock.now()
         done = attempt(producer.commit_transaction, f"t{index} commit", self.errors)
         flush(producer)
@@ -280,11 +321,12 @@ class TxnProducers(Workers):
                 txn.outcome = "aborted"
                 return producer
         txn.outcome = "unknown"
-        return self._replace(index)
+        return self._replace(index, producer)
 
-    def _replace(self, index: int):
+    def _replace(self, index: int, old):
         with self._lock:
             self.restarts += 1
+        REAPER.discard(old)
         return self._init(index)
 
     def _fence(self, index: int, zombie, txn: Txn, count: int, start: int):
@@ -312,6 +354,7 @@ class TxnProducers(Workers):
         except (KafkaException, SystemError) as exc:
             txn.note += f"zombie commit refused: {exc}"
         flush(zombie, 5)
+        REAPER.discard(zombie)
         return successor
 
 
@@ -364,6 +407,7 @@ class CopyMember(Workers):
             producer = txn_producer(self.bootstrap, self.transactional_id)
             if attempt(producer.init_transactions, "copy init", self.errors) == Outcome.OK:
                 return producer
+            REAPER.discard(producer)
             self.restarts += 1
             time.sleep(0.5)
         return None
@@ -435,13 +479,13 @@ class CopyMember(Workers):
                 txn.offsets[m.partition()] = max(txn.offsets.get(m.partition(), 0), m.offset() + 1)
         except (KafkaException, SystemError) as exc:  # SystemError: see `flush`
             txn.outcome, txn.note = "aborted", f"refused: {exc}"
-            return self._restart(consumer)
+            return self._restart(consumer, producer)
         offsets = [TopicPartition(self.input_topic, p, o) for p, o in sorted(txn.offsets.items())]
         sent = attempt(lambda t: producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), t),
                        "copy send_offsets", self.errors)
         if sent == Outcome.FATAL:
             txn.outcome = "aborted"
-            return self._restart(consumer)
+            return self._restart(consumer, producer)
         if sent == Outcome.OK and not abort:
             txn.commit_started = self.clock.now()
             done = attempt(producer.commit_transaction, "copy commit", self.errors)
@@ -451,12 +495,12 @@ class CopyMember(Workers):
                 return producer, consumer
             if done == Outcome.FATAL or attempt(producer.abort_transaction, "copy abort", self.errors) != Outcome.OK:
                 txn.outcome = "unknown"
-                return self._restart(consumer)
+                return self._restart(consumer, producer)
         else:
             flush(producer, TXN_CALL_TIMEOUT_S)
             if attempt(producer.abort_transaction, "copy abort", self.errors) != Outcome.OK:
                 txn.outcome = "aborted"  # the commit was never asked for
-                return self._restart(consumer)
+                return self._restart(consumer, producer)
             flush(producer)
         txn.outcome = "aborted"
         if not self._rewind(consumer, set(txn.offsets)):
@@ -464,10 +508,11 @@ class CopyMember(Workers):
             consumer = self._consumer()
         return producer, consumer
 
-    def _restart(self, consumer):
+    def _restart(self, consumer, old):
         """A new producer first (its init_transactions ends the old one's transaction),
         then a new consumer, which starts from the committed offsets."""
         self.restarts += 1
+        REAPER.discard(old)
         consumer.close()
         producer = self._producer()
         return producer, (self._consumer() if producer is not None else None)

@@ -9,6 +9,7 @@ import logging
 import random
 import re
 import struct
+import sys
 import threading
 import time
 import traceback
@@ -32,8 +33,8 @@ class Clock:
 class Workers:
     """Each part of the workload: `count` threads, each running `self._run(index)` until
     halted; `stop` halts them and waits for each (up to JOIN_TIMEOUT_S). A thread that
-    dies of an exception is noted in `failures`: the run then did less than it says, and
-    fails."""
+    dies of an exception, or is still running after that, is noted in `failures` (with
+    where it is): the run then did less than it says, and fails."""
 
     JOIN_TIMEOUT_S = 30.0
 
@@ -62,6 +63,12 @@ class Workers:
         self.halt()
         for t in self.threads:
             t.join(timeout=self.JOIN_TIMEOUT_S)
+        frames = sys._current_frames()
+        for index, t in enumerate(self.threads):
+            if t.is_alive() and t.ident in frames:
+                stack = "".join(traceback.format_stack(frames[t.ident]))
+                self.failures.append(f"{type(self).__name__} thread {index} still running "
+                                     f"{self.JOIN_TIMEOUT_S:.0f}s after it was stopped, at:\n{stack}")
 
 
 @dataclass
