@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
-import chaos
+import chaos_faults
 from kafka_helpers import ADMIN_TIMEOUT_S, admin, read_all
 from netns import ensure_program
 from rill_harness import RillServer
@@ -71,10 +71,10 @@ def _produce(producer: Producer, topic: str, value: bytes) -> tuple[float, int, 
 
 
 def test_clock_jump_moves_the_wall_clock_and_loses_nothing(server):
-    library = _tool(chaos.find_libfaketime(), "libfaketime (Debian's faketime)")
-    chaos.preload_faketime(SimpleNamespace(nodes={1: server}), library)
+    library = _tool(chaos_faults.find_libfaketime(), "libfaketime (Debian's faketime)")
+    chaos_faults.preload_faketime(SimpleNamespace(nodes={1: server}), library)
     server.start()
-    assert chaos.preloaded(server, "libfaketime")
+    assert chaos_faults.preloaded(server, "libfaketime")
     topic = "clock"
     _create(server.bootstrap, topic, {"message.timestamp.type": "LogAppendTime"})
     producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all",
@@ -95,11 +95,11 @@ def test_clock_jump_moves_the_wall_clock_and_loses_nothing(server):
         pytest.fail(f"{what}: LogAppendTime still {skew_s:+.0f} s from true time after 15 s")
 
     stamped_until(0, "before any jump")
-    chaos.set_clock_offset(server, JUMP_S)
+    chaos_faults.set_clock_offset(server, JUMP_S)
     stamped_until(JUMP_S, "after a jump forward")
-    chaos.set_clock_offset(server, -JUMP_S)
+    chaos_faults.set_clock_offset(server, -JUMP_S)
     stamped_until(-JUMP_S, "after a jump back")
-    chaos.set_clock_offset(server, 0)
+    chaos_faults.set_clock_offset(server, 0)
     stamped_until(0, "back to true time")
     assert offsets == list(range(len(offsets))), offsets
     stored = read_all(server.bootstrap, topic, 1)[0]
@@ -113,7 +113,7 @@ def test_slow_disk_delays_appends_while_attached_only(server):
     _create(server.bootstrap, topic, {})
     producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "1", "linger.ms": 0})
     _produce(producer, topic, b"warm-up")
-    slow = chaos.SlowDisk(strace, server, SLOW_DISK_MS)
+    slow = chaos_faults.SlowDisk(strace, server, SLOW_DISK_MS)
     try:
         assert slow.wait_attached() == ""
         # Every append is a pwritev, held SLOW_DISK_MS before it runs.

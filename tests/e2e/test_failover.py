@@ -152,31 +152,31 @@ def test_a_leader_cut_off_from_the_quorum_stops_leading(rill_cluster_factory):
 
 def _closes_metadata(host: str) -> bool:
     """Whether a Metadata v1 request (all topics) to `host` gets its connection closed."""
-    import chaos
+    import kafka_wire
 
     try:
-        chaos._call(host, 3, 1, struct.pack(">i", -1), 5)
+        kafka_wire.call(host, 3, 1, struct.pack(">i", -1), 5)
     except ConnectionError:
         return True
     return False
 
 
 def _api_versions_answered(host: str) -> bool:
-    import chaos
+    import kafka_wire
 
-    payload, pos = chaos._call(host, 18, 0, b"", 5)
+    payload, pos = kafka_wire.call(host, 18, 0, b"", 5)
     (error,) = struct.unpack_from(">h", payload, pos)
     return error == 0
 
 
 def _offset_fetch_v1(host: str, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
     """OffsetFetch v1 sent to one node: {partition: error code}."""
-    import chaos
+    import kafka_wire
 
-    body = chaos._s(group) + struct.pack(">i", 1) + chaos._s(topic)
+    body = kafka_wire.kstring(group) + struct.pack(">i", 1) + kafka_wire.kstring(topic)
     body += struct.pack(">i", len(partitions)) + b"".join(struct.pack(">i", p) for p in partitions)
-    payload, pos = chaos._call(host, 9, 1, body, 10)
-    answered, _ = chaos.offset_fetch_partitions(payload, pos)
+    payload, pos = kafka_wire.call(host, 9, 1, body, 10)
+    answered, _ = kafka_wire.offset_fetch_partitions(payload, pos)
     return {p: error for p, (_offset, error) in answered.items()}
 
 

@@ -6,6 +6,7 @@
 //! cargo xtask chaos --minutes 30 --seed 42
 //! cargo xtask chaos --scenario coordinator-partition --seed 7
 //! cargo xtask chaos --minutes 3 --faults slow-disk,clock-jump,kill --seed 7
+//! cargo xtask chaos --minutes 10 --transactional --seed 7  # transactions and their checks
 //! cargo xtask chaos --minutes 5 -- --producers 5 --rate 200   # chaos.py's own options
 //! ```
 
@@ -18,7 +19,7 @@ use crate::test::{banner, cargo_program, ensure_venv, rill_binary};
 
 const USAGE: &str = "usage: cargo xtask chaos [--minutes N | --seconds N] [--seed N] \
                      [--scenario random|ci|coordinator-partition] [--faults KIND,...] \
-                     [-- <chaos.py options>]";
+                     [--transactional] [-- <chaos.py options>]";
 
 #[derive(Debug, PartialEq)]
 struct Options {
@@ -26,6 +27,7 @@ struct Options {
     seed: Option<u64>,
     scenario: String,
     faults: Option<String>,
+    transactional: bool,
     extra: Vec<String>,
 }
 
@@ -36,6 +38,7 @@ impl Options {
             seed: None,
             scenario: "random".to_string(),
             faults: None,
+            transactional: false,
             extra: Vec::new(),
         };
         let mut rest = args.iter();
@@ -51,6 +54,7 @@ impl Options {
                 "--seed" => options.seed = Some(value("--seed")?.parse()?),
                 "--scenario" => options.scenario = value("--scenario")?,
                 "--faults" => options.faults = Some(value("--faults")?),
+                "--transactional" => options.transactional = true,
                 "--" => {
                     options.extra.extend(rest.by_ref().cloned());
                 }
@@ -73,6 +77,9 @@ impl Options {
         }
         if let Some(faults) = &self.faults {
             args.extend(["--faults".to_string(), faults.clone()]);
+        }
+        if self.transactional {
+            args.push("--transactional".to_string());
         }
         args.extend(self.extra.iter().cloned());
         args
@@ -137,6 +144,11 @@ mod tests {
         assert_eq!(
             options.chaos_args()[5..],
             strings(&["--faults", "slow-disk,clock-jump"])[..]
+        );
+        let options = Options::parse(&strings(&["--transactional", "--seed", "3"])).unwrap();
+        assert_eq!(
+            options.chaos_args()[5..],
+            strings(&["--seed", "3", "--transactional"])[..]
         );
         assert!(Options::parse(&strings(&["--faults"])).is_err());
         assert!(Options::parse(&strings(&["--seed"])).is_err());

@@ -9,10 +9,10 @@
 //! 2. The job's partitions are grouped by their leader in the metadata image
 //!    ([`PartitionLeaders`]); each leader gets one WriteTxnMarkers request (v1) with one
 //!    marker naming its partitions, fenced by the coordinator epoch.
-//! 3. A partition answered NONE is done; one whose topic is gone
-//!    (UNKNOWN_TOPIC_OR_PARTITION from its leader, or no such partition in the image) is
-//!    done too, as Kafka drops it; a retriable error (the leader moved, not enough
-//!    replicas, a timeout, a connection that failed) is sent again after a backoff, to
+//! 3. A partition answered NONE is done; one whose topic is gone (no such partition in
+//!    the image) is done too, as Kafka drops it; a retriable error (the leader moved, not
+//!    enough replicas, a timeout, a connection that failed, UNKNOWN_TOPIC_OR_PARTITION
+//!    from a broker that has not made its replicas yet) is sent again after a backoff, to
 //!    whichever broker leads it then. A fatal error (the coordinator was fenced by a
 //!    newer epoch, the producer fenced) ends the job: the newer coordinator owns it.
 //! 4. Before every retry the job asks the coordinator whether it still waits for these
@@ -96,8 +96,6 @@ pub enum Outcome {
 pub fn outcome(error: ErrorCode) -> Outcome {
     match error {
         ErrorCode::NONE => Outcome::Done,
-        // The partition is gone: nothing to mark.
-        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION => Outcome::Done,
         ErrorCode::TRANSACTION_COORDINATOR_FENCED
         | ErrorCode::INVALID_PRODUCER_EPOCH
         | ErrorCode::PRODUCER_FENCED
@@ -106,7 +104,9 @@ pub fn outcome(error: ErrorCode) -> Outcome {
         | ErrorCode::INVALID_REQUEST => Outcome::Fatal,
         // NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS(_AFTER_APPEND), REQUEST_TIMED_OUT,
         // KAFKA_STORAGE_ERROR, UNKNOWN_SERVER_ERROR, ...: the next round asks the leader
-        // of then.
+        // of then. UNKNOWN_TOPIC_OR_PARTITION too: a broker answers it while it has no
+        // replica of the partition (just restarted, or its log directory failed), which
+        // says nothing of the topic; a deleted one leaves the image, and `plan` drops it.
         _ => Outcome::Retry,
     }
 }
@@ -434,11 +434,8 @@ mod tests {
     #[test]
     fn errors_decide_done_retry_or_stop() {
         assert_eq!(outcome(ErrorCode::NONE), Outcome::Done);
-        assert_eq!(
-            outcome(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
-            Outcome::Done
-        );
         for retriable in [
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
             ErrorCode::NOT_LEADER_OR_FOLLOWER,
             ErrorCode::NOT_ENOUGH_REPLICAS,
             ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
@@ -487,11 +484,9 @@ mod tests {
         assert_eq!(outcome(r[1].1), Outcome::Retry);
     }
 
-    /// A leader that answers NOT_LEADER_OR_FOLLOWER to the first WriteTxnMarkers and
-    /// NONE after: the job retries over a new connection, then reports the markers
-    /// written, once.
-    #[tokio::test]
-    async fn a_job_retries_a_leader_that_refused_and_then_reports_the_markers_written() {
+    /// A leader that answers `first` to the first WriteTxnMarkers and NONE after: the
+    /// job must retry over a new connection, then report the markers written, once.
+    async fn a_job_retries_a_leader_that_first_answered(first: ErrorCode) {
         use crate::coordinator::runtime::test_handle;
         use rill_protocol::generated::write_txn_markers_response::{
             WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
@@ -520,11 +515,7 @@ mod tests {
                 let marker = &request.markers[0];
                 assert_eq!(marker.coordinator_epoch, 5);
                 let n = seen.fetch_add(1, Ordering::SeqCst);
-                let error = if n == 0 {
-                    ErrorCode::NOT_LEADER_OR_FOLLOWER
-                } else {
-                    ErrorCode::NONE
-                };
+                let error = if n == 0 { first } else { ErrorCode::NONE };
                 let response = WriteTxnMarkersResponse {
                     markers: vec![WritableTxnMarkerResult {
                         producer_id: marker.producer_id,
@@ -593,8 +584,29 @@ mod tests {
         .await
         .expect("markers reported written");
         assert_eq!(written, ("t".to_string(), 7, 3));
-        assert_eq!(requests.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            requests.load(Ordering::SeqCst),
+            2,
+            "{} must be retried",
+            first.name()
+        );
         assert_eq!(still_preparing, 1, "asked once before the retry");
+    }
+
+    #[tokio::test]
+    async fn a_job_retries_a_leader_that_refused_and_then_reports_the_markers_written() {
+        a_job_retries_a_leader_that_first_answered(ErrorCode::NOT_LEADER_OR_FOLLOWER).await;
+    }
+
+    /// A broker that has just restarted (or whose log directory failed) answers
+    /// UNKNOWN_TOPIC_OR_PARTITION until it has made its replicas again: the marker was
+    /// not written, so it must be sent again, as Kafka's
+    /// `TransactionMarkerRequestCompletionHandler` does. Taking that answer for "the
+    /// topic is gone" completed a transaction without its marker on that partition, and
+    /// the producer's next commit there made the aborted records visible (chaos seed 101).
+    #[tokio::test]
+    async fn a_leader_that_does_not_host_the_partition_yet_is_asked_again() {
+        a_job_retries_a_leader_that_first_answered(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION).await;
     }
 
     /// A coordinator that no longer waits for the markers (it resigned, or the
