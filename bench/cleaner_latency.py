@@ -89,7 +89,7 @@ def main() -> None:
         server = subprocess.Popen(
             [
                 args.rill, "server", "--listen", bootstrap, "--data-dir", str(workdir / "data"),
-                "--override", "log.cleaner.backoff.ms=100",
+                "--override", "log.cleaner.backoff.ms=100", "--override", "http.listeners=",
             ],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"},
         )  # fmt: skip

@@ -73,7 +73,8 @@ def main() -> None:
     bootstrap = f"127.0.0.1:{args.port}"
     workdir = Path(tempfile.mkdtemp(prefix="rill-flush-bench-", dir=args.data_dir))
     strace_file = workdir / "strace.txt"
-    cmd = [args.rill, "server", "--listen", bootstrap, "--data-dir", str(workdir / "data")]
+    cmd = [args.rill, "server", "--listen", bootstrap, "--data-dir", str(workdir / "data"),
+           "--override", "http.listeners="]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tracer = None
     result: dict = {}

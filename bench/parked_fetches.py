@@ -122,7 +122,8 @@ def main() -> None:
     bootstrap = f"127.0.0.1:{args.port}"
     log = open(f"{data_dir}.log", "w")
     server = subprocess.Popen(
-        [args.rill, "server", "--listen", bootstrap, "--data-dir", str(data_dir)],
+        [args.rill, "server", "--listen", bootstrap, "--data-dir", str(data_dir),
+         "--override", "http.listeners="],
         stdout=subprocess.PIPE, stderr=log, text=True,
     )
     result: dict = {"fetchers": args.fetchers, "records": args.records}

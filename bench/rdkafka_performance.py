@@ -128,7 +128,7 @@ def start_server(rill: str, bootstrap: str, data_dir: Path, log) -> subprocess.P
     # Deleted topics' files go at once, so that a run's deletion frees its page cache.
     server = subprocess.Popen(
         [rill, "server", "--listen", bootstrap, "--data-dir", str(data_dir),
-         "--override", "log.segment.delete.delay.ms=0"],
+         "--override", "log.segment.delete.delay.ms=0", "--override", "http.listeners="],
         stdout=subprocess.PIPE, stderr=log, text=True,
     )
     assert server.stdout is not None

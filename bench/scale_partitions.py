@@ -55,7 +55,8 @@ class Server:
 
     def start(self, timeout_s: float) -> tuple[float, float]:
         """Spawns the server; returns (spawn time, seconds until its ready line)."""
-        args = [self.rill, "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data_dir)]
+        args = [self.rill, "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data_dir),
+                "--override", "http.listeners="]
         for kv in self.overrides:
             args += ["--override", kv]
         log = open(self.log_path, "a")

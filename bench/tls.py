@@ -62,7 +62,7 @@ def start(rill: str, plain: int, tls: int, keystore: Path, data: Path, log) -> s
         [rill, "server", "--listen", f"127.0.0.1:{plain}", "--data-dir", str(data),
          "--override", f"listeners=PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls}",
          "--override", f"ssl.keystore.location={keystore}",
-         "--override", "log.segment.delete.delay.ms=0"],
+         "--override", "log.segment.delete.delay.ms=0", "--override", "http.listeners="],
         stdout=subprocess.PIPE, stderr=log, text=True,
     )
     assert server.stdout is not None

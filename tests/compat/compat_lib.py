@@ -10,6 +10,7 @@ never outlives the gap it names.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 COMPAT_DIR = Path(__file__).resolve().parent
@@ -56,6 +58,19 @@ OPEN_AUTHORIZER = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     "allow.everyone.if.no.acl.found": "true",
 }
+
+
+@contextmanager
+def exclusive(lock_file: Path):
+    """Holds an exclusive lock on `lock_file` (made if missing): one fetch or build at a
+    time per cache, since runners, and pytest workers, may overlap."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def start_rill(directory: Path, overrides: dict[str, str] | None = None) -> RillServer:

@@ -15,15 +15,15 @@ reports it (`compat_lib.prerequisites_missing`: a failure on CI), never skips si
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import re
 import shutil
 import subprocess
 import time
-from contextlib import contextmanager
 from pathlib import Path
+
+import compat_lib
 
 COMPAT_DIR = Path(__file__).resolve().parent
 WORKSPACE_ROOT = COMPAT_DIR.parents[1]
@@ -72,15 +72,9 @@ def check_java() -> str:
     return text.splitlines()[0] if text else "java"
 
 
-@contextmanager
 def _locked(cache: Path):
     """One fetch or compile at a time per cache (runners or pytest workers may overlap)."""
-    with open(cache / ".jvm.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    return compat_lib.exclusive(cache / ".jvm.lock")
 
 
 def _digest(paths: list[Path]) -> str:

@@ -116,9 +116,24 @@ class RillServer:
             "--data-dir",
             str(self.data_dir),
         ]
-        for key, value in self.overrides.items():
+        for key, value in self.http_overrides().items():
             args += ["--override", f"{key}={value}"]
         return args + self.extra_args
+
+    def http_overrides(self) -> dict[str, str]:
+        """The overrides with `http.listeners` off unless a test asked for it: every node
+        would otherwise take the default 127.0.0.1:9644, and the second would fail."""
+        return {"http.listeners": "", **self.overrides}
+
+    def http_address(self) -> str:
+        """`HOST:PORT` of the HTTP listener (/metrics, /health/*), from the line the server
+        prints once ready; a test turns it on with `http.listeners=127.0.0.1:0`."""
+        prefix = "rill http listening on "
+        for line in reversed(self._log_since_start().splitlines()):
+            line = line.strip()
+            if line.startswith(prefix):
+                return line[len(prefix):].split()[0]
+        raise HarnessError("the server printed no HTTP listener (is http.listeners set?)")
 
     def start(self) -> "RillServer":
         if self.is_running():
@@ -317,7 +332,7 @@ class RillController(RillServer):
 
     def command(self) -> list[str]:
         args = [str(self.binary), "server", "--data-dir", str(self.data_dir)]
-        for key, value in self.overrides.items():
+        for key, value in self.http_overrides().items():
             args += ["--override", f"{key}={value}"]
         return args + self.extra_args
 

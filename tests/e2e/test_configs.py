@@ -141,13 +141,14 @@ def test_cluster_wide_and_per_broker_defaults_reach_topics_without_overrides(ril
     entry = describe(client, ResourceType.TOPIC, plain)["retention.ms"]
     assert (entry.value, entry.source) == ("604800000", ConfigSource.DEFAULT_CONFIG.value)
 
-    # Keys that are not dynamic are refused as Kafka refuses them.
+    # Keys that are not dynamic are refused as Kafka refuses them: INVALID_REQUEST on a
+    # BROKER resource, as Kafka 4.1 answers (INVALID_CONFIG is for topics).
     code, message = alter_cluster_default(rill.bootstrap, {"log.dirs": "/elsewhere"})
-    assert code == KafkaError.INVALID_CONFIG
+    assert code == KafkaError.INVALID_REQUEST
     assert "Cannot update these configs dynamically" in message
     with pytest.raises(KafkaException) as refused:
         alter(client, ResourceType.BROKER, me, {"log.retention.ms": "soon"})
-    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
 
 
 def test_create_time_older_than_before_max_ms_is_refused(rill):
@@ -275,10 +276,13 @@ def api_versions_answered(sock: socket.socket) -> bool:
 
 def test_connection_limit_per_ip_changes_at_runtime(rill):
     """max.connections.per.ip is a dynamic broker config: lowering it refuses new
-    connections beyond it at once, removing it lets them in again, and a bad value is
-    refused with INVALID_CONFIG."""
+    connections beyond it at once, max.connections.per.ip.overrides raises it for one
+    host (named, so resolved), removing them lets every connection in again, and a bad
+    value is refused with INVALID_REQUEST as Kafka refuses it."""
     code, message = alter_cluster_default(rill.bootstrap, {"max.connections.per.ip": "-1"})
-    assert code == 40, (code, message)  # INVALID_CONFIG
+    assert code == 42, (code, message)  # INVALID_REQUEST
+    code, message = alter_cluster_default(rill.bootstrap, {"max.connections.per.ip.overrides": "localhost"})
+    assert code == 42, (code, message)
     assert alter_cluster_default(rill.bootstrap, {"max.connections.per.ip": "3"}) == (0, None)
     host, port = rill.bootstrap.rsplit(":", 1)
 
@@ -296,16 +300,26 @@ def test_connection_limit_per_ip_changes_at_runtime(rill):
         TIMEOUT_S,
         "three connections answered and three refused",
     )
-    # The slots of closed connections come back once the server has seen them close.
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        try:
-            result = alter_cluster_default(rill.bootstrap, {"max.connections.per.ip": None})
-            break
-        except (AssertionError, OSError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+
+    def alter_when_admitted(entries: dict[str, str | None]) -> tuple[int, str | None]:
+        # The slots of closed connections come back once the server has seen them close.
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            try:
+                return alter_cluster_default(rill.bootstrap, entries)
+            except (AssertionError, OSError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    # `localhost` is 127.0.0.1 here, where the test connects from.
+    assert alter_when_admitted({"max.connections.per.ip.overrides": "localhost:5"}) == (0, None)
+    wait_for(
+        lambda: connect_many(6) == [True] * 5 + [False],
+        TIMEOUT_S,
+        "five connections answered and one refused",
+    )
+    result = alter_when_admitted({"max.connections.per.ip": None, "max.connections.per.ip.overrides": None})
     assert result == (0, None)
     wait_for(lambda: connect_many(6) == [True] * 6, TIMEOUT_S, "six connections answered")
 
@@ -446,3 +460,90 @@ def test_describe_topic_partitions_pages_with_a_cursor(rill):
         assert leaders == {int(broker_id(admin(rill.bootstrap)))}, page
     finally:
         kp.close()
+
+
+def test_kafka_dynamic_broker_keys_are_taken_checked_and_described(rill):
+    """The broker keys Kafka changes at run time that size what Rill does not have
+    (thread pools, Kerberos login) are taken as Kafka takes them, with its checks
+    against the current value, and described as dynamic: Kafka's tools and scripts that
+    set them work (`kafka-configs.sh --alter --entity-type brokers`, librdkafka's 0081
+    admin test, sarama's IncrementalAlterConfigs test)."""
+    client = admin(rill.bootstrap)
+    me = broker_id(client)
+    entry = describe(client, ResourceType.BROKER, me)["num.io.threads"]
+    assert (entry.value, entry.source, entry.is_read_only) == ("8", ConfigSource.DEFAULT_CONFIG.value, False)
+
+    alter(client, ResourceType.BROKER, me, {"num.io.threads": "16", "background.threads": "5"})
+    described = describe(client, ResourceType.BROKER, me)
+    for key, value in [("num.io.threads", "16"), ("background.threads", "5")]:
+        assert (described[key].value, described[key].source) == (value, ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    # At most double the current value (now 16), as Kafka's DynamicThreadPool allows.
+    with pytest.raises(KafkaException) as refused:
+        alter(client, ResourceType.BROKER, me, {"num.io.threads": "33"})
+    assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
+    assert "double the current value 16" in refused.value.args[0].str()
+    with pytest.raises(KafkaException) as refused:
+        alter(client, ResourceType.BROKER, me, {"log.cleaner.threads": "0"})
+    assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
+
+    # The legacy AlterConfigs replaces every dynamic config of the broker.
+    assert legacy_alter(rill.bootstrap, 4, me, {"sasl.kerberos.min.time.before.relogin": "30000"}) == (0, None)
+    described = describe(client, ResourceType.BROKER, me)
+    relogin = described["sasl.kerberos.min.time.before.relogin"]
+    assert (relogin.value, relogin.source) == ("30000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert described["num.io.threads"].source == ConfigSource.DEFAULT_CONFIG.value
+    alter(client, ResourceType.BROKER, me, {"sasl.kerberos.min.time.before.relogin": None})
+    relogin = describe(client, ResourceType.BROKER, me)["sasl.kerberos.min.time.before.relogin"]
+    assert (relogin.value, relogin.source) == ("60000", ConfigSource.DEFAULT_CONFIG.value)
+
+
+def test_describe_configs_with_an_empty_key_list_describes_every_config(rill):
+    """DescribeConfigs v1 with an empty (not null) key list, as sarama sends for "all":
+    Kafka's ConfigHelper answers every config, as for a null list."""
+    import socket
+    import struct
+
+    def describe(keys: bytes) -> int:
+        name = b"1"
+        body = struct.pack(">i", 1) + struct.pack(">bh", 4, len(name)) + name + keys + b"\x00"
+        header = struct.pack(">hhih", 32, 1, 5, 4) + b"test"
+        host, port = rill.bootstrap.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+            size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+            resp = sock.recv(size, socket.MSG_WAITALL)
+        pos = 4 + 4 + 4  # correlation id, throttle, results count
+        (code,) = struct.unpack_from(">h", resp, pos)
+        assert code == 0, code
+        pos += 2
+        (n,) = struct.unpack_from(">h", resp, pos)  # error message
+        pos += 2 + max(n, 0) + 1  # resource type
+        (n,) = struct.unpack_from(">h", resp, pos)  # resource name
+        pos += 2 + n
+        return struct.unpack_from(">i", resp, pos)[0]
+
+    every = describe(struct.pack(">i", -1))
+    assert every > 50, every
+    assert describe(struct.pack(">i", 0)) == every
+    assert describe(struct.pack(">i", 1) + struct.pack(">h", 8) + b"log.dirs") == 1
+
+
+def test_an_update_of_an_unknown_feature_fails_the_whole_request_as_kafka_does(rill):
+    """UpdateFeatures with one refused update: Kafka's controller answers the top-level
+    INVALID_UPDATE_VERSION ("The update failed for all features since …") and no
+    per-feature results, whatever the version; sarama and kafka-python read that error."""
+    from kafka import KafkaAdminClient
+
+    client = KafkaAdminClient(bootstrap_servers=rill.bootstrap)
+    try:
+        try:
+            client.update_features({"rill.test.unknown.feature": 1, "transaction.version": 0})
+        except Exception as error:  # noqa: BLE001 - the error class is the assertion
+            assert type(error).__name__ == "InvalidUpdateVersionError", repr(error)
+            assert "The update failed for all features since the following feature had an error" in str(error)
+        else:
+            raise AssertionError("an unknown feature was accepted")
+        # Nothing was applied: transaction.version is still finalized as before.
+        assert client.update_features({"transaction.version": 0}, validate_only=True) == {"transaction.version": "OK"}
+    finally:
+        client.close()

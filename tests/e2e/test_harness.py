@@ -69,7 +69,9 @@ def test_fixture_starts_restarts_and_stops(rill_factory, fake_binary):
     assert server.bootstrap == f"127.0.0.1:{server.port}"
     assert connects(server.bootstrap)
     starts = (server.data_dir / "starts").read_text().splitlines()
-    assert starts == [f"{server.bootstrap} group.initial.rebalance.delay.ms=0 num.partitions=1"]
+    assert starts == [
+        f"{server.bootstrap} http.listeners= group.initial.rebalance.delay.ms=0 num.partitions=1"
+    ]
     assert "fake rill: starting" in server.log_text(), "stderr must reach the log"
 
     first_pid = server.pid

@@ -165,13 +165,40 @@ CLEANED = re.compile(r"cleaned log.*?bytes_read=(\d+).*?clean_ms=([\d.]+).*?thro
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def test_cleaner_backoff_is_dynamic(rill_factory):
+    """log.cleaner.backoff.ms is dynamic, as in Kafka: a cleaner started with a ten-minute
+    wait cleans a dirty log within seconds once the wait is lowered at run time."""
+    rill = rill_factory(overrides={"log.cleaner.backoff.ms": "600000"})
+    topic = unique_topic("backoff-clean")
+    create_topic(
+        rill.bootstrap,
+        topic,
+        1,
+        {
+            "cleanup.policy": "compact",
+            "segment.bytes": "16384",
+            "min.cleanable.dirty.ratio": "0.01",
+        },
+    )
+    produce(rill.bootstrap, topic, [(f"key-{i % 10}".encode(), bytes(500)) for i in range(400)])
+
+    def cleaned() -> bool:
+        return "cleaned log" in ANSI.sub("", rill.log_text())
+
+    time.sleep(3)
+    assert not cleaned(), "the cleaner ran inside its ten-minute wait"
+    assert alter_cluster_default(rill.bootstrap, {"log.cleaner.backoff.ms": "200"}) == (0, None)
+    wait_for(cleaned, 30, "a clean once the wait is 200 ms", interval_s=0.5)
+
+
 def test_cleaner_io_bound_is_dynamic_and_slows_cleaning(rill_factory):
     """log.cleaner.io.max.bytes.per.second is a dynamic cluster-wide config: a bad value
-    is refused with INVALID_CONFIG, and a set bound makes the next clean sleep so that it
+    is refused with INVALID_REQUEST (Kafka's answer on a BROKER resource), and a set
+    bound makes the next clean sleep so that it
     reads no faster than the bound allows (the broker's `cleaned log` line says how long)."""
     rill = rill_factory(overrides=FAST_MAINTENANCE)
     key = "log.cleaner.io.max.bytes.per.second"
-    assert alter_cluster_default(rill.bootstrap, {key: "0"})[0] == 40  # INVALID_CONFIG
+    assert alter_cluster_default(rill.bootstrap, {key: "0"})[0] == 42  # INVALID_REQUEST
     rate = 1_000_000
     assert alter_cluster_default(rill.bootstrap, {key: str(rate)}) == (0, None)
     topic = unique_topic("throttled-clean")

@@ -266,7 +266,8 @@ def test_a_stopped_broker_only_node_is_unregistered_and_may_return(rill_cluster_
 def start_fails(tmp_path, *args: str) -> str:
     """Runs `rill server ARGS`, which must exit non-zero at once; returns its stderr."""
     result = subprocess.run(
-        [str(rill_binary()), "server", "--data-dir", str(tmp_path / "data"), *args],
+        [str(rill_binary()), "server", "--data-dir", str(tmp_path / "data"),
+         "--override", "http.listeners=", *args],
         capture_output=True,
         text=True,
         timeout=30,

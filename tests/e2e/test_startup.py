@@ -23,7 +23,8 @@ START_TIMEOUT_S = 30
 def run_server(*args: str) -> subprocess.CompletedProcess:
     """Runs `rill server ARGS` to completion (it must refuse to start); stderr without ANSI."""
     result = subprocess.run(
-        [str(rill_binary()), "server", *args],
+        # No HTTP listener: runs in parallel with other servers must not meet on 9644.
+        [str(rill_binary()), "server", "--override", "http.listeners=", *args],
         capture_output=True,
         text=True,
         timeout=START_TIMEOUT_S,

@@ -572,8 +572,11 @@ def test_leader_kill9_between_markers_and_completion(rill_cluster_factory):
         )
         assert got == {0: values}
     (lso, hw) = stable_offsets(cluster.bootstrap, topic, 1)[0]
-    # Two records and two markers, all stable.
-    assert (lso, hw) == (4, 4)
+    # Two records and two markers, all stable; or three markers: a leader killed after it
+    # appended the abort marker but before it answered is sent the marker again, and its
+    # successor appends it again, as Kafka's would (a marker for a transaction that is no
+    # longer open changes nothing). The reads above show no record was added.
+    assert lso == hw and hw in (4, 5), (lso, hw)
     wire = Wire(cluster.node(victim).bootstrap)
     try:
         producers = describe_producers(wire, topic)

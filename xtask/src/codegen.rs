@@ -406,7 +406,26 @@ fn api_rs(messages: &[Message], by_name: &BTreeMap<&str, &Message>) -> anyhow::R
         for p in &pairs {
             let _ = write!(o, "Self::{v}(m) => m.encoded_len(version),", v = p.1);
         }
-        o.push_str("} }\n}\n\n");
+        o.push_str("} }\n");
+        if idx == 3 {
+            // Quotas set the throttle time of any response that has one (KIP-219).
+            o.push_str(
+                "\n/// Raises the response's top-level `ThrottleTimeMs` to at least `ms`; `false` when\n\
+                 /// the response has no such field.\n\
+                 pub fn raise_throttle_time_ms(&mut self, ms: i32) -> bool { match self {",
+            );
+            for p in &pairs {
+                if p.3.fields.iter().any(|f| f.name == "ThrottleTimeMs") {
+                    let _ = write!(
+                        o,
+                        "Self::{v}(m) => {{ m.throttle_time_ms = m.throttle_time_ms.max(ms); true }}",
+                        v = p.1
+                    );
+                }
+            }
+            o.push_str("_ => false, } }\n");
+        }
+        o.push_str("}\n\n");
         let _ = writeln!(
             o,
             "impl Encodable for {side}Body {{ fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {{ {side}Body::encode(self, buf, version) }} fn encoded_len(&self, version: i16) -> usize {{ {side}Body::encoded_len(self, version) }} }}\n"

@@ -156,6 +156,32 @@ pub fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `cargo xtask librdkafka-suite [--quick] [NUMBER]...`: the `librdkafka` family alone, in
+/// full mode unless `--quick`, limited to the given test numbers (`0011 0030`) when any
+/// are given; the runner reads them from `RILL_LIBRDKAFKA_TESTS`.
+pub fn librdkafka_suite(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    let mut compat_args = vec!["--family".to_string(), "librdkafka".to_string()];
+    let mut numbers = Vec::new();
+    for arg in args {
+        match arg.as_str() {
+            "--quick" => compat_args.push(arg.clone()),
+            "-h" | "--help" => {
+                println!("usage: cargo xtask librdkafka-suite [--quick] [NUMBER]...");
+                return Ok(());
+            }
+            number if number.len() == 4 && number.bytes().all(|b| b.is_ascii_digit()) => {
+                numbers.push(number.to_string())
+            }
+            other => bail!("{other:?} is not a test number (four digits, e.g. 0011)"),
+        }
+    }
+    if !numbers.is_empty() {
+        // Read by the runner, which this process starts (xtask runs single-threaded here).
+        std::env::set_var("RILL_LIBRDKAFKA_TESTS", numbers.join(","));
+    }
+    run(root, &compat_args)
+}
+
 /// The quick step of `cargo xtask test`: every family in quick mode. Returns the counts
 /// for the tally and the names of the families that failed (after printing the table).
 pub(crate) fn quick(

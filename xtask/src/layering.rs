@@ -105,15 +105,39 @@ mod modules {
         ("data_dir_lock", &["error"]),
         ("meta_properties", &["config", "error"]),
         ("log_dir_failure", &[]),
-        ("network", &["config", "error"]),
-        ("replication", &["config", "error", "log_dir_failure"]),
+        ("rate", &[]),
+        ("metrics", &[]),
+        ("network", &["rate", "config", "error", "metrics"]),
+        (
+            "replication",
+            &["rate", "config", "error", "log_dir_failure", "metrics"],
+        ),
         (
             "coordinator",
-            &["replication", "network", "config", "error"],
+            &["replication", "network", "config", "error", "metrics"],
         ),
         (
             "server",
-            &["coordinator", "replication", "network", "config", "error"],
+            &[
+                "coordinator",
+                "replication",
+                "network",
+                "rate",
+                "config",
+                "error",
+                "metrics",
+            ],
+        ),
+        (
+            "http",
+            &[
+                "server",
+                "coordinator",
+                "replication",
+                "config",
+                "error",
+                "metrics",
+            ],
         ),
         (
             "metadata_publisher",
@@ -136,7 +160,7 @@ mod modules {
         ),
         (
             "controller_server",
-            &["shared_server", "config", "data_dir_lock", "error"],
+            &["shared_server", "http", "config", "data_dir_lock", "error"],
         ),
     ];
 

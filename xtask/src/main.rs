@@ -12,6 +12,10 @@
 //!   suite (`tests/e2e/chaos.py`) for as long as asked; its short run is in `test`.
 //! - `cargo xtask rdkafka-performance`: builds (or reuses) `rdkafka_performance` under
 //!   `target/` and prints its path, for the benchmarks.
+//! - `cargo xtask librdkafka-suite [--quick] [NUMBER]...`: librdkafka's own integration
+//!   tests against a rill cluster (the `librdkafka` compat family), all or some numbers.
+//! - `cargo xtask compatibility [--check]`: writes (or checks) the API table of
+//!   `COMPATIBILITY.md` from what the broker offers and what Kafka 4.1 offers.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -22,6 +26,7 @@
 mod chaos;
 mod codegen;
 mod compat;
+mod compatibility;
 mod layering;
 mod rdkafka_performance;
 mod test;
@@ -36,8 +41,10 @@ fn main() -> anyhow::Result<()> {
         Some("chaos") => chaos::run(&workspace_root(), &args[1..]),
         Some("test") => test::run(&workspace_root(), &args[1..]),
         Some("rdkafka-performance") => rdkafka_performance::run(&workspace_root(), &args[1..]),
+        Some("librdkafka-suite") => compat::librdkafka_suite(&workspace_root(), &args[1..]),
+        Some("compatibility") => compatibility::run(&workspace_root(), &args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <codegen [--check] | test [args] | compat [args] | chaos [args] | rdkafka-performance>");
+            eprintln!("usage: cargo xtask <codegen [--check] | test [args] | compat [args] | chaos [args] | rdkafka-performance | librdkafka-suite [--quick] [NUMBER]... | compatibility [--check]>");
             std::process::exit(2);
         }
     }

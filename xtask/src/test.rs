@@ -383,7 +383,10 @@ pub(crate) fn ensure_venv(root: &Path) -> anyhow::Result<PathBuf> {
     let stamp = venv.join(VENV_STAMP);
 
     let up_to_date = std::fs::read_to_string(&stamp).is_ok_and(|pins| pins == requirements)
-        && quiet(Command::new(&python).args(["-c", "import pytest, confluent_kafka, kafka"]));
+        && quiet(Command::new(&python).args([
+            "-c",
+            "import pytest, confluent_kafka, kafka, prometheus_client",
+        ]));
     if up_to_date {
         println!("    reusing {} (pins unchanged)", venv.display());
         return Ok(python);

@@ -392,6 +392,8 @@ mod tests {
         let mut config = BrokerConfig::default();
         config.set("listeners", "127.0.0.1:0");
         config.set("log.dirs", &dir.path().display().to_string());
+        // Off: tests run in parallel and would all take the default 9644.
+        config.set("http.listeners", "");
         let server = Server::start(config).await.unwrap();
         let broker = server.broker.clone();
         let deadline = tokio::time::Instant::now() + WAIT;

@@ -345,7 +345,7 @@ pub fn topic_config_def(name: &str) -> Option<&'static TopicConfigDef> {
 /// Checks a value against a config's type and Kafka's allowed values.
 pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
     let Some(d) = topic_config_def(name) else {
-        return Err(format!("unknown topic config name: {name}"));
+        return Err(format!("Unknown topic config name: {name}"));
     };
     let ok = match d.config_type {
         ConfigType::Boolean => matches!(value, "true" | "false"),
@@ -438,36 +438,260 @@ fn validate_throttled_replicas(name: &str, value: &str) -> Result<(), String> {
 }
 
 /// Whether a broker key may be changed at run time through IncrementalAlterConfigs /
-/// AlterConfigs on the BROKER resource (Kafka's `DynamicBrokerConfig.AllDynamicConfigs`,
-/// restricted to what Rill applies live): the broker keys that supply topic defaults
-/// (`log.retention.ms`, `log.segment.bytes`, `compression.type`, `message.max.bytes`,
-/// `min.insync.replicas`, `log.cleaner.*` topic defaults, …). Every topic log without
-/// an override is reconfigured when one changes. Listener, thread-pool and quota keys,
-/// which Kafka also accepts, are read once at start-up here and so are refused.
+/// AlterConfigs on the BROKER resource (Kafka's `DynamicBrokerConfig.AllDynamicConfigs`):
+/// the broker keys that supply topic defaults (`log.retention.ms`, `log.segment.bytes`,
+/// `compression.type`, `message.max.bytes`, `min.insync.replicas`, `log.cleaner.*` topic
+/// defaults, …), every topic log without an override being reconfigured when one
+/// changes; and the keys of [`DYNAMIC_BROKER_KEYS`].
 pub fn is_dynamic_broker_config(key: &str) -> bool {
-    topic_config_for_broker_key(key).is_some() || DYNAMIC_BROKER_ONLY.contains(&key)
+    topic_config_for_broker_key(key).is_some() || dynamic_broker_key(key).is_some()
 }
 
 /// Whether `key` is one of the dynamic broker keys that are no topic's default.
 pub fn is_dynamic_broker_only(key: &str) -> bool {
-    DYNAMIC_BROKER_ONLY.contains(&key)
+    dynamic_broker_key(key).is_some()
 }
 
-/// Broker keys that are no topic's default yet change at runtime: Kafka's
+/// The entry of [`DYNAMIC_BROKER_KEYS`] for `key`.
+pub fn dynamic_broker_key(key: &str) -> Option<&'static DynamicBrokerKey> {
+    DYNAMIC_BROKER_KEYS.iter().find(|d| d.name == key)
+}
+
+/// What Rill does with a dynamic broker key's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DynamicUse {
+    /// Read again each time it is used, so a change applies at once.
+    Live,
+    /// Accepted, checked and described as Kafka does, so that Kafka's tools and the
+    /// scripts written for them can set it; it sizes or tunes something Rill does not
+    /// have (one of Kafka's thread pools, a Kerberos login), so it changes nothing.
+    NoEffect,
+}
+
+/// How a value of a dynamic broker key is checked, after Kafka's `ConfigDef` types and
+/// validators and its reconfigurables' own checks.
+#[derive(Debug, Clone, Copy)]
+enum Check {
+    /// A whole number of at least this.
+    AtLeast(i64),
+    /// A number above zero.
+    Positive,
+    /// Any number.
+    Number,
+    /// Kafka's `DynamicThreadPool` (and the network threads): at least 1, and within
+    /// half and double of this broker's current value.
+    ThreadCount,
+    /// Kafka's log cleaner: at least 1, and at most double the current value.
+    CleanerThreads,
+    /// `max.connections.per.ip.overrides`: `host:count` entries, comma separated.
+    PerIpOverrides,
+    /// Any text.
+    Text,
+}
+
+/// A broker key that is no topic's default yet changes at run time, as Kafka lists it.
+#[derive(Debug)]
+pub struct DynamicBrokerKey {
+    pub name: &'static str,
+    pub config_type: ConfigType,
+    check: Check,
+    pub usage: DynamicUse,
+}
+
+const fn dynamic(
+    name: &'static str,
+    config_type: ConfigType,
+    check: Check,
+    usage: DynamicUse,
+) -> DynamicBrokerKey {
+    DynamicBrokerKey {
+        name,
+        config_type,
+        check,
+        usage,
+    }
+}
+
+/// The dynamic broker keys that are no topic's default. Live ones: Kafka's
 /// `DynamicConnectionQuota` keys, which the listener reads for every connection it
 /// accepts (connections already open stay open when a limit is lowered), and the log
 /// cleaner's keys of Kafka's `LogCleaner.ReconfigurableConfigs` that Rill has, which the
-/// cleaner reads for every clean. The replication throttle's rates are stored and
-/// described as Kafka does, so that `kafka-reassign-partitions.sh` can set and remove
-/// them, but not enforced yet (issue #17, item 5).
-const DYNAMIC_BROKER_ONLY: &[&str] = &[
-    "max.connections",
-    "max.connections.per.ip",
-    "log.cleaner.io.max.bytes.per.second",
-    "log.cleaner.dedupe.buffer.size",
-    "leader.replication.throttled.rate",
-    "follower.replication.throttled.rate",
-    "replica.alter.log.dirs.io.max.bytes.per.second",
+/// cleaner reads for every clean and every wait, and the replication throttles, which
+/// a follower's fetch reads on the leader and the metadata publisher hands the fetchers.
+/// The rest size Kafka's thread
+/// pools (tokio schedules Rill's tasks on one pool sized by the machine), the cleaner's
+/// I/O buffers (Rill's cleaner reads through the page cache and sizes its offset map by
+/// `log.cleaner.dedupe.buffer.size` alone) and Kafka's Kerberos and SASL login (Rill has
+/// no GSSAPI, and no SASL login of its own to refresh).
+pub static DYNAMIC_BROKER_KEYS: &[DynamicBrokerKey] = &[
+    dynamic(
+        "max.connections",
+        ConfigType::Int,
+        Check::AtLeast(0),
+        DynamicUse::Live,
+    ),
+    dynamic(
+        "max.connections.per.ip",
+        ConfigType::Int,
+        Check::AtLeast(0),
+        DynamicUse::Live,
+    ),
+    dynamic(
+        "max.connection.creation.rate",
+        ConfigType::Int,
+        Check::AtLeast(0),
+        DynamicUse::Live,
+    ),
+    dynamic(
+        "max.connections.per.ip.overrides",
+        ConfigType::String,
+        Check::PerIpOverrides,
+        DynamicUse::Live,
+    ),
+    dynamic(
+        "log.cleaner.io.max.bytes.per.second",
+        ConfigType::Double,
+        Check::Positive,
+        DynamicUse::Live,
+    ),
+    dynamic(
+        "log.cleaner.dedupe.buffer.size",
+        ConfigType::Long,
+        Check::AtLeast(MIN_DEDUPE_BUFFER_BYTES),
+        DynamicUse::Live,
+    ),
+    dynamic(
+        "log.cleaner.backoff.ms",
+        ConfigType::Long,
+        Check::AtLeast(0),
+        DynamicUse::Live,
+    ),
+    dynamic(
+        "leader.replication.throttled.rate",
+        ConfigType::Long,
+        Check::AtLeast(0),
+        DynamicUse::Live,
+    ),
+    dynamic(
+        "follower.replication.throttled.rate",
+        ConfigType::Long,
+        Check::AtLeast(0),
+        DynamicUse::Live,
+    ),
+    dynamic(
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        ConfigType::Long,
+        Check::AtLeast(0),
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "log.cleaner.threads",
+        ConfigType::Int,
+        Check::CleanerThreads,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "log.cleaner.io.buffer.size",
+        ConfigType::Int,
+        Check::AtLeast(0),
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "log.cleaner.io.buffer.load.factor",
+        ConfigType::Double,
+        Check::Number,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "background.threads",
+        ConfigType::Int,
+        Check::ThreadCount,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "num.io.threads",
+        ConfigType::Int,
+        Check::ThreadCount,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "num.network.threads",
+        ConfigType::Int,
+        Check::ThreadCount,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "num.recovery.threads.per.data.dir",
+        ConfigType::Int,
+        Check::ThreadCount,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "num.replica.fetchers",
+        ConfigType::Int,
+        Check::ThreadCount,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "sasl.kerberos.kinit.cmd",
+        ConfigType::String,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "sasl.kerberos.min.time.before.relogin",
+        ConfigType::Long,
+        Check::Number,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "sasl.kerberos.principal.to.local.rules",
+        ConfigType::List,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "sasl.kerberos.service.name",
+        ConfigType::String,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "sasl.kerberos.ticket.renew.jitter",
+        ConfigType::Double,
+        Check::Number,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "sasl.kerberos.ticket.renew.window.factor",
+        ConfigType::Double,
+        Check::Number,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "sasl.login.refresh.buffer.seconds",
+        ConfigType::Int,
+        Check::Number,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "sasl.login.refresh.min.period.seconds",
+        ConfigType::Int,
+        Check::Number,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "sasl.login.refresh.window.factor",
+        ConfigType::Double,
+        Check::Number,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "sasl.login.refresh.window.jitter",
+        ConfigType::Double,
+        Check::Number,
+        DynamicUse::NoEffect,
+    ),
 ];
 
 /// Kafka's `log.cleaner.io.max.bytes.per.second` default, `Double.MaxValue` as Java
@@ -481,47 +705,117 @@ pub fn topic_config_for_broker_key(key: &str) -> Option<&'static TopicConfigDef>
         .find(|d| d.broker_key == key && key != NO_BROKER_KEY)
 }
 
-/// Checks a value for a dynamic broker key: its type and allowed values are those of the
-/// topic config it is the default of.
+/// Checks a value for a dynamic broker key on its own: its type and bounds (those of the
+/// topic config it is the default of, if it is one), with Kafka's messages. See
+/// [`validate_broker_change_of`] for the checks against the current value.
 pub fn validate_broker_config(key: &str, value: &str) -> Result<(), String> {
     let invalid = |why: &str| format!("Invalid value {value} for configuration {key}: {why}");
-    match key {
-        "max.connections" | "max.connections.per.ip" => {
-            return match value.trim().parse::<i32>() {
-                Ok(v) if v >= 0 => Ok(()),
-                _ => Err(invalid("Value must be at least 0")),
-            };
-        }
-        "log.cleaner.io.max.bytes.per.second" => {
-            // Java's Double.parseDouble takes the default's "1.7976931348623157E308";
-            // Rust's f64 parser does too. Zero or less would stop the cleaner forever.
-            return match value.trim().parse::<f64>() {
-                Ok(v) if v > 0.0 && !v.is_nan() => Ok(()),
-                _ => Err(invalid("Value must be a number above 0")),
-            };
-        }
-        "leader.replication.throttled.rate"
-        | "follower.replication.throttled.rate"
-        | "replica.alter.log.dirs.io.max.bytes.per.second" => {
-            return match value.trim().parse::<i64>() {
-                Ok(v) if v >= 0 => Ok(()),
-                _ => Err(invalid("Value must be at least 0")),
-            };
-        }
-        "log.cleaner.dedupe.buffer.size" => {
-            return match value.trim().parse::<i64>() {
-                Ok(v) if v >= MIN_DEDUPE_BUFFER_BYTES => Ok(()),
-                _ => Err(invalid(&format!(
-                    "Value must be at least {MIN_DEDUPE_BUFFER_BYTES}"
-                ))),
-            };
-        }
-        _ => {}
-    }
-    let Some(d) = topic_config_for_broker_key(key) else {
-        return Err(format!("Cannot update these configs dynamically: {key}"));
+    let Some(d) = dynamic_broker_key(key) else {
+        let Some(d) = topic_config_for_broker_key(key) else {
+            return Err(format!("Cannot update these configs dynamically: {key}"));
+        };
+        return validate_topic_config(d.name, value).map_err(|m| m.replace(d.name, key));
     };
-    validate_topic_config(d.name, value).map_err(|m| m.replace(d.name, key))
+    let v = value.trim();
+    let whole = || match d.config_type {
+        ConfigType::Int => v
+            .parse::<i32>()
+            .map(i64::from)
+            .map_err(|_| invalid("Not a number of type INT")),
+        _ => v
+            .parse::<i64>()
+            .map_err(|_| invalid("Not a number of type LONG")),
+    };
+    // Java's Double.parseDouble takes the default's "1.7976931348623157E308"; so does
+    // Rust's f64 parser.
+    let number = || {
+        v.parse::<f64>()
+            .ok()
+            .filter(|x| !x.is_nan())
+            .ok_or_else(|| invalid("Not a number of type DOUBLE"))
+    };
+    match d.check {
+        Check::AtLeast(min) => {
+            if whole()? < min {
+                return Err(invalid(&format!("Value must be at least {min}")));
+            }
+        }
+        // Zero would stop the cleaner forever.
+        Check::Positive => {
+            if number()? <= 0.0 {
+                return Err(invalid("Value must be a number above 0"));
+            }
+        }
+        Check::Number if d.config_type == ConfigType::Double => {
+            number()?;
+        }
+        Check::Number => {
+            whole()?;
+        }
+        Check::ThreadCount | Check::CleanerThreads => {
+            if whole()? < 1 {
+                return Err(invalid("Value must be at least 1"));
+            }
+        }
+        Check::PerIpOverrides => {
+            parse_per_ip_overrides(v).map_err(|e| invalid(&e))?;
+        }
+        Check::Text => {}
+    }
+    Ok(())
+}
+
+/// The checks of a dynamic broker key's new value that depend on the value it replaces
+/// (this broker's current one), as Kafka's reconfigurables make them: a thread pool may
+/// shrink to half or grow to double at most, the cleaner's threads grow to double.
+pub fn validate_broker_change_of(
+    key: &str,
+    value: &str,
+    current: Option<&str>,
+) -> Result<(), String> {
+    validate_broker_config(key, value)?;
+    let (Some(d), Ok(new), Some(Ok(old))) = (
+        dynamic_broker_key(key),
+        value.trim().parse::<i64>(),
+        current.map(|c| c.trim().parse::<i64>()),
+    ) else {
+        return Ok(());
+    };
+    if new == old {
+        return Ok(());
+    }
+    match d.check {
+        Check::ThreadCount if new < old / 2 => Err(format!(
+            "Dynamic thread count update validation failed for {key}={value}, value should be at least half the current value {old}"
+        )),
+        Check::ThreadCount if new > old.saturating_mul(2) => Err(format!(
+            "Dynamic thread count update validation failed for {key}={value}, value should not be greater than double the current value {old}"
+        )),
+        Check::CleanerThreads if new > old.saturating_mul(2) => Err(format!(
+            "Log cleaner threads cannot be increased to more than double the current value {old}"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `max.connections.per.ip.overrides` (`host:count,host:count`) as its entries; a host
+/// is an IP address or a name the listener resolves.
+pub fn parse_per_ip_overrides(value: &str) -> Result<Vec<(String, usize)>, String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|entry| {
+            let (host, count) = entry
+                .rsplit_once(':')
+                .filter(|(h, _)| !h.trim().is_empty())
+                .ok_or_else(|| format!("entry {entry:?} is not host:count"))?;
+            let count = count.trim().parse::<usize>().map_err(|_| {
+                format!("the count of {entry:?} is not a whole number of at least 0")
+            })?;
+            Ok((host.trim().to_string(), count))
+        })
+        .collect()
 }
 
 /// The smallest `log.cleaner.dedupe.buffer.size` accepted: Kafka asks for room for at
@@ -736,16 +1030,25 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("group.max.session.timeout.ms", "1800000"),
     ("group.max.size", "2147483647"),
     ("group.min.session.timeout.ms", "6000"),
+    // Rill's HTTP listener (/metrics, /health/*), like Redpanda's admin API port; empty
+    // turns it off.
+    ("http.listeners", "127.0.0.1:9644"),
     ("leader.imbalance.check.interval.seconds", "300"),
     ("leader.replication.throttled.rate", "9223372036854775807"),
     ("listeners", "PLAINTEXT://127.0.0.1:9092"),
     ("log.cleaner.backoff.ms", "15000"),
+    // `text` or `json` (tracing-subscriber's JSON lines); `--log-format` sets it.
+    ("log.format", "text"),
     ("log.cleaner.dedupe.buffer.size", "134217728"),
     ("log.cleaner.io.max.bytes.per.second", CLEANER_IO_UNBOUNDED),
     ("log.dirs", "./rill-data"),
     ("log.retention.check.interval.ms", "300000"),
+    ("max.connection.creation.rate", "2147483647"),
     ("max.connections", "2147483647"),
     ("max.connections.per.ip", "2147483647"),
+    // Per-partition series on /metrics only while this broker hosts at most this many
+    // partitions (bounds the page's cardinality); 0 turns them off.
+    ("metrics.partition.series.max", "1000"),
     ("max.request.partition.size.limit", "2000"),
     ("node.id", "1"),
     ("num.partitions", "1"),
@@ -757,6 +1060,10 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("offsets.topic.segment.bytes", "104857600"),
     ("process.roles", "broker,controller"),
     ("queued.max.request.bytes", "104857600"),
+    ("quota.window.num", "11"),
+    ("quota.window.size.seconds", "1"),
+    ("replication.quota.window.num", "11"),
+    ("replication.quota.window.size.seconds", "1"),
     ("queued.max.requests", "500"),
     (
         "replica.alter.log.dirs.io.max.bytes.per.second",
@@ -777,11 +1084,30 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("transaction.state.log.replication.factor", "1"),
     ("transaction.state.log.segment.bytes", "104857600"),
     ("transactional.id.expiration.ms", "604800000"),
+    ("background.threads", "10"),
+    ("log.cleaner.io.buffer.load.factor", "0.9"),
+    ("log.cleaner.io.buffer.size", "524288"),
+    ("log.cleaner.threads", "1"),
+    ("max.connections.per.ip.overrides", ""),
+    ("num.io.threads", "8"),
+    ("num.network.threads", "3"),
+    ("num.recovery.threads.per.data.dir", "2"),
+    ("sasl.kerberos.kinit.cmd", "/usr/bin/kinit"),
+    ("sasl.kerberos.min.time.before.relogin", "60000"),
+    ("sasl.kerberos.principal.to.local.rules", "DEFAULT"),
+    ("sasl.kerberos.ticket.renew.jitter", "0.05"),
+    ("sasl.kerberos.ticket.renew.window.factor", "0.8"),
+    ("sasl.login.refresh.buffer.seconds", "300"),
+    ("sasl.login.refresh.min.period.seconds", "60"),
+    ("sasl.login.refresh.window.factor", "0.8"),
+    ("sasl.login.refresh.window.jitter", "0.05"),
 ];
 
 /// Broker keys Rill reads that have no default of their own (unset means "not given").
 const KEYS_WITHOUT_DEFAULT: &[&str] = &[
     "advertised.listeners",
+    // Kafka's default is null (see `DYNAMIC_BROKER_KEYS`).
+    "sasl.kerberos.service.name",
     // The authorizer's own keys (Kafka passes them to it; they are no KafkaConfig).
     "allow.everyone.if.no.acl.found",
     "broker.rack",
@@ -825,18 +1151,13 @@ const UNIT_SYNONYMS: &[(&str, &[(&str, i64)])] = &[
 ];
 
 /// Kafka broker keys Rill accepts and deliberately ignores, so that a `server.properties`
-/// written for Kafka starts without a warning for each: they size thread pools and
-/// socket buffers that Rill does not have (tokio schedules its tasks). Keep this list
+/// written for Kafka starts without a warning for each: they size socket buffers that
+/// Rill leaves to the kernel (Kafka's thread-pool keys are dynamic, and so in
+/// [`DYNAMIC_BROKER_KEYS`]). Keep this list
 /// short and explicit: a key here is never warned about, so it must be one whose absence
 /// of effect a user cannot be relying on.
-pub static IGNORED_KAFKA_KEYS: &[&str] = &[
-    "background.threads",
-    "num.io.threads",
-    "num.network.threads",
-    "num.recovery.threads.per.data.dir",
-    "socket.receive.buffer.bytes",
-    "socket.send.buffer.bytes",
-];
+pub static IGNORED_KAFKA_KEYS: &[&str] =
+    &["socket.receive.buffer.bytes", "socket.send.buffer.bytes"];
 
 /// A key set in the file or an override that Rill does not know: a typo, or a Kafka
 /// setting Rill does not implement. Either way the setting does not apply.
@@ -1081,6 +1402,22 @@ impl BrokerConfig {
                      address (or localhost) and a port from 0 to 65535"
             ))
         })
+    }
+
+    /// `http.listeners`: the HTTP listener's address (one `HOST:PORT`, an optional
+    /// `http://` in front), `None` when the value is empty.
+    pub fn http_listener(&self) -> Result<Option<SocketAddr>, BrokerError> {
+        let raw = self.get("http.listeners").unwrap_or_default().trim();
+        let raw = raw.strip_prefix("http://").unwrap_or(raw);
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        if raw.contains(',') {
+            return Err(BrokerError::Config(format!(
+                "http.listeners: invalid value {raw:?}: one HOST:PORT (or empty for none)"
+            )));
+        }
+        Self::parse_addr("http.listeners", raw).map(Some)
     }
 
     /// `controller.listener.names`: the listeners that serve the controller quorum, never
@@ -1469,6 +1806,29 @@ impl BrokerConfig {
         self.parse("default.replication.factor")
     }
 
+    /// `quota.window.num` and `quota.window.size.seconds`: the samples client quotas are
+    /// measured over, each at least 1 as Kafka's `atLeast(1)` checks.
+    pub fn quota_windows(&self) -> Result<(u32, u64), BrokerError> {
+        self.windows("quota.window")
+    }
+
+    /// `replication.quota.window.num` and `replication.quota.window.size.seconds`: the
+    /// samples replication throttles are measured over.
+    pub fn replication_quota_windows(&self) -> Result<(u32, u64), BrokerError> {
+        self.windows("replication.quota.window")
+    }
+
+    fn windows(&self, prefix: &str) -> Result<(u32, u64), BrokerError> {
+        let samples: u32 = self.parse(&format!("{prefix}.num"))?;
+        let seconds: u64 = self.parse(&format!("{prefix}.size.seconds"))?;
+        if samples < 1 || seconds < 1 {
+            return Err(BrokerError::Config(format!(
+                "{prefix}.num ({samples}) and {prefix}.size.seconds ({seconds}) must be at least 1"
+            )));
+        }
+        Ok((samples, seconds))
+    }
+
     pub fn socket_request_max_bytes(&self) -> Result<usize, BrokerError> {
         self.parse("socket.request.max.bytes")
     }
@@ -1563,12 +1923,9 @@ impl BrokerConfig {
         self.socket_request_max_bytes()?;
         self.group_config()?;
         self.transaction_config()?;
-        for key in [
-            "log.cleaner.io.max.bytes.per.second",
-            "log.cleaner.dedupe.buffer.size",
-        ] {
-            if let Some(v) = self.props.get(key) {
-                validate_broker_config(key, v).map_err(BrokerError::Config)?;
+        for d in DYNAMIC_BROKER_KEYS {
+            if let Some(v) = self.props.get(d.name) {
+                validate_broker_config(d.name, v).map_err(BrokerError::Config)?;
             }
         }
         if let Some(v) = self.props.get("offsets.topic.segment.bytes") {
@@ -1626,6 +1983,27 @@ fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_listeners_is_one_address_or_off() {
+        let mut c = BrokerConfig::default();
+        assert_eq!(
+            c.http_listener().unwrap(),
+            Some("127.0.0.1:9644".parse().unwrap())
+        );
+        c.set("http.listeners", "");
+        assert_eq!(c.http_listener().unwrap(), None);
+        c.set("http.listeners", " http://localhost:0 ");
+        assert_eq!(
+            c.http_listener().unwrap(),
+            Some("127.0.0.1:0".parse().unwrap())
+        );
+        c.set("http.listeners", "127.0.0.1:1,127.0.0.1:2");
+        assert!(c.http_listener().is_err());
+        c.set("http.listeners", "nowhere:80");
+        let e = c.http_listener().unwrap_err().to_string();
+        assert!(e.contains("http.listeners"), "{e}");
+    }
 
     #[test]
     fn defaults_give_a_single_node_on_9092() {

@@ -6,12 +6,15 @@
 //! it), hosts no partitions and runs no metadata publisher: the quorum's own state
 //! machine applies the committed records to the image the controller decides from, and
 //! that is all a controller needs. Brokers reach it over the quorum port only, with
-//! forwarded controller events and, for broker-only nodes, their join as observers.
+//! forwarded controller events and, for broker-only nodes, their join as observers. Its
+//! HTTP listener (`http.listeners`) serves the health checks and the process's and the
+//! quorum's metrics.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rill_metadata::MetadataQuorum;
+use tokio::sync::watch;
 
 use crate::config::BrokerConfig;
 use crate::data_dir_lock::DataDirLock;
@@ -23,8 +26,12 @@ pub struct ControllerServer {
     pub controller_addr: SocketAddr,
     pub cluster_id: String,
     pub quorum: Arc<MetadataQuorum>,
+    /// The HTTP listener's address (`http.listeners`), `None` when it is off.
+    pub http_addr: Option<SocketAddr>,
     /// The data directory's lock (the metadata log is in it), held while this node runs.
     data_dir_lock: Arc<DataDirLock>,
+    shutdown: watch::Sender<bool>,
+    http_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ControllerServer {
@@ -53,13 +60,35 @@ impl ControllerServer {
                     .into(),
             ));
         }
+        let metrics_settings = crate::http::MetricsSettings::from_config(&config)?;
         crate::shared_server::log_data_dir(&data_dir_lock, None);
         let (quorum, cluster_id) = crate::shared_server::start_quorum(&config, roles).await?;
+        let quorum = Arc::new(quorum);
+        let http_listener = crate::http::bind(&config).await?;
+        let http_addr = match &http_listener {
+            Some(l) => Some(
+                l.local_addr()
+                    .map_err(|e| BrokerError::Config(format!("http.listeners: {e}")))?,
+            ),
+            None => None,
+        };
+        let (shutdown, rx) = watch::channel(false);
+        let http_task = http_listener.map(|l| {
+            tokio::spawn(crate::http::serve(
+                l,
+                crate::http::Source::Controller(quorum.clone()),
+                metrics_settings,
+                rx,
+            ))
+        });
         Ok(Self {
             controller_addr: quorum.local_addr(),
             cluster_id,
-            quorum: Arc::new(quorum),
+            quorum,
+            http_addr,
             data_dir_lock,
+            shutdown,
+            http_task,
         })
     }
 
@@ -70,6 +99,11 @@ impl ControllerServer {
 
     /// Leaves the quorum: stops Raft and the listener. The files stay for the next start.
     pub async fn shutdown(self) {
+        // The listener holds the quorum: stopped first, so that the quorum can stop.
+        let _ = self.shutdown.send(true);
+        if let Some(http) = self.http_task {
+            let _ = http.await;
+        }
         match Arc::try_unwrap(self.quorum) {
             Ok(quorum) => {
                 if let Err(e) = quorum.shutdown().await {

@@ -17,8 +17,10 @@
 //! ISR, fetchers, log maintenance), [`coordinator`] (the runtime that hosts the group
 //! coordinator on `__consumer_offsets`), [`metadata_publisher`] (metadata image changes
 //! turned into actions on the parts above), [`broker_lifecycle`] (registration,
-//! heartbeats, the lease), and the leaves (`config`, `error`, `log_dir_failure`,
-//! `data_dir_lock`, `meta_properties`, `shared_server`). This file only assembles them.
+//! heartbeats, the lease), [`http`] (the HTTP listener: `/metrics`, `/health/live`,
+//! `/health/ready`), and the leaves (`config`, `error`, `log_dir_failure`,
+//! `data_dir_lock`, `meta_properties`, `shared_server`, [`metrics`], the counters the
+//! request paths update). This file only assembles them.
 //! Record validation, offsets and recovery live in `rill-storage`, the controller's
 //! decisions in `rill-metadata`, the group state machine in `rill-group`, the codec in
 //! `rill-protocol`.
@@ -29,10 +31,13 @@ pub mod controller_server;
 pub mod coordinator;
 pub mod data_dir_lock;
 pub mod error;
+pub mod http;
 pub mod log_dir_failure;
 pub mod meta_properties;
 pub mod metadata_publisher;
+pub mod metrics;
 pub mod network;
+pub mod rate;
 pub mod replication;
 pub mod server;
 mod shared_server;
@@ -69,9 +74,12 @@ pub struct Server {
     /// Where the controller quorum listens on this node (on a broker-only node: where it
     /// receives the metadata log as an observer).
     pub controller_addr: SocketAddr,
+    /// The HTTP listener's address (`http.listeners`), `None` when it is off.
+    pub http_addr: Option<SocketAddr>,
     pub broker: Arc<Broker>,
     shutdown: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    http_task: Option<tokio::task::JoinHandle<()>>,
     lifecycle: broker_lifecycle::LifecycleHandle,
     /// The data directory's lock, held while this server may write to it.
     data_dir_lock: Arc<DataDirLock>,
@@ -133,6 +141,20 @@ impl Server {
             bound.push((l, local));
             listeners.push(network::Listener { tcp, security });
         }
+        // Bound before the broker registers, so that a port taken fails the start and
+        // `/health/ready` answers 503 until the broker is ready.
+        let metrics_settings = http::MetricsSettings::from_config(&config)?;
+        let http_listener = http::bind(&config).await?;
+        let http_addr = match &http_listener {
+            Some(l) => Some(
+                l.local_addr()
+                    .map_err(|e| BrokerError::Config(format!("http.listeners: {e}")))?,
+            ),
+            None => None,
+        };
+        if let Some(addr) = http_addr {
+            tracing::info!(%addr, "http listener (/metrics, /health/live, /health/ready)");
+        }
         let local_addr = bound
             .first()
             .map(|(_, a)| *a)
@@ -154,6 +176,12 @@ impl Server {
             .map(|e| (e.host.clone(), e.port))
             .unwrap_or_else(|| ("127.0.0.1".into(), local_addr.port()));
         let inter_broker_listener = config.inter_broker_listener_name()?;
+        let windows = |(samples, seconds): (u32, u64)| rate::QuotaWindows {
+            samples,
+            window: std::time::Duration::from_secs(seconds),
+        };
+        let quota_windows = windows(config.quota_windows()?);
+        let replication_windows = windows(config.replication_quota_windows()?);
         let fetcher_config = replica_fetcher::FetcherConfig {
             local_id: node_id,
             max_wait: config.duration_ms("replica.fetch.wait.max.ms")?,
@@ -161,6 +189,9 @@ impl Server {
                 .get("replica.fetch.max.bytes")
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(1 << 20),
+            throttle: Arc::new(replication::replica_fetcher::FollowerThrottle::new(
+                replication_windows,
+            )),
         };
         let lag_ms = config.duration_ms("replica.lag.time.max.ms")?;
         let lag_ms = i64::try_from(lag_ms.as_millis()).unwrap_or(i64::MAX);
@@ -197,6 +228,7 @@ impl Server {
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             lost_lease: std::sync::atomic::AtomicBool::new(false),
             lease_losses: std::sync::atomic::AtomicU64::new(0),
+            quotas: server::quotas::ClientQuotaManager::new(quota_windows, replication_windows),
             config,
         });
         leaders.set(&broker);
@@ -206,8 +238,8 @@ impl Server {
         log_manager::start(
             broker.replicas.clone(),
             Box::new(move || match weak.upgrade() {
-                Some(b) => config::cleaner_config(&b.config, &b.image(), b.node_id),
-                None => rill_storage::CleanerConfig::default(),
+                Some(b) => log_manager::CleanerSettings::of(&b.config, &b.image(), b.node_id),
+                None => log_manager::CleanerSettings::default(),
             }),
             log_manager_config,
             rx.clone(),
@@ -228,15 +260,25 @@ impl Server {
             connection_limits,
             rx.clone(),
         ));
+        let http_task = http_listener.map(|l| {
+            tokio::spawn(http::serve(
+                l,
+                http::Source::Broker(broker.clone()),
+                metrics_settings,
+                rx.clone(),
+            ))
+        });
         let lifecycle = broker_lifecycle::start(broker.clone(), rx);
         lifecycle.wait_unfenced().await;
         Ok(Self {
             local_addr,
             listeners: listener_addrs,
             controller_addr,
+            http_addr,
             broker,
             shutdown,
             task,
+            http_task,
             lifecycle,
             data_dir_lock,
         })
@@ -257,6 +299,9 @@ impl Server {
         }
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
+        if let Some(http) = self.http_task {
+            let _ = http.await;
+        }
         self.broker.replicas.shutdown();
         // Released only now that the logs are closed and the clean-shutdown marker is
         // written (the caller may hold it longer, see `data_dir_lock`).

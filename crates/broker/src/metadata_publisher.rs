@@ -36,6 +36,7 @@ use tokio::sync::watch;
 
 use crate::config::METADATA_LOG_DIR;
 use crate::coordinator::group_coordinator::OFFSETS_TOPIC;
+use crate::replication::replica_fetcher::ThrottleSettings;
 use crate::replication::replica_manager::PartitionChange;
 use crate::server::Broker;
 use rill_transaction::TRANSACTION_STATE_TOPIC;
@@ -219,6 +220,10 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
                 .reconfigure(&topic, &broker.log_config(new, &topic));
         }
     }
+    broker
+        .replicas
+        .follower_throttle()
+        .set(follower_throttle(broker, new));
     let registered_now = new.broker(broker.node_id).map(|b| b.epoch);
     if registered_now != old.broker(broker.node_id).map(|b| b.epoch) {
         if let Some(epoch) = registered_now {
@@ -226,6 +231,35 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
         }
     }
     install(broker, new);
+}
+
+/// The follower side of the replication throttle as the image sets it: this broker's
+/// `follower.replication.throttled.rate` (at its highest level) and every topic's
+/// `follower.replication.throttled.replicas`.
+fn follower_throttle(broker: &Broker, image: &MetadataImage) -> ThrottleSettings {
+    let limit = crate::config::broker_config_value(
+        &broker.config,
+        image,
+        broker.node_id,
+        "follower.replication.throttled.rate",
+    )
+    .and_then(|(v, _)| v.trim().parse::<i64>().ok())
+    .filter(|l| (0..i64::MAX).contains(l))
+    .map(|l| l as f64);
+    let replicas = match limit {
+        None => Default::default(),
+        Some(_) => image
+            .configs
+            .iter()
+            .filter(|((resource_type, _), _)| *resource_type == rill_metadata::RESOURCE_TOPIC)
+            .filter_map(|((_, topic), entries)| {
+                entries
+                    .get("follower.replication.throttled.replicas")
+                    .map(|v| (topic.clone(), v.clone()))
+            })
+            .collect(),
+    };
+    ThrottleSettings { limit, replicas }
 }
 
 /// Logs a partition the publisher could not act on. Refusals because the broker is

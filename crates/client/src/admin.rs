@@ -7,6 +7,8 @@
 //! knows only the groups it coordinates. ACLs are in `admin/acls.rs`.
 
 mod acls;
+mod quotas;
+pub use quotas::{QuotaAlteration, QuotaEntity, QuotaMatch, QuotaValues};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -52,8 +52,9 @@ mod types;
 
 pub use admin::{
     Admin, AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType, GroupDescription,
-    GroupListing, MemberDescription, NewPartitions, NewTopic, PartitionResults,
-    ScramCredentialUpsertion, TransactionDescription, TransactionListing,
+    GroupListing, MemberDescription, NewPartitions, NewTopic, PartitionResults, QuotaAlteration,
+    QuotaEntity, QuotaMatch, QuotaValues, ScramCredentialUpsertion, TransactionDescription,
+    TransactionListing,
 };
 pub use admin_producers::{AbortTransactionSpec, ProducerState};
 pub use assignor::{Assignor, GroupSubscription, MemberSubscription};

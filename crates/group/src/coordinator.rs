@@ -2064,6 +2064,15 @@ impl GroupCoordinator {
         self.groups.get(group_id).map(|g| g.state)
     }
 
+    /// Every group this node knows, with its state and generation (for the broker's
+    /// metrics: groups by state, rebalances as generations gone by).
+    pub fn group_overview(&self) -> Vec<(String, ClassicGroupState, i32)> {
+        self.groups
+            .values()
+            .map(|g| (g.group_id.clone(), g.state, g.generation_id))
+            .collect()
+    }
+
     /// The group's generation id, if this node knows the group.
     pub fn group_generation(&self, group_id: &str) -> Option<i32> {
         self.groups.get(group_id).map(|g| g.generation_id)

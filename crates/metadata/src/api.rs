@@ -46,6 +46,8 @@ pub enum ControllerEvent {
     CreateAcls(CreateAclsRequest),
     /// DeleteAcls: the filters whose matching bindings to remove.
     DeleteAcls(DeleteAclsRequest),
+    /// AlterClientQuotas: quotas to set and remove, per entity.
+    AlterClientQuotas(AlterClientQuotasRequest),
 }
 
 /// What the controller decided: records to append to the metadata log (in this order,
@@ -79,6 +81,8 @@ pub enum ControllerResponse {
     CreateAcls(Vec<AclCreateResult>),
     /// Per filter, in request order.
     DeleteAcls(Vec<AclDeleteResult>),
+    /// Per entity, in the order the request first names it.
+    AlterClientQuotas(Vec<crate::client_quotas::ClientQuotaResult>),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -147,6 +151,20 @@ pub struct AlterUserScramCredentialsResult {
     #[serde(with = "ErrorCodeDef")]
     pub error_code: ErrorCode,
     pub error_message: Option<String>,
+}
+
+/// One entity's changes in an AlterClientQuotas request: `(key, Some(value))` sets a
+/// quota, `(key, None)` removes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClientQuotaAlteration {
+    pub entity: crate::client_quotas::QuotaEntity,
+    pub ops: Vec<(String, Option<f64>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlterClientQuotasRequest {
+    pub entries: Vec<ClientQuotaAlteration>,
+    pub validate_only: bool,
 }
 
 /// See [`ControllerEvent::BrokerProcessGone`]; the epoch is the registration that was
@@ -440,4 +458,4 @@ struct UuidDef(pub [u8; 16]);
 /// serde's view of [`ErrorCode`]: the Kafka code number.
 #[derive(Serialize, Deserialize)]
 #[serde(remote = "ErrorCode")]
-struct ErrorCodeDef(pub i16);
+pub(crate) struct ErrorCodeDef(pub i16);

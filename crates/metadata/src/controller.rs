@@ -522,6 +522,9 @@ impl QuorumController {
                 crate::acl_control::create_acls(r, image, &mut new_id)
             }
             ControllerEvent::DeleteAcls(r) => crate::acl_control::delete_acls(r, image),
+            ControllerEvent::AlterClientQuotas(r) => {
+                crate::client_quotas::alter_client_quotas(r, image)
+            }
         }
     }
 

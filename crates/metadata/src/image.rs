@@ -121,7 +121,7 @@ pub struct TopicImage {
 pub type ConfigResource = (i8, String);
 
 /// The cluster metadata, as built by applying records in order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct MetadataImage {
     /// How many records the image has applied: the offset the next record gets.
     pub next_offset: i64,
@@ -138,6 +138,8 @@ pub struct MetadataImage {
     /// The ACLs, from `AccessControlEntryRecord`s. Shared between the images a broker
     /// publishes until one changes them: ACLs change rarely, images often.
     pub acls: Arc<AclCache>,
+    /// Client quotas by entity, from `ClientQuotaRecord`s.
+    pub client_quotas: BTreeMap<crate::client_quotas::QuotaEntity, BTreeMap<String, f64>>,
 }
 
 /// What is stored of a password for SCRAM: never the password, nor its salted form.
@@ -423,6 +425,9 @@ impl MetadataImage {
                     return Err(inconsistent(format!("removal of unknown ACL {}", r.id)));
                 }
             }
+            MetadataRecord::ClientQuota(r) => {
+                crate::client_quotas::apply(&mut self.client_quotas, r)
+            }
         }
         Ok(())
     }
@@ -510,6 +515,7 @@ impl MetadataImage {
         for (id, acl) in self.acls.iter() {
             out.push(MetadataRecord::AccessControlEntry(acl_record(*id, acl)));
         }
+        out.extend(crate::client_quotas::records(&self.client_quotas));
         if self.next_producer_id > 0 {
             out.push(MetadataRecord::ProducerIds(ProducerIdsRecord {
                 broker_id: -1,

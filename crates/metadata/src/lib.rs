@@ -38,6 +38,7 @@ pub use rill_protocol::acl;
 mod acl_control;
 pub mod api;
 pub mod authorizer;
+pub mod client_quotas;
 pub mod controller;
 pub mod error;
 pub mod features;

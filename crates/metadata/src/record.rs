@@ -20,9 +20,9 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use rill_protocol::generated::metadata::{
-    AccessControlEntryRecord, BrokerRegistrationChangeRecord, ConfigRecord, FeatureLevelRecord,
-    FenceBrokerRecord, NoOpRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
-    RegisterBrokerRecord, RemoveAccessControlEntryRecord, RemoveTopicRecord,
+    AccessControlEntryRecord, BrokerRegistrationChangeRecord, ClientQuotaRecord, ConfigRecord,
+    FeatureLevelRecord, FenceBrokerRecord, NoOpRecord, PartitionChangeRecord, PartitionRecord,
+    ProducerIdsRecord, RegisterBrokerRecord, RemoveAccessControlEntryRecord, RemoveTopicRecord,
     RemoveUserScramCredentialRecord, TopicRecord, UnfenceBrokerRecord, UnregisterBrokerRecord,
     UserScramCredentialRecord,
 };
@@ -54,6 +54,7 @@ pub enum MetadataRecord {
     RemoveUserScramCredential(RemoveUserScramCredentialRecord),
     AccessControlEntry(AccessControlEntryRecord),
     RemoveAccessControlEntry(RemoveAccessControlEntryRecord),
+    ClientQuota(ClientQuotaRecord),
 }
 
 /// `(apiKey, highest version)` of every record type we write, from the JSON specs.
@@ -82,6 +83,7 @@ impl MetadataRecord {
             MetadataRecord::RemoveUserScramCredential(_) => (22, 0),
             MetadataRecord::AccessControlEntry(_) => (18, 0),
             MetadataRecord::RemoveAccessControlEntry(_) => (19, 0),
+            MetadataRecord::ClientQuota(_) => (14, 0),
         }
     }
 
@@ -109,6 +111,7 @@ impl MetadataRecord {
             MetadataRecord::RemoveUserScramCredential(r) => r.encode(buf, version)?,
             MetadataRecord::AccessControlEntry(r) => r.encode(buf, version)?,
             MetadataRecord::RemoveAccessControlEntry(r) => r.encode(buf, version)?,
+            MetadataRecord::ClientQuota(r) => r.encode(buf, version)?,
         }
         Ok(())
     }
@@ -140,7 +143,7 @@ impl MetadataRecord {
         })?;
         let max = match api_key {
             0 => 3,
-            1 | 2 | 4 | 7 | 8 | 9 | 11 | 12 | 15 | 18 | 19 | 20 | 22 => 0,
+            1 | 2 | 4 | 7 | 8 | 9 | 11 | 12 | 14 | 15 | 18 | 19 | 20 | 22 => 0,
             3 | 5 | 17 => 2,
             _ => return Err(unknown),
         };
@@ -174,6 +177,7 @@ impl MetadataRecord {
             19 => MetadataRecord::RemoveAccessControlEntry(RemoveAccessControlEntryRecord::decode(
                 b, version,
             )?),
+            14 => MetadataRecord::ClientQuota(ClientQuotaRecord::decode(b, version)?),
             _ => return Err(unknown),
         };
         if !frame.is_empty() {

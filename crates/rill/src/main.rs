@@ -75,6 +75,13 @@ enum Command {
         #[command(subcommand)]
         command: cli::user::UserCommand,
     },
+    /// Set, remove and list client quotas (users, client ids, addresses).
+    Quota {
+        #[command(flatten)]
+        common: cli::Common,
+        #[command(subcommand)]
+        command: cli::quota::QuotaCommand,
+    },
     /// Add, list and remove ACLs (kafka-acls.sh's options).
     Acl {
         #[command(flatten)]
@@ -126,6 +133,10 @@ struct ServerArgs {
     /// know, instead of warning (sets `config.strict`).
     #[arg(long)]
     strict_config: bool,
+    /// `text` (the default) or `json`: one JSON object per log line, with the span's
+    /// fields (sets `log.format`).
+    #[arg(long, value_name = "text|json")]
+    log_format: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -138,16 +149,29 @@ fn main() -> anyhow::Result<()> {
     } else {
         "warn"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RILL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_env("RILL_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level))
+    };
     let client_command = match cli.command {
         Command::Server(args) => {
-            if let Err(e) = server(args) {
+            // The config first: `log.format` decides how everything after it is logged.
+            let started = server_config(&args).and_then(|config| {
+                match LogFormat::of(&config)? {
+                    LogFormat::Json => tracing_subscriber::fmt()
+                        .json()
+                        .with_current_span(true)
+                        .with_env_filter(filter())
+                        .with_writer(std::io::stderr)
+                        .init(),
+                    LogFormat::Text => tracing_subscriber::fmt()
+                        .with_env_filter(filter())
+                        .with_writer(std::io::stderr)
+                        .init(),
+                }
+                server(config)
+            });
+            if let Err(e) = started {
                 // A start-up failure (bad config, a locked or foreign data directory, a
                 // port taken) is exit status 1, in one line like the client commands'.
                 eprintln!("error: {}", one_line(&e));
@@ -157,6 +181,10 @@ fn main() -> anyhow::Result<()> {
         }
         other => other,
     };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter())
+        .with_writer(std::io::stderr)
+        .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -173,6 +201,7 @@ fn main() -> anyhow::Result<()> {
             }
             Command::Cluster { common, command } => cli::cluster::run(&common, command).await,
             Command::User { common, command } => cli::user::run(&common, command).await,
+            Command::Quota { common, command } => cli::quota::run(&common, command).await,
             Command::Acl { common, command } => cli::acl::run(&common, command).await,
             Command::Bench { common, command } => cli::bench::run(&common, command).await,
         }
@@ -228,9 +257,24 @@ fn ignore_sigxfsz() {
     }
 }
 
-fn server(args: ServerArgs) -> anyhow::Result<()> {
-    // Many clients mean many sockets: lift the soft fd limit to the hard one first.
-    rill_broker::network::raise_fd_limit();
+/// How the server's log lines look (`log.format`, `--log-format`).
+enum LogFormat {
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    fn of(config: &BrokerConfig) -> anyhow::Result<Self> {
+        match config.get("log.format").unwrap_or("text").trim() {
+            "" | "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => anyhow::bail!("log.format: invalid value {other:?}: must be text or json"),
+        }
+    }
+}
+
+/// The server's config: the file, then the flags, then the overrides.
+fn server_config(args: &ServerArgs) -> anyhow::Result<BrokerConfig> {
     let mut config = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -273,12 +317,21 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
     if args.strict_config {
         config.set("config.strict", "true");
     }
+    if let Some(format) = &args.log_format {
+        config.set("log.format", format);
+    }
     if args.listen.is_some() && !config.process_roles()?.broker {
         anyhow::bail!(
             "--listen: a controller-only node (process.roles=controller) has no client \
              listener; use --controller-listen"
         );
     }
+    Ok(config)
+}
+
+fn server(config: BrokerConfig) -> anyhow::Result<()> {
+    // Many clients mean many sockets: lift the soft fd limit to the hard one first.
+    rill_broker::network::raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -311,6 +364,14 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         if let Node::Broker(server) = &node {
             for (name, addr) in &server.listeners {
                 println!("rill listener {name} on {addr}");
+            }
+            if let Some(addr) = server.http_addr {
+                println!("rill http listening on {addr}");
+            }
+        }
+        if let Node::Controller(controller) = &node {
+            if let Some(addr) = controller.http_addr {
+                println!("rill http listening on {addr}");
             }
         }
         let failures = match &node {

@@ -83,6 +83,8 @@ fn start_server() -> Server {
             .args(["server", "--listen", &bootstrap, "--data-dir"])
             .arg(&dir.0)
             .args(["--override", "group.initial.rebalance.delay.ms=0"])
+            // Off: tests run in parallel and would all take the default 9644.
+            .args(["--override", "http.listeners="])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

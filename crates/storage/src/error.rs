@@ -103,19 +103,14 @@ pub enum AppendError {
         current: i32,
         found: i32,
     },
-    /// Under CreateTime, a record whose timestamp lies further from the broker's clock
-    /// than `message.timestamp.before.max.ms` / `after.max.ms` allow: `INVALID_TIMESTAMP`.
-    /// `index` is the record's position in its batch (Kafka's `RecordError.batchIndex`).
-    #[error(
-        "timestamp {timestamp} of record {index} is out of range: it should be within \
-         [{earliest}, {latest}]"
-    )]
-    InvalidTimestamp {
-        index: usize,
-        timestamp: i64,
-        earliest: i64,
-        latest: i64,
-    },
+    /// Records of a client's batch failed the record-by-record checks (Kafka's
+    /// `RecordValidationException`, KIP-467): a compacted topic's record without a key,
+    /// or under CreateTime a timestamp further from the broker's clock than
+    /// `message.timestamp.before.max.ms` / `after.max.ms` allow. The batch is refused
+    /// whole; every failed record is named, so that the producer can fail just those and
+    /// retry the rest. `INVALID_TIMESTAMP` when any is a timestamp, else `INVALID_RECORD`.
+    #[error("{}", .0)]
+    RecordErrors(RecordErrors),
     /// A follower append whose offsets go backwards or overlap the log.
     #[error("follower append offsets out of order: expected at least {expected}, got {found}")]
     OffsetsOutOfOrder { expected: i64, found: i64 },
@@ -157,4 +152,84 @@ pub enum DeleteRecordsError {
     PolicyViolation,
     #[error(transparent)]
     Io(#[from] StorageError),
+}
+
+/// The records of one batch that failed their checks, in batch order: at most
+/// [`RecordErrors::MAX_LISTED`] of them are kept, `total` counts them all.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RecordErrors {
+    pub errors: Vec<RecordError>,
+    pub total: usize,
+    /// Some failed record (listed or not) has a timestamp out of range.
+    pub any_timestamp: bool,
+}
+
+impl RecordErrors {
+    /// Kafka lists every failed record; a decompressed batch may hold millions of
+    /// records, so a hostile one could make the response as large. No producer sends
+    /// batches of more records than this (librdkafka's `batch.num.messages` defaults to
+    /// 10,000); past it, the records are still refused, only not named.
+    pub const MAX_LISTED: usize = 10_000;
+
+    pub(crate) fn push(&mut self, error: RecordError) {
+        self.total += 1;
+        self.any_timestamp |= matches!(error.kind, RecordErrorKind::Timestamp { .. });
+        if self.errors.len() < Self::MAX_LISTED {
+            self.errors.push(error);
+        }
+    }
+}
+
+impl std::fmt::Display for RecordErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} record(s) of the batch refused", self.total)?;
+        if let Some(first) = self.errors.first() {
+            write!(f, ", the first: {first}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One refused record: its position in the batch (Kafka's `batchIndex`) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError {
+    pub batch_index: usize,
+    pub kind: RecordErrorKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordErrorKind {
+    /// A record without a key in a compacted topic.
+    MissingKey,
+    /// A create time outside `[earliest, latest]`; `offset` is the record's offset as
+    /// the client numbered it (base offset plus delta), which Kafka's message quotes.
+    Timestamp {
+        timestamp: i64,
+        offset: i64,
+        earliest: i64,
+        latest: i64,
+    },
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            RecordErrorKind::MissingKey => write!(
+                f,
+                "record {} has no key, which a compacted topic needs",
+                self.batch_index
+            ),
+            RecordErrorKind::Timestamp {
+                timestamp,
+                earliest,
+                latest,
+                ..
+            } => write!(
+                f,
+                "timestamp {timestamp} of record {} is out of range: it should be within \
+                 [{earliest}, {latest}]",
+                self.batch_index
+            ),
+        }
+    }
 }

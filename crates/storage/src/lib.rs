@@ -46,7 +46,10 @@ pub use clean_shutdown::{DataDirSync, PreviousShutdown};
 pub use cleaner::{CleanStats, CleanTask, CleanedSegments, CleanerConfig};
 pub use config::{BrokerCompressionType, CleanupPolicy, LogConfig, MessageTimestampType};
 pub use epoch::{EpochEntry, LeaderEpochFileCache, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
-pub use error::{AppendError, DeleteRecordsError, ReadError, StorageError};
+pub use error::{
+    AppendError, DeleteRecordsError, ReadError, RecordError, RecordErrorKind, RecordErrors,
+    StorageError,
+};
 pub use flush::{FlushDone, LogFlusher, PendingFlush};
 pub use log::{
     end_txn_marker_batch, LogAppendInfo, TimestampAndOffset, UnifiedLog, ValidatedRecords,

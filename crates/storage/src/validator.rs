@@ -9,8 +9,14 @@
 //! 3. under CreateTime, must carry a timestamp within
 //!    `[now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]`
 //!    (a record without a timestamp, -1, is let through, as Kafka does). Kafka checks
-//!    every record, not the batch's max timestamp, and fails the whole batch on the
-//!    first bad one; so does this.
+//!    every record, not the batch's max timestamp.
+//!
+//! A record failing 2 or 3 does not stop the walk: as in Kafka's `LogValidator`, every
+//! such record is collected (one error per record, the key's first) and the batch is
+//! refused whole with the list ([`AppendError::RecordErrors`], KIP-467), which the
+//! Produce response returns as `record_errors` so that a producer fails only those
+//! records. A record that does not parse, or whose offset delta is off, fails the batch
+//! at once: nothing after it can be trusted.
 //!
 //! When the topic's `compression.type` names a codec other than the batch's, the decoded
 //! records are written into a new batch with that codec: same keys, values, headers,
@@ -24,7 +30,7 @@ use rill_protocol::records::{
     BatchError, CompressionType, Record, RecordBatch, RecordBatchBuilder, TimestampType,
 };
 
-use crate::error::AppendError;
+use crate::error::{AppendError, RecordError, RecordErrorKind, RecordErrors};
 
 /// Largest decompressed record payload a produced batch may expand to. Kafka bounds only
 /// the compressed size; a bound here keeps a decompression bomb from costing more memory
@@ -53,21 +59,20 @@ pub(crate) struct TimestampWindow {
 impl TimestampWindow {
     /// Kafka's `recordHasInvalidTimestamp`, with saturating arithmetic so that a hostile
     /// timestamp near `i64::MIN` cannot overflow.
-    fn check(&self, index: usize, timestamp: i64) -> Result<(), AppendError> {
+    fn check(&self, timestamp: i64, offset: i64) -> Option<RecordErrorKind> {
         if timestamp == NO_TIMESTAMP {
-            return Ok(());
+            return None;
         }
         let behind = self.now_ms.saturating_sub(timestamp);
         let ahead = timestamp.saturating_sub(self.now_ms);
-        if behind > self.before_max_ms || ahead > self.after_max_ms {
-            return Err(AppendError::InvalidTimestamp {
-                index,
+        (behind > self.before_max_ms || ahead > self.after_max_ms).then(|| {
+            RecordErrorKind::Timestamp {
                 timestamp,
+                offset,
                 earliest: self.now_ms.saturating_sub(self.before_max_ms),
                 latest: self.now_ms.saturating_add(self.after_max_ms),
-            });
-        }
-        Ok(())
+            }
+        })
     }
 }
 
@@ -116,21 +121,32 @@ pub(crate) fn validate_records(
     // A LogAppendTime batch reports its max timestamp for every record; Kafka checks
     // create times only, so such a batch from a client is judged by that one value.
     let create_time = batch.timestamp_type() == TimestampType::CreateTime;
-    let check = |i: usize, offset_delta: i32, has_key: bool, timestamp: i64| {
+    let mut refused = RecordErrors::default();
+    let mut check = |i: usize, offset_delta: i32, has_key: bool, timestamp: i64| {
         if i64::from(offset_delta) != i as i64 {
             return Err(AppendError::InvalidRecord(format!(
                 "record {i} of the batch has offset delta {offset_delta}"
             )));
         }
-        if checks.require_keys && !has_key {
-            return Err(AppendError::InvalidRecord(
-                "compacted topic cannot accept a record without a key".into(),
-            ));
-        }
-        if let Some(window) = &checks.timestamp_window {
-            if create_time || i == 0 {
-                window.check(i, timestamp)?;
-            }
+        let kind = if checks.require_keys && !has_key {
+            Some(RecordErrorKind::MissingKey)
+        } else {
+            checks
+                .timestamp_window
+                .as_ref()
+                .filter(|_| create_time || i == 0)
+                .and_then(|window| {
+                    window.check(
+                        timestamp,
+                        batch.base_offset().saturating_add(i64::from(offset_delta)),
+                    )
+                })
+        };
+        if let Some(kind) = kind {
+            refused.push(RecordError {
+                batch_index: i,
+                kind,
+            });
         }
         Ok(())
     };
@@ -161,6 +177,9 @@ pub(crate) fn validate_records(
             max_timestamp = max_timestamp.max(Some(record.timestamp));
             i += 1;
         }
+    }
+    if refused.total > 0 {
+        return Err(AppendError::RecordErrors(refused));
     }
     Ok(CheckedRecords {
         records: kept,
@@ -296,22 +315,28 @@ mod tests {
         // The batch's max timestamp is fine; the second record is too old.
         let old = batch_with_timestamps(&[NOW, NOW - 3_600_001, NOW]);
         match validate_records(&old, &checks, false).unwrap_err() {
-            AppendError::InvalidTimestamp {
-                index,
-                timestamp,
-                earliest,
-                latest,
-            } => {
-                assert_eq!(index, 1);
-                assert_eq!(timestamp, NOW - 3_600_001);
-                assert_eq!((earliest, latest), (NOW - 3_600_000, NOW + 60_000));
+            AppendError::RecordErrors(refused) => {
+                assert_eq!(refused.total, 1);
+                assert!(refused.any_timestamp);
+                assert_eq!(
+                    refused.errors,
+                    vec![RecordError {
+                        batch_index: 1,
+                        kind: RecordErrorKind::Timestamp {
+                            timestamp: NOW - 3_600_001,
+                            offset: 1,
+                            earliest: NOW - 3_600_000,
+                            latest: NOW + 60_000,
+                        },
+                    }]
+                );
             }
             other => panic!("{other}"),
         }
         let future = batch_with_timestamps(&[NOW + 60_001]);
         assert!(matches!(
             validate_records(&future, &checks, false),
-            Err(AppendError::InvalidTimestamp { index: 0, .. })
+            Err(AppendError::RecordErrors(RecordErrors { total: 1, .. }))
         ));
         // Unbounded defaults never overflow, whatever the timestamp.
         for ts in [i64::MIN + 1, 0, i64::MAX] {
@@ -325,5 +350,59 @@ mod tests {
         validate_records(&none, &window(0, 0), false).unwrap();
         // LogAppendTime topics do not check (the caller passes no window).
         validate_records(&old, &no_checks(), false).unwrap();
+    }
+
+    #[test]
+    fn every_refused_record_is_listed_and_the_key_is_checked_first() {
+        let checks = RecordChecks {
+            require_keys: true,
+            ..window(1_000, 1_000)
+        };
+        let mut b = RecordBatchBuilder::new(CompressionType::None, 0);
+        for i in 0..10i64 {
+            let key = (i % 3 != 0).then_some(&b"k"[..]);
+            // Record 6 lacks a key and is too old: one error, the key's (Kafka's order).
+            let ts = if i == 6 || i == 7 { NOW - 5_000 } else { NOW };
+            b.append(ts, key, Some(b"v"), &[]).unwrap();
+        }
+        let batch = RecordBatch::new(b.build().unwrap()).unwrap();
+        let AppendError::RecordErrors(refused) =
+            validate_records(&batch, &checks, false).unwrap_err()
+        else {
+            panic!("expected record errors");
+        };
+        let listed: Vec<_> = refused
+            .errors
+            .iter()
+            .map(|e| (e.batch_index, matches!(e.kind, RecordErrorKind::MissingKey)))
+            .collect();
+        assert_eq!(
+            listed,
+            vec![(0, true), (3, true), (6, true), (7, false), (9, true)]
+        );
+        assert_eq!(refused.total, 5);
+        assert!(refused.any_timestamp);
+    }
+
+    #[test]
+    fn the_list_of_refused_records_is_bounded() {
+        let checks = RecordChecks {
+            require_keys: true,
+            timestamp_window: None,
+        };
+        let mut b = RecordBatchBuilder::new(CompressionType::Lz4, 0);
+        let n = RecordErrors::MAX_LISTED + 5;
+        for _ in 0..n {
+            b.append(NOW, None, None, &[]).unwrap();
+        }
+        let batch = RecordBatch::new(b.build().unwrap()).unwrap();
+        let AppendError::RecordErrors(refused) =
+            validate_records(&batch, &checks, false).unwrap_err()
+        else {
+            panic!("expected record errors");
+        };
+        assert_eq!(refused.total, n);
+        assert_eq!(refused.errors.len(), RecordErrors::MAX_LISTED);
+        assert!(!refused.any_timestamp);
     }
 }

@@ -62,6 +62,8 @@ pub enum GroupCall {
     DescribeGroups(rill_group::DescribeGroupsRequest),
     ListGroups(rill_group::ListGroupsRequest),
     TxnOffsetCommit(rill_group::TxnOffsetCommitRequest),
+    /// What `/metrics` shows of the groups: states and committed offsets.
+    Snapshot,
     /// The marker of `producer_id`'s transaction is on `partition` and replicated.
     CompleteTransaction {
         partition: i32,
@@ -79,6 +81,16 @@ pub enum GroupReply {
     ListGroups(rill_group::ListGroupsResponse),
     /// How many pending transactional offsets a marker made visible.
     Completed(usize),
+    Snapshot(GroupSnapshot),
+}
+
+/// The groups this coordinator holds, for `/metrics`.
+#[derive(Debug, Default, Clone)]
+pub struct GroupSnapshot {
+    /// (group id, state as Kafka names it).
+    pub groups: Vec<(String, String)>,
+    /// (group, topic, partition, committed offset): what OffsetFetch would serve.
+    pub offsets: Vec<(String, String, i32, i64)>,
 }
 
 /// Where connections send group calls, and the metadata publisher elections of
@@ -115,6 +127,8 @@ impl CoordinatorHandle<GroupShard> {
 /// The `rill-group` state machine under the runtime.
 pub struct GroupShard {
     coordinator: GroupCoordinator,
+    /// Each group's generation whose rebalance was counted last (see the Sync call).
+    seen_generations: std::collections::HashMap<String, i32>,
     num_partitions: i32,
     commit_timeout: Duration,
 }
@@ -131,6 +145,7 @@ pub fn start(config: GroupConfig, replicas: Arc<ReplicaManager>) -> GroupCoordin
     );
     let shard = GroupShard {
         coordinator: GroupCoordinator::new(config, seed),
+        seen_generations: std::collections::HashMap::new(),
         num_partitions,
         commit_timeout,
     };
@@ -228,8 +243,42 @@ impl CoordinatorShard for GroupShard {
             GroupCall::ListGroups(r) => {
                 return Handled::Reply(GroupReply::ListGroups(c.handle_list_groups(&r)))
             }
+            GroupCall::Snapshot => {
+                let overview = c.group_overview();
+                // Groups gone from here (deleted, or their partition moved away) leave
+                // the rebalance bookkeeping too, so that it is bounded by the groups held.
+                let held: std::collections::HashSet<&str> =
+                    overview.iter().map(|(id, _, _)| id.as_str()).collect();
+                self.seen_generations
+                    .retain(|g, _| held.contains(g.as_str()));
+                let offsets = c
+                    .committed_offsets()
+                    .into_iter()
+                    .map(|(k, v)| (k.group, k.topic, k.partition, v.offset))
+                    .collect();
+                return Handled::Reply(GroupReply::Snapshot(GroupSnapshot {
+                    groups: overview
+                        .into_iter()
+                        .map(|(id, state, _)| (id, state.to_string()))
+                        .collect(),
+                    offsets,
+                }));
+            }
             GroupCall::Join(r) => c.handle_join(r, now, id),
-            GroupCall::Sync(r) => c.handle_sync(r, now, id),
+            GroupCall::Sync(r) => {
+                let group = r.group_id.clone();
+                let out = c.handle_sync(r, now, id);
+                // A rebalance completes when a SyncGroup brings its group to Stable in a
+                // generation not counted yet (Kafka counts it at the same step).
+                let stable = c.group_state(&group) == Some(rill_group::ClassicGroupState::Stable);
+                if let (true, Some(generation)) = (stable, c.group_generation(&group)) {
+                    if self.seen_generations.get(&group) != Some(&generation) {
+                        self.seen_generations.insert(group, generation);
+                        crate::metrics::inc(&crate::metrics::global().groups.completed_rebalances);
+                    }
+                }
+                out
+            }
             GroupCall::Leave(r) => c.handle_leave(r, now, id),
             GroupCall::OffsetCommit(r) => c.handle_offset_commit(r, now, id),
             GroupCall::OffsetDelete(r) => c.handle_offset_delete(r, now, id),

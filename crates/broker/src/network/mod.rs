@@ -35,6 +35,11 @@
 //!    progress for that long ends the connection), which also bounds a slow-loris peer
 //!    to one byte per idle period on one task.
 //!
+//! 6. Client quotas: when the handler's [`Reply`] carries a throttle, the connection reads
+//!    no further request for that long (Kafka mutes the channel): after sending the
+//!    response to a client that waits out throttles itself (KIP-219's versions), before
+//!    sending it to an older one. Slots and pool bytes are given back before the wait.
+//!
 //! The read buffer holds at most one frame plus [`READ_AHEAD_BYTES`]: reads are limited to
 //! the bytes the current frame still needs, or to the read-ahead while waiting for the next
 //! size prefix, so pipelined requests cannot pile up in memory either.
@@ -68,7 +73,7 @@ use std::fs::File;
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use rill_protocol::frame::FRAME_PREFIX_LEN;
@@ -82,6 +87,7 @@ use rill_protocol::generated::RequestHeader;
 
 use crate::config::{BrokerConfig, SecurityProtocol};
 use crate::error::BrokerError;
+use crate::metrics;
 
 pub mod request_slot;
 pub mod sasl;
@@ -116,7 +122,7 @@ pub struct Listener {
 /// handler's.
 pub trait RequestHandler: Send + Sync + 'static {
     /// Answers one request: the response as chunks (bytes, and for a Fetch ranges of
-    /// segment files), `None` when nothing is to be sent (`acks=0` produce), or a reason to
+    /// segment files) with the throttle a quota put on the connection, or a reason to
     /// close the connection.
     fn handle_request(
         &self,
@@ -124,7 +130,7 @@ pub trait RequestHandler: Send + Sync + 'static {
         api_key: Option<ApiKey>,
         body: Bytes,
         session: &Session,
-    ) -> impl std::future::Future<Output = Result<Option<Vec<ResponseChunk>>, String>> + Send;
+    ) -> impl std::future::Future<Output = Result<Reply, String>> + Send;
 
     /// A broker config's current value at its highest level (this broker's dynamic
     /// value, then the cluster-wide default, then the static config), for the limits that
@@ -138,6 +144,12 @@ pub trait RequestHandler: Send + Sync + 'static {
     /// pipeline that the handler refused in part.
     fn connection_generation(&self) -> u64 {
         0
+    }
+
+    /// The `connection_creation_rate` quota of connections from `ip` (an `ip` entity's, else
+    /// the default `ip` entity's), if there is one.
+    fn connection_creation_rate(&self, _ip: IpAddr) -> Option<f64> {
+        None
     }
 
     /// A user's SCRAM credential for one mechanism, for SASL/SCRAM authentication.
@@ -169,6 +181,29 @@ pub enum ResponseChunk {
     },
 }
 
+/// The handler's answer to one request.
+#[derive(Debug, Default)]
+pub struct Reply {
+    /// The response; `None` when nothing is to be sent (`acks=0` produce).
+    pub chunks: Option<Vec<ResponseChunk>>,
+    /// How long the connection reads no further request: a client quota's throttle
+    /// (Kafka mutes the channel for it, KIP-219), so that a client that does not wait out
+    /// the throttle it was told gains nothing by sending more.
+    pub throttle: Duration,
+    /// The client is too old to wait out a throttle itself: the response is held back for
+    /// the throttle time instead of sent at once (Kafka before KIP-219).
+    pub hold_response: bool,
+}
+
+impl Reply {
+    pub fn new(chunks: Option<Vec<ResponseChunk>>) -> Self {
+        Self {
+            chunks,
+            ..Self::default()
+        }
+    }
+}
+
 /// The connection-layer limits, read from the broker config under Kafka's names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionLimits {
@@ -191,6 +226,9 @@ pub struct ConnectionLimits {
     /// down password guessing, and some clients (kafka-python) lose an answer whose
     /// connection closes at once.
     pub failed_authentication_delay: Duration,
+    /// `quota.window.num` and `quota.window.size.seconds`: what connection creation rates
+    /// are measured over.
+    pub quota_windows: crate::rate::QuotaWindows,
 }
 
 impl Default for ConnectionLimits {
@@ -205,6 +243,7 @@ impl Default for ConnectionLimits {
             max_connections_per_ip: i32::MAX as usize,
             connections_max_idle: Duration::from_millis(600_000),
             failed_authentication_delay: Duration::from_millis(100),
+            quota_windows: crate::rate::QuotaWindows::default(),
         }
     }
 }
@@ -231,7 +270,12 @@ impl ConnectionLimits {
         let first = int("sasl.server.max.receive.size", 524_288)?.max(0);
         let idle_ms = int("connections.max.idle.ms", 600_000)?;
         let auth_delay_ms = int("connection.failed.authentication.delay.ms", 100)?.max(0);
+        let (samples, seconds) = config.quota_windows()?;
         Ok(Self {
+            quota_windows: crate::rate::QuotaWindows {
+                samples,
+                window: Duration::from_secs(seconds),
+            },
             socket_request_max_bytes: socket_request_max_bytes as usize,
             first_request_max_bytes: first.min(socket_request_max_bytes) as usize,
             queued_max_request_bytes: bound(int("queued.max.request.bytes", -1)?),
@@ -273,11 +317,21 @@ pub fn raise_fd_limit() -> Option<u64> {
     limit.current
 }
 
-/// Counts open connections, in total and per peer address, for the accept-time limits.
+/// Counts open connections, in total and per peer address, and the rates at which they
+/// are made, for the accept-time limits.
 struct ConnectionQuotas {
     total: usize,
     per_ip: HashMap<IpAddr, usize>,
+    /// Connections accepted, for `max.connection.creation.rate`.
+    created: crate::rate::Rate,
+    /// Connections accepted per address with a `connection_creation_rate` quota.
+    created_per_ip: HashMap<IpAddr, crate::rate::Rate>,
+    windows: crate::rate::QuotaWindows,
+    epoch: std::time::Instant,
 }
+
+/// Rates of addresses idle this long are forgotten once there are many.
+const IP_RATE_IDLE_MS: u64 = 3_600_000;
 
 /// Releases a connection's place in [`ConnectionQuotas`] when the connection ends.
 struct ConnectionSlot {
@@ -298,13 +352,15 @@ impl Drop for ConnectionSlot {
     }
 }
 
-/// The accept-time limits as they are now: `max.connections` and
-/// `max.connections.per.ip` can be changed dynamically (this broker's value, then the
-/// cluster-wide default, then the static config).
+/// The accept-time limits as they are now: `max.connections`,
+/// `max.connections.per.ip` and its overrides can be changed dynamically (this broker's
+/// value, then the cluster-wide default, then the static config).
 #[derive(Clone, Copy)]
 struct LiveConnectionLimits {
     max_connections: usize,
     max_connections_per_ip: usize,
+    /// `max.connection.creation.rate`, connections a second.
+    max_connection_creation_rate: f64,
 }
 
 impl LiveConnectionLimits {
@@ -318,29 +374,112 @@ impl LiveConnectionLimits {
         Self {
             max_connections: get("max.connections", limits.max_connections),
             max_connections_per_ip: get("max.connections.per.ip", limits.max_connections_per_ip),
+            max_connection_creation_rate: handler
+                .broker_config_value("max.connection.creation.rate")
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(f64::from(i32::MAX)),
         }
     }
 }
 
+/// `max.connections.per.ip.overrides` by address, as last read. Host names are resolved
+/// when the value changes (Kafka resolves them when it applies the config), not at every
+/// accept.
+#[derive(Default)]
+struct PerIpOverrides {
+    raw: String,
+    limits: HashMap<IpAddr, usize>,
+}
+
+impl PerIpOverrides {
+    async fn refresh(&mut self, handler: &impl RequestHandler) {
+        let raw = handler
+            .broker_config_value("max.connections.per.ip.overrides")
+            .unwrap_or_default();
+        if raw == self.raw {
+            return;
+        }
+        let mut limits = HashMap::new();
+        // The value was checked when it was set; one that no longer parses counts as none.
+        for (host, count) in crate::config::parse_per_ip_overrides(&raw).unwrap_or_default() {
+            if let Ok(ip) = host.parse::<IpAddr>() {
+                limits.insert(ip, count);
+                continue;
+            }
+            match tokio::net::lookup_host((host.as_str(), 0)).await {
+                Ok(addresses) => limits.extend(addresses.map(|a| (a.ip(), count))),
+                Err(e) => tracing::warn!(
+                    host,
+                    error = %e,
+                    "max.connections.per.ip.overrides: host not resolved; its override does not apply"
+                ),
+            }
+        }
+        self.raw = raw;
+        self.limits = limits;
+    }
+}
+
+/// Why a connection is not served.
+#[derive(Debug, PartialEq)]
+enum Refusal {
+    /// Over a count limit: closed at once.
+    Limit(&'static str),
+    /// Over its address's `connection_creation_rate`: closed after the throttle time, as
+    /// Kafka does, so that the client does not come straight back.
+    Throttled(Duration),
+}
+
+/// Admits a connection, or says why not; with it, how long to stop accepting because the
+/// broker is over `max.connection.creation.rate` (Kafka's acceptor blocks as long).
 fn admit(
     quotas: &Arc<Mutex<ConnectionQuotas>>,
     limits: LiveConnectionLimits,
+    overrides: &PerIpOverrides,
     ip: IpAddr,
-) -> Result<ConnectionSlot, &'static str> {
+    ip_rate: Option<f64>,
+    now: std::time::Instant,
+) -> Result<(ConnectionSlot, Duration), Refusal> {
     let mut q = quotas.lock().unwrap_or_else(|e| e.into_inner());
     if q.total >= limits.max_connections {
-        return Err("max.connections");
+        return Err(Refusal::Limit("max.connections"));
     }
     let from_ip = q.per_ip.get(&ip).copied().unwrap_or(0);
-    if from_ip >= limits.max_connections_per_ip {
-        return Err("max.connections.per.ip");
+    let per_ip = overrides
+        .limits
+        .get(&ip)
+        .copied()
+        .unwrap_or(limits.max_connections_per_ip);
+    if from_ip >= per_ip {
+        return Err(Refusal::Limit("max.connections.per.ip"));
     }
+    let now_ms = now.saturating_duration_since(q.epoch).as_millis() as u64;
+    let windows = q.windows;
+    if let Some(limit) = ip_rate {
+        if q.created_per_ip.len() > 65_536 {
+            q.created_per_ip
+                .retain(|_, r| now_ms.saturating_sub(r.last_ms) < IP_RATE_IDLE_MS);
+        }
+        let r = q.created_per_ip.entry(ip).or_default();
+        let throttle = r.record_and_throttle(1.0, limit, now_ms, windows);
+        if !throttle.is_zero() {
+            // A refused connection is not counted (Kafka takes it back too).
+            r.record(-1.0, now_ms, windows);
+            return Err(Refusal::Throttled(throttle));
+        }
+    }
+    let broker_throttle =
+        q.created
+            .record_and_throttle(1.0, limits.max_connection_creation_rate, now_ms, windows);
     q.total += 1;
     q.per_ip.insert(ip, from_ip + 1);
-    Ok(ConnectionSlot {
-        quotas: quotas.clone(),
-        ip,
-    })
+    Ok((
+        ConnectionSlot {
+            quotas: quotas.clone(),
+            ip,
+        },
+        broker_throttle,
+    ))
 }
 
 /// The pools every connection draws from (limit 3 of the module docs).
@@ -377,6 +516,10 @@ pub async fn serve<H: RequestHandler>(
     let quotas = Arc::new(Mutex::new(ConnectionQuotas {
         total: 0,
         per_ip: HashMap::new(),
+        created: crate::rate::Rate::default(),
+        created_per_ip: HashMap::new(),
+        windows: limits.quota_windows,
+        epoch: std::time::Instant::now(),
     }));
     let mut accepting = tokio::task::JoinSet::new();
     for listener in listeners {
@@ -400,34 +543,58 @@ async fn accept_loop<H: RequestHandler>(
     quotas: Arc<Mutex<ConnectionQuotas>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut overrides = PerIpOverrides::default();
     loop {
         tokio::select! {
             accepted = listener.tcp.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let live = LiveConnectionLimits::of(handler.as_ref(), &limits);
-                    let slot = match admit(&quotas, live, peer.ip()) {
-                        Ok(slot) => slot,
-                        Err(limit) => {
+                    overrides.refresh(handler.as_ref()).await;
+                    let ip_rate = handler.connection_creation_rate(peer.ip());
+                    let now = std::time::Instant::now();
+                    let (slot, pause) = match admit(&quotas, live, &overrides, peer.ip(), ip_rate, now) {
+                        Ok(admitted) => admitted,
+                        Err(Refusal::Limit(limit)) => {
                             tracing::debug!(%peer, limit, "connection refused");
                             drop(stream);
                             continue;
                         }
+                        Err(Refusal::Throttled(delay)) => {
+                            tracing::debug!(%peer, ?delay, "connection_creation_rate exceeded; closing after the throttle");
+                            let mut shutdown = shutdown.clone();
+                            tokio::spawn(async move {
+                                tokio::select! {
+                                    _ = tokio::time::sleep(delay) => {}
+                                    _ = shutdown.changed() => {}
+                                }
+                                drop(stream);
+                            });
+                            continue;
+                        }
                     };
                     let handler = handler.clone();
-                    let shutdown = shutdown.clone();
+                    let conn_shutdown = shutdown.clone();
                     let limits = limits.clone();
                     let pools = pools.clone();
                     let security = listener.security.clone();
                     tokio::spawn(async move {
                         let _slot = slot;
+                        let _counted = metrics::global().connections.open(&security.name);
                         let result = connection(
-                            stream, peer, &security, handler, &limits, &pools, shutdown,
+                            stream, peer, &security, handler, &limits, &pools, conn_shutdown,
                         )
                         .await;
                         if let Err(e) = result {
                             tracing::debug!(%peer, listener = %security.name, error = %e, "connection closed");
                         }
                     });
+                    if !pause.is_zero() {
+                        tracing::debug!(?pause, "max.connection.creation.rate exceeded; not accepting for a while");
+                        tokio::select! {
+                            _ = tokio::time::sleep(pause) => {}
+                            _ = shutdown.changed() => return,
+                        }
+                    }
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -656,6 +823,8 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
             frame = frames.frame(size) => frame?,
             _ = shutdown.changed() => return Ok(()),
         };
+        // Kafka's request clock starts when the whole request has been read.
+        let received = Instant::now();
         if let Some(auth) = sasl.as_mut().filter(|a| a.expects_raw_token()) {
             // After a v0 SaslHandshake the tokens come as bare frames (before KIP-152).
             let verdict = auth.raw_token(&frame, |user, m| handler.scram_credential(user, m));
@@ -735,6 +904,7 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
             }
             _ = shutdown.changed() => return Ok(()),
         };
+        let dequeued = Instant::now();
         let now = handler.connection_generation();
         if *generation.get_or_insert(now) != now {
             let _ = tokio::time::timeout(limits.connections_max_idle, writer.flush()).await;
@@ -743,18 +913,35 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
             ));
         }
         // The slot goes back when the request ends or parks (see `request_slot`).
-        let response = request_slot::holding(
+        let (response, parked_at) = request_slot::holding_timed(
             slot,
             handler.handle_request(&header, api_key, body, &session),
         )
         .await;
+        let handled = Instant::now();
         drop(bytes);
         match response {
-            Ok(Some(response)) => {
+            Ok(reply) => {
                 served_one = true;
-                write_chunks(&mut writer, &response, limits.connections_max_idle).await?;
+                let throttled = !reply.throttle.is_zero();
+                if throttled && reply.hold_response {
+                    tokio::select! {
+                        _ = tokio::time::sleep(reply.throttle) => {}
+                        _ = shutdown.changed() => return Ok(()),
+                    }
+                }
+                if let Some(chunks) = &reply.chunks {
+                    write_chunks(&mut writer, chunks, limits.connections_max_idle).await?;
+                }
+                if throttled && !reply.hold_response {
+                    // Muted: the response goes out now, the next request is read after.
+                    flush_within(&mut writer, limits.connections_max_idle).await?;
+                    tokio::select! {
+                        _ = tokio::time::sleep(reply.throttle) => {}
+                        _ = shutdown.changed() => return Ok(()),
+                    }
+                }
             }
-            Ok(None) => served_one = true,
             Err(reason) => {
                 let _ = tokio::time::timeout(limits.connections_max_idle, writer.flush()).await;
                 return Err(ConnectionError::Protocol(reason));
@@ -764,6 +951,16 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
         if frames.buf.len() < FRAME_PREFIX_LEN || !frame_complete(&frames.buf) {
             flush_within(&mut writer, limits.connections_max_idle).await?;
         }
+        let api = metrics::global().requests.api(header.request_api_key);
+        let parked_at = parked_at.unwrap_or(handled);
+        metrics::inc(&api.requests);
+        api.request_queue.observe(dequeued - received);
+        api.local
+            .observe(parked_at.saturating_duration_since(dequeued));
+        api.remote
+            .observe(handled.saturating_duration_since(parked_at));
+        api.send.observe(handled.elapsed());
+        api.total.observe(received.elapsed());
     }
 }
 
@@ -1015,6 +1212,8 @@ mod tests {
         let mut config = BrokerConfig::default();
         config.set("listeners", "127.0.0.1:0");
         config.set("log.dirs", &dir.path().display().to_string());
+        // Off: tests run in parallel and would all take the default 9644.
+        config.set("http.listeners", "");
         for (k, v) in overrides {
             config.set(k, v);
         }
@@ -1158,6 +1357,69 @@ mod tests {
             assert!(again.is_some(), "{key}: slot not released");
             server.shutdown().await;
         }
+    }
+
+    fn connection_quotas(epoch: std::time::Instant) -> Arc<Mutex<ConnectionQuotas>> {
+        Arc::new(Mutex::new(ConnectionQuotas {
+            total: 0,
+            per_ip: HashMap::new(),
+            created: crate::rate::Rate::default(),
+            created_per_ip: HashMap::new(),
+            windows: crate::rate::QuotaWindows {
+                samples: 2,
+                window: Duration::from_secs(1),
+            },
+            epoch,
+        }))
+    }
+
+    #[test]
+    fn connection_creation_rates_throttle_an_address_and_pause_the_acceptor() {
+        let t0 = std::time::Instant::now();
+        let quotas = connection_quotas(t0);
+        let limits = LiveConnectionLimits {
+            max_connections: usize::MAX,
+            max_connections_per_ip: usize::MAX,
+            max_connection_creation_rate: 1000.0,
+        };
+        let overrides = PerIpOverrides::default();
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let other: IpAddr = "10.0.0.2".parse().unwrap();
+        // Two samples of 1 s: a fresh rate spans 1 s, so 3 connections at once are 3/s,
+        // within a quota of 3; the 4th is over by a third: closed after 333 ms, and not
+        // counted.
+        let mut open = Vec::new();
+        for _ in 0..3 {
+            let (slot, pause) = admit(&quotas, limits, &overrides, ip, Some(3.0), t0).unwrap();
+            assert_eq!(pause, Duration::ZERO);
+            open.push(slot);
+        }
+        let refused = admit(&quotas, limits, &overrides, ip, Some(3.0), t0);
+        assert_eq!(
+            refused.err(),
+            Some(Refusal::Throttled(Duration::from_millis(333)))
+        );
+        assert!(admit(&quotas, limits, &overrides, other, None, t0).is_ok());
+        let later = t0 + Duration::from_secs(2);
+        assert!(admit(&quotas, limits, &overrides, ip, Some(3.0), later).is_ok());
+
+        // max.connection.creation.rate: the connection over it is served, and the
+        // acceptor pauses for the throttle.
+        let quotas = connection_quotas(t0);
+        let limits = LiveConnectionLimits {
+            max_connection_creation_rate: 2.0,
+            ..limits
+        };
+        assert_eq!(
+            admit(&quotas, limits, &overrides, ip, None, t0).unwrap().1,
+            Duration::ZERO
+        );
+        assert_eq!(
+            admit(&quotas, limits, &overrides, ip, None, t0).unwrap().1,
+            Duration::ZERO
+        );
+        let (_slot, pause) = admit(&quotas, limits, &overrides, ip, None, t0).unwrap();
+        assert_eq!(pause, Duration::from_millis(500));
     }
 
     #[tokio::test]

@@ -12,26 +12,56 @@
 //!
 //! The slot rides in a task-local for the handler's future, so the handlers need no
 //! extra parameter; outside a connection task (unit tests calling a handler) `park`
-//! does nothing.
+//! does nothing. The first `park` also notes when it happened: the time before it is
+//! the request's local time and the time after it its remote time, Kafka's
+//! `LocalTimeMs` and `RemoteTimeMs` (`crate::metrics::ApiMetrics`).
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::time::Instant;
 
 use tokio::sync::OwnedSemaphorePermit;
 
+/// What rides with a handler: its slot until it parks, and when it first parked.
+struct Held {
+    slot: Option<OwnedSemaphorePermit>,
+    parked_at: Option<Instant>,
+}
+
 tokio::task_local! {
-    static SLOT: RefCell<Option<OwnedSemaphorePermit>>;
+    static SLOT: RefCell<Held>;
 }
 
 /// Runs a request's handler holding `slot` until the handler parks or ends.
 pub async fn holding<F: Future>(slot: OwnedSemaphorePermit, handler: F) -> F::Output {
-    SLOT.scope(RefCell::new(Some(slot)), handler).await
+    holding_timed(slot, handler).await.0
+}
+
+/// As [`holding`], and when the handler first parked (`None`: it never did).
+pub async fn holding_timed<F: Future>(
+    slot: OwnedSemaphorePermit,
+    handler: F,
+) -> (F::Output, Option<Instant>) {
+    let held = RefCell::new(Held {
+        slot: Some(slot),
+        parked_at: None,
+    });
+    SLOT.scope(held, async move {
+        let out = handler.await;
+        let parked_at = SLOT.with(|h| h.borrow().parked_at);
+        (out, parked_at)
+    })
+    .await
 }
 
 /// Gives the running request's slot back: it is about to wait for others (new data,
 /// its replicas, its group), not to work.
 pub fn park() {
-    let _ = SLOT.try_with(|slot| slot.borrow_mut().take());
+    let _ = SLOT.try_with(|held| {
+        let mut held = held.borrow_mut();
+        held.slot.take();
+        held.parked_at.get_or_insert_with(Instant::now);
+    });
 }
 
 #[cfg(test)]
@@ -58,6 +88,26 @@ mod tests {
         assert_eq!(pool.available_permits(), 1);
         // Outside a request: nothing to give back, and no panic.
         park();
+    }
+
+    #[tokio::test]
+    async fn the_first_park_is_when_the_remote_time_starts() {
+        let pool = Arc::new(Semaphore::new(1));
+        let slot = pool.clone().acquire_owned().await.unwrap();
+        let before = Instant::now();
+        let ((), parked) = holding_timed(slot, async {
+            park();
+            let first = SLOT.with(|h| h.borrow().parked_at);
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            park();
+            assert_eq!(SLOT.with(|h| h.borrow().parked_at), first);
+        })
+        .await;
+        let parked = parked.expect("parked");
+        assert!(parked >= before && parked.elapsed() >= std::time::Duration::from_millis(5));
+        let slot = pool.clone().acquire_owned().await.unwrap();
+        let ((), parked) = holding_timed(slot, async {}).await;
+        assert_eq!(parked, None);
     }
 
     #[tokio::test]

@@ -17,21 +17,19 @@ use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::replication::replica_manager::ReplicaManager;
 
-/// How often the two loops run (`log.retention.check.interval.ms`, `log.cleaner.backoff.ms`).
+/// How often retention runs (`log.retention.check.interval.ms`); the cleaner's wait,
+/// `log.cleaner.backoff.ms`, is dynamic and comes with its [`CleanerSettings`].
 #[derive(Debug, Clone, Copy)]
 pub struct LogManagerConfig {
     pub retention_check_interval: Duration,
-    pub cleaner_backoff: Duration,
 }
 
 impl LogManagerConfig {
-    /// The intervals from `log.retention.check.interval.ms` and `log.cleaner.backoff.ms`.
+    /// The interval from `log.retention.check.interval.ms`.
     pub fn from_config(config: &BrokerConfig) -> Result<Self, BrokerError> {
         let retention: u64 = config.parse("log.retention.check.interval.ms")?;
-        let backoff: u64 = config.parse("log.cleaner.backoff.ms")?;
         Ok(Self {
             retention_check_interval: Duration::from_millis(retention.max(10)),
-            cleaner_backoff: Duration::from_millis(backoff.max(10)),
         })
     }
 }
@@ -43,8 +41,47 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The cleaner's settings as they are at the start of a clean (some are dynamic).
-pub type CleanerConfigSource = Box<dyn Fn() -> CleanerConfig + Send + Sync>;
+/// The cleaner's settings as they are now (they are dynamic): what a clean is given, and
+/// how long the cleaner waits after running out of logs to clean.
+pub struct CleanerSettings {
+    pub clean: CleanerConfig,
+    /// `log.cleaner.backoff.ms`.
+    pub backoff: Duration,
+}
+
+impl CleanerSettings {
+    /// This broker's settings as they are now: each key's dynamic value for this broker,
+    /// then the cluster-wide one, then the static config, then Kafka's default.
+    pub fn of(config: &BrokerConfig, image: &rill_metadata::MetadataImage, node_id: i32) -> Self {
+        let backoff_ms =
+            crate::config::broker_config_value(config, image, node_id, "log.cleaner.backoff.ms")
+                .and_then(|(v, _)| v.trim().parse::<u64>().ok())
+                .unwrap_or(DEFAULT_BACKOFF_MS);
+        Self {
+            clean: crate::config::cleaner_config(config, image, node_id),
+            backoff: Duration::from_millis(backoff_ms),
+        }
+    }
+}
+
+impl Default for CleanerSettings {
+    fn default() -> Self {
+        Self {
+            clean: CleanerConfig::default(),
+            backoff: Duration::from_millis(DEFAULT_BACKOFF_MS),
+        }
+    }
+}
+
+/// Kafka's `log.cleaner.backoff.ms`.
+const DEFAULT_BACKOFF_MS: u64 = 15_000;
+
+/// Where the cleaner reads its settings, before each clean and during each wait.
+pub type CleanerConfigSource = Box<dyn Fn() -> CleanerSettings + Send + Sync>;
+
+/// The longest the cleaner sleeps before it reads `log.cleaner.backoff.ms` again, so
+/// that a shortened wait applies within this.
+const BACKOFF_RECHECK: Duration = Duration::from_secs(1);
 
 /// Starts the retention and cleaner loops; they stop when `shutdown` turns true.
 pub fn start(
@@ -58,12 +95,7 @@ pub fn start(
         config.retention_check_interval,
         shutdown.clone(),
     ));
-    tokio::spawn(cleaner_loop(
-        replicas,
-        cleaner_config,
-        config.cleaner_backoff,
-        shutdown,
-    ));
+    tokio::spawn(cleaner_loop(replicas, cleaner_config, shutdown));
 }
 
 async fn retention_loop(
@@ -109,13 +141,20 @@ async fn retention_loop(
 async fn cleaner_loop(
     replicas: Arc<ReplicaManager>,
     cleaner_config: CleanerConfigSource,
-    backoff: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = shutdown.changed() => return,
+        let mut waited = Duration::ZERO;
+        loop {
+            let backoff = cleaner_config().backoff.max(Duration::from_millis(10));
+            let Some(left) = backoff.checked_sub(waited).filter(|d| !d.is_zero()) else {
+                break;
+            };
+            let step = left.min(BACKOFF_RECHECK);
+            tokio::select! {
+                _ = tokio::time::sleep(step) => waited += step,
+                _ = shutdown.changed() => return,
+            }
         }
         // Clean logs one at a time, dirtiest first, until none needs it.
         loop {
@@ -137,7 +176,7 @@ async fn cleaner_loop(
             let Some((_, tp, partition)) = dirtiest else {
                 break;
             };
-            let cleaner = cleaner_config();
+            let cleaner = cleaner_config().clean;
             let Ok(Some(task)) = partition.with_log(|log| log.prepare_clean(now, &cleaner)) else {
                 break;
             };

@@ -43,6 +43,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
+use crate::rate::{QuotaWindows, Rate};
 use crate::replication::replica_manager::ReplicaManager;
 
 /// Fetch v12: topic names (the follower may not know ids before its image does), leader
@@ -60,6 +61,100 @@ pub struct FetcherConfig {
     pub local_id: i32,
     pub max_wait: Duration,
     pub partition_max_bytes: i32,
+    /// Shared by every fetcher of this broker.
+    pub throttle: Arc<FollowerThrottle>,
+}
+
+/// Whether a topic's `*.replication.throttled.replicas` value (`*`, or
+/// `partition:broker` pairs) names this partition's replica on `broker`.
+pub fn replica_throttled(value: &str, partition: i32, broker: i32) -> bool {
+    let value = value.trim();
+    if value.is_empty() {
+        return false;
+    }
+    value == "*"
+        || value.split(',').any(|pair| {
+            pair.trim().split_once(':').is_some_and(|(p, b)| {
+                p.trim().parse() == Ok(partition) && b.trim().parse() == Ok(broker)
+            })
+        })
+}
+
+/// What the follower side of the replication throttle limits: `follower.replication.
+/// throttled.rate` (`None`: no limit) and each topic's `follower.replication.throttled.
+/// replicas`, as the metadata publisher last set them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ThrottleSettings {
+    pub limit: Option<f64>,
+    pub replicas: HashMap<String, String>,
+}
+
+/// The follower side of Kafka's replication quotas (`ReplicationQuotaManager` on the
+/// follower): while the bytes fetched for throttled replicas are over the rate, a
+/// throttled replica that is not in the ISR is left out of the fetch. Replicas in the ISR
+/// are never throttled, as in Kafka: the throttle is for replicas catching up
+/// (reassignment, a broker back from an outage), not for the write path.
+#[derive(Debug)]
+pub struct FollowerThrottle {
+    settings: std::sync::RwLock<ThrottleSettings>,
+    fetched: Mutex<Rate>,
+    windows: QuotaWindows,
+    epoch: std::time::Instant,
+}
+
+impl Default for FollowerThrottle {
+    fn default() -> Self {
+        Self::new(QuotaWindows::default())
+    }
+}
+
+impl FollowerThrottle {
+    pub fn new(windows: QuotaWindows) -> Self {
+        Self {
+            settings: std::sync::RwLock::new(ThrottleSettings::default()),
+            fetched: Mutex::new(Rate::default()),
+            windows,
+            epoch: std::time::Instant::now(),
+        }
+    }
+
+    pub fn set(&self, settings: ThrottleSettings) {
+        let mut current = self.settings.write().unwrap_or_else(|e| e.into_inner());
+        if *current != settings {
+            *current = settings;
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Whether `tp`'s replica on `broker` is throttled, and whether the rate is over now.
+    fn throttled(&self, tp: &TopicPartition, broker: i32) -> (bool, bool) {
+        let settings = self.settings.read().unwrap_or_else(|e| e.into_inner());
+        let Some(limit) = settings.limit else {
+            return (false, false);
+        };
+        let named = settings
+            .replicas
+            .get(&tp.topic)
+            .is_some_and(|v| replica_throttled(v, tp.partition, broker));
+        if !named {
+            return (false, false);
+        }
+        let mut fetched = self.fetched.lock().unwrap_or_else(|e| e.into_inner());
+        let (observed, _) = fetched.measure(self.now_ms(), self.windows);
+        (true, observed > limit)
+    }
+
+    fn record(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let now_ms = self.now_ms();
+        let mut fetched = self.fetched.lock().unwrap_or_else(|e| e.into_inner());
+        fetched.record(bytes as f64, now_ms, self.windows);
+    }
 }
 
 /// One followed partition as its fetcher sees it.
@@ -99,6 +194,10 @@ impl ReplicaFetcherManager {
             config,
             fetchers: Mutex::new(HashMap::new()),
         }
+    }
+
+    pub fn follower_throttle(&self) -> &FollowerThrottle {
+        &self.config.throttle
     }
 
     fn fetchers(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Arc<Fetcher>>> {
@@ -445,7 +544,15 @@ async fn fetch_once(
 ) -> std::io::Result<()> {
     let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
     let mut epochs: HashMap<TopicPartition, i32> = HashMap::new();
+    let mut throttled = std::collections::HashSet::new();
     for (tp, state) in partitions {
+        let (named, over) = config.throttle.throttled(tp, config.local_id);
+        if named && !replicas.in_sync(tp) {
+            if over {
+                continue;
+            }
+            throttled.insert(tp.clone());
+        }
         let Some((log_end, log_start)) = replicas.follower_fetch_position(tp) else {
             continue;
         };
@@ -486,6 +593,7 @@ async fn fetch_once(
         ..Default::default()
     };
     let response: FetchResponse = conn.send(&request, FETCH_VERSION, timeout).await?;
+    let mut throttled_bytes = 0usize;
     for topic in response.responses {
         for p in topic.partitions {
             let tp = TopicPartition {
@@ -498,6 +606,9 @@ async fn fetch_once(
             let code = ErrorCode(p.error_code);
             if code == ErrorCode::NONE {
                 let records = p.records.unwrap_or_default();
+                if throttled.contains(&tp) {
+                    throttled_bytes += records.len();
+                }
                 if let Err(code) = replicas.append_as_follower(
                     &tp,
                     epoch,
@@ -522,5 +633,42 @@ async fn fetch_once(
             }
         }
     }
+    config.throttle.record(throttled_bytes);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttled_replicas_are_named_by_partition_and_broker_or_star() {
+        assert!(replica_throttled("*", 3, 2));
+        assert!(replica_throttled(" 0:1, 3:2 ", 3, 2));
+        assert!(!replica_throttled("0:1,3:2", 3, 1));
+        assert!(!replica_throttled("", 0, 1));
+        assert!(!replica_throttled("x:y", 0, 1));
+    }
+
+    #[test]
+    fn a_follower_throttle_holds_named_replicas_once_over_its_rate() {
+        let throttle = FollowerThrottle::new(QuotaWindows {
+            samples: 2,
+            window: Duration::from_secs(1),
+        });
+        let tp = TopicPartition {
+            topic: "t".into(),
+            partition: 0,
+        };
+        assert_eq!(throttle.throttled(&tp, 1), (false, false));
+        throttle.set(ThrottleSettings {
+            limit: Some(1000.0),
+            replicas: HashMap::from([("t".to_string(), "0:1".to_string())]),
+        });
+        assert_eq!(throttle.throttled(&tp, 1), (true, false));
+        assert_eq!(throttle.throttled(&tp, 2), (false, false));
+        // A fresh rate spans one window: 1,001 bytes are over 1,000 a second.
+        throttle.record(1001);
+        assert_eq!(throttle.throttled(&tp, 1), (true, true));
+    }
 }

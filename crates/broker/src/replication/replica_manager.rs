@@ -46,11 +46,13 @@ use rill_protocol::ErrorCode;
 use rill_storage::{
     clean_shutdown, end_txn_marker_batch, parse_partition_dir_name, partition_dir_name, AbortedTxn,
     AppendError, AppendOrigin, DataDirSync, FetchDataInfo, FileRange, FlushDone, LogAppendInfo,
-    LogConfig, PendingFlush, PreviousShutdown, ReadError, StorageError, TopicPartition, UnifiedLog,
+    LogConfig, PendingFlush, PreviousShutdown, ReadError, RecordErrors, StorageError,
+    TopicPartition, UnifiedLog,
 };
 
 use crate::error::BrokerError;
 use crate::log_dir_failure::LogDirFailureChannel;
+use crate::metrics;
 use crate::replication::append_signal::AppendSignals;
 use crate::replication::isr::{self, LeaderState};
 use crate::replication::replica_fetcher::{FetcherConfig, ReplicaFetcherManager};
@@ -141,6 +143,9 @@ impl PartitionState {
 
 pub struct Partition {
     pub topic_id: Uuid,
+    /// The topic's BrokerTopicMetrics, found once here so that appends and reads add to
+    /// them without a lookup.
+    pub topic_metrics: metrics::TopicHandle,
     log: Mutex<UnifiedLog>,
     state: Mutex<PartitionState>,
     /// The ISR and high-watermark state while this broker leads the partition. Locked
@@ -241,6 +246,8 @@ pub struct FetchResult {
     /// For a read_committed read: the aborted transactions from the fetch offset up to
     /// the LSO (Fetch's `aborted_transactions`); `None` for other reads.
     pub aborted_transactions: Option<Vec<AbortedTxn>>,
+    /// The partition's topic counters, for the bytes out.
+    pub topic_metrics: metrics::TopicHandle,
 }
 
 impl FetchResult {
@@ -371,6 +378,12 @@ impl ReplicaManager {
         (self.clock)()
     }
 
+    /// The replica manager's clock in milliseconds (the one the ISR state's times are
+    /// on), for reporting how long ago they were.
+    pub fn now_ms(&self) -> i64 {
+        self.now()
+    }
+
     /// The data directory every hosted log lives in.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
@@ -484,6 +497,7 @@ impl ReplicaManager {
     ) -> Result<Arc<Partition>, BrokerError> {
         let partition = Arc::new(Partition {
             topic_id,
+            topic_metrics: metrics::global().topics.topic(&tp.topic),
             log: Mutex::new(log),
             state: Mutex::new(state.clone()),
             leader: Mutex::new(None),
@@ -519,7 +533,22 @@ impl ReplicaManager {
             leader_epoch: state.leader_epoch,
             partition_epoch: state.partition_epoch,
         };
-        *partition.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+        {
+            let mut current = partition.state.lock().unwrap_or_else(|e| e.into_inner());
+            // An ISR change the controller made on its own while this broker kept leading
+            // (a fenced follower taken out, KIP-841) is a shrink or an expansion here as
+            // much as one this leader proposed; one it proposed was recorded when accepted
+            // (`on_alter_partition_response`), so the image brings no second change.
+            if current.leader == self.local_id && state.leader == self.local_id {
+                let m = &metrics::global().replication;
+                match state.isr.len().cmp(&current.isr.len()) {
+                    std::cmp::Ordering::Less => metrics::inc(&m.isr_shrinks),
+                    std::cmp::Ordering::Greater => metrics::inc(&m.isr_expands),
+                    std::cmp::Ordering::Equal => {}
+                }
+            }
+            *current = state;
+        }
         let now = self.now();
         let statuses = self.broker_statuses();
         let mut leader = partition.leader_state();
@@ -648,6 +677,17 @@ impl ReplicaManager {
     }
 
     /// `(log end offset, log start offset)` of a followed partition: where to fetch from.
+    /// Whether the metadata has this broker in `tp`'s ISR.
+    pub(crate) fn in_sync(&self, tp: &TopicPartition) -> bool {
+        self.get(tp)
+            .is_some_and(|p| p.state().isr.contains(&self.local_id))
+    }
+
+    /// The follower side's replication throttle (see `replica_fetcher::FollowerThrottle`).
+    pub fn follower_throttle(&self) -> &crate::replication::replica_fetcher::FollowerThrottle {
+        self.fetchers.follower_throttle()
+    }
+
     pub(crate) fn follower_fetch_position(&self, tp: &TopicPartition) -> Option<(i64, i64)> {
         let p = self.get(tp)?;
         p.with_log(|log| (log.log_end_offset(), log.log_start_offset()))
@@ -747,6 +787,10 @@ impl ReplicaManager {
             }
             Ok(flush)
         })??;
+        p.topic_metrics.add(
+            |t| &t.replication_bytes_in,
+            u64::try_from(records.len()).unwrap_or(0),
+        );
         // The fetcher fetches again only after this returns, so the next records of this
         // partition wait for the fsync as they did when it was made under the lock; the
         // lock is free meanwhile for reads and for the leader's other work. Blocking, on
@@ -867,7 +911,16 @@ impl ReplicaManager {
     /// Stops hosting a partition and deletes its log from disk.
     pub fn delete_partition(&self, tp: &TopicPartition) -> Result<(), BrokerError> {
         self.fetchers.remove_partition(tp);
-        let removed = self.write_map().remove(tp);
+        let removed = {
+            let mut map = self.write_map();
+            let removed = map.remove(tp);
+            // The topic's series leave /metrics with its last partition here, as Kafka's
+            // `BrokerTopicStats.removeMetrics` does when a topic is deleted.
+            if removed.is_some() && !map.keys().any(|other| other.topic == tp.topic) {
+                metrics::global().topics.remove(&tp.topic);
+            }
+            removed
+        };
         // Produces and fetches parked on the partition must learn that it is gone now,
         // not at their timeout.
         self.appended.notify(tp);
@@ -938,6 +991,18 @@ impl ReplicaManager {
         records: &Bytes,
         origin: AppendOrigin,
     ) -> Result<DeferredAppend, ErrorCode> {
+        self.append_deferred_detailed(tp, records, origin)
+            .map_err(|refused| refused.code)
+    }
+
+    /// [`Self::append_deferred`], whose refusal also names the records that failed their
+    /// checks (KIP-467), for a Produce response's `record_errors`.
+    pub fn append_deferred_detailed(
+        &self,
+        tp: &TopicPartition,
+        records: &Bytes,
+        origin: AppendOrigin,
+    ) -> Result<DeferredAppend, AppendRefused> {
         self.check_log_dir_online()?;
         let (partition, epoch) = self.leader_partition(tp)?;
         let now = self.now();
@@ -955,7 +1020,17 @@ impl ReplicaManager {
             .and_then(|config| UnifiedLog::validate_records(&config, records, origin, now));
         let validated = match validated {
             Ok(v) => v,
-            Err(e) => return Err(self.append_failed(tp, &e)),
+            Err(e) => {
+                let code = self.append_failed(tp, &e);
+                let record_errors = match e {
+                    AppendError::RecordErrors(refused) => Some(refused),
+                    _ => None,
+                };
+                return Err(AppendRefused {
+                    code,
+                    record_errors,
+                });
+            }
         };
         let statuses = self.broker_statuses();
         let mut leader = partition.leader_state();
@@ -984,7 +1059,7 @@ impl ReplicaManager {
                     flush,
                 })
             }
-            Err(e) => Err(self.append_failed(tp, &e)),
+            Err(e) => Err(self.append_failed(tp, &e).into()),
         }
     }
 
@@ -1218,13 +1293,19 @@ impl ReplicaManager {
         let outcome = ls.on_alter_partition_response(sent, result, self.now(), &*statuses);
         match outcome {
             isr::AlterPartitionOutcome::Committed { high_watermark } => {
-                let isr = ls.isr().iter().copied().collect();
+                let isr: Vec<i32> = ls.isr().iter().copied().collect();
                 drop(leader);
-                partition
-                    .state
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .isr = isr;
+                let mut state = partition.state.lock().unwrap_or_else(|e| e.into_inner());
+                // Counted once the controller has accepted the change, as Kafka's
+                // `Partition` counts IsrShrinksPerSec and IsrExpandsPerSec.
+                let m = &metrics::global().replication;
+                match isr.len().cmp(&state.isr.len()) {
+                    std::cmp::Ordering::Less => metrics::inc(&m.isr_shrinks),
+                    std::cmp::Ordering::Greater => metrics::inc(&m.isr_expands),
+                    std::cmp::Ordering::Equal => {}
+                }
+                state.isr = isr;
+                drop(state);
                 if let Some(hw) = high_watermark {
                     let _ = partition.with_log(|log| {
                         if hw > log.high_watermark() {
@@ -1594,6 +1675,7 @@ fn read_partition(
             records: data.records,
             file_range: data.file_range,
             aborted_transactions,
+            topic_metrics: partition.topic_metrics.clone(),
         }),
         (offsets, Err(ReadError::OffsetOutOfRange { .. }), _) => {
             Err((ErrorCode::OFFSET_OUT_OF_RANGE, Some(offsets)))
@@ -1643,6 +1725,23 @@ fn update_leader_log_end(
     }
 }
 
+/// Why a leader refused a client's append: the error code and, when records failed
+/// their checks (KIP-467), which ones.
+#[derive(Debug)]
+pub struct AppendRefused {
+    pub code: ErrorCode,
+    pub record_errors: Option<RecordErrors>,
+}
+
+impl From<ErrorCode> for AppendRefused {
+    fn from(code: ErrorCode) -> Self {
+        AppendRefused {
+            code,
+            record_errors: None,
+        }
+    }
+}
+
 /// Maps the log's refusal of an append to the code Kafka gives for it.
 pub fn append_error_code(e: &AppendError) -> ErrorCode {
     match e {
@@ -1651,7 +1750,9 @@ pub fn append_error_code(e: &AppendError) -> ErrorCode {
         AppendError::MessageTooLarge { .. } => ErrorCode::MESSAGE_TOO_LARGE,
         AppendError::OutOfOrderSequence { .. } => ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
         AppendError::InvalidProducerEpoch { .. } => ErrorCode::INVALID_PRODUCER_EPOCH,
-        AppendError::InvalidTimestamp { .. } => ErrorCode::INVALID_TIMESTAMP,
+        // Kafka's `processRecordErrors`: a bad timestamp anywhere makes it INVALID_TIMESTAMP.
+        AppendError::RecordErrors(refused) if refused.any_timestamp => ErrorCode::INVALID_TIMESTAMP,
+        AppendError::RecordErrors(_) => ErrorCode::INVALID_RECORD,
         AppendError::InvalidTxnState { .. } => ErrorCode::INVALID_TXN_STATE,
         AppendError::TransactionCoordinatorFenced { .. } => {
             ErrorCode::TRANSACTION_COORDINATOR_FENCED
@@ -1674,6 +1775,7 @@ mod tests {
             local_id: 1,
             max_wait: std::time::Duration::from_millis(100),
             partition_max_bytes: 1 << 20,
+            throttle: Default::default(),
         };
         ReplicaManager::new(dir, config, 10_000).0
     }

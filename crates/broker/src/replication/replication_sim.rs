@@ -333,6 +333,7 @@ impl Sim {
                 local_id: broker.id,
                 max_wait: Duration::from_millis(500),
                 partition_max_bytes: 1 << 20,
+                throttle: Default::default(),
             },
             LAG_MS,
             Arc::new(move || clock.load(Ordering::SeqCst)),

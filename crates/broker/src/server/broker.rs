@@ -26,6 +26,9 @@ use crate::replication::replica_manager::ReplicaManager;
 /// this order; clients retry after it).
 pub const CONTROLLER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long `/health/ready` gives the image to reach the committed metadata offset.
+pub const READY_CATCH_UP: Duration = Duration::from_secs(1);
+
 /// State shared by every connection.
 pub struct Broker {
     pub config: BrokerConfig,
@@ -70,6 +73,8 @@ pub struct Broker {
     /// librdkafka reads that as "the refused batches were not written" and re-sends them
     /// under a new epoch, duplicating any that were.
     pub(crate) lease_losses: std::sync::atomic::AtomicU64,
+    /// The rates of the clients that quotas govern (see `server::quotas`).
+    pub(crate) quotas: crate::server::quotas::ClientQuotaManager,
 }
 
 /// The block of producer ids the controller gave this broker.
@@ -94,6 +99,51 @@ impl Broker {
     /// The name of the topic with this id.
     pub fn topic_name_by_id(&self, id: &rill_protocol::Uuid) -> Option<String> {
         self.image().topics.get(id).map(|t| t.name.clone())
+    }
+
+    /// Whether this broker is ready for traffic (`/health/ready`): registered with the
+    /// controller and holding its lease, its image caught up with what the metadata
+    /// quorum has committed, its data directory online, and every partition its image
+    /// names it leader of open here as leader. `Err` carries the first reason it is not.
+    ///
+    /// Caught up means the image reaches, within [`READY_CATCH_UP`], the offset the
+    /// quorum had committed when asked: the image always trails the log by the moment it
+    /// takes to apply a record, and a check of the two at one instant would flap.
+    pub async fn readiness(&self) -> Result<(), String> {
+        if self.broker_epoch() < 0 {
+            return Err("not registered with the controller".into());
+        }
+        if self.lost_lease.load(Ordering::Acquire) || !self.replicas.lease_held() {
+            return Err("no controller lease (fenced or cut off)".into());
+        }
+        let committed = self.quorum.committed_offset();
+        if !self.wait_published(committed, READY_CATCH_UP).await {
+            let published = *self.published.borrow();
+            return Err(format!(
+                "metadata log applied up to {published}, committed up to {committed}"
+            ));
+        }
+        if let Some(failure) = self.replicas.log_dir_failure().failure() {
+            return Err(format!("data directory offline: {failure}"));
+        }
+        let image = self.image();
+        for topic in image.topics.values() {
+            for (index, p) in &topic.partitions {
+                if p.leader != self.node_id {
+                    continue;
+                }
+                let tp = rill_storage::TopicPartition {
+                    topic: topic.name.clone(),
+                    partition: *index,
+                };
+                if self.replicas.leader_partition(&tp).is_err() {
+                    return Err(format!(
+                        "leads {tp} in the metadata image but has it offline"
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn broker_epoch(&self) -> i64 {

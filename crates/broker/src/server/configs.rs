@@ -61,10 +61,12 @@ impl Broker {
                     resource_name: r.resource_name.clone(),
                     ..Default::default()
                 };
+                // Null or empty: every config (Kafka's `ConfigHelper`; sarama sends an
+                // empty list for "all").
                 let wanted = |name: &str| {
                     r.configuration_keys
                         .as_ref()
-                        .is_none_or(|keys| keys.iter().any(|k| k == name))
+                        .is_none_or(|keys| keys.is_empty() || keys.iter().any(|k| k == name))
                 };
                 let described = match r.resource_type {
                     RESOURCE_TOPIC => self.describe_topic_configs(
@@ -355,11 +357,15 @@ fn diff_ops(
     ops
 }
 
-/// Kafka's checks of a dynamic broker config change: every key set must be dynamic
-/// ("Cannot update these configs dynamically", INVALID_CONFIG as KRaft answers) and of
-/// the right type; and the logs of this broker must accept the result, which catches
+/// Kafka's checks of a dynamic broker config change: no key set may be one of the broker
+/// keys that are not dynamic ("Cannot update these configs dynamically"; a key no broker
+/// knows is taken and kept, as Kafka keeps those for its plug-ins); every value must be
+/// of the right type and bounds, and fit the value it replaces (thread pools grow to
+/// double at most); and the logs of this broker must accept the result, which catches
 /// values a log would refuse (a `log.segment.bytes` below a batch header) before they
-/// reach the metadata log rather than when every broker applies them.
+/// reach the metadata log rather than when every broker applies them. Kafka 4.1 answers
+/// all of these with INVALID_REQUEST on a BROKER resource, the cluster-wide default
+/// included (INVALID_CONFIG is for topics).
 fn validate_broker_change(
     static_config: &BrokerConfig,
     image: &MetadataImage,
@@ -370,12 +376,12 @@ fn validate_broker_change(
 ) -> Result<(), ConfigError> {
     let not_dynamic: Vec<&str> = ops
         .iter()
-        .filter(|(k, op, _)| *op == AlterConfigOp::Set && !config::is_dynamic_broker_config(k))
+        .filter(|(k, op, _)| *op == AlterConfigOp::Set && !is_settable_broker_key(k))
         .map(|(k, _, _)| k.as_str())
         .collect();
     if !not_dynamic.is_empty() {
         return Err((
-            ErrorCode::INVALID_CONFIG,
+            ErrorCode::INVALID_REQUEST,
             format!(
                 "Cannot update these configs dynamically: {}",
                 not_dynamic.join(", ")
@@ -383,8 +389,10 @@ fn validate_broker_change(
         ));
     }
     for (k, op, v) in ops {
-        if let (AlterConfigOp::Set, Some(v)) = (op, v) {
-            config::validate_broker_config(k, v).map_err(|m| (ErrorCode::INVALID_CONFIG, m))?;
+        if let (AlterConfigOp::Set, Some(v), true) = (op, v, config::is_dynamic_broker_config(k)) {
+            let current = config::broker_config_value(static_config, image, node_id, k);
+            config::validate_broker_change_of(k, v, current.as_ref().map(|(c, _)| c.as_str()))
+                .map_err(|m| (ErrorCode::INVALID_REQUEST, m))?;
         }
     }
     let mut candidate = image.clone();
@@ -396,7 +404,13 @@ fn validate_broker_change(
     // A topic with no overrides stands for every topic that inherits the changed keys.
     config::log_config(static_config, &candidate, node_id, "")
         .validate()
-        .map_err(|e| (ErrorCode::INVALID_CONFIG, e.to_string()))
+        .map_err(|e| (ErrorCode::INVALID_REQUEST, e.to_string()))
+}
+
+/// Whether a BROKER resource may be given `key`: a dynamic key, or one no broker knows
+/// (Kafka stores those for plug-ins to read; Rill reads none of them).
+fn is_settable_broker_key(key: &str) -> bool {
+    config::is_dynamic_broker_config(key) || !config::is_known_broker_key(key)
 }
 
 /// See [`Broker::topics_affected_by_broker_config_change`].
@@ -510,11 +524,7 @@ fn describe_cluster_default(
 /// The type of a broker key that is no topic's default: the dynamic connection limits
 /// are ints; the rest are described as strings.
 fn broker_only_type(key: &str) -> ConfigType {
-    if config::is_dynamic_broker_only(key) {
-        ConfigType::Int
-    } else {
-        ConfigType::String
-    }
+    config::dynamic_broker_key(key).map_or(ConfigType::String, |d| d.config_type)
 }
 
 /// DescribeConfigs of this broker: every key it knows, at its effective level;
@@ -529,6 +539,7 @@ fn describe_broker(
     let mut keys: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
     keys.extend(BROKER_DEFAULTS.iter().map(|(k, _)| *k));
     keys.extend(TOPIC_CONFIGS.iter().map(|d| d.broker_key));
+    keys.extend(config::DYNAMIC_BROKER_KEYS.iter().map(|d| d.name));
     keys.extend(static_config.explicit().map(|(k, _)| k));
     keys.into_iter()
         .map(|k| {
@@ -578,26 +589,32 @@ fn apply_incremental(
     op: i8,
     value: Option<&str>,
 ) -> Result<(), ConfigError> {
-    let (is_list, default) =
-        if resource_type == RESOURCE_BROKER && config::is_dynamic_broker_only(name) {
-            (false, "")
-        } else if resource_type == RESOURCE_BROKER {
-            let def = config::topic_config_for_broker_key(name).ok_or_else(|| {
-                (
-                    ErrorCode::INVALID_CONFIG,
-                    format!("Cannot update these configs dynamically: {name}"),
-                )
-            })?;
-            (def.config_type == config::ConfigType::List, def.default)
+    let (is_list, default) = if resource_type == RESOURCE_BROKER {
+        if let Some(d) = config::dynamic_broker_key(name) {
+            let default = BROKER_DEFAULTS
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map_or("", |(_, v)| *v);
+            (d.config_type == config::ConfigType::List, default)
+        } else if let Some(d) = config::topic_config_for_broker_key(name) {
+            (d.config_type == config::ConfigType::List, d.default)
+        } else if !is_settable_broker_key(name) {
+            return Err((
+                ErrorCode::INVALID_REQUEST,
+                format!("Cannot update these configs dynamically: {name}"),
+            ));
         } else {
-            let def = config::topic_config_def(name).ok_or_else(|| {
-                (
-                    ErrorCode::INVALID_CONFIG,
-                    format!("unknown topic config name: {name}"),
-                )
-            })?;
-            (def.config_type == config::ConfigType::List, def.default)
-        };
+            (false, "")
+        }
+    } else {
+        let def = config::topic_config_def(name).ok_or_else(|| {
+            (
+                ErrorCode::INVALID_CONFIG,
+                format!("Unknown topic config name: {name}"),
+            )
+        })?;
+        (def.config_type == config::ConfigType::List, def.default)
+    };
     match op {
         OP_SET => {
             let v = value
@@ -748,21 +765,77 @@ mod tests {
         };
         check("log.retention.ms", "1000").unwrap();
         check("compression.type", "zstd").unwrap();
+        // Kafka 4.1 answers INVALID_REQUEST for every refusal on a BROKER resource, the
+        // cluster-wide default included (its ConfigAdminManager's checks).
         let (code, m) = check("log.dirs", "/x").unwrap_err();
-        assert_eq!(code, ErrorCode::INVALID_CONFIG);
+        assert_eq!(code, ErrorCode::INVALID_REQUEST);
         assert!(
             m.starts_with("Cannot update these configs dynamically"),
             "{m}"
         );
         assert_eq!(
             check("log.retention.ms", "x").unwrap_err().0,
-            ErrorCode::INVALID_CONFIG
+            ErrorCode::INVALID_REQUEST
         );
         // A value the logs would refuse is refused before it reaches the metadata log.
         assert_eq!(
             check("log.segment.bytes", "10").unwrap_err().0,
-            ErrorCode::INVALID_CONFIG
+            ErrorCode::INVALID_REQUEST
         );
+        // A key no broker knows is kept, as Kafka keeps them for its plug-ins.
+        check("custom.plugin.setting", "1").unwrap();
+        // Thread pools Rill does not have take Kafka's checks against the current value
+        // (Kafka's default of 8 I/O threads here): at least 1, half to double.
+        check("num.io.threads", "16").unwrap();
+        check("num.io.threads", "4").unwrap();
+        let (code, m) = check("num.io.threads", "17").unwrap_err();
+        assert_eq!(code, ErrorCode::INVALID_REQUEST);
+        assert!(
+            m.contains("should not be greater than double the current value 8"),
+            "{m}"
+        );
+        let (_, m) = check("num.io.threads", "3").unwrap_err();
+        assert!(
+            m.contains("should be at least half the current value 8"),
+            "{m}"
+        );
+        let (_, m) = check("num.io.threads", "0").unwrap_err();
+        assert_eq!(
+            m,
+            "Invalid value 0 for configuration num.io.threads: Value must be at least 1"
+        );
+        let (_, m) = check("background.threads", "x").unwrap_err();
+        assert!(m.ends_with("Not a number of type INT"), "{m}");
+        let (_, m) = check("log.cleaner.threads", "3").unwrap_err();
+        assert!(m.contains("more than double the current value 1"), "{m}");
+        check("log.cleaner.threads", "2").unwrap();
+        check("log.cleaner.backoff.ms", "100").unwrap();
+        assert!(check("log.cleaner.backoff.ms", "-1").is_err());
+        check("sasl.kerberos.min.time.before.relogin", "30000").unwrap();
+        let (_, m) = check("sasl.kerberos.ticket.renew.jitter", "often").unwrap_err();
+        assert!(m.ends_with("Not a number of type DOUBLE"), "{m}");
+        check(
+            "max.connections.per.ip.overrides",
+            "127.0.0.1:5, localhost:3",
+        )
+        .unwrap();
+        for bad in ["bad", "127.0.0.1:x", ":3"] {
+            assert!(
+                check("max.connections.per.ip.overrides", bad).is_err(),
+                "{bad}"
+            );
+        }
+        // The current value is this broker's: a static 2 bounds a change to 1..=4.
+        let mut two = BrokerConfig::default();
+        two.set("num.network.threads", "2");
+        let ops = |v: &str| {
+            let new = BTreeMap::from([("num.network.threads".to_string(), v.to_string())]);
+            (diff_ops(&BTreeMap::new(), &new), new)
+        };
+        let (o, n) = ops("4");
+        validate_broker_change(&two, &image, 1, &key, &n, &o).unwrap();
+        let (o, n) = ops("5");
+        assert!(validate_broker_change(&two, &image, 1, &key, &n, &o).is_err());
         // Broker list keys take APPEND/SUBTRACT under their broker names.
         let mut c = BTreeMap::new();
         apply_incremental(
@@ -774,7 +847,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c["log.cleanup.policy"], "delete,compact");
-        assert!(apply_incremental(RESOURCE_BROKER, &mut c, "log.dirs", OP_SET, Some("x")).is_err());
+        apply_incremental(
+            RESOURCE_BROKER,
+            &mut c,
+            "sasl.kerberos.principal.to.local.rules",
+            OP_APPEND,
+            Some("RULE:[1:$1]"),
+        )
+        .unwrap();
+        assert_eq!(
+            c["sasl.kerberos.principal.to.local.rules"],
+            "DEFAULT,RULE:[1:$1]"
+        );
+        let refused = apply_incremental(RESOURCE_BROKER, &mut c, "log.dirs", OP_SET, Some("x"));
+        assert_eq!(refused.unwrap_err().0, ErrorCode::INVALID_REQUEST);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The data path: Produce, Fetch, ListOffsets and InitProducerId.
 
 use std::os::unix::fs::FileExt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -21,7 +21,7 @@ use rill_protocol::generated::list_offsets_response::{
 };
 use rill_protocol::generated::produce_request::ProduceRequest;
 use rill_protocol::generated::produce_response::{
-    PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
 use rill_protocol::generated::request_header::RequestHeader;
 use rill_protocol::generated::response_header::ResponseHeader;
@@ -31,15 +31,20 @@ use rill_protocol::primitives::{
     Decodable, Encodable,
 };
 use rill_protocol::{EncodeError, ErrorCode};
-use rill_storage::{AppendOrigin, FileRange, PendingFlush, TopicPartition};
+use rill_storage::{
+    AppendOrigin, FileRange, PendingFlush, RecordErrorKind, RecordErrors, TopicPartition,
+};
 
 use crate::coordinator::group_coordinator::OFFSETS_TOPIC;
+use crate::metrics;
 use crate::network::request_slot;
 use crate::network::{ResponseChunk, Session};
 use crate::replication::append_signal::AppendSignals;
-use crate::replication::replica_manager::DeferredAppend;
+use crate::replication::replica_fetcher::replica_throttled;
+use crate::replication::replica_manager::{AppendRefused, DeferredAppend};
+use crate::server::quotas::{Governed, QuotaKind};
 use crate::server::request_authorization::Gate;
-use crate::server::Broker;
+use crate::server::{Broker, QuotaScope};
 use rill_metadata::{AllocateProducerIdsRequest, ControllerEvent, ControllerResponse};
 use rill_protocol::generated::offset_for_leader_epoch_request::OffsetForLeaderEpochRequest;
 use rill_protocol::generated::offset_for_leader_epoch_response::{
@@ -55,6 +60,67 @@ const LATEST_TIERED_TIMESTAMP: i64 = -5;
 
 /// The longest a fetch may park, whatever it asks for: bounds the tasks a client can hold.
 const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
+
+/// A Produce response's `record_errors` and `error_message` for records that failed their
+/// checks, worded as Kafka's `LogValidator` and `processRecordErrors` word them.
+fn record_errors_response(
+    tp: &TopicPartition,
+    refused: &RecordErrors,
+) -> (Vec<BatchIndexAndErrorMessage>, String) {
+    // Java's TopicPartition prints as `topic-partition`.
+    let partition = format!("{}-{}", tp.topic, tp.partition);
+    let listed: Vec<BatchIndexAndErrorMessage> = refused
+        .errors
+        .iter()
+        .map(|error| BatchIndexAndErrorMessage {
+            batch_index: i32::try_from(error.batch_index).unwrap_or(i32::MAX),
+            batch_index_error_message: Some(match &error.kind {
+                RecordErrorKind::MissingKey => format!(
+                    "Compacted topic cannot accept message without key in topic partition \
+                     {partition}"
+                ),
+                RecordErrorKind::Timestamp {
+                    timestamp,
+                    offset,
+                    earliest,
+                    latest,
+                } => format!(
+                    "Timestamp {timestamp} of message with offset {offset} is out of range. \
+                     The timestamp should be within [{earliest}, {latest}]"
+                ),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let message = if refused.any_timestamp {
+        "One or more records have been rejected due to invalid timestamp".to_string()
+    } else {
+        // Java's `RecordError.toString()` for the first three, as in a List's toString.
+        let first: Vec<String> = listed
+            .iter()
+            .take(3)
+            .map(|e| {
+                format!(
+                    "RecordError(batchIndex={}, message='{}')",
+                    e.batch_index,
+                    e.batch_index_error_message.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        format!(
+            "One or more records have been rejected due to {} record errors in total, and \
+             only showing the first three errors at most: [{}]",
+            refused.total,
+            first.join(", ")
+        )
+    };
+    (listed, message)
+}
+
+/// A throttle as a response's `throttle_time_ms`.
+fn throttle_ms(throttle: Duration) -> i32 {
+    throttle.as_millis().min(i32::MAX as u128) as i32
+}
 
 impl Broker {
     /// Returns `None` for `acks=0`: Kafka sends no response then. With `acks=all` the
@@ -78,6 +144,8 @@ impl Broker {
         // (topic index, partition index, tp, the append, its fsync still to make)
         let mut flushes: Vec<(usize, usize, TopicPartition, DeferredAppend, PendingFlush)> =
             Vec::new();
+        // (topic index, partition index, its topic's counters) of every append made.
+        let mut appended_to: Vec<(usize, usize, metrics::TopicHandle)> = Vec::new();
         for topic in request.topic_data {
             let mut partition_responses = Vec::with_capacity(topic.partition_data.len());
             let min_insync: usize = self
@@ -97,20 +165,28 @@ impl Broker {
                     partition: p.index,
                 };
                 let outcome = if !acks_valid {
-                    Err(ErrorCode::INVALID_REQUIRED_ACKS)
+                    Err(ErrorCode::INVALID_REQUIRED_ACKS.into())
                 } else if tp.topic == OFFSETS_TOPIC {
                     // Only the group coordinator writes its topic; a client's bytes there
                     // would be replayed as group state.
-                    Err(ErrorCode::INVALID_TOPIC_EXCEPTION)
+                    Err(ErrorCode::INVALID_TOPIC_EXCEPTION.into())
                 } else {
                     match &p.records {
-                        None => Err(ErrorCode::INVALID_RECORD),
+                        None => Err(ErrorCode::INVALID_RECORD.into()),
                         Some(records) => self.append_checked(&tp, records, acks, min_insync),
                     }
                 };
                 match outcome {
                     Ok((mut appended, epoch)) => {
                         let info = &appended.info;
+                        let counters = appended.partition().topic_metrics.clone();
+                        if !info.duplicate {
+                            let bytes = u64::try_from(info.valid_bytes).unwrap_or(0);
+                            let messages = u64::try_from(info.record_count).unwrap_or(0);
+                            counters.add(|t| &t.bytes_in, bytes);
+                            counters.add(|t| &t.messages_in, messages);
+                        }
+                        appended_to.push((responses.len(), partition_responses.len(), counters));
                         resp.base_offset = info.first_offset;
                         resp.log_append_time_ms = info.log_append_time_ms;
                         resp.log_start_offset = appended.log_start_offset;
@@ -134,9 +210,14 @@ impl Broker {
                             ));
                         }
                     }
-                    Err(code) => {
-                        tracing::debug!(%tp, error = code.name(), "produce refused");
-                        resp.error_code = code.code();
+                    Err(refused) => {
+                        tracing::debug!(%tp, error = refused.code.name(), "produce refused");
+                        resp.error_code = refused.code.code();
+                        if let Some(record_errors) = &refused.record_errors {
+                            let (listed, message) = record_errors_response(&tp, record_errors);
+                            resp.record_errors = listed;
+                            resp.error_message = Some(message);
+                        }
                     }
                 }
                 partition_responses.push(resp);
@@ -152,6 +233,7 @@ impl Broker {
             waits.retain(|w| !failed.contains(&(w.0, w.1)));
         }
         if acks == 0 {
+            self.account_produce(&responses, &appended_to);
             return None;
         }
         if !waits.is_empty() {
@@ -172,10 +254,63 @@ impl Broker {
                 }
             }
         }
+        self.account_produce(&responses, &appended_to);
         Some(ProduceResponse {
             responses,
             ..Default::default()
         })
+    }
+
+    /// Kafka's produce request metrics of a final answer: one produce request per
+    /// partition named, a failed one and its error code for each partition answered with
+    /// an error. A partition that was appended to has its counters at hand; one that was
+    /// refused before an append is looked up (an error path), and counted for all topics
+    /// only when this broker does not host it, so that a client naming made-up topics
+    /// cannot grow the page.
+    fn account_produce(
+        &self,
+        responses: &[TopicProduceResponse],
+        appended_to: &[(usize, usize, metrics::TopicHandle)],
+    ) {
+        let m = metrics::global();
+        let mut appended = appended_to.iter().peekable();
+        for (t, topic) in responses.iter().enumerate() {
+            for (p, resp) in topic.partition_responses.iter().enumerate() {
+                let counters = match appended.peek() {
+                    Some((at, ap, c)) if (*at, *ap) == (t, p) => {
+                        let c = c.clone();
+                        appended.next();
+                        Some(c)
+                    }
+                    _ if resp.error_code != 0 => self
+                        .replicas
+                        .get(&TopicPartition {
+                            topic: topic.name.clone(),
+                            partition: resp.index,
+                        })
+                        .map(|p| p.topic_metrics.clone()),
+                    _ => None,
+                };
+                let failed = resp.error_code != 0;
+                if failed {
+                    m.requests.error(ApiKey::Produce as i16, resp.error_code);
+                }
+                match counters {
+                    Some(c) => {
+                        c.add(|t| &t.produce_requests, 1);
+                        if failed {
+                            c.add(|t| &t.failed_produce_requests, 1);
+                        }
+                    }
+                    None => {
+                        metrics::inc(&m.topics.all.produce_requests);
+                        if failed {
+                            metrics::inc(&m.topics.all.failed_produce_requests);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Appends as leader; with acks=all, refuses first (NOT_ENOUGH_REPLICAS) when the
@@ -188,14 +323,14 @@ impl Broker {
         records: &Bytes,
         acks: i16,
         min_insync: usize,
-    ) -> Result<(DeferredAppend, i32), ErrorCode> {
+    ) -> Result<(DeferredAppend, i32), AppendRefused> {
         let (isr, epoch) = self.replicas.isr_size(tp)?;
         if acks == -1 && isr < min_insync {
-            return Err(ErrorCode::NOT_ENOUGH_REPLICAS);
+            return Err(ErrorCode::NOT_ENOUGH_REPLICAS.into());
         }
         let appended = self
             .replicas
-            .append_deferred(tp, records, AppendOrigin::Client)?;
+            .append_deferred_detailed(tp, records, AppendOrigin::Client)?;
         Ok((appended, epoch))
     }
 
@@ -256,12 +391,24 @@ impl Broker {
     /// Answers a Fetch as a frame of chunks whose record sets are ranges of segment files,
     /// for the connection to send with `sendfile` (DESIGN.md §3): the records never pass
     /// through user space. Same answers as [`Broker::handle`] otherwise.
-    pub async fn handle_fetch_chunks(
+    /// A Fetch, answered with ranges of segment files beside its bytes (zero-copy). With a
+    /// quota scope, the second value is the throttle the consumer's quotas put on it and
+    /// the request quota to record its time against; `None` when nothing was measured (a
+    /// follower's fetch is exempt, as in Kafka).
+    #[allow(clippy::type_complexity)]
+    pub(crate) async fn handle_fetch_chunks(
         &self,
         header: &RequestHeader,
         mut body: Bytes,
         session: &Session,
-    ) -> Result<Option<Vec<ResponseChunk>>, String> {
+        scope: Option<&QuotaScope<'_>>,
+    ) -> Result<
+        (
+            Option<Vec<ResponseChunk>>,
+            Option<(Duration, Option<Governed>)>,
+        ),
+        String,
+    > {
         let peer = session.peer;
         let version = header.request_api_version;
         let supported = super::supported_range(ApiKey::Fetch)
@@ -269,24 +416,50 @@ impl Broker {
         if !supported {
             // Unsupported: answered by closing.
             let response = self
-                .handle(header, Some(ApiKey::Fetch), body, session)
+                .handle(header, Some(ApiKey::Fetch), body, session, None)
                 .await?;
-            return Ok(response.map(|b| vec![ResponseChunk::Bytes(b.freeze())]));
+            return Ok((
+                response.map(|b| vec![ResponseChunk::Bytes(b.freeze())]),
+                None,
+            ));
         }
         let mut request = FetchRequest::decode(&mut body, version)
             .map_err(|e| format!("Fetch v{version} from {peer}: {e}"))?;
+        let replica_id = if version >= 15 {
+            request.replica_state.replica_id
+        } else {
+            request.replica_id
+        };
+        let now = Instant::now();
+        let scope = scope.filter(|_| replica_id < 0);
+        let request_quota = scope.and_then(|s| s.governed(QuotaKind::Request));
+        let fetch_quota = scope.and_then(|s| s.governed(QuotaKind::Fetch));
+        let mut throttle = request_quota
+            .as_ref()
+            .map_or(Duration::ZERO, |g| self.quotas.check(g, now));
+        if let Some(g) = &fetch_quota {
+            // No more than the quota could let through at all (Kafka's
+            // `getMaxValueInQuotaWindow`).
+            let cap = self.quotas.max_value_in_window(g).min(i32::MAX as f64) as i32;
+            request.max_bytes = request.max_bytes.min(cap.max(1));
+        }
+        let measured = |throttle: Duration| scope.map(|_| (throttle, request_quota.clone()));
         let correlation_id = header.correlation_id;
         let authz = self.authz(session);
         let patch = match self.fetch_gate(&authz, &mut request, version, &session.listener) {
             Gate::Proceed(patch) => patch,
-            Gate::Respond(body) => {
+            Gate::Respond(mut body) => {
+                body.raise_throttle_time_ms(throttle_ms(throttle));
                 let frame = super::encode_response(
                     correlation_id,
                     ApiKey::Fetch,
                     version,
                     &super::AnyResponse(&body),
                 )?;
-                return Ok(Some(vec![ResponseChunk::Bytes(frame.freeze())]));
+                return Ok((
+                    Some(vec![ResponseChunk::Bytes(frame.freeze())]),
+                    measured(throttle),
+                ));
             }
             Gate::Close(reason) => return Err(reason),
         };
@@ -303,13 +476,30 @@ impl Broker {
             let missing = partitions.saturating_sub(ranges.len());
             ranges.extend(std::iter::repeat_with(|| None).take(missing));
         }
+        if let Some(g) = &fetch_quota {
+            let size: u64 = ranges.iter().flatten().map(|r| r.len).sum();
+            let now = Instant::now();
+            let earned = self.quotas.record(g, size as f64, now);
+            if !earned.is_zero() {
+                // Over the quota: nothing is sent, and nothing counted (Kafka's
+                // throttled response of a sessionless fetch has no topics).
+                self.quotas.unrecord(g, size as f64, now);
+                response.responses.clear();
+                ranges.clear();
+                throttle = throttle.max(earned);
+            }
+        }
+        response.throttle_time_ms = response.throttle_time_ms.max(throttle_ms(throttle));
         if let Some(chunks) = encode_fetch_chunks(correlation_id, version, &response, &ranges)? {
-            return Ok(Some(chunks));
+            return Ok((Some(chunks), measured(throttle)));
         }
         // A response the chunk encoder does not cover: read the ranges, encode as usual.
         fill_records(&mut response, &ranges).map_err(|e| format!("reading records: {e}"))?;
         let frame = super::encode_response(correlation_id, ApiKey::Fetch, version, &response)?;
-        Ok(Some(vec![ResponseChunk::Bytes(frame.freeze())]))
+        Ok((
+            Some(vec![ResponseChunk::Bytes(frame.freeze())]),
+            measured(throttle),
+        ))
     }
 
     /// Reads until `min_bytes` are there, a partition fails or the wait is over. With
@@ -329,8 +519,14 @@ impl Broker {
             // Registered before reading so that an append between the read and the wait
             // still wakes this fetch.
             let appended = self.replicas.signals().any_of(&shards);
-            let (response, ranges, bytes, errored) = self.read_fetch(request, version, zero_copy);
+            let (response, ranges, bytes, errored, counters, throttled) =
+                self.read_fetch(request, version, zero_copy);
             if bytes >= min_bytes || errored || tokio::time::Instant::now() >= deadline {
+                if let Some((_, sent)) = throttled.filter(|(_, sent)| *sent > 0) {
+                    self.quotas
+                        .record_leader_replication(sent as f64, Instant::now());
+                }
+                self.account_fetch(request, version, &response, &ranges, &counters);
                 return (response, ranges);
             }
             // Parked until data or the deadline: the request slot is for work.
@@ -338,6 +534,81 @@ impl Broker {
             tokio::select! {
                 _ = appended => {}
                 _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Kafka's fetch metrics of the answer a fetch returns (not of the reads it made
+    /// while it waited): per partition a fetch request, its record bytes out (to a
+    /// consumer, or replication bytes to a follower), a failed one and its error code.
+    /// The counters come with each read; a partition that failed is looked up (an
+    /// error path), and counted for all topics only when this broker does not host it.
+    fn account_fetch(
+        &self,
+        request: &FetchRequest,
+        version: i16,
+        response: &FetchResponse,
+        ranges: &[Option<FileRange>],
+        counters: &[Option<metrics::TopicHandle>],
+    ) {
+        let m = metrics::global();
+        let replica_id = if version >= 15 {
+            request.replica_state.replica_id
+        } else {
+            request.replica_id
+        };
+        let bytes_field: fn(&metrics::TopicMetrics) -> &std::sync::atomic::AtomicU64 =
+            if replica_id >= 0 {
+                |t| &t.replication_bytes_out
+            } else {
+                |t| &t.bytes_out
+            };
+        let mut range = ranges.iter();
+        let mut found = counters.iter();
+        for (topic, answered) in request.topics.iter().zip(&response.responses) {
+            for p in &answered.partitions {
+                let file = range.next().and_then(Option::as_ref);
+                let bytes = match file {
+                    Some(r) => r.len as usize,
+                    None => p.records.as_ref().map_or(0, |r| r.len()),
+                };
+                let failed = p.error_code != 0;
+                let counters = match found.next().cloned().flatten() {
+                    Some(c) => Some(c),
+                    None if failed => {
+                        let name = if version >= 13 {
+                            self.topic_name_by_id(&topic.topic_id)
+                        } else {
+                            Some(topic.topic.clone())
+                        };
+                        name.and_then(|topic| {
+                            self.replicas.get(&TopicPartition {
+                                topic,
+                                partition: p.partition_index,
+                            })
+                        })
+                        .map(|p| p.topic_metrics.clone())
+                    }
+                    None => None,
+                };
+                if failed {
+                    m.requests.error(ApiKey::Fetch as i16, p.error_code);
+                }
+                match counters {
+                    Some(c) => {
+                        c.add(|t| &t.fetch_requests, 1);
+                        c.add(bytes_field, u64::try_from(bytes).unwrap_or(0));
+                        if failed {
+                            c.add(|t| &t.failed_fetch_requests, 1);
+                        }
+                    }
+                    None => {
+                        metrics::inc(&m.topics.all.fetch_requests);
+                        if failed {
+                            metrics::inc(&m.topics.all.failed_fetch_requests);
+                        }
+                    }
+                }
             }
         }
     }
@@ -367,15 +638,28 @@ impl Broker {
         shards
     }
 
-    /// One pass over the fetch's partitions: the response, the record bytes in it, and
-    /// whether any partition failed (which answers the fetch at once).
+    /// One pass over the fetch's partitions: the response, the record bytes in it,
+    /// whether any partition failed (which answers the fetch at once), each partition's
+    /// topic counters (for the metrics), and for a follower's fetch under `leader.replication.throttled.rate` that rate and the bytes
+    /// of throttled replicas sent (Kafka's `ReplicationQuotaManager` on the leader: while
+    /// the rate is over, a throttled replica is answered without records).
+    #[allow(clippy::type_complexity)]
     fn read_fetch(
         &self,
         request: &FetchRequest,
         version: i16,
         zero_copy: bool,
-    ) -> (FetchResponse, Vec<Option<FileRange>>, usize, bool) {
+    ) -> (
+        FetchResponse,
+        Vec<Option<FileRange>>,
+        usize,
+        bool,
+        Vec<Option<metrics::TopicHandle>>,
+        Option<(f64, usize)>,
+    ) {
         let mut ranges = Vec::new();
+        // Each partition's topic counters, in response order (`None` where it failed).
+        let mut counters = Vec::new();
         let mut remaining = if request.max_bytes > 0 {
             request.max_bytes as usize
         } else {
@@ -390,12 +674,27 @@ impl Broker {
         } else {
             request.replica_id
         };
+        let image = self.image();
+        let throttle = (replica_id >= 0)
+            .then(|| self.leader_replication_throttle(&image))
+            .flatten();
+        let exceeded = throttle.is_some_and(|limit| {
+            self.quotas
+                .leader_replication_exceeded(limit, Instant::now())
+        });
+        let mut throttled_sent = 0usize;
         let mut responses = Vec::with_capacity(request.topics.len());
         for topic in &request.topics {
             let name = if by_id {
                 self.topic_name_by_id(&topic.topic_id)
             } else {
                 Some(topic.topic.clone())
+            };
+            let throttled_replicas = match (&name, throttle) {
+                (Some(n), Some(_)) => self
+                    .topic_config_value(&image, n, "leader.replication.throttled.replicas")
+                    .unwrap_or_default(),
+                _ => String::new(),
             };
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for p in &topic.partitions {
@@ -413,6 +712,7 @@ impl Broker {
                     data.error_code = ErrorCode::UNKNOWN_TOPIC_ID.code();
                     errored = true;
                     ranges.push(None);
+                    counters.push(None);
                     partitions.push(data);
                     continue;
                 };
@@ -445,6 +745,7 @@ impl Broker {
                 let mut range = None;
                 match read {
                     Ok(result) => {
+                        counters.push(Some(result.topic_metrics.clone()));
                         data.high_watermark = result.offsets.high_watermark;
                         data.last_stable_offset = result.offsets.last_stable_offset;
                         // read_committed: the aborted transactions in the range read, for
@@ -464,12 +765,26 @@ impl Broker {
                         }
                         data.log_start_offset = result.offsets.log_start_offset;
                         let len = result.byte_len();
-                        total += len;
-                        remaining = remaining.saturating_sub(len);
-                        if zero_copy {
-                            range = result.file_range;
+                        // Only a replica outside the ISR is throttled, as in Kafka.
+                        let throttled =
+                            replica_throttled(&throttled_replicas, p.partition, replica_id)
+                                && !image
+                                    .topic(name)
+                                    .and_then(|t| t.partitions.get(&p.partition))
+                                    .is_some_and(|reg| reg.isr.contains(&replica_id));
+                        if throttled && exceeded {
+                            // The follower's position is taken; its records wait.
                         } else {
-                            data.records = Some(result.records);
+                            if throttled {
+                                throttled_sent += len;
+                            }
+                            total += len;
+                            remaining = remaining.saturating_sub(len);
+                            if zero_copy {
+                                range = result.file_range;
+                            } else {
+                                data.records = Some(result.records);
+                            }
                         }
                     }
                     Err((code, offsets)) => {
@@ -480,6 +795,7 @@ impl Broker {
                         }
                         data.error_code = code.code();
                         errored = true;
+                        counters.push(None);
                     }
                 }
                 ranges.push(range);
@@ -497,7 +813,21 @@ impl Broker {
             responses,
             ..Default::default()
         };
-        (response, ranges, total, errored)
+        let throttled = throttle.map(|limit| (limit, throttled_sent));
+        (response, ranges, total, errored, counters, throttled)
+    }
+
+    /// `leader.replication.throttled.rate` when it limits anything (its default,
+    /// `Long.MAX_VALUE`, does not; 0 stops throttled replicas altogether).
+    fn leader_replication_throttle(&self, image: &rill_metadata::MetadataImage) -> Option<f64> {
+        let (value, _) = crate::config::broker_config_value(
+            &self.config,
+            image,
+            self.node_id,
+            "leader.replication.throttled.rate",
+        )?;
+        let limit: i64 = value.trim().parse().ok()?;
+        (0..i64::MAX).contains(&limit).then_some(limit as f64)
     }
 
     pub(crate) fn handle_list_offsets(
@@ -906,6 +1236,7 @@ fn fill_records(response: &mut FetchResponse, ranges: &[Option<FileRange>]) -> s
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
     use rill_protocol::generated::fetch_response::AbortedTransaction;
     use rill_protocol::Uuid;

@@ -90,24 +90,33 @@ impl Broker {
                 }
             }
         };
-        if version >= 2 {
-            let refused = results.iter().find(|r| r.error_code != ErrorCode::NONE);
+        // As Kafka's controller answers: one refusal fails the whole update, with the
+        // top-level error and no per-feature results; a success lists every feature
+        // with NONE up to version 1 (version 2 answers with the top-level error only).
+        if let Some(refused) = results.iter().find(|r| r.error_code != ErrorCode::NONE) {
             return UpdateFeaturesResponse {
-                error_code: refused.map_or(ErrorCode::NONE, |r| r.error_code).code(),
-                error_message: refused.and_then(|r| r.error_message.clone()),
+                error_code: refused.error_code.code(),
+                error_message: Some(format!(
+                    "The update failed for all features since the following feature had an \
+                     error: {}",
+                    refused.error_message.as_deref().unwrap_or_default()
+                )),
                 ..Default::default()
             };
         }
         UpdateFeaturesResponse {
-            results: results
-                .into_iter()
-                .map(|r| UpdatableFeatureResult {
-                    feature: r.feature,
-                    error_code: r.error_code.code(),
-                    error_message: r.error_message,
-                    ..Default::default()
-                })
-                .collect(),
+            results: if version <= 1 {
+                results
+                    .into_iter()
+                    .map(|r| UpdatableFeatureResult {
+                        feature: r.feature,
+                        error_code: ErrorCode::NONE.code(),
+                        ..Default::default()
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
             ..Default::default()
         }
     }

@@ -14,6 +14,7 @@
 mod acls;
 pub(crate) mod auth_helper;
 mod broker;
+mod client_quotas;
 mod configs;
 mod data;
 mod describe_topic_partitions;
@@ -23,11 +24,15 @@ mod log_dirs;
 pub(crate) mod metadata;
 mod partitions;
 mod quorum;
+pub(crate) mod quotas;
 mod request_authorization;
 mod sasl;
 mod topics;
 mod transactions;
 mod txn_partition;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use rill_protocol::frame::{begin_frame, end_frame};
@@ -39,10 +44,11 @@ use rill_protocol::primitives::Encodable;
 use rill_protocol::ErrorCode;
 
 use crate::network::scram::{ScramCredential, ScramMechanism};
-use crate::network::{RequestHandler, ResponseChunk, Session};
+use crate::network::{Reply, RequestHandler, ResponseChunk, Session};
 use crate::replication::alter_partition::ControllerChannel;
 pub(crate) use broker::ProducerIdBlock;
 pub use broker::{Broker, CONTROLLER_REQUEST_TIMEOUT};
+use quotas::{ClientIdentity, ClientQuotaManager, QuotaKind};
 use request_authorization::Gate;
 pub use transactions::BrokerLeaders;
 
@@ -103,6 +109,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -165,12 +173,16 @@ fn api_versions_body(error_code: ErrorCode) -> ApiVersionsResponse {
 
 impl Broker {
     /// Answers one request. `Ok(None)` sends nothing (acks=0); `Err` closes the connection.
-    pub async fn handle(
+    /// With quotas, `throttling` holds the throttle they put on the request so far, which
+    /// the response carries; the controller-mutation quota, applied here once the request
+    /// is decoded, may raise it.
+    pub(crate) async fn handle(
         &self,
         header: &RequestHeader,
         api: Option<ApiKey>,
         mut body: Bytes,
         session: &Session,
+        mut throttling: Option<&mut Throttling<'_, '_>>,
     ) -> Result<Option<BytesMut>, String> {
         let peer = session.peer;
         let listener: &str = &session.listener;
@@ -193,19 +205,48 @@ impl Broker {
         acls::validate(&request)
             .map_err(|e| format!("{} v{version} from {peer}: {e}", api.name()))?;
         let authz = self.authz(session);
+        let throttle_ms = |t: &Option<&mut Throttling<'_, '_>>| {
+            t.as_ref()
+                .map_or(0, |t| t.throttle.as_millis().min(i32::MAX as u128) as i32)
+        };
         let patch = match self.authorize_request(&authz, version, listener, &mut request) {
             Gate::Proceed(patch) => patch,
-            Gate::Respond(body) => {
-                return encode_response(correlation_id, api, version, &AnyResponse(&body)).map(Some)
+            Gate::Respond(mut body) => {
+                let throttle_ms = throttle_ms(&throttling);
+                body.raise_throttle_time_ms(throttle_ms);
+                return encode_response(correlation_id, api, version, &AnyResponse(&body))
+                    .map(Some);
             }
             Gate::Close(reason) => return Err(reason),
         };
+        let mut mutation_patch = None;
+        if let Some(t) = throttling.as_deref_mut() {
+            if let Some(g) = t.scope.governed(QuotaKind::Mutation) {
+                let default_partitions = self.config.num_partitions().unwrap_or(1);
+                let (p, throttle) = quotas::mutation_gate(
+                    &self.quotas,
+                    &g,
+                    &t.scope.image,
+                    default_partitions,
+                    version,
+                    &mut request,
+                    Instant::now(),
+                );
+                mutation_patch = p;
+                t.throttle = t.throttle.max(throttle);
+            }
+        }
+        let throttle_ms = throttle_ms(&throttling);
         macro_rules! respond {
             ($resp:expr) => {{
                 let mut body = ResponseBody::from($resp);
                 if let Some(patch) = patch {
                     patch(&mut body);
                 }
+                if let Some(patch) = mutation_patch {
+                    patch(&mut body);
+                }
+                body.raise_throttle_time_ms(throttle_ms);
                 encode_response(correlation_id, api, version, &AnyResponse(&body)).map(Some)
             }};
         }
@@ -300,6 +341,12 @@ impl Broker {
             RequestBody::DescribeAcls(r) => respond!(self.handle_describe_acls(r)),
             RequestBody::CreateAcls(r) => respond!(self.handle_create_acls(r).await),
             RequestBody::DeleteAcls(r) => respond!(self.handle_delete_acls(r).await),
+            RequestBody::DescribeClientQuotas(r) => {
+                respond!(self.handle_describe_client_quotas(r))
+            }
+            RequestBody::AlterClientQuotas(r) => {
+                respond!(self.handle_alter_client_quotas(r).await)
+            }
             _ => Err(format!("{} is not handled", api.name())),
         }
     }
@@ -312,7 +359,7 @@ impl RequestHandler for Broker {
         api_key: Option<ApiKey>,
         body: Bytes,
         session: &Session,
-    ) -> Result<Option<Vec<ResponseChunk>>, String> {
+    ) -> Result<Reply, String> {
         // A broker that lost its controller lease leads nothing, and its image may be
         // stale; a client that keeps asking it for metadata (librdkafka asks the broker it
         // is connected to) would never learn the new leaders. Closing the connection
@@ -326,13 +373,33 @@ impl RequestHandler for Broker {
                 "this broker lost its controller lease; the client must ask another".into(),
             );
         }
-        // A Fetch answers with ranges of segment files beside its bytes (zero-copy).
-        if api_key == Some(ApiKey::Fetch) {
-            self.handle_fetch_chunks(header, body, session).await
-        } else {
-            let response = self.handle(header, api_key, body, session).await;
-            response.map(|r| r.map(|b| vec![ResponseChunk::Bytes(b.freeze())]))
+        let image = self.image();
+        if image.client_quotas.is_empty() {
+            // No quota anywhere: nothing is measured.
+            return if api_key == Some(ApiKey::Fetch) {
+                let (chunks, _) = self
+                    .handle_fetch_chunks(header, body, session, None)
+                    .await?;
+                Ok(Reply::new(chunks))
+            } else {
+                let response = self.handle(header, api_key, body, session, None).await?;
+                Ok(Reply::new(
+                    response.map(|b| vec![ResponseChunk::Bytes(b.freeze())]),
+                ))
+            };
         }
+        let scope = QuotaScope {
+            image,
+            who: ClientIdentity {
+                user: session
+                    .principal
+                    .strip_prefix("User:")
+                    .unwrap_or(&session.principal),
+                client_id: header.client_id.as_deref().unwrap_or_default(),
+            },
+        };
+        self.handle_with_quotas(header, api_key, body, session, &scope)
+            .await
     }
 
     fn broker_config_value(&self, key: &str) -> Option<String> {
@@ -347,6 +414,142 @@ impl RequestHandler for Broker {
     fn scram_credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
         sasl::scram_credential(&self.image(), user, mechanism)
     }
+
+    fn connection_creation_rate(&self, ip: std::net::IpAddr) -> Option<f64> {
+        let image = self.image();
+        if image.client_quotas.is_empty() {
+            return None;
+        }
+        rill_metadata::client_quotas::ip_quota(&image, ip)
+    }
+}
+
+/// What the quotas of one request are measured against.
+pub(crate) struct QuotaScope<'a> {
+    pub(crate) image: Arc<rill_metadata::MetadataImage>,
+    pub(crate) who: ClientIdentity<'a>,
+}
+
+impl QuotaScope<'_> {
+    pub(crate) fn governed(&self, kind: QuotaKind) -> Option<quotas::Governed> {
+        ClientQuotaManager::governed(&self.image, kind, self.who)
+    }
+}
+
+/// The quotas of one request being handled, and the throttle they have put on it.
+pub(crate) struct Throttling<'a, 'b> {
+    pub(crate) scope: &'a QuotaScope<'b>,
+    pub(crate) throttle: Duration,
+}
+
+/// Request time as Kafka's request quota counts it: percent of one thread for a second.
+fn request_percentage(spent: Duration) -> f64 {
+    spent.as_secs_f64() * 100.0
+}
+
+impl Broker {
+    /// [`RequestHandler::handle_request`] when some quota exists (see `quotas`).
+    async fn handle_with_quotas(
+        &self,
+        header: &RequestHeader,
+        api_key: Option<ApiKey>,
+        body: Bytes,
+        session: &Session,
+        scope: &QuotaScope<'_>,
+    ) -> Result<Reply, String> {
+        let now = Instant::now();
+        let version = header.request_api_version;
+        let mut spent = Duration::ZERO;
+        if api_key == Some(ApiKey::Fetch) {
+            let fetch = self.handle_fetch_chunks(header, body, session, Some(scope));
+            let (chunks, throttle) = poll_timed(fetch, &mut spent).await?;
+            // A follower's fetch is exempt; the handler said so by measuring nothing.
+            if let Some((throttle, request)) = throttle {
+                if let Some(g) = request {
+                    self.quotas
+                        .record(&g, request_percentage(spent), Instant::now());
+                }
+                return Ok(Reply {
+                    chunks,
+                    throttle,
+                    hold_response: !quotas::client_throttles(ApiKey::Fetch, version),
+                });
+            }
+            return Ok(Reply::new(chunks));
+        }
+        let acks_zero_produce =
+            api_key == Some(ApiKey::Produce) && produce_acks(&body, version) == Some(0);
+        // Cluster actions are exempt from the request quota, as in Kafka, and so is an
+        // acks=0 produce, which has no response to carry a throttle.
+        let exempt = matches!(api_key, Some(ApiKey::WriteTxnMarkers)) || acks_zero_produce;
+        let request = if exempt {
+            None
+        } else {
+            scope.governed(QuotaKind::Request)
+        };
+        let mut throttle = request
+            .as_ref()
+            .map_or(Duration::ZERO, |g| self.quotas.check(g, now));
+        if api_key == Some(ApiKey::Produce) {
+            if let Some(g) = scope.governed(QuotaKind::Produce) {
+                let header_len =
+                    header.encoded_len(ApiKey::Produce.request_header_version(version));
+                let size = (header_len + body.len()) as f64;
+                throttle = throttle.max(self.quotas.record(&g, size, now));
+            }
+        }
+        let mut throttling = Throttling { scope, throttle };
+        let response = poll_timed(
+            self.handle(header, api_key, body, session, Some(&mut throttling)),
+            &mut spent,
+        )
+        .await?;
+        let throttle = throttling.throttle;
+        if let Some(g) = &request {
+            self.quotas
+                .record(g, request_percentage(spent), Instant::now());
+        }
+        let hold_response = api_key.is_some_and(|api| !quotas::client_throttles(api, version));
+        Ok(Reply {
+            chunks: response.map(|b| vec![ResponseChunk::Bytes(b.freeze())]),
+            throttle,
+            hold_response,
+        })
+    }
+}
+
+/// Runs `fut`, adding the time spent in its polls to `spent`: the time the request held
+/// a thread, not the time it waited.
+async fn poll_timed<F: std::future::Future>(fut: F, spent: &mut Duration) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        let start = Instant::now();
+        let r = fut.as_mut().poll(cx);
+        *spent += start.elapsed();
+        r
+    })
+    .await
+}
+
+/// The `acks` of a produce request body: the fields before it are the transactional id
+/// alone (a nullable string, compact from version 9).
+fn produce_acks(body: &Bytes, version: i16) -> Option<i16> {
+    use bytes::Buf;
+    let mut b = body.clone();
+    let len = if version >= 9 {
+        let n = rill_protocol::primitives::read_unsigned_varint(&mut b).ok()?;
+        n.saturating_sub(1) as usize
+    } else {
+        if b.remaining() < 2 {
+            return None;
+        }
+        b.get_i16().max(0) as usize
+    };
+    if b.remaining() < len + 2 {
+        return None;
+    }
+    b.advance(len);
+    Some(b.get_i16())
 }
 
 impl ControllerChannel for Broker {

@@ -290,6 +290,39 @@ impl Broker {
                 .into()
             }),
             RequestBody::AlterUserScramCredentials(r) => alter_user_scram_credentials(a, r),
+            RequestBody::DescribeClientQuotas(_) => cluster_or(a, DescribeConfigs, || {
+                DescribeClientQuotasResponse {
+                    error_code: CAF.code(),
+                    error_message: Some("Cluster authorization failed.".into()),
+                    ..Default::default()
+                }
+                .into()
+            }),
+            RequestBody::AlterClientQuotas(r) => cluster_or(a, AlterConfigs, || {
+                use alter_client_quotas_response::{EntityData, EntryData};
+                AlterClientQuotasResponse {
+                    entries: r
+                        .entries
+                        .iter()
+                        .map(|e| EntryData {
+                            error_code: CAF.code(),
+                            error_message: Some("Cluster authorization failed.".into()),
+                            entity: e
+                                .entity
+                                .iter()
+                                .map(|d| EntityData {
+                                    entity_type: d.entity_type.clone(),
+                                    entity_name: d.entity_name.clone(),
+                                    ..Default::default()
+                                })
+                                .collect(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                }
+                .into()
+            }),
             RequestBody::DescribeAcls(_) => cluster_or(a, Describe, || {
                 DescribeAclsResponse {
                     error_code: CAF.code(),

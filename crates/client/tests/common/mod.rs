@@ -32,7 +32,9 @@ impl RillServer {
         let mut cmd = Command::new(&bin);
         cmd.args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir.path())
-            .args(["--override", "group.initial.rebalance.delay.ms=0"]);
+            .args(["--override", "group.initial.rebalance.delay.ms=0"])
+            // Off: tests run in parallel and would all take the default 9644.
+            .args(["--override", "http.listeners="]);
         for o in overrides {
             cmd.args(["--override", o]);
         }

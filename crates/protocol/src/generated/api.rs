@@ -2678,6 +2678,298 @@ impl ResponseBody {
             Self::ReadShareGroupStateSummary(m) => m.encoded_len(version),
         }
     }
+
+    /// Raises the response's top-level `ThrottleTimeMs` to at least `ms`; `false` when
+    /// the response has no such field.
+    pub fn raise_throttle_time_ms(&mut self, ms: i32) -> bool {
+        match self {
+            Self::Produce(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::Fetch(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ListOffsets(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::Metadata(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::OffsetCommit(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::OffsetFetch(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::FindCoordinator(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::JoinGroup(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::Heartbeat(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::LeaveGroup(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::SyncGroup(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DescribeGroups(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ListGroups(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ApiVersions(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::CreateTopics(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DeleteTopics(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DeleteRecords(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::InitProducerId(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::OffsetForLeaderEpoch(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::AddPartitionsToTxn(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::AddOffsetsToTxn(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::EndTxn(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::TxnOffsetCommit(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DescribeAcls(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::CreateAcls(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DeleteAcls(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DescribeConfigs(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::AlterConfigs(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::AlterReplicaLogDirs(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DescribeLogDirs(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::CreatePartitions(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::CreateDelegationToken(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::RenewDelegationToken(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ExpireDelegationToken(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DescribeDelegationToken(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DeleteGroups(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ElectLeaders(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::IncrementalAlterConfigs(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::AlterPartitionReassignments(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ListPartitionReassignments(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::OffsetDelete(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DescribeClientQuotas(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::AlterClientQuotas(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DescribeUserScramCredentials(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::AlterUserScramCredentials(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::AlterPartition(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::UpdateFeatures(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::FetchSnapshot(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DescribeCluster(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DescribeProducers(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::BrokerRegistration(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::BrokerHeartbeat(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::UnregisterBroker(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DescribeTransactions(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ListTransactions(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::AllocateProducerIds(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ConsumerGroupHeartbeat(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ConsumerGroupDescribe(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ControllerRegistration(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::GetTelemetrySubscriptions(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::PushTelemetry(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::AssignReplicasToDirs(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ListClientMetricsResources(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DescribeTopicPartitions(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ShareGroupHeartbeat(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ShareGroupDescribe(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ShareFetch(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::ShareAcknowledge(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::AddRaftVoter(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::RemoveRaftVoter(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::UpdateRaftVoter(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 impl Encodable for ResponseBody {

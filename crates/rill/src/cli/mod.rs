@@ -1,5 +1,5 @@
 //! The client-side subcommands of `rill` (`topic`, `produce`, `consume`, `group`,
-//! `transaction`, `cluster`, `user`, `acl`, `bench`), built on `rill-client`, with the Kafka tools' conventions: the cluster is
+//! `transaction`, `cluster`, `user`, `acl`, `quota`, `bench`), built on `rill-client`, with the Kafka tools' conventions: the cluster is
 //! `--bootstrap-server`/`-b` (or `RILL_BOOTSTRAP_SERVER`, default `127.0.0.1:9092`),
 //! tables for people by default and `--output json` for scripts, and one line on stderr
 //! with a non-zero exit on failure.
@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod consume;
 pub mod group;
 pub mod produce;
+pub mod quota;
 pub mod table;
 pub mod topic;
 pub mod transaction;

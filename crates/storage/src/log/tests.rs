@@ -9,6 +9,7 @@ use rill_protocol::records::RecordBatch;
 
 use super::*;
 use crate::epoch::{UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
+use crate::error::RecordErrors;
 use crate::test_util::TestBatch;
 
 const T0: i64 = 1_700_000_000_000;
@@ -1168,14 +1169,21 @@ fn timestamp_bounds_refuse_client_batches_and_spare_followers() {
     let err = log
         .append_as_leader(old.clone(), 0, AppendOrigin::Client, T0)
         .unwrap_err();
-    assert!(
-        matches!(err, AppendError::InvalidTimestamp { index: 0, .. }),
-        "{err}"
-    );
+    match &err {
+        AppendError::RecordErrors(refused) => {
+            assert_eq!(refused.total, 3, "{err}");
+            assert!(refused.any_timestamp);
+            assert_eq!(refused.errors[0].batch_index, 0);
+        }
+        other => panic!("{other}"),
+    }
     let future = TestBatch::new(1, T0 + 60_001).bytes();
     assert!(matches!(
         log.append_as_leader(future, 0, AppendOrigin::Client, T0),
-        Err(AppendError::InvalidTimestamp { .. })
+        Err(AppendError::RecordErrors(RecordErrors {
+            any_timestamp: true,
+            ..
+        }))
     ));
     log.append_as_leader(
         TestBatch::new(2, T0 - 3_600_000).bytes(),

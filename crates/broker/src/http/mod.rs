@@ -1,0 +1,144 @@
+//! The HTTP listener (`http.listeners`, default `127.0.0.1:9644`, off when empty): one
+//! axum router beside the Kafka listeners, for operators and orchestrators.
+//!
+//! - `GET /health/live`: 200 while the process serves requests at all.
+//! - `GET /health/ready`: 200 once the broker is registered with the controller (it holds
+//!   its lease), has applied the metadata log up to what the quorum committed, and every
+//!   partition the image names it leader of is open here; else 503 with the first reason
+//!   in one line (`Broker::readiness`).
+//! - `GET /metrics`: every metric in the Prometheus/OpenMetrics text format
+//!   (`scrape.rs`); names and their Kafka JMX equivalents are in METRICS.md.
+//!
+//! The listener is bound by `Server::start` before the broker registers, so that a port
+//! taken is a start-up error and `/health/ready` answers 503 while the broker starts;
+//! it stops with the server's shutdown signal. A controller-only node serves it too
+//! (`ControllerServer::start`), ready once the quorum has an active controller, with
+//! the process's and the quorum's metrics only. It shares the server's runtime: a scrape
+//! is a few milliseconds of one worker, and nothing here holds a lock a request needs.
+
+mod scrape;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use rill_metadata::MetadataQuorum;
+
+use crate::config::BrokerConfig;
+use crate::error::BrokerError;
+use crate::server::Broker;
+
+pub use scrape::{MetricsSettings, PARTITION_SERIES_MAX_KEY};
+
+/// The content type of the page `/metrics` serves (what prometheus-client encodes).
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Binds `http.listeners` (`None` when it is empty). A port that cannot be bound is an
+/// error naming the key and the address.
+pub async fn bind(config: &BrokerConfig) -> Result<Option<TcpListener>, BrokerError> {
+    let Some(addr) = config.http_listener()? else {
+        return Ok(None);
+    };
+    let tcp = TcpListener::bind(addr).await.map_err(|e| {
+        BrokerError::Config(format!("http.listeners: cannot listen on {addr}: {e}"))
+    })?;
+    Ok(Some(tcp))
+}
+
+/// What the listener reports on: a broker (with or without the controller), or a
+/// controller-only node, which has only its quorum and its process to show.
+#[derive(Clone)]
+pub enum Source {
+    Broker(Arc<Broker>),
+    Controller(Arc<MetadataQuorum>),
+}
+
+#[derive(Clone)]
+struct AppState {
+    source: Source,
+    settings: Arc<MetricsSettings>,
+}
+
+/// Serves the router on `listener` until `shutdown` turns true.
+pub async fn serve(
+    listener: TcpListener,
+    source: Source,
+    settings: MetricsSettings,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let local: Option<SocketAddr> = listener.local_addr().ok();
+    let state = AppState {
+        source,
+        settings: Arc::new(settings),
+    };
+    let app = Router::new()
+        .route("/health/live", get(live))
+        .route("/health/ready", get(ready))
+        .route("/metrics", get(metrics))
+        .with_state(state);
+    let stop = async move {
+        while !*shutdown.borrow() {
+            if shutdown.changed().await.is_err() {
+                return;
+            }
+        }
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await
+    {
+        tracing::warn!(addr = ?local, error = %e, "http listener stopped");
+    }
+}
+
+async fn live() -> &'static str {
+    "live\n"
+}
+
+/// A controller-only node is ready once the quorum has an active controller: it then
+/// takes part in every decision.
+fn controller_readiness(quorum: &MetadataQuorum) -> Result<(), String> {
+    match quorum.leader_id() {
+        Some(_) => Ok(()),
+        None => Err("no active controller (no quorum of voters yet)".into()),
+    }
+}
+
+async fn ready(State(state): State<AppState>) -> Response {
+    let readiness = match &state.source {
+        Source::Broker(broker) => broker.readiness().await,
+        Source::Controller(quorum) => controller_readiness(quorum),
+    };
+    match readiness {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        )
+            .into_response(),
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let page = match &state.source {
+        Source::Broker(broker) => {
+            let groups = scrape::group_snapshot(broker).await;
+            scrape::encode(broker, &state.settings, groups)
+        }
+        Source::Controller(quorum) => scrape::encode_controller(quorum),
+    };
+    match page {
+        Ok(page) => ([(header::CONTENT_TYPE, OPENMETRICS)], page).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "encoding /metrics failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n").into_response()
+        }
+    }
+}

@@ -1,0 +1,918 @@
+//! What `/metrics` serves: the counters the hot paths keep (`crate::metrics`) and the
+//! gauges read from state at scrape time (partition counts from the replica manager and
+//! the image, consumer lag and group states from the group coordinator, the process from
+//! `/proc/self`), encoded by prometheus-client as one custom collector.
+//!
+//! Cardinality is bounded: per-partition series (log end offset, under-replicated, lag per
+//! group and partition) are served only while this broker hosts at most
+//! `metrics.partition.series.max` partitions (default 1000; 0 turns them off); above that
+//! the per-topic and per-broker series remain, and lag is served per group and topic.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use rill_protocol::generated::ApiKey;
+
+use crate::config::BrokerConfig;
+use crate::coordinator::group_coordinator::{GroupCall, GroupReply, GroupSnapshot};
+use crate::error::BrokerError;
+use crate::metrics::{self, process, HistogramSnapshot, TopicMetrics};
+use crate::server::Broker;
+use rill_metadata::MetadataQuorum;
+
+/// The key that bounds per-partition series.
+pub const PARTITION_SERIES_MAX_KEY: &str = "metrics.partition.series.max";
+
+/// What the page includes, from the config at start.
+#[derive(Debug, Clone)]
+pub struct MetricsSettings {
+    /// Per-partition series only while this broker hosts at most this many partitions.
+    pub partition_series_max: usize,
+}
+
+impl MetricsSettings {
+    pub fn from_config(config: &BrokerConfig) -> Result<Self, BrokerError> {
+        Ok(Self {
+            partition_series_max: config.parse(PARTITION_SERIES_MAX_KEY)?,
+        })
+    }
+}
+
+/// The group coordinator's view (empty when it does not answer in time, or at all: it
+/// is shutting down).
+pub(super) async fn group_snapshot(broker: &Broker) -> GroupSnapshot {
+    // Bounded: a coordinator busy loading a partition must not hold a scrape for long;
+    // the page is then served without the group series.
+    let call = broker.groups.call(GroupCall::Snapshot);
+    match tokio::time::timeout(GROUP_SNAPSHOT_TIMEOUT, call).await {
+        Ok(Ok(GroupReply::Snapshot(s))) => s,
+        _ => GroupSnapshot::default(),
+    }
+}
+
+/// How long a scrape waits for the group coordinator's answer.
+const GROUP_SNAPSHOT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// One partition as the scrape sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct PartitionView {
+    pub topic: String,
+    pub partition: i32,
+    pub leader_here: bool,
+    pub replicas: usize,
+    pub isr: usize,
+    pub min_insync: usize,
+    pub high_watermark: i64,
+    pub log_end_offset: i64,
+    /// When led here: each follower's lag behind this log's end, in records and in
+    /// milliseconds since it last had everything (`None`: never caught up in this
+    /// leadership, or not fetched yet).
+    pub followers: Vec<FollowerLag>,
+}
+
+/// One follower of a partition led here, as the leader sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct FollowerLag {
+    pub replica: i32,
+    pub records: i64,
+    pub time_ms: Option<i64>,
+}
+
+/// The partition gauges of the replica manager, from the hosted partitions.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct PartitionCounts {
+    pub partitions: u64,
+    pub leaders: u64,
+    pub under_replicated: u64,
+    pub under_min_isr: u64,
+    pub at_min_isr: u64,
+}
+
+/// Kafka's definitions (`Partition.scala`): under-replicated when this broker leads
+/// and the ISR is smaller than the replica set; under min ISR when the ISR is below
+/// `min.insync.replicas`; at min ISR when it equals it.
+pub(super) fn partition_counts(views: &[PartitionView]) -> PartitionCounts {
+    let mut c = PartitionCounts {
+        partitions: views.len() as u64,
+        ..Default::default()
+    };
+    for v in views.iter().filter(|v| v.leader_here) {
+        c.leaders += 1;
+        if v.isr < v.replicas {
+            c.under_replicated += 1;
+        }
+        if v.isr < v.min_insync {
+            c.under_min_isr += 1;
+        }
+        if v.isr == v.min_insync {
+            c.at_min_isr += 1;
+        }
+    }
+    c
+}
+
+/// One group's lag on one partition: the high watermark (what ListOffsets answers as the
+/// latest offset, and what `kafka-consumer-groups.sh` shows as LOG-END-OFFSET) minus the
+/// committed offset, never below zero.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Lag {
+    pub group: String,
+    pub topic: String,
+    pub partition: i32,
+    pub lag: i64,
+}
+
+/// The lag of every committed offset whose partition this broker hosts.
+pub(super) fn lags(snapshot: &GroupSnapshot, views: &[PartitionView]) -> Vec<Lag> {
+    let ends: BTreeMap<(&str, i32), i64> = views
+        .iter()
+        .map(|v| ((v.topic.as_str(), v.partition), v.high_watermark))
+        .collect();
+    snapshot
+        .offsets
+        .iter()
+        .filter_map(|(group, topic, partition, committed)| {
+            let end = ends.get(&(topic.as_str(), *partition))?;
+            Some(Lag {
+                group: group.clone(),
+                topic: topic.clone(),
+                partition: *partition,
+                lag: (end - committed).max(0),
+            })
+        })
+        .collect()
+}
+
+fn partition_views(broker: &Broker) -> Vec<PartitionView> {
+    let image = broker.image();
+    let mut min_insync_by_topic: BTreeMap<String, usize> = BTreeMap::new();
+    let mut views = Vec::new();
+    let now_ms = broker.replicas.now_ms();
+    for (tp, partition) in broker.replicas.partitions() {
+        let state = partition.state();
+        let min_insync = *min_insync_by_topic
+            .entry(tp.topic.clone())
+            .or_insert_with(|| {
+                broker
+                    .topic_config_value(&image, &tp.topic, "min.insync.replicas")
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(1)
+            });
+        let Ok((high_watermark, log_end_offset)) =
+            partition.with_log(|log| (log.high_watermark(), log.log_end_offset()))
+        else {
+            continue;
+        };
+        let followers = match partition.leader_state().as_ref() {
+            Some(ls) => ls
+                .replicas()
+                .iter()
+                .filter(|r| **r != broker.node_id)
+                .filter_map(|r| ls.follower(*r).map(|f| (*r, f)))
+                .map(|(replica, f)| FollowerLag {
+                    replica,
+                    // A follower not heard from in this leadership lags by everything.
+                    records: (ls.log_end_offset() - f.log_end_offset.max(0)).max(0),
+                    time_ms: f.last_caught_up_time_ms.map(|t| (now_ms - t).max(0)),
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        views.push(PartitionView {
+            topic: tp.topic,
+            partition: tp.partition,
+            leader_here: state.leader == broker.node_id,
+            replicas: state.replicas.len(),
+            isr: state.isr.len(),
+            min_insync,
+            high_watermark,
+            log_end_offset,
+            followers,
+        });
+    }
+    views
+}
+
+/// The partitions of the image without a leader (Kafka's controller metric
+/// `OfflinePartitionsCount`, here served by every broker from its image).
+fn offline_partitions(broker: &Broker) -> u64 {
+    broker
+        .image()
+        .topics
+        .values()
+        .flat_map(|t| t.partitions.values())
+        .filter(|p| p.leader == rill_metadata::NO_LEADER)
+        .count() as u64
+}
+
+/// The page, in the OpenMetrics text format.
+pub(super) fn encode(
+    broker: &Broker,
+    settings: &MetricsSettings,
+    groups: GroupSnapshot,
+) -> Result<String, std::fmt::Error> {
+    let views = partition_views(broker);
+    let page = Page {
+        broker: true,
+        active_controller: broker.quorum.is_leader(),
+        counts: partition_counts(&views),
+        per_partition: views.len() <= settings.partition_series_max,
+        lags: lags(&groups, &views),
+        offline: offline_partitions(broker),
+        process: process::read(),
+        views,
+        groups,
+    };
+    render(page)
+}
+
+/// The page of a controller-only node: the process, the quorum, and the request
+/// metrics (none: it serves no client).
+pub(super) fn encode_controller(quorum: &MetadataQuorum) -> Result<String, std::fmt::Error> {
+    render(Page {
+        broker: false,
+        active_controller: quorum.is_leader(),
+        views: Vec::new(),
+        counts: PartitionCounts::default(),
+        per_partition: false,
+        lags: Vec::new(),
+        groups: GroupSnapshot::default(),
+        offline: 0,
+        process: process::read(),
+    })
+}
+
+fn render(page: Page) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(page));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry)?;
+    Ok(out)
+}
+
+/// Everything read for one scrape; the collector encodes it.
+#[derive(Debug)]
+struct Page {
+    /// A broker's page (a controller-only node has no partitions, groups or topics).
+    broker: bool,
+    /// This node is the active controller (the quorum's leader).
+    active_controller: bool,
+    views: Vec<PartitionView>,
+    counts: PartitionCounts,
+    per_partition: bool,
+    lags: Vec<Lag>,
+    groups: GroupSnapshot,
+    offline: u64,
+    process: process::ProcessStats,
+}
+
+/// A counter value for the encoder.
+fn load(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+/// A metric with no labels.
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    e.encode_descriptor(name, help, None, MetricType::Counter)?
+        .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&v, None)
+}
+
+fn gauge_i64(e: &mut DescriptorEncoder, name: &str, help: &str, v: i64) -> std::fmt::Result {
+    e.encode_descriptor(name, help, None, MetricType::Gauge)?
+        .encode_gauge(&v)
+}
+
+fn gauge_f64(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt::Result {
+    e.encode_descriptor(name, help, None, MetricType::Gauge)?
+        .encode_gauge(&v)
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// A counter family: one series per label set.
+fn counter_family(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (Labels, u64)>,
+) -> std::fmt::Result {
+    let mut family = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in series {
+        family
+            .encode_family(&labels)?
+            .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&v, None)?;
+    }
+    Ok(())
+}
+
+fn gauge_family(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (Labels, i64)>,
+) -> std::fmt::Result {
+    let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in series {
+        family.encode_family(&labels)?.encode_gauge(&v)?;
+    }
+    Ok(())
+}
+
+fn histogram_family(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (Labels, HistogramSnapshot)>,
+) -> std::fmt::Result {
+    let mut family = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (labels, h) in series {
+        family
+            .encode_family(&labels)?
+            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                h.sum_seconds,
+                h.count,
+                &h.buckets,
+                None,
+            )?;
+    }
+    Ok(())
+}
+
+/// The BrokerTopicMetrics counters: (name suffix, help, field).
+/// Picks one counter of a topic's.
+type TopicField = fn(&TopicMetrics) -> &AtomicU64;
+/// Picks one phase of an API's request time.
+type Phase = fn(&metrics::ApiMetrics) -> &metrics::Histogram;
+
+const TOPIC_COUNTERS: &[(&str, &str, TopicField)] = &[
+    (
+        "bytes_in",
+        "Record-batch bytes appended by clients (BytesInPerSec)",
+        |t| &t.bytes_in,
+    ),
+    (
+        "bytes_out",
+        "Record bytes sent to consumers (BytesOutPerSec)",
+        |t| &t.bytes_out,
+    ),
+    (
+        "replication_bytes_out",
+        "Record bytes sent to follower replicas (ReplicationBytesOutPerSec)",
+        |t| &t.replication_bytes_out,
+    ),
+    (
+        "replication_bytes_in",
+        "Record bytes appended as a follower (ReplicationBytesInPerSec)",
+        |t| &t.replication_bytes_in,
+    ),
+    (
+        "messages_in",
+        "Records appended by clients (MessagesInPerSec)",
+        |t| &t.messages_in,
+    ),
+    (
+        "total_produce_requests",
+        "Produce requests, one per partition named (TotalProduceRequestsPerSec)",
+        |t| &t.produce_requests,
+    ),
+    (
+        "total_fetch_requests",
+        "Fetch requests, one per partition named (TotalFetchRequestsPerSec)",
+        |t| &t.fetch_requests,
+    ),
+    (
+        "failed_produce_requests",
+        "Produce partitions answered with an error (FailedProduceRequestsPerSec)",
+        |t| &t.failed_produce_requests,
+    ),
+    (
+        "failed_fetch_requests",
+        "Fetch partitions answered with an error (FailedFetchRequestsPerSec)",
+        |t| &t.failed_fetch_requests,
+    ),
+];
+
+fn api_name(key: i16) -> String {
+    ApiKey::from_i16(key).map_or_else(|| format!("api{key}"), |k| k.name().to_string())
+}
+
+/// A label value as the text format writes it: `\`, `"` and newlines escaped. The
+/// encoder writes values as given, and a group id is any string a client chose: unescaped,
+/// one could end the value and write series of its own.
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Kafka's name for the code; a code without one keeps its number, so that two such
+/// codes never make two series with one label set.
+fn error_name(code: i16) -> String {
+    rill_protocol::ErrorCode(code)
+        .known_name()
+        .map_or_else(|| format!("ERROR_{code}"), str::to_string)
+}
+
+impl Collector for Page {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        let m = metrics::global();
+        gauge_i64(
+            &mut e,
+            "kafka_controller_kafkacontroller_active_controller_count",
+            "1 on the active controller (the metadata quorum's leader), else 0 \
+             (ActiveControllerCount)",
+            i64::from(self.active_controller),
+        )?;
+        if self.broker {
+            let topics = m.topics.topics();
+            for (suffix, help, field) in TOPIC_COUNTERS {
+                counter(
+                    &mut e,
+                    &format!("kafka_server_brokertopicmetrics_{suffix}"),
+                    help,
+                    load(field(&m.topics.all)),
+                )?;
+                counter_family(
+                    &mut e,
+                    &format!("kafka_server_brokertopicmetrics_topic_{suffix}"),
+                    help,
+                    topics
+                        .iter()
+                        .map(|(name, t)| (vec![("topic", escape(name))], load(field(t)))),
+                )?;
+            }
+        }
+        let served: Vec<(i16, &metrics::ApiMetrics)> = m.requests.served().collect();
+        let by_api = |(k, _): &(i16, &metrics::ApiMetrics)| vec![("request", api_name(*k))];
+        counter_family(
+            &mut e,
+            "kafka_network_requestmetrics_requests",
+            "Requests served, by API (RequestsPerSec)",
+            served.iter().map(|s| (by_api(s), load(&s.1.requests))),
+        )?;
+        counter_family(
+            &mut e,
+            "kafka_network_requestmetrics_errors",
+            "Error codes in responses, by API and error (ErrorsPerSec; Produce and Fetch count \
+             each partition's error)",
+            m.requests.errors().into_iter().map(|(api, code, n)| {
+                (
+                    vec![("request", api_name(api)), ("error", error_name(code))],
+                    n,
+                )
+            }),
+        )?;
+        let phases: [(&str, &str, Phase); 5] = [
+            (
+                "kafka_network_requestmetrics_request_queue_time_seconds",
+                "Time waiting for a request slot, queued.max.requests (RequestQueueTimeMs)",
+                |a| &a.request_queue,
+            ),
+            (
+                "kafka_network_requestmetrics_local_time_seconds",
+                "Time in the handler before it parks or ends (LocalTimeMs)",
+                |a| &a.local,
+            ),
+            (
+                "kafka_network_requestmetrics_remote_time_seconds",
+                "Time parked in a purgatory: acks=all, long-polling fetch (RemoteTimeMs)",
+                |a| &a.remote,
+            ),
+            (
+                "kafka_network_requestmetrics_response_send_time_seconds",
+                "Time writing the response to the socket (ResponseSendTimeMs)",
+                |a| &a.send,
+            ),
+            (
+                "kafka_network_requestmetrics_total_time_seconds",
+                "Time from the whole request read to the response written (TotalTimeMs)",
+                |a| &a.total,
+            ),
+        ];
+        for (name, help, phase) in phases {
+            histogram_family(
+                &mut e,
+                name,
+                help,
+                served.iter().map(|s| (by_api(s), phase(s.1).snapshot())),
+            )?;
+        }
+
+        gauge_family(
+            &mut e,
+            "kafka_server_socketserver_connection_count",
+            "Open client connections, by listener (socket-server-metrics connection-count)",
+            m.connections
+                .counts()
+                .into_iter()
+                .map(|(l, n)| (vec![("listener", escape(&l))], n)),
+        )?;
+
+        if self.broker {
+            let c = &self.counts;
+            let gauges: [(&str, &str, u64); 6] = [
+                (
+                    "kafka_server_replicamanager_partition_count",
+                    "Partitions hosted on this broker (PartitionCount)",
+                    c.partitions,
+                ),
+                (
+                    "kafka_server_replicamanager_leader_count",
+                    "Partitions this broker leads (LeaderCount)",
+                    c.leaders,
+                ),
+                (
+                    "kafka_server_replicamanager_under_replicated_partitions",
+                    "Led partitions whose ISR is smaller than their replicas \
+                     (UnderReplicatedPartitions)",
+                    c.under_replicated,
+                ),
+                (
+                    "kafka_server_replicamanager_under_min_isr_partition_count",
+                    "Led partitions whose ISR is below min.insync.replicas (UnderMinIsrPartitionCount)",
+                    c.under_min_isr,
+                ),
+                (
+                    "kafka_server_replicamanager_at_min_isr_partition_count",
+                    "Led partitions whose ISR is at min.insync.replicas (AtMinIsrPartitionCount)",
+                    c.at_min_isr,
+                ),
+                (
+                    "kafka_controller_kafkacontroller_offline_partitions_count",
+                    "Partitions without a leader in this broker's metadata image \
+                     (OfflinePartitionsCount)",
+                    self.offline,
+                ),
+            ];
+            for (name, help, v) in gauges {
+                gauge_i64(&mut e, name, help, i64::try_from(v).unwrap_or(i64::MAX))?;
+            }
+            counter(
+                &mut e,
+                "kafka_server_replicamanager_isr_shrinks",
+                "ISR shrinks of partitions led here, as the controller accepted them \
+                 (IsrShrinksPerSec)",
+                load(&m.replication.isr_shrinks),
+            )?;
+            counter(
+                &mut e,
+                "kafka_server_replicamanager_isr_expands",
+                "ISR expansions of partitions led here (IsrExpandsPerSec)",
+                load(&m.replication.isr_expands),
+            )?;
+            gauge_i64(
+                &mut e,
+                "kafka_server_replicamanager_follower_max_lag_records",
+                "The largest lag in records of any follower of a partition led here, behind the \
+                 leader's log end (Rill's; Kafka's ReplicaFetcherManager MaxLag is the followers' \
+                 own view)",
+                self.views
+                    .iter()
+                    .flat_map(|v| v.followers.iter().map(|f| f.records))
+                    .max()
+                    .unwrap_or(0),
+            )?;
+            if self.per_partition {
+                gauge_family(
+                    &mut e,
+                    "kafka_server_replica_follower_lag_records",
+                    "Records a follower of a partition led here is behind the leader's log end",
+                    self.views.iter().flat_map(|v| {
+                        v.followers.iter().map(|f| {
+                            (
+                                vec![
+                                    ("topic", escape(&v.topic)),
+                                    ("partition", v.partition.to_string()),
+                                    ("replica", f.replica.to_string()),
+                                ],
+                                f.records,
+                            )
+                        })
+                    }),
+                )?;
+                let mut family = e.encode_descriptor(
+                    "kafka_server_replica_follower_lag_seconds",
+                    "Seconds since a follower of a partition led here last had all the leader had \
+                     (absent until it first catches up in this leadership)",
+                    None,
+                    MetricType::Gauge,
+                )?;
+                for v in &self.views {
+                    for f in &v.followers {
+                        if let Some(ms) = f.time_ms {
+                            let labels: Labels = vec![
+                                ("topic", escape(&v.topic)),
+                                ("partition", v.partition.to_string()),
+                                ("replica", f.replica.to_string()),
+                            ];
+                            family
+                                .encode_family(&labels)?
+                                .encode_gauge(&(ms as f64 / 1000.0))?;
+                        }
+                    }
+                }
+                gauge_family(
+                    &mut e,
+                    "kafka_log_log_end_offset",
+                    "Log end offset of each hosted partition (Log LogEndOffset)",
+                    self.views.iter().map(|v| {
+                        (
+                            vec![
+                                ("topic", escape(&v.topic)),
+                                ("partition", v.partition.to_string()),
+                            ],
+                            v.log_end_offset,
+                        )
+                    }),
+                )?;
+                gauge_family(
+                    &mut e,
+                    "kafka_cluster_partition_under_replicated",
+                    "1 when this broker leads the partition and its ISR is smaller than its \
+                     replicas (Partition UnderReplicated)",
+                    self.views.iter().filter(|v| v.leader_here).map(|v| {
+                        (
+                            vec![
+                                ("topic", escape(&v.topic)),
+                                ("partition", v.partition.to_string()),
+                            ],
+                            i64::from(v.isr < v.replicas),
+                        )
+                    }),
+                )?;
+            }
+
+            // Groups: states, rebalances, lag.
+            let mut by_state: BTreeMap<&str, i64> = [
+                "Empty",
+                "PreparingRebalance",
+                "CompletingRebalance",
+                "Stable",
+                "Dead",
+            ]
+            .into_iter()
+            .map(|s| (s, 0))
+            .collect();
+            for (_, state) in &self.groups.groups {
+                *by_state.entry(state.as_str()).or_insert(0) += 1;
+            }
+            gauge_family(
+                &mut e,
+                "kafka_server_group_coordinator_metrics_classic_group_count",
+                "Classic groups this broker coordinates, by state (classic-group-count)",
+                by_state
+                    .into_iter()
+                    .map(|(s, n)| (vec![("state", s.to_string())], n)),
+            )?;
+            counter(
+                &mut e,
+                "kafka_server_group_coordinator_metrics_classic_group_completed_rebalance",
+                "Generations the groups coordinated here went through \
+                 (classic-group-completed-rebalance-count)",
+                load(&m.groups.completed_rebalances),
+            )?;
+            let mut per_topic: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+            for l in &self.lags {
+                *per_topic.entry((&l.group, &l.topic)).or_insert(0) += l.lag;
+            }
+            gauge_family(
+                &mut e,
+                "kafka_consumergroup_lag_sum",
+                "Consumer lag of a group over a topic's partitions hosted here: high watermark \
+                 minus committed offset",
+                per_topic
+                    .into_iter()
+                    .map(|((g, t), lag)| (vec![("group", escape(g)), ("topic", escape(t))], lag)),
+            )?;
+            if self.per_partition {
+                gauge_family(
+                    &mut e,
+                    "kafka_consumergroup_lag",
+                    "Consumer lag of a group on a partition hosted here: high watermark minus \
+                     committed offset",
+                    self.lags.iter().map(|l| {
+                        (
+                            vec![
+                                ("group", escape(&l.group)),
+                                ("topic", escape(&l.topic)),
+                                ("partition", l.partition.to_string()),
+                            ],
+                            l.lag,
+                        )
+                    }),
+                )?;
+            }
+        }
+        let p = &self.process;
+        if let Some(v) = p.cpu_seconds {
+            e.encode_descriptor(
+                "process_cpu_seconds",
+                "User and system CPU time of the process",
+                None,
+                MetricType::Counter,
+            )?
+            .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&v, None)?;
+        }
+        for (name, help, v) in [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory of the process",
+                p.resident_memory_bytes,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory of the process",
+                p.virtual_memory_bytes,
+            ),
+            ("process_open_fds", "Open file descriptors", p.open_fds),
+            (
+                "process_max_fds",
+                "Soft limit of open file descriptors",
+                p.max_fds,
+            ),
+            ("process_threads", "Threads of the process", p.threads),
+        ] {
+            if let Some(v) = v {
+                gauge_i64(&mut e, name, help, i64::try_from(v).unwrap_or(i64::MAX))?;
+            }
+        }
+        if let Some(v) = p.start_time_seconds {
+            gauge_f64(
+                &mut e,
+                "process_start_time_seconds",
+                "Start time of the process since the epoch",
+                v,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(topic: &str, partition: i32, leader_here: bool, isr: usize, hw: i64) -> PartitionView {
+        PartitionView {
+            topic: topic.into(),
+            partition,
+            leader_here,
+            replicas: 3,
+            isr,
+            min_insync: 2,
+            high_watermark: hw,
+            log_end_offset: hw + 1,
+            followers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("plain-group.1"), "plain-group.1");
+        assert_eq!(escape("a\"} 1\nfake 2"), "a\\\"} 1\\nfake 2");
+        assert_eq!(escape("back\\slash"), "back\\\\slash");
+    }
+
+    #[test]
+    fn error_labels_are_distinct_for_codes_without_a_name() {
+        assert_eq!(error_name(6), "NOT_LEADER_OR_FOLLOWER");
+        assert_eq!(error_name(150), "ERROR_150");
+        assert_ne!(error_name(150), error_name(151));
+    }
+
+    #[test]
+    fn partition_counts_follow_kafkas_definitions() {
+        let views = [
+            view("a", 0, true, 3, 10),  // in sync
+            view("a", 1, true, 2, 10),  // under-replicated, at min ISR
+            view("a", 2, true, 1, 10),  // under-replicated, under min ISR
+            view("b", 0, false, 1, 10), // a follower: counts only as hosted
+        ];
+        assert_eq!(
+            partition_counts(&views),
+            PartitionCounts {
+                partitions: 4,
+                leaders: 3,
+                under_replicated: 2,
+                under_min_isr: 1,
+                at_min_isr: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn lag_is_the_high_watermark_minus_the_committed_offset() {
+        let views = [view("t", 0, true, 3, 300), view("t", 1, true, 3, 200)];
+        let snapshot = GroupSnapshot {
+            groups: vec![("g".into(), "Empty".into())],
+            offsets: vec![
+                ("g".into(), "t".into(), 0, 120),
+                // Committed past the high watermark (a truncated log): no negative lag.
+                ("g".into(), "t".into(), 1, 250),
+                // A partition not hosted here has no lag served here.
+                ("g".into(), "elsewhere".into(), 0, 5),
+            ],
+        };
+        let lags = lags(&snapshot, &views);
+        assert_eq!(
+            lags,
+            vec![
+                Lag {
+                    group: "g".into(),
+                    topic: "t".into(),
+                    partition: 0,
+                    lag: 180
+                },
+                Lag {
+                    group: "g".into(),
+                    topic: "t".into(),
+                    partition: 1,
+                    lag: 0
+                },
+            ]
+        );
+    }
+
+    fn page(per_partition: bool) -> String {
+        let mut views = vec![view("t", 0, true, 2, 300)];
+        views[0].followers = vec![
+            FollowerLag {
+                replica: 2,
+                records: 0,
+                time_ms: Some(1500),
+            },
+            FollowerLag {
+                replica: 3,
+                records: 42,
+                time_ms: None,
+            },
+        ];
+        let groups = GroupSnapshot {
+            groups: vec![("g".into(), "Stable".into())],
+            offsets: vec![("g".into(), "t".into(), 0, 100)],
+        };
+        let page = Page {
+            broker: true,
+            active_controller: true,
+            counts: partition_counts(&views),
+            per_partition,
+            lags: lags(&groups, &views),
+            offline: 1,
+            process: process::ProcessStats {
+                cpu_seconds: Some(1.5),
+                ..Default::default()
+            },
+            views,
+            groups,
+        };
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(page));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        out
+    }
+
+    #[test]
+    fn the_page_holds_the_gauges_and_bounds_per_partition_series() {
+        let full = page(true);
+        for line in [
+            "kafka_server_replicamanager_under_replicated_partitions 1",
+            "kafka_server_replicamanager_at_min_isr_partition_count 1",
+            "kafka_controller_kafkacontroller_offline_partitions_count 1",
+            "kafka_log_log_end_offset{topic=\"t\",partition=\"0\"} 301",
+            "kafka_cluster_partition_under_replicated{topic=\"t\",partition=\"0\"} 1",
+            "kafka_consumergroup_lag{group=\"g\",topic=\"t\",partition=\"0\"} 200",
+            "kafka_consumergroup_lag_sum{group=\"g\",topic=\"t\"} 200",
+            "kafka_server_group_coordinator_metrics_classic_group_count{state=\"Stable\"} 1",
+            "kafka_server_group_coordinator_metrics_classic_group_count{state=\"Empty\"} 0",
+            "process_cpu_seconds_total 1.5",
+            "kafka_server_replicamanager_follower_max_lag_records 42",
+            "kafka_controller_kafkacontroller_active_controller_count 1",
+            "kafka_server_replica_follower_lag_records{topic=\"t\",partition=\"0\",replica=\"3\"} 42",
+            "kafka_server_replica_follower_lag_seconds{topic=\"t\",partition=\"0\",replica=\"2\"} 1.5",
+        ] {
+            assert!(
+                full.lines().any(|l| l == line),
+                "{line} missing from\n{full}"
+            );
+        }
+        assert!(full.ends_with("# EOF\n"));
+        let bounded = page(false);
+        assert!(!bounded.contains("kafka_log_log_end_offset{"));
+        assert!(!bounded.contains("kafka_consumergroup_lag{"));
+        assert!(!bounded.contains("kafka_server_replica_follower_lag_records{"));
+        assert!(!full.contains("replica=\"3\"} 0.")); // never caught up: no time series
+        assert!(bounded.contains("kafka_consumergroup_lag_sum{group=\"g\",topic=\"t\"} 200"));
+    }
+}

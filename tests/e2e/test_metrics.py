@@ -1,0 +1,399 @@
+"""The HTTP listener (issue #18): /health/live, /health/ready and /metrics on real nodes.
+
+What these tests hold the broker to, each value checked against what the test did or
+against the broker's own disk, on a page that the Prometheus client's OpenMetrics parser
+accepts:
+- bytes in equals the size of the record batches the log holds for the topic (the log
+  files, parsed here), and lies within the exact per-batch and per-record overhead of what
+  was produced; messages in equals the number produced; bytes out equals what one full
+  read sent;
+- a fetch out of range is counted as a failed fetch under its error code; connections are
+  counted per listener while open; a deleted topic's series leave the page;
+- a group's lag on each partition equals the end offset (high watermark) minus its
+  committed offset; a group that joins counts a completed rebalance;
+- on three nodes, a follower stopped is an ISR shrink on the leader, one
+  under-replicated partition and a follower lag of at least what was written meanwhile,
+  and back in sync it is an expansion, none, and a lag of zero;
+- /health/ready answers 503 with a reason while a node cannot register (no quorum yet)
+  and 200 once it has; /health/live answers 200 throughout;
+- a taken HTTP port refuses the start in one line; `--log-format json` logs JSON lines;
+- controller-only nodes serve health and their own page: one active controller in all.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+from kafka_helpers import create_topic, unique_topic, wait_for
+from rill_harness import RillCluster, free_port, rill_binary
+from test_cluster import create_replicated_topic, leader_of
+
+HTTP_ON = {"http.listeners": "127.0.0.1:0"}
+# The record batch header (magic 2) before the first record: baseOffset 8, batchLength 4,
+# partitionLeaderEpoch 4, magic 1, crc 4, attributes 2, lastOffsetDelta 4, baseTimestamp 8,
+# maxTimestamp 8, producerId 8, producerEpoch 2, baseSequence 4, records count 4.
+BATCH_HEADER_BYTES = 61
+
+
+def http_get(address: str, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def scrape(address: str) -> dict:
+    """The page parsed: {(sample name, frozenset(labels)): value}. The parser raises on
+    anything that is not valid OpenMetrics text."""
+    status, body = http_get(address, "/metrics")
+    assert status == 200, body
+    samples = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples
+
+
+def value(samples: dict, name: str, **labels) -> float:
+    """The value of the one series of `name` with exactly `labels`; 0 when absent."""
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def log_batches(data_dir: Path, topic: str, partition: int) -> tuple[int, int, int]:
+    """(bytes, batches, records) of the record batches in the partition's .log files,
+    parsed from the files themselves."""
+    total = batches = records = 0
+    for path in sorted((data_dir / f"{topic}-{partition}").glob("*.log")):
+        data = path.read_bytes()
+        at = 0
+        while at + 12 <= len(data):
+            (length,) = struct.unpack_from(">i", data, at + 8)
+            if length <= 0:
+                break
+            (count,) = struct.unpack_from(">i", data, at + 57)
+            total += 12 + length
+            batches += 1
+            records += count
+            at += 12 + length
+    return total, batches, records
+
+
+def produce(bootstrap: str, topic: str, partition: int, count: int, size: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20,
+                         "compression.type": "none"})
+    failures = []
+    for i in range(count):
+        payload = (b"%08d" % i).ljust(size, b"x")
+        producer.produce(topic, value=payload, partition=partition,
+                         on_delivery=lambda err, _msg: err and failures.append(err))
+    assert producer.flush(60) == 0
+    assert not failures, failures[:3]
+
+
+def test_produce_and_fetch_are_counted_exactly(rill_factory):
+    rill = rill_factory(overrides=HTTP_ON)
+    address = rill.http_address()
+    topic = unique_topic("metrics")
+    create_topic(rill.bootstrap, topic, 1)
+    count, size = 1000, 100
+    before = scrape(address)
+    produce(rill.bootstrap, topic, 0, count, size)
+
+    samples = scrape(address)
+    log_bytes, batches, records = log_batches(rill.data_dir, topic, 0)
+    assert records == count
+    bytes_in = value(samples, "kafka_server_brokertopicmetrics_topic_bytes_in_total", topic=topic)
+    assert bytes_in == log_bytes, (bytes_in, log_bytes)
+    # A record without key or headers costs 8 to 12 bytes beside its value: length,
+    # attributes, timestamp delta, offset delta, key length (-1), value length, header
+    # count, as varints; each batch adds its 61-byte header.
+    payload = count * size
+    low = payload + 8 * count + BATCH_HEADER_BYTES * batches
+    high = payload + 12 * count + BATCH_HEADER_BYTES * batches
+    assert low <= bytes_in <= high, (low, bytes_in, high, batches)
+    assert value(samples, "kafka_server_brokertopicmetrics_topic_messages_in_total",
+                 topic=topic) == count
+    all_in = value(samples, "kafka_server_brokertopicmetrics_bytes_in_total")
+    assert all_in - value(before, "kafka_server_brokertopicmetrics_bytes_in_total") >= bytes_in
+    produce_requests = value(samples, "kafka_network_requestmetrics_requests_total",
+                             request="Produce")
+    assert produce_requests >= 1
+    assert value(samples, "kafka_network_requestmetrics_total_time_seconds_count",
+                 request="Produce") == produce_requests
+    assert value(samples, "kafka_server_brokertopicmetrics_topic_total_produce_requests_total",
+                 topic=topic) >= 1
+    assert value(samples, "kafka_server_replicamanager_leader_count") >= 1
+    assert value(samples, "kafka_log_log_end_offset", topic=topic, partition="0") == count
+    assert value(samples, "process_resident_memory_bytes") > 1 << 20
+    assert value(samples, "process_open_fds") > 3
+
+    # One full read sends every stored byte once.
+    consumer = Consumer({"bootstrap.servers": rill.bootstrap, "group.id": "unused",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < count and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is not None and message.error() is None:
+            seen += 1
+    consumer.close()
+    assert seen == count
+    samples = scrape(address)
+    assert value(samples, "kafka_server_brokertopicmetrics_topic_bytes_out_total",
+                 topic=topic) == log_bytes
+
+    # A fetch past the end is a failed fetch, counted under its error code.
+    errors_before = value(samples, "kafka_network_requestmetrics_errors_total",
+                          request="Fetch", error="OFFSET_OUT_OF_RANGE")
+    failed_before = value(samples, "kafka_server_brokertopicmetrics_topic_failed_fetch_requests_total",
+                          topic=topic)
+    consumer = Consumer({"bootstrap.servers": rill.bootstrap, "group.id": "unused",
+                         "enable.auto.commit": False, "auto.offset.reset": "error"})
+    consumer.assign([TopicPartition(topic, 0, count + 500)])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is not None:
+            break
+    consumer.close()
+    samples = scrape(address)
+    assert value(samples, "kafka_network_requestmetrics_errors_total",
+                 request="Fetch", error="OFFSET_OUT_OF_RANGE") > errors_before
+    assert value(samples, "kafka_server_brokertopicmetrics_topic_failed_fetch_requests_total",
+                 topic=topic) > failed_before
+
+    # Connections per listener: three held open are counted, and none once every client
+    # of this test has closed.
+    connections = "kafka_server_socketserver_connection_count"
+    held = [socket.create_connection((rill.bootstrap.split(":")[0], rill.port)) for _ in range(3)]
+    try:
+        wait_for(lambda: value(scrape(address), connections, listener="PLAINTEXT") >= 3, 10,
+                 "three open connections counted")
+    finally:
+        for s in held:
+            s.close()
+    wait_for(lambda: value(scrape(address), connections, listener="PLAINTEXT") == 0, 10,
+             "no open connection counted once all are closed")
+
+    # A deleted topic's series leave the page.
+    series = ("kafka_server_brokertopicmetrics_topic_bytes_in_total", frozenset({"topic": topic}.items()))
+    assert series in scrape(address)
+    client = create_topic(rill.bootstrap, unique_topic("other"), 1)
+    client.delete_topics([topic], operation_timeout=30)[topic].result(30)
+    wait_for(lambda: series not in scrape(address), 30, "the deleted topic's series gone")
+
+
+def test_group_lag_is_end_offset_minus_committed(rill_factory):
+    rill = rill_factory(overrides=HTTP_ON)
+    address = rill.http_address()
+    topic = unique_topic("lag")
+    create_topic(rill.bootstrap, topic, 2)
+    produce(rill.bootstrap, topic, 0, 300, 20)
+    produce(rill.bootstrap, topic, 1, 200, 20)
+    group = f"lag-{uuid.uuid4().hex[:8]}"
+    committer = Consumer({"bootstrap.servers": rill.bootstrap, "group.id": group,
+                          "enable.auto.commit": False})
+    committer.commit(offsets=[TopicPartition(topic, 0, 120), TopicPartition(topic, 1, 200)],
+                     asynchronous=False)
+    ends = [committer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in (0, 1)]
+    committer.close()
+    assert ends == [300, 200]
+
+    # A group id is any string: one that would end a label value and start a series of
+    # its own if written unescaped must come back whole, and the page still parse.
+    odd = f'odd"}} 1\nfake_series{{x="{uuid.uuid4().hex[:4]}\\'
+    oddly = Consumer({"bootstrap.servers": rill.bootstrap, "group.id": odd,
+                      "enable.auto.commit": False})
+    oddly.commit(offsets=[TopicPartition(topic, 0, 10)], asynchronous=False)
+    oddly.close()
+
+    samples = scrape(address)
+    assert value(samples, "kafka_consumergroup_lag", group=odd, topic=topic, partition="0") == 290
+    assert not any(name == "fake_series" for name, _ in samples)
+    lag0 = value(samples, "kafka_consumergroup_lag", group=group, topic=topic, partition="0")
+    lag1 = value(samples, "kafka_consumergroup_lag", group=group, topic=topic, partition="1")
+    assert (lag0, lag1) == (ends[0] - 120, ends[1] - 200)
+    assert ((("kafka_consumergroup_lag", frozenset(
+        {"group": group, "topic": topic, "partition": "1"}.items()))) in samples)
+    assert value(samples, "kafka_consumergroup_lag_sum", group=group, topic=topic) == 180
+    assert value(samples, "kafka_server_group_coordinator_metrics_classic_group_count",
+                 state="Empty") >= 1
+
+    # A member that joins completes a rebalance; once it has committed what it read,
+    # the lag of that partition is zero.
+    rebalances = value(samples,
+                       "kafka_server_group_coordinator_metrics_classic_group_completed_rebalance_total")
+    member = Consumer({"bootstrap.servers": rill.bootstrap, "group.id": group,
+                       "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    member.subscribe([topic])
+    read = 0
+    deadline = time.monotonic() + 60
+    while read < 180 and time.monotonic() < deadline:
+        message = member.poll(0.5)
+        if message is not None and message.error() is None and message.partition() == 0:
+            read += 1
+    assert read == 180
+    member.commit(asynchronous=False)
+    samples = wait_for(
+        lambda: (s := scrape(address)) and value(
+            s, "kafka_server_group_coordinator_metrics_classic_group_count", state="Stable") >= 1
+        and s,
+        30, "the group Stable on /metrics")
+    assert value(samples, "kafka_consumergroup_lag", group=group, topic=topic, partition="0") == 0
+    assert value(samples,
+                 "kafka_server_group_coordinator_metrics_classic_group_completed_rebalance_total"
+                 ) >= rebalances + 1
+    member.close()
+
+
+def test_isr_shrink_and_expand_show_on_the_leader(rill_cluster_factory):
+    cluster = rill_cluster_factory(overrides=HTTP_ON)
+    topic = unique_topic("isr")
+    client = create_replicated_topic(cluster.bootstrap, topic, 1, 3, {"min.insync.replicas": "2"})
+    leader_id = leader_of(client, topic, 0)
+    leader = cluster.node(leader_id)
+    address = leader.http_address()
+    name = "kafka_server_replicamanager_"
+
+    def settled(samples):
+        return (value(samples, "kafka_cluster_partition_under_replicated",
+                      topic=topic, partition="0") == 0
+                and value(samples, f"{name}under_replicated_partitions") == 0)
+
+    before = wait_for(lambda: (s := scrape(address)) and settled(s) and s, 30,
+                      "no under-replicated partition on the leader")
+    follower_id = next(i for i in (1, 2, 3) if i != leader_id)
+    cluster.node(follower_id).kill9()
+    produce(leader.bootstrap, topic, 0, 50, 50)
+
+    def shrunk():
+        s = scrape(address)
+        return (value(s, f"{name}isr_shrinks_total") > value(before, f"{name}isr_shrinks_total")
+                and value(s, f"{name}under_replicated_partitions") >= 1 and s)
+
+    during = wait_for(shrunk, 30, "an ISR shrink and an under-replicated partition")
+    assert value(during, "kafka_cluster_partition_under_replicated", topic=topic,
+                 partition="0") == 1
+    assert value(during, f"{name}under_min_isr_partition_count") == 0  # 2 of 3 left
+    lag = "kafka_server_replica_follower_lag_records"
+    assert value(during, lag, topic=topic, partition="0", replica=str(follower_id)) >= 50
+    assert value(during, f"{name}at_min_isr_partition_count") >= 1
+
+    cluster.node(follower_id).start()
+
+    def expanded():
+        s = scrape(address)
+        return (value(s, f"{name}isr_expands_total") > value(during, f"{name}isr_expands_total")
+                and settled(s) and s)
+
+    wait_for(expanded, 60, "the follower back in the ISR, counted as an expansion")
+    wait_for(lambda: value(scrape(address), lag, topic=topic, partition="0",
+                           replica=str(follower_id)) == 0
+             and (lag, frozenset({"topic": topic, "partition": "0",
+                                  "replica": str(follower_id)}.items())) in scrape(address),
+             30, "the restarted follower's lag back to zero")
+
+
+def test_ready_waits_for_registration_and_live_answers_throughout(tmp_path):
+    cluster = RillCluster(tmp_path / "cluster", 3, {
+        "broker.heartbeat.interval.ms": "300",
+        "broker.session.timeout.ms": "2000",
+        "http.listeners": "127.0.0.1:0",
+    })
+    first = cluster.node(1)
+    port = free_port()
+    first.overrides["http.listeners"] = f"127.0.0.1:{port}"
+    address = f"127.0.0.1:{port}"
+    try:
+        first.launch()
+        # Alone, one voter of three elects no controller: the node cannot register.
+        not_ready = wait_for(lambda: (r := http_get(address, "/health/ready"))[0] == 503 and r,
+                             30, "/health/ready answering 503 on a lone voter")
+        assert "not registered" in not_ready[1], not_ready
+        assert http_get(address, "/health/live") == (200, "live\n")
+        time.sleep(1.0)
+        assert http_get(address, "/health/ready")[0] == 503
+        for node_id in (2, 3):
+            cluster.node(node_id).launch()
+        for node_id in (1, 2, 3):
+            cluster.node(node_id).wait_ready()
+        wait_for(lambda: http_get(address, "/health/ready") == (200, "ready\n"), 30,
+                 "/health/ready answering 200 once registered")
+        for node_id in (2, 3):
+            assert http_get(cluster.node(node_id).http_address(), "/health/ready")[0] == 200
+        assert http_get(address, "/health/live") == (200, "live\n")
+        assert http_get(address, "/nothing")[0] == 404
+    finally:
+        problems = cluster.teardown()
+    assert not problems, problems
+
+
+def test_a_taken_http_port_is_a_startup_error(tmp_path):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [str(rill_binary()), "server", "--listen", f"127.0.0.1:{free_port()}",
+             "--data-dir", str(tmp_path / "data"), "--override", f"http.listeners=127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=30,
+        )
+    assert result.returncode == 1, result
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: configuration: http.listeners: cannot listen on 127.0.0.1:{port}: "
+                      "Address already in use (os error 98)"], result.stderr
+
+
+def test_log_format_json_writes_one_object_per_line(rill_factory):
+    rill = rill_factory(extra_args=["--log-format", "json"])
+    lines = [line for line in rill.log_text().splitlines()
+             if line.startswith("{")]
+    assert lines, rill.log_text()
+    records = [json.loads(line) for line in lines]
+    assert all({"timestamp", "level", "fields", "target"} <= set(r) for r in records), records[:3]
+    assert any(r["fields"].get("message") == "registered with the controller"
+               and r["fields"].get("node_id") == 1 for r in records), records
+    # Nothing else is written in the text format meanwhile (the harness's own marker and
+    # the ready lines on stdout aside).
+    others = [line for line in rill.log_text().splitlines()
+              if line and not line.startswith(("{", "===", "rill "))]
+    assert not others, others
+
+
+def test_controller_only_nodes_serve_health_and_their_own_metrics(rill_cluster_factory):
+    roles = {1: "controller", 2: "controller", 3: "controller", 4: "broker"}
+    cluster = rill_cluster_factory(size=4, roles=roles, overrides={
+        **HTTP_ON, "default.replication.factor": "1", "offsets.topic.replication.factor": "1"})
+    active = "kafka_controller_kafkacontroller_active_controller_count"
+
+    def one_active():
+        pages = {i: scrape(cluster.node(i).http_address()) for i in (1, 2, 3, 4)}
+        return sum(value(p, active) for p in pages.values()) == 1 and pages
+
+    pages = wait_for(one_active, 30, "exactly one active controller among the nodes")
+    assert value(pages[4], active) == 0  # a broker-only node is no voter
+    for i in (1, 2, 3):
+        address = cluster.node(i).http_address()
+        assert http_get(address, "/health/live") == (200, "live\n")
+        assert http_get(address, "/health/ready") == (200, "ready\n")
+        # A controller hosts no partitions: no broker series on its page.
+        assert not any(name.startswith(("kafka_server_replicamanager",
+                                        "kafka_server_brokertopicmetrics"))
+                       for name, _ in pages[i]), sorted({n for n, _ in pages[i]})
+        assert value(pages[i], "process_resident_memory_bytes") > 0
+    assert ("kafka_server_replicamanager_leader_count", frozenset()) in pages[4]
+    assert http_get(cluster.node(4).http_address(), "/health/ready") == (200, "ready\n")
