@@ -49,6 +49,15 @@ TXN_TIMEOUT_MS = 30_000
 # The timeout of each init/commit/abort call, and how long a retriable error is retried.
 TXN_CALL_TIMEOUT_S = 30.0
 TXN_RETRY_DEADLINE_S = 90.0
+# How long a transactional call may block past its own timeout before the producer is
+# taken as wedged and abandoned. librdkafka's send_offsets_to_transaction waits for its
+# result without a bound of its own, and the group coordinator lookup under it can wait
+# forever on a coordinator whose broker it has decommissioned (a node that was killed
+# leaves the Metadata answers while it is fenced): librdkafka issues #5456 and #5511,
+# open against 2.14, the same against Apache Kafka. Seen in CI with seed 1355595751:
+# the copy member's call sat four minutes after every fault had healed, the brokers
+# idle, until the run's own timeout killed it.
+TXN_CALL_WEDGED_S = TXN_CALL_TIMEOUT_S + 15.0
 RECORDS_PER_TXN = (3, 8)
 ABORT_SHARE = 0.3
 # Every FENCE_EVERY-th transaction of each producer is fenced by a successor.
@@ -102,17 +111,48 @@ class Outcome:
     OK, ABORT, FATAL = "ok", "abort", "fatal"
 
 
+class Wedged(Exception):
+    """A transactional call that did not return `TXN_CALL_WEDGED_S` after it began."""
+
+
+def bounded(call, timeout_s: float) -> None:
+    """`call(timeout_s)` on a thread of its own, waited for up to `TXN_CALL_WEDGED_S`;
+    raises what it raised, or `Wedged`. A wedged call's thread is left blocked (it holds
+    the producer, which is then never destroyed: destroying it under a blocked call
+    could hang too)."""
+    outcome: dict = {}
+
+    def run():
+        try:
+            call(timeout_s)
+        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True, name="chaos-txn-call")
+    thread.start()
+    thread.join(TXN_CALL_WEDGED_S)
+    if thread.is_alive():
+        raise Wedged()
+    if "error" in outcome:
+        raise outcome["error"]
+
+
 def attempt(call, what: str, errors: list[str], retry_deadline_s: float = TXN_RETRY_DEADLINE_S) -> str:
     """Calls a transactional API as librdkafka asks: again on a retriable error (until
     the deadline), `ABORT` when the transaction must be aborted, `FATAL` when the
-    producer is done for (a fatal error, or anything else)."""
+    producer is done for (a fatal error, a call that never returned, or anything
+    else)."""
     from confluent_kafka import KafkaException
 
     deadline = time.monotonic() + retry_deadline_s
     while True:
         try:
-            call(TXN_CALL_TIMEOUT_S)
+            bounded(call, TXN_CALL_TIMEOUT_S)
             return Outcome.OK
+        except Wedged:
+            errors.append(f"{what}: did not return {TXN_CALL_WEDGED_S:.0f}s after it began "
+                          f"(timeout {TXN_CALL_TIMEOUT_S:.0f}s; librdkafka #5511): producer abandoned")
+            return Outcome.FATAL
         except KafkaException as exc:
             error = exc.args[0]
             if error.fatal():

@@ -32,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -375,3 +376,32 @@ def test_checker_finds_an_lso_above_the_high_watermark_or_going_back():
         assert not _by_name(chaos_checker.check_stable_offsets(bad, True, done))["lso_at_most_high_watermark"].ok
     assert not _by_name(chaos_checker.check_stable_offsets(fine, False, [seen(3, 9, 9.0)]))[
         "no_hanging_transaction"].ok
+
+
+def test_a_transactional_call_that_never_returns_abandons_its_producer(monkeypatch):
+    """librdkafka's send_offsets_to_transaction can block forever (its issues #5456 and
+    #5511): the workload takes such a call as its producer's fatal failure, within
+    TXN_CALL_WEDGED_S, instead of waiting past the run's timeout; a call that returns, or
+    raises in time, is unchanged."""
+    import threading
+
+    monkeypatch.setattr(chaos_txn, "TXN_CALL_WEDGED_S", 0.2)
+    release = threading.Event()
+    errors: list[str] = []
+    started = time.monotonic()
+    outcome = chaos_txn.attempt(lambda _t: release.wait(30), "copy send_offsets", errors)
+    waited = time.monotonic() - started
+    release.set()
+    assert outcome == chaos_txn.Outcome.FATAL
+    assert waited < 5, waited
+    assert len(errors) == 1 and "did not return" in errors[0] and "copy send_offsets" in errors[0]
+
+    timeouts: list[float] = []
+    assert chaos_txn.attempt(timeouts.append, "commit", errors) == chaos_txn.Outcome.OK
+    assert timeouts == [chaos_txn.TXN_CALL_TIMEOUT_S]
+
+    def broken(_t):
+        raise SystemError("LogRecord returned a result with an exception set")
+
+    assert chaos_txn.attempt(broken, "abort", errors) == chaos_txn.Outcome.FATAL
+    assert errors[-1] == "abort: LogRecord returned a result with an exception set"
