@@ -14,9 +14,11 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -236,10 +238,12 @@ class RillServer:
             try:
                 self.process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                threads = self.thread_dump()
                 self._kill()
                 raise HarnessError(
-                    f"rill server did not exit within {timeout_s:.0f} s of SIGTERM\n"
-                    + self.log_excerpt()
+                    f"rill server did not exit within {timeout_s:.0f} s of SIGTERM "
+                    f"(its threads: {self.thread_dump_path})\n"
+                    + threads + "\n" + self.log_excerpt()
                 )
         code = self.process.returncode
         if code != 0:
@@ -300,6 +304,43 @@ class RillServer:
         except FileNotFoundError:
             return ""
 
+    @property
+    def thread_dump_path(self) -> Path:
+        return self.data_dir.parent / "threads.txt"
+
+    def thread_dump(self) -> str:
+        """What each thread of a server that will not stop is doing, for the report, and
+        written to `thread_dump_path`: from /proc, each thread's name, state and the
+        kernel function it sleeps in; with gdb on the machine, each one's stack too (a
+        blocking task holds a runtime thread in a syscall or a lock, an async task that
+        never ends leaves every worker idle in epoll_wait)."""
+        pid = self.pid
+        lines = [f"threads of pid {pid}:"]
+        for task in sorted(Path(f"/proc/{pid}/task").glob("*"), key=lambda t: int(t.name)):
+            try:
+                name = (task / "comm").read_text().strip()
+                state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                wchan = (task / "wchan").read_text().strip() or "-"
+            except (OSError, IndexError):
+                continue
+            lines.append(f"  {task.name} {name} state={state} wchan={wchan}")
+        gdb = shutil.which("gdb")
+        if gdb:
+            try:
+                stacks = subprocess.run(
+                    [gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt 25"],
+                    capture_output=True, text=True, timeout=30,
+                ).stdout
+                lines += ["", stacks]
+            except (OSError, subprocess.TimeoutExpired) as error:
+                lines.append(f"gdb: {error}")
+        text = "\n".join(lines)
+        try:
+            self.thread_dump_path.write_text(text)
+        except OSError:
+            pass
+        return "\n".join(lines[:60])
+
     def log_excerpt(self, lines: int = LOG_TAIL_LINES) -> str:
         all_lines = self.log_text().splitlines()
         shown = all_lines[-lines:]
@@ -317,7 +358,10 @@ class RillServer:
             try:
                 self.stop()
             except HarnessError as error:
+                # One line in the problem list; the threads and the log on stderr, which
+                # the failing test's report shows.
                 problems.append(str(error).splitlines()[0])
+                print(str(error), file=sys.stderr)
         self._kill()
         return problems
 

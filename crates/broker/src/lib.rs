@@ -302,6 +302,8 @@ impl Server {
         if let Some(http) = self.http_task {
             let _ = http.await;
         }
+        // Each step logged, so that a shutdown that hangs says where.
+        tracing::info!("listeners closed");
         self.broker.replicas.shutdown();
         // Released only now that the logs are closed and the clean-shutdown marker is
         // written (the caller may hold it longer, see `data_dir_lock`).

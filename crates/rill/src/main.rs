@@ -415,7 +415,10 @@ fn server(config: BrokerConfig) -> anyhow::Result<()> {
         node.shutdown().await;
         Ok(())
     });
+    // Waits for the blocking tasks still running (a clean, an fsync); logged after, so
+    // that a shutdown that hangs here says so.
     drop(runtime);
+    tracing::info!("stopped");
     drop(lock);
     result
 }
