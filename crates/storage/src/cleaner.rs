@@ -12,21 +12,23 @@
 //! swaps them in if the log's non-active segments are still the ones the task read.
 //!
 //! 1. Range. The cleanable segments are the non-active ones from the oldest, up to the
-//!    first that reaches above the high watermark or whose largest timestamp is newer
-//!    than `min.compaction.lag.ms`. Those wholly below the `cleaner-offset-checkpoint`
+//!    first that reaches above the last stable offset (so every transaction in the range
+//!    is decided, and its marker is below the high watermark) or whose largest timestamp
+//!    is newer than `min.compaction.lag.ms`. Those wholly below the `cleaner-offset-checkpoint`
 //!    (the first dirty offset) are clean, the others dirty. The dirty ratio is
 //!    `dirty bytes / (clean + dirty bytes)`.
 //! 2. Offset map. The dirty segments are read in order and every keyed record of a
-//!    non-transactional data batch sets `map[key] = offset`. When the map outgrows the
+//!    data batch that is not part of an aborted transaction sets `map[key] = offset`. When the map outgrows the
 //!    dedupe buffer, it stops at the end of the segment being read (so the cap is soft
 //!    by one segment) and that segment's end is the end of this clean.
 //! 3. Rewrite. Every segment below the end, clean and dirty, is copied into new
 //!    segments, starting a new one at a source segment's base offset whenever the next
 //!    source would not fit `segment.bytes`. Per batch:
-//!    - control batches and transactional batches are copied untouched (their fate
-//!      depends on the transaction's outcome, which this log does not track; keeping
-//!      them, and keeping their keys out of the map, can only keep more data);
-//!    - other batches are decoded (decompressed under a cap; a batch over the cap is
+//!    - batches of aborted transactions are dropped (emptied if they are their
+//!      producer's latest batch); which transactions were aborted comes from the
+//!      aborted-transaction index, as in Kafka's `CleanedTransactionMetadata`;
+//!    - transaction markers: see 5;
+//!    - other batches, committed transactions' included, are decoded (decompressed under a cap; a batch over the cap is
 //!      copied untouched) and a record is dropped when it has no key, when the map holds
 //!      a later offset for its key, or when it is a tombstone (null value) in a batch
 //!      whose delete horizon has passed;
@@ -44,7 +46,15 @@
 //!    least `delete.retention.ms` after the clean that first saw it, and it is first
 //!    seen in the dirty section, where the offset map made the clean remove every older
 //!    record of its key, so removing it later cannot resurrect a value.
-//! 5. Swap (the commit protocol, each step durable before the next):
+//! 5. Markers (Kafka's rules). A marker stays while any batch of its transaction is
+//!    still in the log before it (this clean saw one). Once none is left, it gets a
+//!    delete horizon, `now + delete.retention.ms`, as a tombstone does, and a clean
+//!    after the horizon removes it, with its entry in the aborted-transaction index; a
+//!    reader that fetched the transaction's records before they were cleaned has had
+//!    `delete.retention.ms` to read the marker. A producer's marker after its latest
+//!    data batch, in its current epoch, is kept: it holds the epoch that fences the
+//!    producer's zombies across a rebuild of producer state from the log.
+//! 6. Swap (the commit protocol, each step durable before the next):
 //!    1. the new segments are written as `<base>.log.cleaned`, `.index.cleaned`,
 //!       `.timeindex.cleaned` and fsynced ([`CleanTask::run`]);
 //!    2. the manifest `cleaner-swap` (old base offsets, new base offsets, end offset) is
@@ -72,7 +82,7 @@
 //! older records were removed in the clean that set the horizon.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -80,7 +90,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use rill_protocol::records::batch::LOG_OVERHEAD;
-use rill_protocol::records::{BatchError, Record, RecordBatch, RecordBatchBuilder, TimestampType};
+use rill_protocol::records::{
+    BatchError, ControlRecordType, Record, RecordBatch, RecordBatchBuilder, TimestampType,
+};
 
 use crate::checkpoint;
 use crate::header::rewrite_header;
@@ -91,6 +103,7 @@ pub use crate::swap::CLEANER_SWAP_FILE;
 use crate::swap::{
     finish_swap, remove_if_exists, tailed, write_manifest, CLEANED_TAIL, SWAP_ORDER,
 };
+use crate::transaction_index::AbortedTxn;
 use crate::StorageError;
 use throttle::Throttler;
 
@@ -136,6 +149,10 @@ pub struct CleanStats {
     pub tombstones_removed: u64,
     /// Records without a key, which a compacted log cannot keep.
     pub keyless_removed: u64,
+    /// Records of aborted transactions removed.
+    pub aborted_removed: u64,
+    /// Transaction markers removed (their transaction gone, their delete horizon past).
+    pub markers_removed: u64,
     /// Distinct keys in the offset map.
     pub map_keys: usize,
     /// Time the clean spent asleep to stay under `log.cleaner.io.max.bytes.per.second`.
@@ -169,7 +186,107 @@ pub struct CleanTask {
     sources: Vec<SourceSegment>,
     first_dirty_offset: i64,
     producer_last_offsets: HashSet<i64>,
+    /// Each producer's epoch and last data offset (see `ProducerStateManager::last_epochs`).
+    producer_epochs: HashMap<i64, (i16, i64)>,
+    /// The aborted transactions with records in the sources.
+    aborted_txns: Vec<AbortedTxn>,
     layout_version: u64,
+}
+
+/// Which transaction the batches read belong to, as the cleaner walks the log (Kafka's
+/// `CleanedTransactionMetadata`): a producer's transactional batches belong to an
+/// aborted transaction from the first offset the aborted-transaction index gives it up
+/// to its ABORT marker, to a committed one otherwise (every transaction in the range is
+/// decided, step 1).
+struct TxnTracker {
+    /// Aborted transactions not reached yet, oldest first offset first.
+    pending: VecDeque<AbortedTxn>,
+    /// Producers inside an aborted transaction: whether a batch of it was read, and the
+    /// first offset of the first one kept.
+    aborted: HashMap<i64, (bool, Option<i64>)>,
+    /// Producers inside a committed transaction of which a batch was read.
+    committed: HashSet<i64>,
+}
+
+impl TxnTracker {
+    fn new(aborted: &[AbortedTxn]) -> Self {
+        let mut pending: Vec<AbortedTxn> = aborted.to_vec();
+        pending.sort_by_key(|t| t.first_offset);
+        Self {
+            pending: pending.into(),
+            aborted: HashMap::new(),
+            committed: HashSet::new(),
+        }
+    }
+
+    fn reach(&mut self, offset: i64) {
+        while let Some(t) = self.pending.front().copied() {
+            if t.first_offset > offset {
+                break;
+            }
+            self.pending.pop_front();
+            self.aborted.entry(t.producer_id).or_insert((false, None));
+        }
+    }
+
+    /// A data batch: whether it belongs to an aborted transaction.
+    fn data(&mut self, batch: &RecordBatch) -> bool {
+        self.reach(batch.last_offset());
+        if !batch.is_transactional() {
+            return false;
+        }
+        match self.aborted.get_mut(&batch.producer_id()) {
+            Some((read, _)) => {
+                *read = true;
+                true
+            }
+            None => {
+                self.committed.insert(batch.producer_id());
+                false
+            }
+        }
+    }
+
+    /// A batch of an aborted transaction that stays (emptied: its producer's latest).
+    fn kept(&mut self, batch: &RecordBatch) {
+        if let Some((_, first)) = self.aborted.get_mut(&batch.producer_id()) {
+            first.get_or_insert(batch.base_offset());
+        }
+    }
+
+    /// A control batch: whether no batch of its transaction was read before it, so that
+    /// nothing needs the marker any more (it goes once its delete horizon has passed),
+    /// and for an ABORT marker the first offset of its transaction's first batch kept.
+    /// An empty control batch was emptied by a clean and is not needed either; one that
+    /// cannot be read, or of a type this version does not know, stays.
+    fn marker(
+        &mut self,
+        batch: &RecordBatch,
+        kind: &Result<Option<ControlRecordType>, BatchError>,
+    ) -> (bool, Option<i64>) {
+        self.reach(batch.last_offset());
+        let producer = batch.producer_id();
+        match kind {
+            Ok(None) => (true, None),
+            Ok(Some(ControlRecordType::Abort)) => match self.aborted.remove(&producer) {
+                Some((read, first_kept)) => (!read, first_kept),
+                None => (true, None),
+            },
+            Ok(Some(ControlRecordType::Commit)) => (!self.committed.remove(&producer), None),
+            Ok(Some(ControlRecordType::Unknown(_))) | Err(_) => (false, None),
+        }
+    }
+}
+
+/// The type of a control batch's record; `None` for a batch with no record.
+fn control_kind(batch: &RecordBatch) -> Result<Option<ControlRecordType>, BatchError> {
+    // A marker batch holds one small record; 4 KiB is far more than it decompresses to.
+    let records = batch.records(4096)?;
+    match records.first().and_then(|r| r.key.as_deref()) {
+        Some(key) => ControlRecordType::from_key(key).map(Some),
+        None if records.is_empty() => Ok(None),
+        None => Err(BatchError::InvalidRecord("control record without a key")),
+    }
 }
 
 /// The cleaned segments, written and fsynced as `.cleaned` files, waiting for
@@ -181,6 +298,11 @@ pub struct CleanedSegments {
     old_bases: Vec<i64>,
     new_bases: Vec<i64>,
     earliest_delete_horizon_ms: Option<i64>,
+    /// The offsets of the ABORT markers removed: their index entries go too.
+    removed_abort_markers: HashSet<i64>,
+    /// For each ABORT marker kept, its transaction's first offset now (its first batch
+    /// kept, else the marker's own), as a rebuild of the index from the log finds it.
+    abort_first_offsets: HashMap<i64, i64>,
     stats: CleanStats,
 }
 
@@ -365,6 +487,7 @@ impl CleanTask {
             .sources
             .last()
             .map_or(self.first_dirty_offset, |s| s.next_offset);
+        let mut txns = TxnTracker::new(&self.aborted_txns);
         for src in self
             .sources
             .iter()
@@ -376,7 +499,11 @@ impl CleanTask {
             }
             let mut reader = BatchReader::new(src, &throttle);
             while let Some(batch) = reader.next_batch()? {
-                if batch.is_control() || batch.is_transactional() {
+                if batch.is_control() {
+                    txns.marker(&batch, &control_kind(&batch));
+                    continue;
+                }
+                if txns.data(&batch) {
                     continue;
                 }
                 let Some(records) = decode(&batch, cap, &src.path)? else {
@@ -400,6 +527,18 @@ impl CleanTask {
 
         // Step 3: rewrite every source below the end.
         let mut horizon: Option<i64> = None;
+        // Only the transactions whose marker is rewritten too: one whose records fall
+        // below the end and whose marker does not (the offset map filled up) keeps its
+        // records, as they are invisible to read_committed readers anyway.
+        let rewritten: Vec<AbortedTxn> = self
+            .aborted_txns
+            .iter()
+            .filter(|t| t.last_offset < end_offset)
+            .copied()
+            .collect();
+        let mut txns = TxnTracker::new(&rewritten);
+        let mut removed_abort_markers = HashSet::new();
+        let mut abort_first_offsets = HashMap::new();
         let mut old_bases = Vec::new();
         let mut out: Option<Output> = None;
         for src in self.sources.iter().filter(|s| s.base_offset < end_offset) {
@@ -439,7 +578,16 @@ impl CleanTask {
             let mut reader = BatchReader::new(src, &throttle);
             while let Some(batch) = reader.next_batch()? {
                 let written = o.size();
-                self.clean_batch(&batch, &map, &src.path, o, &mut stats, &mut horizon)?;
+                let mut cleaning = Cleaning {
+                    map: &map,
+                    txns: &mut txns,
+                    path: &src.path,
+                    stats: &mut stats,
+                    horizon: &mut horizon,
+                    removed_abort_markers: &mut removed_abort_markers,
+                    abort_first_offsets: &mut abort_first_offsets,
+                };
+                self.clean_batch(&batch, o, &mut cleaning)?;
                 throttle
                     .borrow_mut()
                     .maybe_throttle(o.size().saturating_sub(written));
@@ -457,28 +605,45 @@ impl CleanTask {
             old_bases,
             new_bases: new_bases.clone(),
             earliest_delete_horizon_ms: horizon,
+            removed_abort_markers,
+            abort_first_offsets,
             stats,
         })
     }
 
-    /// Step 3 and 4 of the design note for one batch.
+    /// Steps 3 to 5 of the design note for one batch.
     fn clean_batch(
         &self,
         batch: &RecordBatch,
-        map: &HashMap<Box<[u8]>, i64>,
-        path: &Path,
         out: &mut Output,
-        stats: &mut CleanStats,
-        horizon: &mut Option<i64>,
+        c: &mut Cleaning<'_>,
     ) -> Result<(), StorageError> {
+        let (map, path) = (c.map, c.path);
         let keep_untouched = |out: &mut Output, stats: &mut CleanStats| {
             stats.records_read += batch.record_count().max(0) as u64;
             stats.records_retained += batch.record_count().max(0) as u64;
             out.push(batch.as_bytes(), summary_of(batch))
         };
-        if batch.is_control() || batch.is_transactional() {
-            return keep_untouched(out, stats);
+        if batch.is_control() {
+            return self.clean_marker(batch, out, c);
         }
+        let keeps_producer_state =
+            batch.producer_id() >= 0 && self.producer_last_offsets.contains(&batch.last_offset());
+        if c.txns.data(batch) {
+            let n = batch.record_count().max(0) as u64;
+            c.stats.records_read += n;
+            c.stats.aborted_removed += n;
+            if !keeps_producer_state {
+                return Ok(());
+            }
+            c.txns.kept(batch);
+            if n == 0 {
+                return out.push(batch.as_bytes(), summary_of(batch));
+            }
+            return push_rebuilt(batch, &[], None, path, out);
+        }
+        let stats = &mut *c.stats;
+        let horizon = &mut *c.horizon;
         let Some(records) = decode(batch, self.cleaner.max_batch_decompressed_bytes, path)? else {
             return keep_untouched(out, stats);
         };
@@ -522,26 +687,100 @@ impl CleanTask {
         if kept.len() == total && (!has_tombstone || had_horizon) {
             return out.push(batch.as_bytes(), summary_of(batch));
         }
-        let keeps_producer_state =
-            batch.producer_id() >= 0 && self.producer_last_offsets.contains(&batch.last_offset());
         if kept.is_empty() && !keeps_producer_state {
             return Ok(());
         }
-        let rebuilt = rebuild(batch, &kept, batch_horizon).map_err(|e| StorageError::Corrupt {
-            path: path.to_owned(),
-            reason: format!("rebuilding batch at offset {}: {e}", batch.base_offset()),
-        })?;
-        let summary = BatchSummary {
-            last_offset: batch.last_offset(),
-            max_timestamp: rebuilt.max_timestamp(),
-            size: rebuilt.size() as u64,
+        push_rebuilt(batch, &kept, batch_horizon, path, out)
+    }
+
+    /// Step 5 of the design note for one control batch.
+    fn clean_marker(
+        &self,
+        batch: &RecordBatch,
+        out: &mut Output,
+        c: &mut Cleaning<'_>,
+    ) -> Result<(), StorageError> {
+        let kind = control_kind(batch);
+        let (unneeded, first_kept) = c.txns.marker(batch, &kind);
+        let is_abort = matches!(kind, Ok(Some(ControlRecordType::Abort)));
+        let n = batch.record_count().max(0) as u64;
+        c.stats.records_read += n;
+        let fences =
+            self.producer_epochs
+                .get(&batch.producer_id())
+                .is_some_and(|&(epoch, last_data)| {
+                    epoch == batch.producer_epoch() && last_data < batch.base_offset()
+                });
+        let removed = unneeded
+            && !fences
+            && (n == 0 || (batch.has_delete_horizon() && self.now_ms >= batch.base_timestamp()));
+        if removed {
+            c.stats.markers_removed += u64::from(n > 0);
+            if is_abort {
+                c.removed_abort_markers.insert(batch.last_offset());
+            }
+            return Ok(());
+        }
+        if is_abort {
+            c.abort_first_offsets.insert(
+                batch.last_offset(),
+                first_kept.unwrap_or(batch.last_offset()),
+            );
+        }
+        c.stats.records_retained += n;
+        if !unneeded || fences {
+            return out.push(batch.as_bytes(), summary_of(batch));
+        }
+        if batch.has_delete_horizon() {
+            let h = batch.base_timestamp();
+            *c.horizon = Some(c.horizon.map_or(h, |e| e.min(h)));
+            return out.push(batch.as_bytes(), summary_of(batch));
+        }
+        let h = self.now_ms.saturating_add(self.delete_retention_ms);
+        *c.horizon = Some(c.horizon.map_or(h, |e| e.min(h)));
+        let Some(records) = decode(batch, self.cleaner.max_batch_decompressed_bytes, c.path)?
+        else {
+            return out.push(batch.as_bytes(), summary_of(batch));
         };
-        out.push(rebuilt.as_bytes(), summary)
+        push_rebuilt(batch, &records, Some(h), c.path, out)
     }
 }
 
+/// What [`CleanTask::clean_batch`] reads and updates along one clean.
+struct Cleaning<'a> {
+    map: &'a HashMap<Box<[u8]>, i64>,
+    txns: &'a mut TxnTracker,
+    path: &'a Path,
+    stats: &'a mut CleanStats,
+    horizon: &'a mut Option<i64>,
+    removed_abort_markers: &'a mut HashSet<i64>,
+    abort_first_offsets: &'a mut HashMap<i64, i64>,
+}
+
+/// Writes `original` rebuilt with `kept` and the delete horizon.
+fn push_rebuilt(
+    original: &RecordBatch,
+    kept: &[Record],
+    delete_horizon_ms: Option<i64>,
+    path: &Path,
+    out: &mut Output,
+) -> Result<(), StorageError> {
+    let rebuilt =
+        rebuild(original, kept, delete_horizon_ms).map_err(|e| StorageError::Corrupt {
+            path: path.to_owned(),
+            reason: format!("rebuilding batch at offset {}: {e}", original.base_offset()),
+        })?;
+    let summary = BatchSummary {
+        last_offset: original.last_offset(),
+        max_timestamp: rebuilt.max_timestamp(),
+        size: rebuilt.size() as u64,
+    };
+    out.push(rebuilt.as_bytes(), summary)
+}
+
 /// A batch holding `kept` (records of `original`, in order) with the original's base
-/// offset, `lastOffsetDelta`, codec, producer fields, leader epoch and timestamp type.
+/// offset, `lastOffsetDelta`, codec, producer fields, transactional and control flags,
+/// leader epoch and timestamp type.
 fn rebuild(
     original: &RecordBatch,
     kept: &[Record],
@@ -553,6 +792,8 @@ fn rebuild(
             original.producer_epoch(),
             original.base_sequence(),
         )
+        .transactional(original.is_transactional())
+        .control(original.is_control())
         .partition_leader_epoch(original.partition_leader_epoch());
     if let Some(h) = delete_horizon_ms {
         builder = builder.delete_horizon(h);
@@ -591,6 +832,7 @@ impl UnifiedLog {
             .active_segment()
             .map_or(i64::MAX, LogSegment::base_offset);
         let lag = self.config.min_compaction_lag_ms;
+        let stable = self.last_stable_offset();
         let mut c = Cleanable {
             clean_bytes: 0,
             dirty_bytes: 0,
@@ -599,10 +841,7 @@ impl UnifiedLog {
         };
         for seg in self.segments.values() {
             let too_recent = lag > 0 && seg.max_timestamp_so_far() > now_ms.saturating_sub(lag);
-            if seg.base_offset() >= active_base
-                || seg.next_offset() > self.high_watermark
-                || too_recent
-            {
+            if seg.base_offset() >= active_base || seg.next_offset() > stable || too_recent {
                 c.uncleanable_offset = seg.base_offset();
                 break;
             }
@@ -680,6 +919,10 @@ impl UnifiedLog {
         if sources.is_empty() {
             return None;
         }
+        let aborted_txns = self.collect_aborted_txns(
+            sources.first().map_or(0, |s| s.base_offset),
+            c.uncleanable_offset,
+        );
         self.clean_in_progress = true;
         Some(CleanTask {
             dir: self.dir.clone(),
@@ -692,6 +935,8 @@ impl UnifiedLog {
             sources,
             first_dirty_offset: self.first_dirty_offset,
             producer_last_offsets: self.producer_state.last_batch_offsets(),
+            producer_epochs: self.producer_state.last_epochs(),
+            aborted_txns,
             layout_version: self.layout_version,
         })
     }
@@ -755,8 +1000,22 @@ impl UnifiedLog {
         self.layout_version += 1;
         self.first_dirty_offset = end;
         self.earliest_delete_horizon_ms = cleaned.earliest_delete_horizon_ms;
-        // The swap replaced segments by base offset: each marker's entry goes to the
-        // `.txnindex` of the segment that holds it now.
+        // An ABORT marker removed takes its index entry with it: a read_committed
+        // reader told of an aborted transaction skips its producer's batches until the
+        // marker. The swap replaced segments by base offset: each marker's entry goes to
+        // the `.txnindex` of the segment that holds it now.
+        if !cleaned.removed_abort_markers.is_empty() {
+            self.aborted_txns
+                .retain(|t| !cleaned.removed_abort_markers.contains(&t.last_offset));
+        }
+        // A kept marker's transaction may have lost its first records: its entry starts
+        // where what is left of it starts, as a rebuild from the log finds it (the
+        // entry's last stable offset, which nothing reads, is left as it was).
+        for t in &mut self.aborted_txns {
+            if let Some(&first) = cleaned.abort_first_offsets.get(&t.last_offset) {
+                t.first_offset = first;
+            }
+        }
         self.rewrite_txn_indexes()?;
         tracing::info!(
             dir = %self.dir.display(),

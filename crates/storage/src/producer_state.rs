@@ -316,6 +316,16 @@ impl ProducerStateManager {
             .collect()
     }
 
+    /// Each producer's epoch and the last offset of its latest data batch (-1 when it
+    /// has none): a marker after that batch in the producer's current epoch carries the
+    /// epoch fencing depends on, and the cleaner keeps it.
+    pub(crate) fn last_epochs(&self) -> HashMap<i64, (i16, i64)> {
+        self.producers
+            .values()
+            .map(|p| (p.producer_id, (p.producer_epoch, p.last_data_offset())))
+            .collect()
+    }
+
     pub(crate) fn clear(&mut self) {
         self.producers.clear();
         self.ongoing_txns.clear();

@@ -2,7 +2,7 @@
 //! `cleaner-swap` manifest that commits a swap, the steps that carry it out, and the
 //! recovery that finishes or rolls back a swap at open (Kafka's `LocalLog.replaceSegments`
 //! and the swap-file handling of its `LogLoader`). The protocol and why it is correct are
-//! step 5 of the design note in [`crate::cleaner`].
+//! step 6 of the design note in [`crate::cleaner`].
 //!
 //! It sits below both the cleaner, which writes the `.cleaned` segments and commits the
 //! swap, and the log, whose open recovers an interrupted one; it knows neither.
@@ -22,7 +22,7 @@ pub const CLEANER_OFFSET_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
 pub const CLEANER_SWAP_FILE: &str = "cleaner-swap";
 pub(crate) const CLEANED_TAIL: &str = ".cleaned";
 pub(crate) const SWAP_TAIL: &str = ".swap";
-/// Index files first, the log last: see step 5.5 of the cleaner's design note.
+/// Index files first, the log last: see step 6.5 of the cleaner's design note.
 pub(crate) const SWAP_ORDER: [&str; 3] =
     [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX];
 const MANIFEST_OLD: i64 = 0;
@@ -48,7 +48,7 @@ pub(crate) fn tailed(dir: &Path, base: i64, suffix: &str, tail: &str) -> PathBuf
     segment_file(dir, base, &format!("{suffix}{tail}"))
 }
 
-/// Writes the swap manifest (step 5.2).
+/// Writes the swap manifest (step 6.2).
 pub(crate) fn write_manifest(
     dir: &Path,
     old: &[i64],

@@ -336,8 +336,9 @@ fn producer_state_transactions_and_control_batches_survive_cleaning() {
         log.append_as_leader(b.build().unwrap(), 0, AppendOrigin::Client, T0)
             .unwrap();
     }
-    // A transactional batch and a commit marker: untouched, even though key-1 is
-    // written again later.
+    // A committed transaction's batch and its marker: the batch's record is superseded
+    // by a later write of key-1, but the batch is producer 8's latest, so it is kept
+    // empty (transactional still), and its marker with it.
     let mut tx = RecordBatchBuilder::new(CompressionType::None, 0)
         .producer(8, 0, 0)
         .transactional(true);
@@ -384,6 +385,10 @@ fn producer_state_transactions_and_control_batches_survive_cleaning() {
     assert_eq!((empty.producer_id(), empty.base_sequence()), (7, 1));
     assert_eq!(batches[1].base_offset(), tx_info.first_offset);
     assert!(batches[1].is_transactional());
+    assert_eq!(
+        (batches[1].record_count(), batches[1].producer_id()),
+        (0, 8)
+    );
     assert!(batches[2].is_control());
     assert_eq!(batches.len(), 4);
 
@@ -399,6 +404,194 @@ fn producer_state_transactions_and_control_batches_survive_cleaning() {
         .unwrap();
     assert!(info.duplicate);
     assert_eq!(info.first_offset, 1);
+}
+
+/// A transactional batch of `(key, value)` records from producer `pid`.
+fn txn_data(log: &mut UnifiedLog, pid: i64, seq: i32, records: &[(usize, &str)]) -> i64 {
+    let mut b = RecordBatchBuilder::new(CompressionType::None, 0)
+        .producer(pid, 0, seq)
+        .transactional(true);
+    for (k, v) in records {
+        b.append(T0, Some(&key(*k)), Some(v.as_bytes()), &[])
+            .unwrap();
+    }
+    log.append_as_leader(b.build().unwrap(), 0, AppendOrigin::Client, T0)
+        .unwrap()
+        .first_offset
+}
+
+/// Producer `pid`'s COMMIT or ABORT marker; returns its offset.
+fn txn_marker(log: &mut UnifiedLog, pid: i64, commit: bool) -> i64 {
+    let marker = crate::end_txn_marker_batch(pid, 0, 1, commit, T0).unwrap();
+    let offset = log
+        .append_as_leader(marker, 0, AppendOrigin::Coordinator, T0)
+        .unwrap()
+        .first_offset;
+    let end = log.log_end_offset();
+    log.update_high_watermark(end);
+    offset
+}
+
+fn plain(log: &mut UnifiedLog, records: &[(usize, &str)]) {
+    let records: Vec<_> = records
+        .iter()
+        .map(|(k, v)| (key(*k), Some(v.as_bytes().to_vec())))
+        .collect();
+    log.append_as_leader(
+        batch(CompressionType::None, &records, T0),
+        0,
+        AppendOrigin::Client,
+        T0,
+    )
+    .unwrap();
+    let end = log.log_end_offset();
+    log.update_high_watermark(end);
+}
+
+fn control_offsets(log: &UnifiedLog) -> Vec<i64> {
+    read_batches(log)
+        .iter()
+        .filter(|b| b.is_control())
+        .map(RecordBatch::base_offset)
+        .collect()
+}
+
+#[test]
+fn aborted_records_go_and_markers_follow_their_transactions_after_the_delete_horizon() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
+    // Producer 1 aborts a write of key-0 then commits key-5; producer 2 commits key-1
+    // (later overwritten) then key-6.
+    let aborted = txn_data(&mut log, 1, 0, &[(0, "aborted")]);
+    let abort_marker = txn_marker(&mut log, 1, false);
+    let first_commit = {
+        txn_data(&mut log, 2, 0, &[(1, "committed, then overwritten")]);
+        txn_marker(&mut log, 2, true)
+    };
+    plain(&mut log, &[(1, "later"), (2, "plain")]);
+    let kept_1 = txn_data(&mut log, 1, 1, &[(5, "kept")]);
+    let commit_1 = txn_marker(&mut log, 1, true);
+    let kept_2 = txn_data(&mut log, 2, 1, &[(6, "kept")]);
+    let commit_2 = txn_marker(&mut log, 2, true);
+    assert_eq!(log.aborted_txns().len(), 1);
+    let retention = log.config().delete_retention_ms;
+
+    // First clean: the aborted record and the overwritten committed one go; both
+    // markers stay, since this clean read a batch of each of their transactions.
+    // Segments roll by age (segment.ms, 7 days, from T0).
+    let mut now = T0 + 8 * DAY;
+    roll(&mut log, now);
+    let stats = log.clean(now, &CleanerConfig::default()).unwrap().unwrap();
+    assert_eq!(stats.aborted_removed, 1);
+    assert_eq!(stats.markers_removed, 0);
+    let values: Vec<_> = read_records(&log)
+        .into_iter()
+        .filter_map(|(o, _, v)| v.map(|v| (o, String::from_utf8(v).unwrap())))
+        .collect();
+    assert!(values.iter().all(|(o, _)| *o != aborted), "{values:?}");
+    assert!(values.iter().any(|(o, _)| *o == kept_1) && values.iter().any(|(o, _)| *o == kept_2));
+    assert!(!values
+        .iter()
+        .any(|(_, v)| v == "committed, then overwritten"));
+    assert_eq!(
+        control_offsets(&log),
+        vec![abort_marker, first_commit, commit_1, commit_2]
+    );
+    assert_eq!(log.aborted_txns().len(), 1, "its marker is still there");
+
+    // Second clean: nothing of the two first transactions is left, so their markers get
+    // a delete horizon and stay readable until then.
+    plain(&mut log, &[(9, "dirty again")]);
+    now += 3_600_000;
+    roll(&mut log, now);
+    let stats = log.clean(now, &CleanerConfig::default()).unwrap().unwrap();
+    assert_eq!(stats.markers_removed, 0);
+    assert_eq!(control_offsets(&log).len(), 4);
+    let horizons: Vec<_> = read_batches(&log)
+        .iter()
+        .filter(|b| b.is_control() && b.has_delete_horizon())
+        .map(|b| (b.base_offset(), b.base_timestamp()))
+        .collect();
+    assert_eq!(
+        horizons,
+        vec![
+            (abort_marker, now + retention),
+            (first_commit, now + retention)
+        ]
+    );
+    assert!(!log.needs_cleaning(now + retention - 1));
+    assert!(
+        log.needs_cleaning(now + retention),
+        "the horizon calls for a clean"
+    );
+
+    // After the horizon they go, the ABORT marker with its index entry; the markers of
+    // the transactions whose records are still there stay.
+    now += retention;
+    let stats = log.clean(now, &CleanerConfig::default()).unwrap().unwrap();
+    assert_eq!(stats.markers_removed, 2);
+    assert_eq!(control_offsets(&log), vec![commit_1, commit_2]);
+    assert!(log.aborted_txns().is_empty());
+    assert!(log.collect_aborted_txns(0, log.log_end_offset()).is_empty());
+    assert!(
+        !log.needs_cleaning(now + 10 * retention),
+        "nothing left to clean"
+    );
+
+    // A rebuild from the log finds the same transaction state.
+    let state = |log: &UnifiedLog| {
+        (
+            log.last_stable_offset(),
+            log.aborted_txns().to_vec(),
+            log.producer_state(1).map(|p| p.last_seq()),
+            log.producer_state(2).map(|p| p.last_seq()),
+        )
+    };
+    let before = state(&log);
+    drop(log);
+    let mut log = UnifiedLog::open(dir.path(), config(), now, PreviousShutdown::Unclean).unwrap();
+    // The high watermark was never checkpointed here; the LSO is bounded by it.
+    let end = log.log_end_offset();
+    log.update_high_watermark(end);
+    assert_eq!(state(&log), before);
+    assert_eq!(before.2, Some(1));
+}
+
+#[test]
+fn an_open_transaction_holds_the_clean_below_its_first_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
+    let now = T0 + 8 * DAY;
+    plain(&mut log, &[(0, "v1")]);
+    roll(&mut log, now);
+    let open = txn_data(&mut log, 3, 0, &[(0, "in the open transaction")]);
+    roll(&mut log, now);
+    plain(&mut log, &[(0, "v2")]);
+    roll(&mut log, now);
+    assert_eq!(log.last_stable_offset(), open);
+
+    // Only the segment below the LSO is cleanable: v1 stays, v2 is out of reach.
+    log.clean(now, &CleanerConfig::default()).unwrap().unwrap();
+    let values = |log: &UnifiedLog| -> Vec<String> {
+        read_batches(log)
+            .iter()
+            .filter(|b| !b.is_control())
+            .flat_map(|b| b.records(1 << 20).unwrap())
+            .filter_map(|r| r.value.map(|v| String::from_utf8(v.to_vec()).unwrap()))
+            .collect()
+    };
+    assert_eq!(values(&log), ["v1", "in the open transaction", "v2"]);
+
+    // Committed: everything is cleanable, key-0's latest value is v2; the transaction's
+    // batch is its producer's latest, so it stays, empty, and so does its marker.
+    let marker = txn_marker(&mut log, 3, true);
+    roll(&mut log, now);
+    log.clean(now, &CleanerConfig::default()).unwrap().unwrap();
+    assert_eq!(values(&log), ["v2"]);
+    let batches = read_batches(&log);
+    let txn = batches.iter().find(|b| b.base_offset() == open).unwrap();
+    assert!(txn.is_transactional() && txn.record_count() == 0);
+    assert_eq!(control_offsets(&log), vec![marker]);
 }
 
 #[test]
@@ -637,5 +830,171 @@ fn cleaner_throughput() {
             secs,
             stats.bytes_read as f64 / 1e6 / secs
         );
+    }
+}
+
+mod transactions_through_cleaning {
+    //! Whatever the order of transactional and plain writes, markers, high watermark
+    //! moves, rolls and cleans: a read_committed reader of the whole log sees, for every
+    //! key, the value it saw before any clean, never a record of an aborted
+    //! transaction, and a kill -9 rebuild finds the state the cleaned log holds.
+
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+    use rill_protocol::generated::fetch_response::AbortedTransaction;
+    use rill_protocol::records::AbortedTransactions;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Txn { producer: i64, key: usize },
+        Plain { key: usize },
+        Marker { producer: i64, commit: bool },
+        HighWatermark,
+        Roll,
+        Clean { hours: i64 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (1..4i64, 0..4usize).prop_map(|(producer, key)| Op::Txn { producer, key }),
+            2 => (0..4usize).prop_map(|key| Op::Plain { key }),
+            3 => (1..4i64, any::<bool>()).prop_map(|(producer, commit)| Op::Marker { producer, commit }),
+            1 => Just(Op::HighWatermark),
+            2 => Just(Op::Roll),
+            1 => (1..48i64).prop_map(|hours| Op::Clean { hours }),
+        ]
+    }
+
+    /// What a read_committed reader of the whole log sees: every value, and each key's
+    /// latest.
+    fn committed_view(log: &UnifiedLog) -> (Vec<String>, BTreeMap<Vec<u8>, String>) {
+        let lso = log.last_stable_offset();
+        let listed: Vec<AbortedTransaction> = log
+            .collect_aborted_txns(log.log_start_offset(), lso)
+            .iter()
+            .map(|t| AbortedTransaction {
+                producer_id: t.producer_id,
+                first_offset: t.first_offset,
+                ..Default::default()
+            })
+            .collect();
+        let mut aborted = AbortedTransactions::new(Some(&listed));
+        let mut seen = Vec::new();
+        let mut latest = BTreeMap::new();
+        for b in read_batches(log).iter().filter(|b| b.base_offset() < lso) {
+            if !aborted.deliver(b) {
+                continue;
+            }
+            for r in b.records(1 << 20).unwrap() {
+                let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+                seen.push(value.clone());
+                latest.insert(r.key.unwrap().to_vec(), value);
+            }
+        }
+        (seen, latest)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn read_committed_sees_the_same_latest_values(ops in proptest::collection::vec(op(), 1..60)) {
+            let dir = tempfile::tempdir().unwrap();
+            let config = LogConfig { segment_bytes: 300, ..config() };
+            let mut log = UnifiedLog::open(dir.path(), config.clone(), T0, PreviousShutdown::Unclean).unwrap();
+            let mut now = T0 + 8 * DAY;
+            let mut sequences: HashMap<i64, i32> = HashMap::new();
+            let mut open: HashMap<i64, Vec<String>> = HashMap::new();
+            let mut aborted_values = Vec::new();
+            let mut n = 0;
+            let mut before: Option<BTreeMap<Vec<u8>, String>> = None;
+            for op in &ops {
+                match *op {
+                    Op::Txn { producer, key: k } => {
+                        n += 1;
+                        let value = format!("t{producer}-{n}");
+                        let seq = sequences.entry(producer).or_insert(0);
+                        let mut b = RecordBatchBuilder::new(CompressionType::None, 0)
+                            .producer(producer, 0, *seq)
+                            .transactional(true);
+                        b.append(T0, Some(&key(k)), Some(value.as_bytes()), &[]).unwrap();
+                        log.append_as_leader(b.build().unwrap(), 0, AppendOrigin::Client, T0).unwrap();
+                        *seq += 1;
+                        open.entry(producer).or_default().push(value);
+                    }
+                    Op::Plain { key: k } => {
+                        n += 1;
+                        plain(&mut log, &[(k, &format!("p{n}"))]);
+                    }
+                    Op::Marker { producer, commit } => {
+                        let marker = crate::end_txn_marker_batch(producer, 0, 1, commit, T0).unwrap();
+                        log.append_as_leader(marker, 0, AppendOrigin::Coordinator, T0).unwrap();
+                        let values = open.remove(&producer).unwrap_or_default();
+                        if !commit {
+                            aborted_values.extend(values);
+                        }
+                    }
+                    Op::HighWatermark => {
+                        let end = log.log_end_offset();
+                        log.update_high_watermark(end);
+                    }
+                    Op::Roll => {
+                        log.maybe_roll(now).unwrap();
+                    }
+                    Op::Clean { hours } => {
+                        // A clean changes nothing a read_committed reader sees.
+                        let (_, latest) = committed_view(&log);
+                        now += hours * 3_600_000;
+                        log.clean(now, &CleanerConfig::default()).unwrap();
+                        let (seen, after) = committed_view(&log);
+                        prop_assert_eq!(&after, &latest);
+                        prop_assert!(seen.iter().all(|v| !aborted_values.contains(v)), "{:?}", seen);
+                        before.get_or_insert(latest);
+                    }
+                }
+            }
+            // Everything decided and replicated, then cleaned past every horizon.
+            for producer in 1..4 {
+                if open.remove(&producer).is_some_and(|v| !v.is_empty()) {
+                    let marker = crate::end_txn_marker_batch(producer, 0, 1, true, T0).unwrap();
+                    log.append_as_leader(marker, 0, AppendOrigin::Coordinator, T0).unwrap();
+                }
+            }
+            let end = log.log_end_offset();
+            log.update_high_watermark(end);
+            let _ = log.maybe_roll(now);
+            let (_, latest) = committed_view(&log);
+            for _ in 0..3 {
+                now += log.config().delete_retention_ms + 1;
+                log.clean(now, &CleanerConfig::default()).unwrap();
+                let (seen, after) = committed_view(&log);
+                prop_assert_eq!(&after, &latest);
+                prop_assert!(seen.iter().all(|v| !aborted_values.contains(v)), "{:?}", seen);
+            }
+            // Every index entry's marker is still in the log.
+            let controls = control_offsets(&log);
+            for t in log.aborted_txns() {
+                prop_assert!(controls.contains(&t.last_offset), "{:?} without its marker", t);
+            }
+            // The index entries as a reader uses them: an entry's last stable offset is
+            // only written to the `.txnindex` (as Kafka's is), and a rebuild computes it
+            // from the records left.
+            let state = |log: &UnifiedLog| {
+                let entries: Vec<_> = log
+                    .aborted_txns()
+                    .iter()
+                    .map(|t| (t.producer_id, t.first_offset, t.last_offset))
+                    .collect();
+                (log.ongoing_txns(), log.last_stable_offset(), entries)
+            };
+            let live = state(&log);
+            drop(log); // kill -9
+            let mut rebuilt = UnifiedLog::open(dir.path(), config, now, PreviousShutdown::Unclean).unwrap();
+            rebuilt.update_high_watermark(end);
+            prop_assert_eq!(state(&rebuilt), live);
+            prop_assert_eq!(committed_view(&rebuilt).1, latest);
+        }
     }
 }
