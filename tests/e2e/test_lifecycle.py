@@ -101,6 +101,67 @@ def test_compaction_keeps_the_latest_value_per_key(rill_factory):
     assert after < before / 5
 
 
+def test_compaction_removes_aborted_transactions_and_then_their_markers(rill_factory):
+    """A compacted topic written by a transactional producer: the cleaner removes what
+    aborted transactions wrote (a read_uncommitted reader no longer sees it), keeps each
+    key's latest committed value, and once nothing of a transaction is left removes its
+    marker after delete.retention.ms (0 here), the ABORT markers with their entries in the
+    aborted-transaction index, whose files then go."""
+    from chaos_txn import read_isolated
+
+    rill = rill_factory(overrides=FAST_MAINTENANCE)
+    topic = unique_topic("compacted-txn")
+    create_topic(
+        rill.bootstrap,
+        topic,
+        1,
+        {
+            "cleanup.policy": "compact",
+            "segment.bytes": "65536",
+            "segment.ms": "500",
+            "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "0",
+        },
+    )
+    producer = Producer({"bootstrap.servers": rill.bootstrap, "transactional.id": f"tx-{topic}",
+                         "linger.ms": 5})
+    producer.init_transactions(30)
+    latest, aborted = {}, set()
+    # The last one commits: the producer's latest batch is kept (emptied) with the
+    # marker after it, which would hold an aborted transaction's index entry.
+    for t in range(21):
+        producer.begin_transaction()
+        values = {f"key-{(t * 7 + i) % 10}".encode(): f"t{t}-{i}".encode() for i in range(5)}
+        for key, value in values.items():
+            producer.produce(topic, key=key, value=value, partition=0)
+        if t % 2:
+            # Flushed first: librdkafka purges at an abort what it has not sent.
+            assert producer.flush(30) == 0
+            producer.abort_transaction(30)
+            aborted.update(values.values())
+        else:
+            producer.commit_transaction(30)
+            latest.update(values)
+    ticker = Producer({"bootstrap.servers": rill.bootstrap, "linger.ms": 0})
+    partition_dir = rill.data_dir / f"{topic}-0"
+
+    def cleaned():
+        # Segments roll by time on the next append; the active one is never cleaned.
+        ticker.produce(topic, key=b"tick", value=b"tick", partition=0)
+        ticker.flush(10)
+        uncommitted = read_isolated(rill.bootstrap, topic, 1, "read_uncommitted")[0]
+        seen = {v for _o, _k, v in uncommitted}
+        txn_indexes = list(partition_dir.glob("*.txnindex"))
+        return not (seen & aborted) and not txn_indexes and uncommitted
+
+    uncommitted = wait_for(cleaned, 90, "the aborted records and the ABORT markers' index entries to go",
+                           interval_s=1.0)
+    committed = read_isolated(rill.bootstrap, topic, 1, "read_committed")[0]
+    for records in (uncommitted, committed):
+        got = {k: v for _o, k, v in records if k != b"tick"}
+        assert got == latest, (got, latest)
+
+
 def test_delete_records_and_live_retention(rill_factory):
     rill = rill_factory(overrides=FAST_MAINTENANCE)
     topic = unique_topic("retention")
