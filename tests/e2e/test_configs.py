@@ -547,3 +547,47 @@ def test_an_update_of_an_unknown_feature_fails_the_whole_request_as_kafka_does(r
         assert client.update_features({"transaction.version": 0}, validate_only=True) == {"transaction.version": "OK"}
     finally:
         client.close()
+
+
+def test_idle_producers_are_forgotten_after_producer_id_expiration_ms(rill_factory):
+    """producer.id.expiration.ms (KIP-854; dynamic, as in Kafka): every
+    producer.id.expiration.check.interval.ms the broker forgets the producers whose last
+    write is older than that, except one with an open transaction, which is kept until the
+    transaction ends: the producer state of clients that are gone does not grow without
+    end. DescribeProducers shows what the partition remembers."""
+    from test_txn_markers import Wire, describe_producers
+
+    rill = rill_factory(overrides={"producer.id.expiration.check.interval.ms": "200"})
+    client = admin(rill.bootstrap)
+    me = broker_id(client)
+    topic = unique_topic("expiry")
+    create_topic(rill.bootstrap, topic, 1)
+    idempotent = Producer({"bootstrap.servers": rill.bootstrap, "enable.idempotence": True})
+    idempotent.produce(topic, b"idempotent", partition=0)
+    assert idempotent.flush(TIMEOUT_S) == 0
+    transactional = Producer({"bootstrap.servers": rill.bootstrap, "transactional.id": f"tx-{topic}"})
+    transactional.init_transactions(TIMEOUT_S)
+    transactional.begin_transaction()
+    transactional.produce(topic, b"open", partition=0)
+    assert transactional.flush(TIMEOUT_S) == 0
+    wire = Wire(rill.bootstrap)
+    both = describe_producers(wire, topic)
+    assert len(both) == 2
+    time.sleep(1.5)
+    assert describe_producers(wire, topic).keys() == both.keys(), "a day by default"
+
+    alter(client, ResourceType.BROKER, me, {"producer.id.expiration.ms": "1000"})
+    entry = describe(client, ResourceType.BROKER, me)["producer.id.expiration.ms"]
+    assert (entry.value, entry.source) == ("1000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    [txn_producer] = [p for p, f in both.items() if f["txn_start"] >= 0]
+    wait_for(lambda: describe_producers(wire, topic).keys() == {txn_producer}, 30,
+             "the idle idempotent producer to be forgotten, the open transaction's kept")
+    time.sleep(1.5)
+    assert describe_producers(wire, topic).keys() == {txn_producer}, "its transaction is open"
+    transactional.abort_transaction(TIMEOUT_S)
+    wait_for(lambda: describe_producers(wire, topic) == {}, 30,
+             "the transactional producer to be forgotten once its transaction ended")
+    with pytest.raises(KafkaException) as refused:
+        alter(client, ResourceType.BROKER, me, {"producer.id.expiration.ms": "0"})
+    # Kafka's broker turns the ConfigException of a broker config into INVALID_REQUEST.
+    assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST

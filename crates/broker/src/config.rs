@@ -516,8 +516,9 @@ const fn dynamic(
 /// `DynamicConnectionQuota` keys, which the listener reads for every connection it
 /// accepts (connections already open stay open when a limit is lowered), and the log
 /// cleaner's keys of Kafka's `LogCleaner.ReconfigurableConfigs` that Rill has, which the
-/// cleaner reads for every clean and every wait, and the replication throttles, which
-/// a follower's fetch reads on the leader and the metadata publisher hands the fetchers.
+/// cleaner reads for every clean and every wait, the replication throttles, which
+/// a follower's fetch reads on the leader and the metadata publisher hands the fetchers,
+/// and `producer.id.expiration.ms`, which every producer expiration check reads.
 /// The rest size Kafka's thread
 /// pools (tokio schedules Rill's tasks on one pool sized by the machine), the cleaner's
 /// I/O buffers (Rill's cleaner reads through the page cache and sizes its offset map by
@@ -564,6 +565,12 @@ pub static DYNAMIC_BROKER_KEYS: &[DynamicBrokerKey] = &[
         "log.cleaner.backoff.ms",
         ConfigType::Long,
         Check::AtLeast(0),
+        DynamicUse::Live,
+    ),
+    dynamic(
+        "producer.id.expiration.ms",
+        ConfigType::Int,
+        Check::AtLeast(1),
         DynamicUse::Live,
     ),
     dynamic(
@@ -1037,6 +1044,8 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("leader.replication.throttled.rate", "9223372036854775807"),
     ("listeners", "PLAINTEXT://127.0.0.1:9092"),
     ("log.cleaner.backoff.ms", "15000"),
+    ("producer.id.expiration.ms", "86400000"),
+    ("producer.id.expiration.check.interval.ms", "600000"),
     // `text` or `json` (tracing-subscriber's JSON lines); `--log-format` sets it.
     ("log.format", "text"),
     ("log.cleaner.dedupe.buffer.size", "134217728"),

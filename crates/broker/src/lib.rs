@@ -235,11 +235,26 @@ impl Server {
         let (shutdown, rx) = watch::channel(false);
         metadata_publisher::start(broker.clone(), rx.clone());
         let weak = Arc::downgrade(&broker);
+        let weak_broker = weak.clone();
         log_manager::start(
             broker.replicas.clone(),
             Box::new(move || match weak.upgrade() {
                 Some(b) => log_manager::CleanerSettings::of(&b.config, &b.image(), b.node_id),
                 None => log_manager::CleanerSettings::default(),
+            }),
+            Box::new(move || {
+                weak_broker
+                    .upgrade()
+                    .and_then(|b| {
+                        config::broker_config_value(
+                            &b.config,
+                            &b.image(),
+                            b.node_id,
+                            "producer.id.expiration.ms",
+                        )
+                    })
+                    .and_then(|(v, _)| v.trim().parse().ok())
+                    .unwrap_or(DEFAULT_PRODUCER_ID_EXPIRATION_MS)
             }),
             log_manager_config,
             rx.clone(),
@@ -310,6 +325,9 @@ impl Server {
         drop(self.data_dir_lock);
     }
 }
+
+/// Kafka's `producer.id.expiration.ms` (one day).
+const DEFAULT_PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
 
 /// A running node, whatever `process.roles` made it (Kafka's `KafkaRaftServer`).
 pub enum Node {

@@ -555,6 +555,12 @@ impl UnifiedLog {
         self.producer_state.get(producer_id)
     }
     /// Every producer the log knows (DescribeProducers).
+    /// Forgets the producers idle for `expiration_ms` with no open transaction (see
+    /// `ProducerStateManager::remove_expired`); returns how many.
+    pub fn remove_expired_producers(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        self.producer_state.remove_expired(now_ms, expiration_ms)
+    }
+
     pub fn active_producers(&self) -> Vec<ProducerStateEntry> {
         let mut all: Vec<_> = self.producer_state.producers().cloned().collect();
         all.sort_unstable_by_key(|e| e.producer_id);

@@ -316,6 +316,20 @@ impl ProducerStateManager {
             .collect()
     }
 
+    /// Forgets the producers whose last batch is `expiration_ms` or more older than
+    /// `now_ms` and that have no open transaction (Kafka's `removeExpiredProducers`,
+    /// `producer.id.expiration.ms`): the state of producers that are gone would
+    /// otherwise grow without end. A producer forgotten that writes again is new to
+    /// the log, as in Kafka. Returns how many were forgotten.
+    pub(crate) fn remove_expired(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers.retain(|_, p| {
+            p.current_txn_first_offset.is_some()
+                || now_ms.saturating_sub(p.last_timestamp) < expiration_ms
+        });
+        before - self.producers.len()
+    }
+
     /// Each producer's epoch and the last offset of its latest data batch (-1 when it
     /// has none): a marker after that batch in the producer's current epoch carries the
     /// epoch fencing depends on, and the cleaner keeps it.

@@ -22,14 +22,18 @@ use crate::replication::replica_manager::ReplicaManager;
 #[derive(Debug, Clone, Copy)]
 pub struct LogManagerConfig {
     pub retention_check_interval: Duration,
+    /// `producer.id.expiration.check.interval.ms`.
+    pub producer_expiration_check_interval: Duration,
 }
 
 impl LogManagerConfig {
     /// The interval from `log.retention.check.interval.ms`.
     pub fn from_config(config: &BrokerConfig) -> Result<Self, BrokerError> {
         let retention: u64 = config.parse("log.retention.check.interval.ms")?;
+        let producers: u64 = config.parse("producer.id.expiration.check.interval.ms")?;
         Ok(Self {
             retention_check_interval: Duration::from_millis(retention.max(10)),
+            producer_expiration_check_interval: Duration::from_millis(producers.max(10)),
         })
     }
 }
@@ -83,10 +87,15 @@ pub type CleanerConfigSource = Box<dyn Fn() -> CleanerSettings + Send + Sync>;
 /// that a shortened wait applies within this.
 const BACKOFF_RECHECK: Duration = Duration::from_secs(1);
 
-/// Starts the retention and cleaner loops; they stop when `shutdown` turns true.
+/// Where the producer expiration reads `producer.id.expiration.ms` (dynamic) each time.
+pub type ProducerExpirationSource = Box<dyn Fn() -> i64 + Send + Sync>;
+
+/// Starts the retention, cleaner and producer expiration loops; they stop when
+/// `shutdown` turns true.
 pub fn start(
     replicas: Arc<ReplicaManager>,
     cleaner_config: CleanerConfigSource,
+    producer_expiration: ProducerExpirationSource,
     config: LogManagerConfig,
     shutdown: watch::Receiver<bool>,
 ) {
@@ -95,7 +104,38 @@ pub fn start(
         config.retention_check_interval,
         shutdown.clone(),
     ));
+    tokio::spawn(producer_expiration_loop(
+        replicas.clone(),
+        producer_expiration,
+        config.producer_expiration_check_interval,
+        shutdown.clone(),
+    ));
     tokio::spawn(cleaner_loop(replicas, cleaner_config, shutdown));
+}
+
+/// Kafka's `PeriodicProducerExpirationCheck`: every
+/// `producer.id.expiration.check.interval.ms`, each log forgets the producers idle for
+/// `producer.id.expiration.ms` that have no open transaction.
+async fn producer_expiration_loop(
+    replicas: Arc<ReplicaManager>,
+    expiration_ms: ProducerExpirationSource,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.changed() => return,
+        }
+        let (now, expiration) = (now_ms(), expiration_ms());
+        for (tp, partition) in replicas.partitions() {
+            match partition.with_log(|log| log.remove_expired_producers(now, expiration)) {
+                Ok(0) => {}
+                Ok(removed) => tracing::debug!(%tp, removed, "expired producers forgotten"),
+                Err(_) => tracing::error!(%tp, "log lock poisoned"),
+            }
+        }
+    }
 }
 
 async fn retention_loop(

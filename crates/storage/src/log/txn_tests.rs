@@ -303,6 +303,30 @@ fn txn_index_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     v
 }
 
+#[test]
+fn idle_producers_without_an_open_transaction_are_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
+    // Producer 1 is idempotent, producer 2 leaves a transaction open; both wrote at T0.
+    append(
+        &mut log,
+        TestBatch::new(1, T0).producer(1, 0, 0).bytes(),
+        AppendOrigin::Client,
+    );
+    append(&mut log, txn_batch(2, 0, 0, 1), AppendOrigin::Client);
+    assert_eq!(log.remove_expired_producers(T0 + 999, 1000), 0);
+    assert_eq!(log.remove_expired_producers(T0 + 1000, 1000), 1);
+    assert!(log.producer_state(1).is_none());
+    assert!(log.producer_state(2).is_some(), "its transaction is open");
+    assert_eq!(log.ongoing_txns(), vec![(1, 2)]);
+
+    // Once the transaction has ended, the producer is forgotten like any other.
+    append(&mut log, marker(2, 0, 1, false), AppendOrigin::Coordinator);
+    assert_eq!(log.remove_expired_producers(T0 + 1000, 1000), 1);
+    assert!(log.active_producers().is_empty());
+    assert!(log.ongoing_txns().is_empty());
+}
+
 mod replay_equals_live {
     //! Whatever the order of transactional batches, plain batches, markers and high
     //! watermark moves, the state a log builds while appending is the state a kill -9
