@@ -136,6 +136,19 @@ def test_produce_and_fetch_are_counted_exactly(rill_factory):
                  topic=topic) >= 1
     assert value(samples, "kafka_server_replicamanager_leader_count") >= 1
     assert value(samples, "kafka_log_log_end_offset", topic=topic, partition="0") == count
+    assert value(samples, "kafka_log_log_start_offset", topic=topic, partition="0") == 0
+    assert value(samples, "kafka_log_log_size_bytes", topic=topic, partition="0") == log_bytes
+    assert value(samples, "kafka_log_log_num_log_segments", topic=topic, partition="0") == 1
+    # The cluster as this node's image has it: one broker, active, and the quorum's
+    # position (this node leads it).
+    assert value(samples, "kafka_controller_kafkacontroller_global_topic_count") >= 1
+    assert value(samples, "kafka_controller_kafkacontroller_global_partition_count") >= 1
+    assert value(samples, "kafka_controller_kafkacontroller_active_broker_count") == 1
+    assert value(samples, "kafka_controller_kafkacontroller_fenced_broker_count") == 0
+    assert value(samples, "kafka_server_raft_metrics_current_leader") == 1
+    assert value(samples, "kafka_server_raft_metrics_current_epoch") >= 1
+    applied = value(samples, "kafka_server_broker_metadata_metrics_last_applied_record_offset")
+    assert 0 <= applied < value(samples, "kafka_server_raft_metrics_high_watermark")
     assert value(samples, "process_resident_memory_bytes") > 1 << 20
     assert value(samples, "process_open_fds") > 3
 
@@ -286,6 +299,8 @@ def test_isr_shrink_and_expand_show_on_the_leader(rill_cluster_factory):
                 and value(s, f"{name}under_replicated_partitions") >= 1 and s)
 
     during = wait_for(shrunk, 30, "an ISR shrink and an under-replicated partition")
+    fenced = "kafka_controller_kafkacontroller_fenced_broker_count"
+    wait_for(lambda: value(scrape(address), fenced) == 1, 30, "the killed broker fenced")
     assert value(during, "kafka_cluster_partition_under_replicated", topic=topic,
                  partition="0") == 1
     assert value(during, f"{name}under_min_isr_partition_count") == 0  # 2 of 3 left
@@ -386,6 +401,10 @@ def test_controller_only_nodes_serve_health_and_their_own_metrics(rill_cluster_f
 
     pages = wait_for(one_active, 30, "exactly one active controller among the nodes")
     assert value(pages[4], active) == 0  # a broker-only node is no voter
+    # Every node, voter or observer, knows the same quorum leader: the active one.
+    [leader] = [i for i in (1, 2, 3) if value(pages[i], active) == 1]
+    assert {value(p, "kafka_server_raft_metrics_current_leader") for p in pages.values()} == {leader}
+    assert value(pages[leader], "kafka_controller_kafkacontroller_active_broker_count") == 1
     for i in (1, 2, 3):
         address = cluster.node(i).http_address()
         assert http_get(address, "/health/live") == (200, "live\n")

@@ -68,6 +68,10 @@ pub(super) struct PartitionView {
     pub min_insync: usize,
     pub high_watermark: i64,
     pub log_end_offset: i64,
+    pub log_start_offset: i64,
+    /// Bytes in the partition's segment files, and how many segments it has.
+    pub size_bytes: u64,
+    pub segments: usize,
     /// When led here: each follower's lag behind this log's end, in records and in
     /// milliseconds since it last had everything (`None`: never caught up in this
     /// leadership, or not fetched yet).
@@ -162,8 +166,16 @@ fn partition_views(broker: &Broker) -> Vec<PartitionView> {
                     .and_then(|v| v.trim().parse().ok())
                     .unwrap_or(1)
             });
-        let Ok((high_watermark, log_end_offset)) =
-            partition.with_log(|log| (log.high_watermark(), log.log_end_offset()))
+        let Ok((high_watermark, log_end_offset, log_start_offset, size_bytes, segments)) =
+            partition.with_log(|log| {
+                (
+                    log.high_watermark(),
+                    log.log_end_offset(),
+                    log.log_start_offset(),
+                    log.size_bytes(),
+                    log.segment_count(),
+                )
+            })
         else {
             continue;
         };
@@ -191,22 +203,57 @@ fn partition_views(broker: &Broker) -> Vec<PartitionView> {
             min_insync,
             high_watermark,
             log_end_offset,
+            log_start_offset,
+            size_bytes,
+            segments,
             followers,
         });
     }
     views
 }
 
-/// The partitions of the image without a leader (Kafka's controller metric
-/// `OfflinePartitionsCount`, here served by every broker from its image).
-fn offline_partitions(broker: &Broker) -> u64 {
-    broker
-        .image()
-        .topics
-        .values()
-        .flat_map(|t| t.partitions.values())
-        .filter(|p| p.leader == rill_metadata::NO_LEADER)
-        .count() as u64
+/// The cluster as this node's metadata image has it: Kafka's controller gauges
+/// (`KafkaController`'s `GlobalTopicCount`, `GlobalPartitionCount`,
+/// `OfflinePartitionsCount`, `PreferredReplicaImbalanceCount`, `FencedBrokerCount`,
+/// `ActiveBrokerCount`), which Kafka serves on the active controller only and every node
+/// serves here, and the metadata log's position (`raft-metrics`, `broker-metadata-metrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct ClusterView {
+    pub topics: u64,
+    pub partitions: u64,
+    pub offline: u64,
+    /// Partitions whose leader is not their first replica (the preferred one).
+    pub preferred_imbalance: u64,
+    pub fenced_brokers: u64,
+    pub active_brokers: u64,
+    /// The Raft term, and the leader (-1 when none is known).
+    pub epoch: u64,
+    pub leader: i64,
+    /// The offset the next committed record gets (the metadata log's high watermark),
+    /// and the last record this node's image applied (-1 before the first).
+    pub high_watermark: i64,
+    pub last_applied_offset: i64,
+}
+
+fn cluster_view(quorum: &MetadataQuorum) -> ClusterView {
+    let image = quorum.image();
+    let partitions = || image.topics.values().flat_map(|t| t.partitions.values());
+    ClusterView {
+        topics: image.topics.len() as u64,
+        partitions: partitions().count() as u64,
+        offline: partitions()
+            .filter(|p| p.leader == rill_metadata::NO_LEADER)
+            .count() as u64,
+        preferred_imbalance: partitions()
+            .filter(|p| p.leader != rill_metadata::NO_LEADER && p.replicas.first() != Some(&p.leader))
+            .count() as u64,
+        fenced_brokers: image.brokers.values().filter(|b| b.fenced).count() as u64,
+        active_brokers: image.brokers.values().filter(|b| !b.fenced).count() as u64,
+        epoch: quorum.controller_epoch(),
+        leader: quorum.leader_id().map_or(-1, |l| l as i64),
+        high_watermark: quorum.committed_offset(),
+        last_applied_offset: image.next_offset - 1,
+    }
 }
 
 /// The page, in the OpenMetrics text format.
@@ -222,7 +269,7 @@ pub(super) fn encode(
         counts: partition_counts(&views),
         per_partition: views.len() <= settings.partition_series_max,
         lags: lags(&groups, &views),
-        offline: offline_partitions(broker),
+        cluster: cluster_view(&broker.quorum),
         process: process::read(),
         views,
         groups,
@@ -241,7 +288,7 @@ pub(super) fn encode_controller(quorum: &MetadataQuorum) -> Result<String, std::
         per_partition: false,
         lags: Vec::new(),
         groups: GroupSnapshot::default(),
-        offline: 0,
+        cluster: cluster_view(quorum),
         process: process::read(),
     })
 }
@@ -266,7 +313,7 @@ struct Page {
     per_partition: bool,
     lags: Vec<Lag>,
     groups: GroupSnapshot,
-    offline: u64,
+    cluster: ClusterView,
     process: process::ProcessStats,
 }
 
@@ -434,6 +481,68 @@ impl Collector for Page {
              (ActiveControllerCount)",
             i64::from(self.active_controller),
         )?;
+        let c = &self.cluster;
+        let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let cluster: [(&str, &str, i64); 10] = [
+            (
+                "kafka_controller_kafkacontroller_global_topic_count",
+                "Topics in this node's metadata image (GlobalTopicCount)",
+                to_i64(c.topics),
+            ),
+            (
+                "kafka_controller_kafkacontroller_global_partition_count",
+                "Partitions in this node's metadata image (GlobalPartitionCount)",
+                to_i64(c.partitions),
+            ),
+            (
+                "kafka_controller_kafkacontroller_offline_partitions_count",
+                "Partitions without a leader in this node's metadata image \
+                 (OfflinePartitionsCount)",
+                to_i64(c.offline),
+            ),
+            (
+                "kafka_controller_kafkacontroller_preferred_replica_imbalance_count",
+                "Partitions whose leader is not their preferred (first) replica \
+                 (PreferredReplicaImbalanceCount)",
+                to_i64(c.preferred_imbalance),
+            ),
+            (
+                "kafka_controller_kafkacontroller_fenced_broker_count",
+                "Registered brokers that are fenced (FencedBrokerCount)",
+                to_i64(c.fenced_brokers),
+            ),
+            (
+                "kafka_controller_kafkacontroller_active_broker_count",
+                "Registered brokers that are not fenced (ActiveBrokerCount)",
+                to_i64(c.active_brokers),
+            ),
+            (
+                "kafka_server_raft_metrics_current_epoch",
+                "The metadata quorum's Raft term (raft-metrics current-epoch)",
+                to_i64(c.epoch),
+            ),
+            (
+                "kafka_server_raft_metrics_current_leader",
+                "The metadata quorum's leader this node knows of, -1 when none \
+                 (raft-metrics current-leader)",
+                c.leader,
+            ),
+            (
+                "kafka_server_raft_metrics_high_watermark",
+                "The offset the next committed metadata record gets \
+                 (raft-metrics high-watermark)",
+                c.high_watermark,
+            ),
+            (
+                "kafka_server_broker_metadata_metrics_last_applied_record_offset",
+                "The last metadata record this node's image applied \
+                 (broker-metadata-metrics last-applied-record-offset)",
+                c.last_applied_offset,
+            ),
+        ];
+        for (name, help, v) in cluster {
+            gauge_i64(&mut e, name, help, v)?;
+        }
         if self.broker {
             let topics = m.topics.topics();
             for (suffix, help, field) in TOPIC_COUNTERS {
@@ -521,7 +630,7 @@ impl Collector for Page {
 
         if self.broker {
             let c = &self.counts;
-            let gauges: [(&str, &str, u64); 6] = [
+            let gauges: [(&str, &str, u64); 5] = [
                 (
                     "kafka_server_replicamanager_partition_count",
                     "Partitions hosted on this broker (PartitionCount)",
@@ -547,12 +656,6 @@ impl Collector for Page {
                     "kafka_server_replicamanager_at_min_isr_partition_count",
                     "Led partitions whose ISR is at min.insync.replicas (AtMinIsrPartitionCount)",
                     c.at_min_isr,
-                ),
-                (
-                    "kafka_controller_kafkacontroller_offline_partitions_count",
-                    "Partitions without a leader in this broker's metadata image \
-                     (OfflinePartitionsCount)",
-                    self.offline,
                 ),
             ];
             for (name, help, v) in gauges {
@@ -622,20 +725,42 @@ impl Collector for Page {
                         }
                     }
                 }
-                gauge_family(
-                    &mut e,
-                    "kafka_log_log_end_offset",
-                    "Log end offset of each hosted partition (Log LogEndOffset)",
-                    self.views.iter().map(|v| {
-                        (
-                            vec![
-                                ("topic", escape(&v.topic)),
-                                ("partition", v.partition.to_string()),
-                            ],
-                            v.log_end_offset,
-                        )
-                    }),
-                )?;
+                let labels = |v: &PartitionView| -> Labels {
+                    vec![
+                        ("topic", escape(&v.topic)),
+                        ("partition", v.partition.to_string()),
+                    ]
+                };
+                let log_series: [(&str, &str, fn(&PartitionView) -> i64); 4] = [
+                    (
+                        "kafka_log_log_end_offset",
+                        "Log end offset of each hosted partition (Log LogEndOffset)",
+                        |v| v.log_end_offset,
+                    ),
+                    (
+                        "kafka_log_log_start_offset",
+                        "Log start offset of each hosted partition (Log LogStartOffset)",
+                        |v| v.log_start_offset,
+                    ),
+                    (
+                        "kafka_log_log_size_bytes",
+                        "Bytes in each hosted partition's segment files (Log Size)",
+                        |v| i64::try_from(v.size_bytes).unwrap_or(i64::MAX),
+                    ),
+                    (
+                        "kafka_log_log_num_log_segments",
+                        "Segments of each hosted partition (Log NumLogSegments)",
+                        |v| v.segments as i64,
+                    ),
+                ];
+                for (name, help, value) in log_series {
+                    gauge_family(
+                        &mut e,
+                        name,
+                        help,
+                        self.views.iter().map(|v| (labels(v), value(v))),
+                    )?;
+                }
                 gauge_family(
                     &mut e,
                     "kafka_cluster_partition_under_replicated",
@@ -773,6 +898,9 @@ mod tests {
             min_insync: 2,
             high_watermark: hw,
             log_end_offset: hw + 1,
+            log_start_offset: 7,
+            size_bytes: 4096,
+            segments: 2,
             followers: Vec::new(),
         }
     }
@@ -868,7 +996,18 @@ mod tests {
             counts: partition_counts(&views),
             per_partition,
             lags: lags(&groups, &views),
-            offline: 1,
+            cluster: ClusterView {
+                topics: 2,
+                partitions: 5,
+                offline: 1,
+                preferred_imbalance: 1,
+                fenced_brokers: 1,
+                active_brokers: 2,
+                epoch: 4,
+                leader: 3,
+                high_watermark: 120,
+                last_applied_offset: 119,
+            },
             process: process::ProcessStats {
                 cpu_seconds: Some(1.5),
                 ..Default::default()
@@ -891,6 +1030,18 @@ mod tests {
             "kafka_server_replicamanager_at_min_isr_partition_count 1",
             "kafka_controller_kafkacontroller_offline_partitions_count 1",
             "kafka_log_log_end_offset{topic=\"t\",partition=\"0\"} 301",
+            "kafka_log_log_start_offset{topic=\"t\",partition=\"0\"} 7",
+            "kafka_log_log_size_bytes{topic=\"t\",partition=\"0\"} 4096",
+            "kafka_log_log_num_log_segments{topic=\"t\",partition=\"0\"} 2",
+            "kafka_controller_kafkacontroller_global_topic_count 2",
+            "kafka_controller_kafkacontroller_global_partition_count 5",
+            "kafka_controller_kafkacontroller_preferred_replica_imbalance_count 1",
+            "kafka_controller_kafkacontroller_fenced_broker_count 1",
+            "kafka_controller_kafkacontroller_active_broker_count 2",
+            "kafka_server_raft_metrics_current_epoch 4",
+            "kafka_server_raft_metrics_current_leader 3",
+            "kafka_server_raft_metrics_high_watermark 120",
+            "kafka_server_broker_metadata_metrics_last_applied_record_offset 119",
             "kafka_cluster_partition_under_replicated{topic=\"t\",partition=\"0\"} 1",
             "kafka_consumergroup_lag{group=\"g\",topic=\"t\",partition=\"0\"} 200",
             "kafka_consumergroup_lag_sum{group=\"g\",topic=\"t\"} 200",
@@ -910,6 +1061,7 @@ mod tests {
         assert!(full.ends_with("# EOF\n"));
         let bounded = page(false);
         assert!(!bounded.contains("kafka_log_log_end_offset{"));
+        assert!(!bounded.contains("kafka_log_log_size_bytes{"));
         assert!(!bounded.contains("kafka_consumergroup_lag{"));
         assert!(!bounded.contains("kafka_server_replica_follower_lag_records{"));
         assert!(!full.contains("replica=\"3\"} 0.")); // never caught up: no time series
