@@ -72,6 +72,8 @@ pub(super) struct PartitionView {
     /// Bytes in the partition's segment files, and how many segments it has.
     pub size_bytes: u64,
     pub segments: usize,
+    /// A compacted log's dirty ratio, as the cleaner picks the dirtiest log by it.
+    pub dirty_ratio: Option<f64>,
     /// When led here: each follower's lag behind this log's end, in records and in
     /// milliseconds since it last had everything (`None`: never caught up in this
     /// leadership, or not fetched yet).
@@ -166,16 +168,26 @@ fn partition_views(broker: &Broker) -> Vec<PartitionView> {
                     .and_then(|v| v.trim().parse().ok())
                     .unwrap_or(1)
             });
-        let Ok((high_watermark, log_end_offset, log_start_offset, size_bytes, segments)) =
-            partition.with_log(|log| {
-                (
-                    log.high_watermark(),
-                    log.log_end_offset(),
-                    log.log_start_offset(),
-                    log.size_bytes(),
-                    log.segment_count(),
-                )
-            })
+        let Ok((
+            high_watermark,
+            log_end_offset,
+            log_start_offset,
+            size_bytes,
+            segments,
+            dirty_ratio,
+        )) = partition.with_log(|log| {
+            (
+                log.high_watermark(),
+                log.log_end_offset(),
+                log.log_start_offset(),
+                log.size_bytes(),
+                log.segment_count(),
+                log.config()
+                    .cleanup_policy
+                    .is_compact()
+                    .then(|| log.dirty_ratio(now_ms)),
+            )
+        })
         else {
             continue;
         };
@@ -206,6 +218,7 @@ fn partition_views(broker: &Broker) -> Vec<PartitionView> {
             log_start_offset,
             size_bytes,
             segments,
+            dirty_ratio,
             followers,
         });
     }
@@ -245,7 +258,9 @@ fn cluster_view(quorum: &MetadataQuorum) -> ClusterView {
             .filter(|p| p.leader == rill_metadata::NO_LEADER)
             .count() as u64,
         preferred_imbalance: partitions()
-            .filter(|p| p.leader != rill_metadata::NO_LEADER && p.replicas.first() != Some(&p.leader))
+            .filter(|p| {
+                p.leader != rill_metadata::NO_LEADER && p.replicas.first() != Some(&p.leader)
+            })
             .count() as u64,
         fenced_brokers: image.brokers.values().filter(|b| b.fenced).count() as u64,
         active_brokers: image.brokers.values().filter(|b| !b.fenced).count() as u64,
@@ -271,6 +286,7 @@ pub(super) fn encode(
         lags: lags(&groups, &views),
         cluster: cluster_view(&broker.quorum),
         process: process::read(),
+        now_ms: broker.replicas.now_ms(),
         views,
         groups,
     };
@@ -290,6 +306,7 @@ pub(super) fn encode_controller(quorum: &MetadataQuorum) -> Result<String, std::
         groups: GroupSnapshot::default(),
         cluster: cluster_view(quorum),
         process: process::read(),
+        now_ms: 0,
     })
 }
 
@@ -315,6 +332,8 @@ struct Page {
     groups: GroupSnapshot,
     cluster: ClusterView,
     process: process::ProcessStats,
+    /// The wall clock at the scrape, in ms since the Unix epoch.
+    now_ms: i64,
 }
 
 /// A counter value for the encoder.
@@ -339,6 +358,9 @@ fn gauge_f64(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::
 }
 
 type Labels = Vec<(&'static str, String)>;
+
+/// A per-partition gauge: its name, help, and how a partition's value is read.
+type PartitionSeries = (&'static str, &'static str, fn(&PartitionView) -> i64);
 
 /// A counter family: one series per label set.
 fn counter_family(
@@ -674,6 +696,71 @@ impl Collector for Page {
                 "ISR expansions of partitions led here (IsrExpandsPerSec)",
                 load(&m.replication.isr_expands),
             )?;
+            let cleaner = &m.cleaner;
+            let cleaner_counters: [(&str, &str, &AtomicU64); 5] = [
+                (
+                    "kafka_log_logcleaner_cleans",
+                    "Cleans of compacted logs applied",
+                    &cleaner.cleans,
+                ),
+                (
+                    "kafka_log_logcleaner_bytes_read",
+                    "Bytes the cleans read",
+                    &cleaner.bytes_read,
+                ),
+                (
+                    "kafka_log_logcleaner_bytes_written",
+                    "Bytes the cleans wrote",
+                    &cleaner.bytes_written,
+                ),
+                (
+                    "kafka_log_logcleaner_aborted_records_removed",
+                    "Records of aborted transactions the cleans removed",
+                    &cleaner.aborted_records_removed,
+                ),
+                (
+                    "kafka_log_logcleaner_markers_removed",
+                    "Transaction markers the cleans removed",
+                    &cleaner.markers_removed,
+                ),
+            ];
+            for (name, help, c) in cleaner_counters {
+                counter(&mut e, name, help, load(c))?;
+            }
+            gauge_f64(
+                &mut e,
+                "kafka_log_logcleaner_max_clean_time_seconds",
+                "How long the last clean's rewrite took (LogCleaner max-clean-time-secs)",
+                load(&cleaner.last_clean_us) as f64 / 1e6,
+            )?;
+            gauge_f64(
+                &mut e,
+                "kafka_log_logcleaner_cleaner_recopy_percent",
+                "Bytes the last clean wrote per 100 it read (LogCleaner cleaner-recopy-percent)",
+                load(&cleaner.last_recopy_permille) as f64 / 10.0,
+            )?;
+            let max_dirty = self
+                .views
+                .iter()
+                .filter_map(|v| v.dirty_ratio)
+                .fold(0.0f64, f64::max);
+            gauge_f64(
+                &mut e,
+                "kafka_log_logcleanermanager_max_dirty_percent",
+                "The highest dirty ratio of the compacted logs hosted here, in percent \
+                 (LogCleanerManager max-dirty-percent)",
+                max_dirty * 100.0,
+            )?;
+            let last_run = cleaner.last_run_end_ms.load(Ordering::Relaxed);
+            if last_run > 0 {
+                gauge_f64(
+                    &mut e,
+                    "kafka_log_logcleanermanager_time_since_last_run_seconds",
+                    "Seconds since the cleaner last finished a round of cleans \
+                     (LogCleanerManager time-since-last-run-ms)",
+                    (self.now_ms - last_run).max(0) as f64 / 1e3,
+                )?;
+            }
             gauge_i64(
                 &mut e,
                 "kafka_server_replicamanager_follower_max_lag_records",
@@ -731,7 +818,7 @@ impl Collector for Page {
                         ("partition", v.partition.to_string()),
                     ]
                 };
-                let log_series: [(&str, &str, fn(&PartitionView) -> i64); 4] = [
+                let log_series: [PartitionSeries; 4] = [
                     (
                         "kafka_log_log_end_offset",
                         "Log end offset of each hosted partition (Log LogEndOffset)",
@@ -901,6 +988,7 @@ mod tests {
             log_start_offset: 7,
             size_bytes: 4096,
             segments: 2,
+            dirty_ratio: Some(0.25),
             followers: Vec::new(),
         }
     }
@@ -1012,6 +1100,7 @@ mod tests {
                 cpu_seconds: Some(1.5),
                 ..Default::default()
             },
+            now_ms: 1_000_000,
             views,
             groups,
         };
@@ -1042,6 +1131,7 @@ mod tests {
             "kafka_server_raft_metrics_current_leader 3",
             "kafka_server_raft_metrics_high_watermark 120",
             "kafka_server_broker_metadata_metrics_last_applied_record_offset 119",
+            "kafka_log_logcleanermanager_max_dirty_percent 25.0",
             "kafka_cluster_partition_under_replicated{topic=\"t\",partition=\"0\"} 1",
             "kafka_consumergroup_lag{group=\"g\",topic=\"t\",partition=\"0\"} 200",
             "kafka_consumergroup_lag_sum{group=\"g\",topic=\"t\"} 200",

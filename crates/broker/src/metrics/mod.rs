@@ -321,6 +321,46 @@ pub struct GroupMetrics {
     pub completed_rebalances: AtomicU64,
 }
 
+/// What the log cleaner did (Kafka's `LogCleaner` and `LogCleanerManager` metrics).
+#[derive(Debug, Default)]
+pub struct CleanerMetrics {
+    /// Cleans applied, and the bytes they read and wrote.
+    pub cleans: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    /// Records of aborted transactions and markers the cleans removed.
+    pub aborted_records_removed: AtomicU64,
+    pub markers_removed: AtomicU64,
+    /// The last clean: how long its rewrite took, and the share of what it read that it
+    /// wrote, in thousandths (`max-clean-time-secs`, `cleaner-recopy-percent`).
+    pub last_clean_us: AtomicU64,
+    pub last_recopy_permille: AtomicU64,
+    /// When the cleaner last finished a round of cleans, in ms since the Unix epoch (0:
+    /// never), for `time-since-last-run-ms`.
+    pub last_run_end_ms: AtomicI64,
+}
+
+impl CleanerMetrics {
+    /// Counts one clean applied.
+    pub fn cleaned(&self, stats: &rill_storage::CleanStats, elapsed: Duration) {
+        self.cleans.fetch_add(1, Ordering::Relaxed);
+        self.bytes_read
+            .fetch_add(stats.bytes_read, Ordering::Relaxed);
+        self.bytes_written
+            .fetch_add(stats.bytes_written, Ordering::Relaxed);
+        self.aborted_records_removed
+            .fetch_add(stats.aborted_removed, Ordering::Relaxed);
+        self.markers_removed
+            .fetch_add(stats.markers_removed, Ordering::Relaxed);
+        self.last_clean_us.store(
+            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        let permille = stats.bytes_written.saturating_mul(1000) / stats.bytes_read.max(1);
+        self.last_recopy_permille.store(permille, Ordering::Relaxed);
+    }
+}
+
 /// Every metric a hot path writes.
 #[derive(Debug)]
 pub struct BrokerMetrics {
@@ -329,6 +369,7 @@ pub struct BrokerMetrics {
     pub connections: ConnectionMetrics,
     pub replication: ReplicationMetrics,
     pub groups: GroupMetrics,
+    pub cleaner: CleanerMetrics,
 }
 
 impl BrokerMetrics {
@@ -339,6 +380,7 @@ impl BrokerMetrics {
             connections: ConnectionMetrics::default(),
             replication: ReplicationMetrics::default(),
             groups: GroupMetrics::default(),
+            cleaner: CleanerMetrics::default(),
         }
     }
 }

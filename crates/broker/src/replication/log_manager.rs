@@ -243,7 +243,9 @@ async fn cleaner_loop(
                 }
             };
             match applied {
-                Ok(Ok(Some(stats))) => tracing::info!(
+                Ok(Ok(Some(stats))) => {
+                    crate::metrics::global().cleaner.cleaned(&stats, elapsed);
+                    tracing::info!(
                     %tp,
                     bytes_read = stats.bytes_read,
                     bytes_written = stats.bytes_written,
@@ -253,8 +255,11 @@ async fn cleaner_loop(
                     clean_ms = elapsed.as_secs_f64() * 1e3,
                     mb_per_s = stats.bytes_read as f64 / 1e6 / elapsed.as_secs_f64().max(1e-9),
                     throttled_ms = stats.throttled.as_secs_f64() * 1e3,
+                    aborted_removed = stats.aborted_removed,
+                    markers_removed = stats.markers_removed,
                     "cleaned log"
-                ),
+                    )
+                }
                 Ok(Ok(None)) => {}
                 Ok(Err(e)) => {
                     // The swap failed on disk: the log is offline now, and reopening it
@@ -269,5 +274,9 @@ async fn cleaner_loop(
                 return;
             }
         }
+        crate::metrics::global()
+            .cleaner
+            .last_run_end_ms
+            .store(now_ms(), std::sync::atomic::Ordering::Relaxed);
     }
 }
