@@ -464,3 +464,77 @@ def produce_v3_body(topic: str, value: bytes) -> bytes:
     partition = struct.pack(">i", 0) + kbytes(batch)
     topic_data = kstring(topic) + struct.pack(">i", 1) + partition
     return struct.pack(">hhi", -1, 1, 30_000) + struct.pack(">i", 1) + topic_data
+
+
+def tls_handshake_ok(bootstrap: str, ca: Path) -> bool:
+    """Whether a TLS handshake with the listener succeeds for a client trusting `ca` only."""
+    import ssl
+
+    host, port = bootstrap.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(ca))
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname=host):
+                return True
+    except ssl.SSLError:
+        return False
+
+
+def test_certificates_rotate_without_a_restart(secure, tmp_path):
+    """A listener's key and certificate are replaced at run time, as Kafka's dynamic
+    keystore update does it (`kafka-configs.sh --entity-type brokers --entity-name 1
+    --alter --add-config listener.name.ssl.ssl.keystore.location=...`), and also when the
+    file it names is rewritten in place (what cert-manager and the like do): connections
+    accepted afterwards get the new certificate. A keystore that does not load is
+    refused, and so is a change at the cluster-wide level (Kafka takes these per broker
+    only)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from confluent_kafka import KafkaException
+
+    from kafka_helpers import admin, wait_for
+    from test_configs import alter_cluster_default
+
+    s = secure()
+    ssl_bootstrap = s.bootstrap("SSL")
+    other = trustme.CA(organization_name="Rill rotated CA")
+    other_ca = tmp_path / "other-ca.pem"
+    other.cert_pem.write_to_path(str(other_ca))
+    rotated = tmp_path / "rotated-keystore.pem"
+    other.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(rotated))
+    assert tls_handshake_ok(ssl_bootstrap, s.pki.ca_path)
+    assert not tls_handshake_ok(ssl_bootstrap, other_ca)
+
+    client = admin(s.bootstrap("PLAINTEXT"))
+    me = str(next(iter(client.list_topics(timeout=10).brokers)))
+
+    def alter(name: str, value: str):
+        resource = ConfigResource(ResourceType.BROKER, name, incremental_configs=[
+            ConfigEntry("listener.name.ssl.ssl.keystore.location", value,
+                        incremental_operation=AlterConfigOpType.SET)])
+        client.incremental_alter_configs([resource])[resource].result(timeout=30)
+
+    alter(me, str(rotated))
+    wait_for(lambda: tls_handshake_ok(ssl_bootstrap, other_ca), 10, "the rotated certificate served")
+    assert not tls_handshake_ok(ssl_bootstrap, s.pki.ca_path)
+    # The other TLS listener keeps its own (its keystore was not named).
+    assert tls_handshake_ok(s.bootstrap("SASL_SSL"), s.pki.ca_path)
+    topic = unique_topic("rotated")
+    create_topic(s.bootstrap("PLAINTEXT"), topic, partitions=1)
+    got = confluent_roundtrip(s.confluent("SSL", **{"ssl.ca.location": str(other_ca)}), topic, 10)
+    assert got == [f"{topic}-{i}".encode() for i in range(10)]
+
+    # Refused: a file that is no keystore, and the cluster-wide level.
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a key\n")
+    with pytest.raises(KafkaException) as refused:
+        alter(me, str(junk))
+    assert refused.value.args[0].code() == 42, refused.value.args[0]  # INVALID_REQUEST
+    code, message = alter_cluster_default(s.bootstrap("PLAINTEXT"),
+                                          {"listener.name.ssl.ssl.keystore.location": str(rotated)})
+    assert code == 42 and "broker id must be specified" in message, (code, message)
+    assert tls_handshake_ok(ssl_bootstrap, other_ca), "a refused change changes nothing"
+
+    # Rewritten in place: the first CA's certificate again, under the same name.
+    s.pki.ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(rotated))
+    wait_for(lambda: tls_handshake_ok(ssl_bootstrap, s.pki.ca_path), 10,
+             "the certificate rewritten in place served")

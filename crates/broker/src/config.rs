@@ -444,7 +444,31 @@ fn validate_throttled_replicas(name: &str, value: &str) -> Result<(), String> {
 /// defaults, …), every topic log without an override being reconfigured when one
 /// changes; and the keys of [`DYNAMIC_BROKER_KEYS`].
 pub fn is_dynamic_broker_config(key: &str) -> bool {
-    topic_config_for_broker_key(key).is_some() || dynamic_broker_key(key).is_some()
+    topic_config_for_broker_key(key).is_some()
+        || dynamic_broker_key(key).is_some()
+        || listener_tls_key(key).is_some()
+}
+
+/// The keys of Kafka's `SslConfigs.RECONFIGURABLE_CONFIGS` that Rill reads: set on one
+/// broker as `listener.name.<listener>.<key>`, they replace that listener's key,
+/// certificates or trusted CAs for the connections it accepts from then on (Kafka's
+/// dynamic keystore update, KIP-226). Kafka takes them per broker only, and with the
+/// listener's prefix only.
+pub const RECONFIGURABLE_TLS_KEYS: [&str; 5] = [
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.truststore.location",
+];
+
+/// The listener (lower case, as written) and the key of a dynamic TLS key
+/// `listener.name.<listener>.<key>` (see [`RECONFIGURABLE_TLS_KEYS`]).
+pub fn listener_tls_key(key: &str) -> Option<(&str, &str)> {
+    let (listener, k) = key.strip_prefix("listener.name.")?.split_once('.')?;
+    RECONFIGURABLE_TLS_KEYS
+        .contains(&k)
+        .then_some((listener, k))
 }
 
 /// Whether `key` is one of the dynamic broker keys that are no topic's default.
@@ -717,6 +741,11 @@ pub fn topic_config_for_broker_key(key: &str) -> Option<&'static TopicConfigDef>
 /// [`validate_broker_change_of`] for the checks against the current value.
 pub fn validate_broker_config(key: &str, value: &str) -> Result<(), String> {
     let invalid = |why: &str| format!("Invalid value {value} for configuration {key}: {why}");
+    if listener_tls_key(key).is_some() {
+        // Checked as a whole, by loading what the listener's keys name (see
+        // `network::security::check_tls_change`).
+        return Ok(());
+    }
     let Some(d) = dynamic_broker_key(key) else {
         let Some(d) = topic_config_for_broker_key(key) else {
             return Err(format!("Cannot update these configs dynamically: {key}"));
@@ -2374,6 +2403,18 @@ mod tests {
             validate_broker_config(key, "1048576").unwrap();
             assert!(validate_broker_config(key, "-1").is_err(), "{key}");
         }
+        // A listener's TLS files are dynamic with the listener's prefix only, as in Kafka.
+        assert_eq!(
+            listener_tls_key("listener.name.ssl.ssl.keystore.location"),
+            Some(("ssl", "ssl.keystore.location"))
+        );
+        assert!(is_dynamic_broker_config(
+            "listener.name.internal.ssl.truststore.location"
+        ));
+        assert!(!is_dynamic_broker_config("ssl.keystore.location"));
+        assert!(!is_dynamic_broker_config(
+            "listener.name.ssl.ssl.client.auth"
+        ));
         // No broker key supplies the throttled replicas' default.
         assert!(!is_dynamic_broker_config(NO_BROKER_KEY));
         assert!(!is_known_broker_key(NO_BROKER_KEY));

@@ -701,7 +701,7 @@ async fn connection<H: RequestHandler>(
         security_protocol: security.protocol,
         principal: Arc::from(ANONYMOUS),
     };
-    let Some(acceptor) = &security.tls else {
+    let Some(tls) = &security.tls else {
         let (reader, writer) = stream.into_split();
         return serve_connection(
             reader,
@@ -715,6 +715,7 @@ async fn connection<H: RequestHandler>(
         )
         .await;
     };
+    let acceptor = tls.acceptor(|key| handler.broker_config_value(key));
     // rustls reads the socket 4 KiB at a time; a buffer under it makes that one system
     // call per 64 KiB.
     let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);

@@ -13,6 +13,15 @@
 //! whole subject, its replacement, lower- or upper-cased with `L`/`U`; a subject no rule
 //! matches is refused); any other client is `User:ANONYMOUS`. Every key may be set per listener as
 //! `listener.name.<listener>.<key>`, as in Kafka.
+//!
+//! Certificates are reloaded without a restart ([`ReloadableTls`]): when a listener's
+//! key, certificate or CA files change on disk, or when a dynamic per-broker
+//! `listener.name.<listener>.ssl.keystore.location` (and the other keys of
+//! [`crate::config::RECONFIGURABLE_TLS_KEYS`]) names new ones (Kafka's dynamic keystore
+//! update, `kafka-configs.sh --entity-type brokers --entity-name N --alter`), the
+//! connections accepted from then on get the new ones; open connections keep theirs. A
+//! change whose files do not load is refused by AlterConfigs, and one made on disk that
+//! does not load leaves the listener on what it had, with a warning.
 
 use std::sync::Arc;
 
@@ -22,7 +31,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::{BrokerConfig, ListenerConfig, SecurityProtocol};
+use crate::config::{BrokerConfig, ListenerConfig, SecurityProtocol, RECONFIGURABLE_TLS_KEYS};
 use crate::error::BrokerError;
 use crate::network::sasl::SaslConfig;
 
@@ -36,7 +45,7 @@ pub struct ListenerSecurity {
     pub name: String,
     pub protocol: SecurityProtocol,
     /// The TLS handshake, for `SSL` and `SASL_SSL`.
-    pub tls: Option<TlsAcceptor>,
+    pub tls: Option<ReloadableTls>,
     /// The SASL mechanisms and PLAIN users, for `SASL_PLAINTEXT` and `SASL_SSL`.
     pub sasl: Option<Arc<SaslConfig>>,
     /// `ssl.principal.mapping.rules`.
@@ -62,10 +71,7 @@ impl ListenerSecurity {
         listener: &ListenerConfig,
     ) -> Result<Self, BrokerError> {
         let tls = if listener.protocol.uses_tls() {
-            Some(TlsAcceptor::from(Arc::new(tls_server_config(
-                config,
-                &listener.name,
-            )?)))
+            Some(ReloadableTls::new(config, &listener.name)?)
         } else {
             None
         };
@@ -106,6 +112,118 @@ impl ListenerSecurity {
             principal_rules: vec![PrincipalRule::Default],
         }
     }
+}
+
+/// A TLS listener's handshake settings, rebuilt when what they are made of changes (see
+/// the module docs).
+pub struct ReloadableTls {
+    /// The static config the dynamic keys are laid over.
+    base: BrokerConfig,
+    listener: String,
+    current: std::sync::Mutex<(TlsSource, TlsAcceptor)>,
+}
+
+/// What a listener's TLS settings were built from: the dynamic keys' values and the
+/// modification times of the files they name.
+#[derive(Debug, Clone, PartialEq)]
+struct TlsSource {
+    dynamic: Vec<Option<String>>,
+    files: Vec<Option<std::time::SystemTime>>,
+}
+
+impl ReloadableTls {
+    fn new(base: &BrokerConfig, listener: &str) -> Result<Self, BrokerError> {
+        let config = tls_server_config(base, listener)?;
+        // As `acceptor` will look them up: the static listener keys count as their value.
+        let values = RECONFIGURABLE_TLS_KEYS
+            .iter()
+            .map(|k| base.static_value(&listener_key(listener, k)))
+            .collect();
+        let source = tls_source(base, listener, values);
+        Ok(Self {
+            base: base.clone(),
+            listener: listener.to_string(),
+            current: std::sync::Mutex::new((source, TlsAcceptor::from(Arc::new(config)))),
+        })
+    }
+
+    /// The handshake for a connection accepted now. `dynamic` answers this broker's
+    /// dynamic value of a key (the handler's `broker_config_value`).
+    pub fn acceptor(&self, dynamic: impl Fn(&str) -> Option<String>) -> TlsAcceptor {
+        let values: Vec<Option<String>> = RECONFIGURABLE_TLS_KEYS
+            .iter()
+            .map(|k| dynamic(&listener_key(&self.listener, k)))
+            .collect();
+        let overlay = overlay(&self.base, &self.listener, &values);
+        let source = tls_source(&overlay, &self.listener, values);
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.0 != source {
+            match tls_server_config(&overlay, &self.listener) {
+                Ok(config) => {
+                    tracing::info!(listener = %self.listener, "TLS key and certificates reloaded");
+                    *current = (source, TlsAcceptor::from(Arc::new(config)));
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        listener = %self.listener,
+                        error = %e,
+                        "TLS files changed but do not load; the listener keeps the ones it had"
+                    );
+                    // Not tried again until something changes again.
+                    current.0 = source;
+                }
+            }
+        }
+        current.1.clone()
+    }
+}
+
+/// `listener.name.<listener>.<key>`, as Kafka spells a listener's own key.
+fn listener_key(listener: &str, key: &str) -> String {
+    format!("listener.name.{}.{key}", listener.to_ascii_lowercase())
+}
+
+/// The static config with the listener's dynamic TLS keys laid over it.
+fn overlay(base: &BrokerConfig, listener: &str, values: &[Option<String>]) -> BrokerConfig {
+    let mut config = base.clone();
+    for (key, value) in RECONFIGURABLE_TLS_KEYS.iter().zip(values) {
+        if let Some(v) = value {
+            config.set(&listener_key(listener, key), v);
+        }
+    }
+    config
+}
+
+fn tls_source(config: &BrokerConfig, listener: &str, dynamic: Vec<Option<String>>) -> TlsSource {
+    let files = [
+        "ssl.keystore.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "ssl.truststore.location",
+    ]
+    .iter()
+    .map(|k| {
+        let path = config.listener_value(listener, k)?.trim();
+        std::fs::metadata(path).and_then(|m| m.modified()).ok()
+    })
+    .collect();
+    TlsSource { dynamic, files }
+}
+
+/// Whether a broker's dynamic TLS keys, as they would be after a change, load: the
+/// check AlterConfigs makes before the change reaches the metadata log (Kafka's
+/// `SslFactory.validateReconfiguration` loads the new keystore too). `values` gives a
+/// `listener.name.<listener>.<key>` key's value after the change.
+pub fn check_tls_change(
+    base: &BrokerConfig,
+    listener: &str,
+    values: impl Fn(&str) -> Option<String>,
+) -> Result<(), BrokerError> {
+    let values: Vec<Option<String>> = RECONFIGURABLE_TLS_KEYS
+        .iter()
+        .map(|k| values(&listener_key(listener, k)))
+        .collect();
+    tls_server_config(&overlay(base, listener, &values), listener).map(|_| ())
 }
 
 fn config_error(key: &str, listener: &str, what: impl std::fmt::Display) -> BrokerError {

@@ -388,6 +388,42 @@ fn validate_broker_change(
             ),
         ));
     }
+    // The TLS keys of a listener: per broker only, as in Kafka, and only if what they
+    // name loads. A broker checks its own (the files are on its disk).
+    let tls_listeners: std::collections::BTreeSet<&str> = ops
+        .iter()
+        .filter_map(|(k, _, _)| config::listener_tls_key(k).map(|(l, _)| l))
+        .collect();
+    if !tls_listeners.is_empty() && key.1.is_empty() {
+        let keys: Vec<&str> = ops
+            .iter()
+            .filter(|(k, _, _)| config::listener_tls_key(k).is_some())
+            .map(|(k, _, _)| k.as_str())
+            .collect();
+        return Err((
+            ErrorCode::INVALID_REQUEST,
+            format!(
+                "Cannot update these configs at default cluster level, broker id must be \
+                 specified: {}",
+                keys.join(", ")
+            ),
+        ));
+    }
+    if key.1 == node_id.to_string() {
+        let listeners = static_config.client_listeners().unwrap_or_default();
+        for l in tls_listeners {
+            let Some(listener) = listeners
+                .iter()
+                .find(|x| x.name.eq_ignore_ascii_case(l) && x.protocol.uses_tls())
+            else {
+                continue;
+            };
+            crate::network::security::check_tls_change(static_config, &listener.name, |k| {
+                new.get(k).cloned()
+            })
+            .map_err(|e| (ErrorCode::INVALID_REQUEST, e.to_string()))?;
+        }
+    }
     for (k, op, v) in ops {
         if let (AlterConfigOp::Set, Some(v), true) = (op, v, config::is_dynamic_broker_config(k)) {
             let current = config::broker_config_value(static_config, image, node_id, k);
