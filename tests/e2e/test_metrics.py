@@ -456,3 +456,25 @@ def test_cleaner_metrics_follow_the_cleans(rill_factory):
     assert value(samples, f"{name}max_clean_time_seconds") > 0
     assert 0 <= value(samples, "kafka_log_logcleanermanager_max_dirty_percent") <= 100
     assert value(samples, "kafka_log_logcleanermanager_time_since_last_run_seconds") >= 0
+
+
+def test_produce_fsync_waits_are_timed(rill_factory):
+    """A topic with flush.messages=1 fsyncs before each produce is answered: each such
+    request's wait is counted in the flush histogram; a topic without it adds nothing."""
+    rill = rill_factory(overrides=HTTP_ON)
+    address = rill.http_address()
+    name = "kafka_log_logflushstats_produce_fsync_wait_seconds"
+    plain, synced = unique_topic("unsynced"), unique_topic("synced")
+    create_topic(rill.bootstrap, plain, 1)
+    create_topic(rill.bootstrap, synced, 1, {"flush.messages": "1"})
+    before = scrape(address)
+    produce(rill.bootstrap, plain, 0, 200, 100)
+    after_plain = scrape(address)
+    assert value(after_plain, f"{name}_count") == value(before, f"{name}_count")
+    produce(rill.bootstrap, synced, 0, 200, 100)
+    samples = scrape(address)
+    requests = value(samples, f"{name}_count") - value(after_plain, f"{name}_count")
+    produced = (value(samples, "kafka_network_requestmetrics_requests_total", request="Produce")
+                - value(after_plain, "kafka_network_requestmetrics_requests_total", request="Produce"))
+    assert 1 <= requests <= produced, (requests, produced)
+    assert value(samples, f"{name}_sum") > value(after_plain, f"{name}_sum")

@@ -727,6 +727,14 @@ impl Collector for Page {
             for (name, help, c) in cleaner_counters {
                 counter(&mut e, name, help, load(c))?;
             }
+            histogram_family(
+                &mut e,
+                "kafka_log_logflushstats_produce_fsync_wait_seconds",
+                "How long each produce request waited for the fsync flush.messages or \
+                 flush.ms asked for, its own or a group commit's (LogFlushStats \
+                 LogFlushRateAndTimeMs times each log flush)",
+                [(Vec::new(), m.flush.produce_fsync_wait.snapshot())],
+            )?;
             gauge_f64(
                 &mut e,
                 "kafka_log_logcleaner_max_clean_time_seconds",

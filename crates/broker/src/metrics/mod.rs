@@ -321,6 +321,15 @@ pub struct GroupMetrics {
     pub completed_rebalances: AtomicU64,
 }
 
+/// How long produce requests waited for the fsync their `flush.messages`/`flush.ms`
+/// asked for (Kafka's `LogFlushStats` `LogFlushRateAndTimeMs` times each log flush; here
+/// a group commit's one fsync settles every append written before it began, so this
+/// times what each request waited, its own fsync or one already under way).
+#[derive(Debug, Default)]
+pub struct FlushMetrics {
+    pub produce_fsync_wait: Histogram,
+}
+
 /// What the log cleaner did (Kafka's `LogCleaner` and `LogCleanerManager` metrics).
 #[derive(Debug, Default)]
 pub struct CleanerMetrics {
@@ -370,6 +379,7 @@ pub struct BrokerMetrics {
     pub replication: ReplicationMetrics,
     pub groups: GroupMetrics,
     pub cleaner: CleanerMetrics,
+    pub flush: FlushMetrics,
 }
 
 impl BrokerMetrics {
@@ -381,6 +391,7 @@ impl BrokerMetrics {
             replication: ReplicationMetrics::default(),
             groups: GroupMetrics::default(),
             cleaner: CleanerMetrics::default(),
+            flush: FlushMetrics::default(),
         }
     }
 }

@@ -351,13 +351,20 @@ impl Broker {
         responses: &mut [TopicProduceResponse],
     ) -> Vec<(usize, usize)> {
         let syncs: Vec<PendingFlush> = flushes.iter().map(|f| f.4.clone()).collect();
-        let synced =
-            tokio::task::spawn_blocking(move || syncs.iter().map(PendingFlush::sync).collect())
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::error!(error = %e, "produce fsync task failed");
-                    Vec::new()
-                });
+        let synced = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let synced = syncs.iter().map(PendingFlush::sync).collect();
+            metrics::global()
+                .flush
+                .produce_fsync_wait
+                .observe(started.elapsed());
+            synced
+        })
+        .await
+        .unwrap_or_else(|e| {
+            tracing::error!(error = %e, "produce fsync task failed");
+            Vec::new()
+        });
         let mut synced = synced.into_iter();
         let mut failed = Vec::new();
         for (t, p, tp, appended, _) in flushes {
