@@ -97,13 +97,14 @@ use rill_protocol::records::{
 use crate::checkpoint;
 use crate::header::rewrite_header;
 use crate::log::UnifiedLog;
+use crate::producer_state::ProducerStateManager;
 use crate::records::validate_stored;
 use crate::segment::{segment_file, BatchSummary, LogSegment};
 pub use crate::swap::CLEANER_SWAP_FILE;
 use crate::swap::{
     finish_swap, remove_if_exists, tailed, write_manifest, CLEANED_TAIL, SWAP_ORDER,
 };
-use crate::transaction_index::AbortedTxn;
+use crate::transaction_index::{self, AbortedTxn};
 use crate::StorageError;
 use throttle::Throttler;
 
@@ -979,9 +980,18 @@ impl UnifiedLog {
             return Ok(None);
         }
         let end = cleaned.stats.end_offset;
+        // The swap and the rewrite of the `.txnindex` files below `end` are not one
+        // atomic step: until both are done, a recovery must read the markers again.
+        let indexes_touched = self.aborted_txns.iter().any(|t| t.last_offset < end)
+            || cleaned.stats.markers_removed > 0;
+        if indexes_touched {
+            transaction_index::mark_for_rebuild(&self.dir)?;
+        }
         step()?;
         write_manifest(&self.dir, &cleaned.old_bases, &cleaned.new_bases, end)?;
         finish_swap(&self.dir, &cleaned.old_bases, &cleaned.new_bases, end, step)?;
+        // A crash here has swapped the segments but not rewritten their indexes.
+        step()?;
         for base in &cleaned.old_bases {
             // The files are gone or replaced; dropping closes the old handles.
             self.segments.remove(base);
@@ -1011,12 +1021,25 @@ impl UnifiedLog {
         // A kept marker's transaction may have lost its first records: its entry starts
         // where what is left of it starts, as a rebuild from the log finds it (the
         // entry's last stable offset, which nothing reads, is left as it was).
+        let mut txns_changed = cleaned.stats.markers_removed > 0;
         for t in &mut self.aborted_txns {
             if let Some(&first) = cleaned.abort_first_offsets.get(&t.last_offset) {
+                txns_changed |= first != t.first_offset;
                 t.first_offset = first;
             }
         }
         self.rewrite_txn_indexes()?;
+        // A producer snapshot taken while such a transaction was open lies between its
+        // first offset and its marker, so below `end`: a replay from it would keep the
+        // transaction open (its marker gone) or start it where nothing is left. Those
+        // go; a recovery starts from a newer one or from the log's start.
+        if txns_changed {
+            ProducerStateManager::delete_snapshots_below(&self.dir, end)?;
+            checkpoint::sync_dir(&self.dir)?;
+        }
+        if indexes_touched {
+            transaction_index::rebuilt(&self.dir)?;
+        }
         tracing::info!(
             dir = %self.dir.display(),
             segments = cleaned.stats.segments_read,

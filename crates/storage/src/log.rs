@@ -350,22 +350,66 @@ impl UnifiedLog {
         let mut rederived = false;
         let mut leader_epoch_cache =
             loaded_cache.unwrap_or_else(|| LeaderEpochFileCache::empty(dir));
-        let snapshot = if clean {
+        // Producer state: from a clean close's snapshot at the log end, with nothing to
+        // replay; otherwise from the newest snapshot a roll took at a segment's base
+        // offset (everything below it, `.txnindex` files included, was fsynced by that
+        // roll), replaying the batches from there; or, without one, from every batch.
+        // Snapshots above the log end describe batches a recovery cut off.
+        ProducerStateManager::delete_snapshots_above(dir, log_end)?;
+        // A clean interrupted between its segment swap and its index rewrite: no index
+        // file can be trusted, nor a snapshot that may hold a transaction it closed.
+        let indexes_untrusted = transaction_index::needs_rebuild(dir);
+        if indexes_untrusted {
+            ProducerStateManager::delete_snapshots(dir, None)?;
+        }
+        let close_snapshot = if clean && !indexes_untrusted {
             ProducerStateManager::read_snapshot(dir, log_end)?
         } else {
             None
         };
-        let replay_producers = snapshot.is_none();
-        let mut producer_state = snapshot.unwrap_or_default();
+        let (replay_from, mut producer_state, mut aborted_below) = match close_snapshot {
+            // Consumed here: a crash later in this run replays from a roll's snapshot.
+            Some(state) => {
+                ProducerStateManager::delete_snapshot(dir, log_end)?;
+                (None, state, Vec::new())
+            }
+            None => {
+                match ProducerStateManager::latest_snapshot(dir, |o| segments.contains_key(&o))? {
+                    Some((offset, state)) => match txn_indexes_below(dir, &segments, offset)? {
+                        Some(entries) => (Some(offset), state, entries),
+                        None => (Some(i64::MIN), ProducerStateManager::default(), Vec::new()),
+                    },
+                    None => (Some(i64::MIN), ProducerStateManager::default(), Vec::new()),
+                }
+            }
+        };
+        // Leader epochs below a roll's snapshot were made durable by that roll, so a
+        // rederivation reads from there too; a missing checkpoint reads everything.
+        let epochs_from = if rebuild_epochs {
+            Some(i64::MIN)
+        } else if rederive_epochs {
+            Some(replay_from.unwrap_or(i64::MIN))
+        } else {
+            None
+        };
+        let scan_from = match (replay_from, epochs_from) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let mut replayed_aborted = Vec::new();
         let mut marker_error = None;
+        let mut headers_read = 0u64;
         for seg in segments.values() {
-            if !replay_producers && !rebuild_epochs && !rederive_epochs {
+            let Some(scan_from) = scan_from else {
                 break;
+            };
+            if seg.next_offset() <= scan_from {
+                continue;
             }
             seg.for_each_header(0, |pos, h| {
+                headers_read += 1;
                 if h.last_offset() >= log_start_offset {
-                    if replay_producers {
+                    if replay_from.is_some_and(|from| h.base_offset >= from) {
                         match read_marker(seg, pos, h) {
                             Ok(marker) => {
                                 replayed_aborted.extend(producer_state.replay(h, marker));
@@ -376,14 +420,16 @@ impl UnifiedLog {
                             }
                         }
                     }
-                    let newer = leader_epoch_cache
-                        .latest_epoch()
-                        .is_none_or(|latest| h.partition_leader_epoch > latest);
-                    if rebuild_epochs || (rederive_epochs && newer) {
-                        rederived |= leader_epoch_cache.assign(
-                            h.partition_leader_epoch,
-                            h.base_offset.max(log_start_offset),
-                        );
+                    if epochs_from.is_some_and(|from| h.base_offset >= from) {
+                        let newer = leader_epoch_cache
+                            .latest_epoch()
+                            .is_none_or(|latest| h.partition_leader_epoch > latest);
+                        if rebuild_epochs || newer {
+                            rederived |= leader_epoch_cache.assign(
+                                h.partition_leader_epoch,
+                                h.base_offset.max(log_start_offset),
+                            );
+                        }
                     }
                 }
                 true
@@ -392,12 +438,17 @@ impl UnifiedLog {
                 return Err(e);
             }
         }
-        // The aborted-transaction index: what the replay found (and the files rewritten
-        // to match, as they may miss entries written just before a crash), or, with the
-        // producer state from a clean close's snapshot, the files that close left.
-        let aborted_txns = if replay_producers {
-            rewrite_txn_indexes(dir, &segments, &replayed_aborted)?;
-            replayed_aborted
+        // The aborted-transaction index: the files below the replay's start and what the
+        // replay found (the files rewritten to match, as they may miss entries written
+        // just before a crash), or, with the producer state from a clean close's
+        // snapshot, the files that close left.
+        let aborted_txns = if replay_from.is_some() {
+            aborted_below.extend(replayed_aborted);
+            rewrite_txn_indexes(dir, &segments, &aborted_below)?;
+            if indexes_untrusted {
+                transaction_index::rebuilt(dir)?;
+            }
+            aborted_below
         } else {
             load_txn_indexes(dir, &segments)?
         };
@@ -424,10 +475,8 @@ impl UnifiedLog {
             .unwrap_or(log_start_offset)
             .clamp(log_start_offset, log_end);
 
-        // 5. The producer snapshot is stale as soon as anything is appended. A crash
-        //    from now on is an unclean shutdown: the data directory's marker is the
-        //    caller's to remove, an earlier version's marker of this log goes here.
-        ProducerStateManager::delete_snapshots(dir, None)?;
+        // 5. A crash from now on is an unclean shutdown: the data directory's marker is
+        //    the caller's to remove, an earlier version's marker of this log goes here.
         if legacy_clean {
             fs::remove_file(&legacy_marker).map_err(|e| StorageError::io(&legacy_marker, e))?;
             checkpoint::sync_dir(dir)?;
@@ -438,6 +487,8 @@ impl UnifiedLog {
             segments = segments.len(),
             log_start_offset,
             log_end,
+            replay_from = ?replay_from,
+            headers_read,
             "log opened"
         );
         let flusher = LogFlusher::new(
@@ -1179,6 +1230,13 @@ impl UnifiedLog {
                 entry.remove().delete()?;
             } else {
                 entry.get_mut().on_become_inactive()?;
+                // Its ABORT markers' entries were appended without fsync; the snapshot
+                // below makes a recovery trust this file instead of the markers.
+                transaction_index::sync(&crate::segment::segment_file(
+                    &self.dir,
+                    *entry.key(),
+                    TXN_INDEX_FILE_SUFFIX,
+                ))?;
                 self.recovery_point = self.recovery_point.max(entry.get().next_offset());
                 self.flusher.record_synced(entry.get().next_offset());
             }
@@ -1190,6 +1248,14 @@ impl UnifiedLog {
         // durable while the segment is still whole.
         if self.leader_epoch_cache.is_deferred() {
             self.leader_epoch_cache.flush(Durability::Durable)?;
+        }
+        // The producer state at the new segment's base, so that a recovery reads the
+        // batch headers from here on only (Kafka takes its snapshot at each roll too).
+        // Not while a decided transaction's marker is above the high watermark: a
+        // snapshot cannot say that it still holds the LSO back (see `producer_state`).
+        if !self.producer_state.has_unreplicated_txns() {
+            self.producer_state
+                .write_snapshot(&self.dir, base_offset, Durability::Durable)?;
         }
         let seg = LogSegment::create(
             &self.dir,
@@ -1423,6 +1489,7 @@ impl UnifiedLog {
         // As Kafka: a truncation below the log start moves the log start down with it.
         self.log_start_offset = self.log_start_offset.min(log_end);
         self.high_watermark = self.high_watermark.min(log_end);
+        ProducerStateManager::delete_snapshots_above(&self.dir, log_end)?;
         self.rebuild_producer_state()?;
         self.layout_version += 1;
         self.first_dirty_offset = self.first_dirty_offset.min(log_end);
@@ -1462,6 +1529,7 @@ impl UnifiedLog {
         self.leader_epoch_cache.clear();
         self.leader_epoch_cache.flush(Durability::Durable)?;
         self.producer_state.clear();
+        ProducerStateManager::delete_snapshots(&self.dir, None)?;
         self.aborted_txns.clear();
         self.write_log_start_checkpoint(offset, Durability::Durable)?;
         self.checkpoint_high_watermark()
@@ -1724,6 +1792,30 @@ fn load_txn_indexes(
     }
     all.sort_by_key(|t| t.last_offset);
     Ok(all)
+}
+
+/// The entries of the `.txnindex` files of the segments below `offset` (a segment
+/// base), sorted by marker offset; `None` when one of them cannot be read, so that the
+/// caller replays the whole log instead.
+fn txn_indexes_below(
+    dir: &Path,
+    segments: &BTreeMap<i64, LogSegment>,
+    offset: i64,
+) -> Result<Option<Vec<AbortedTxn>>, StorageError> {
+    let mut all = Vec::new();
+    for &base in segments.range(..offset).map(|(b, _)| b) {
+        let path = crate::segment::segment_file(dir, base, TXN_INDEX_FILE_SUFFIX);
+        match transaction_index::read(&path)? {
+            Some(entries) => all.extend(entries),
+            None if path.exists() => {
+                tracing::warn!(path = %path.display(), "unreadable transaction index: reading the whole log");
+                return Ok(None);
+            }
+            None => {}
+        }
+    }
+    all.sort_by_key(|t| t.last_offset);
+    Ok(Some(all))
 }
 
 /// A control batch holding one transaction marker (Kafka's

@@ -15,14 +15,27 @@
 //! 4. Coordinator and replication appends do not check sequences.
 //!
 //! State is changed only after the whole record set passed validation (the log works on
-//! copies of the entries it touches). A clean close writes a snapshot,
-//! `<log end offset, 20 digits>.snapshot` (the checkpoint text format: one line per
-//! producer, `producerId epoch lastTimestamp n` then `lastSeq lastOffset offsetDelta
-//! timestamp` for each remembered batch); the next open loads it when its offset is the
-//! log end and deletes it, so a snapshot on disk is always the state of the last clean
-//! close. Otherwise the state is rebuilt by reading the batch headers of the log in
-//! order, applying each as a replicated batch; both give the same state, since live
-//! appends and replay go through the same `validate_and_stage`.
+//! copies of the entries it touches).
+//!
+//! # Snapshots
+//!
+//! `<offset, 20 digits>.snapshot` holds the state of every batch below `offset` (the
+//! checkpoint text format: one line per producer, `producerId epoch lastTimestamp n` then
+//! `lastSeq lastOffset offsetDelta timestamp` for each remembered batch), as Kafka's
+//! `ProducerStateManager.takeSnapshot` does:
+//! - a clean close writes one at the log end; the next clean open loads it when its
+//!   offset is the log end, replays nothing, and deletes it;
+//! - each segment roll writes one, fsynced, named by the new segment's base offset,
+//!   after the old segment (and its `.txnindex`) was fsynced; the newest
+//!   [`SNAPSHOTS_RETAINED`] are kept. An open after an unclean shutdown loads the newest
+//!   one that is a segment's base offset and reads only the batch headers from there on,
+//!   instead of the whole log (see `UnifiedLog::open`);
+//! - a truncation deletes the snapshots above the new log end, since they describe
+//!   batches that are gone.
+//!
+//! Otherwise the state is rebuilt by reading the batch headers of the log in order,
+//! applying each as a replicated batch; both give the same state, since live appends and
+//! replay go through the same `validate_and_stage`.
 //!
 //! # Transactions (KIP-98)
 //!
@@ -46,8 +59,8 @@
 //! The snapshot line ends with `currentTxnFirstOffset (-1: none) coordinatorEpoch`; a
 //! line without them (an earlier version's snapshot) is refused and the state rebuilt
 //! from the log. A close with a closed transaction whose marker is above the high
-//! watermark writes no snapshot, so that the next open replays the log and finds it.
-//! Producer-id expiration is not done yet.
+//! watermark writes no snapshot (nor does a roll then), so that the next open replays
+//! the log from an earlier snapshot, or from its start, and finds it.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -63,6 +76,11 @@ use crate::transaction_index::AbortedTxn;
 use crate::StorageError;
 
 pub const PRODUCER_SNAPSHOT_SUFFIX: &str = "snapshot";
+
+/// How many snapshots a roll or a close leaves in the partition directory: the newest,
+/// and one older in case the newest cannot be used (corrupt, or no longer at a segment
+/// boundary after a clean merged segments).
+pub const SNAPSHOTS_RETAINED: usize = 2;
 
 /// How many batches per producer are remembered for duplicate detection (Kafka's
 /// `NUM_BATCHES_TO_RETAIN`, and the client's max in-flight requests).
@@ -520,7 +538,8 @@ impl ProducerStateManager {
         aborted
     }
 
-    /// Writes the snapshot of the state at `offset` (the log end) and removes older ones.
+    /// Writes the snapshot of the state at `offset` (the log end), and removes all but
+    /// the newest [`SNAPSHOTS_RETAINED`] snapshots.
     pub(crate) fn write_snapshot(
         &self,
         dir: &Path,
@@ -556,7 +575,90 @@ impl ProducerStateManager {
         }
         let path = segment_file(dir, offset, PRODUCER_SNAPSHOT_SUFFIX);
         checkpoint::write(&path, &lines, durability)?;
-        Self::delete_snapshots(dir, Some(&path))
+        let offsets = Self::snapshot_offsets(dir)?;
+        let doomed = offsets.len().saturating_sub(SNAPSHOTS_RETAINED);
+        for &old in &offsets[..doomed] {
+            Self::delete_snapshot(dir, old)?;
+        }
+        Ok(())
+    }
+
+    /// The offsets of the snapshots in `dir`, ascending.
+    pub(crate) fn snapshot_offsets(dir: &Path) -> Result<Vec<i64>, StorageError> {
+        let mut offsets = Vec::new();
+        for entry in fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
+            let entry = entry.map_err(|e| StorageError::io(dir, e))?;
+            let name = entry.file_name();
+            let Some(stem) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(PRODUCER_SNAPSHOT_SUFFIX))
+                .and_then(|n| n.strip_suffix('.'))
+            else {
+                continue;
+            };
+            if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {
+                if let Ok(offset) = stem.parse() {
+                    offsets.push(offset);
+                }
+            }
+        }
+        offsets.sort_unstable();
+        Ok(offsets)
+    }
+
+    /// The newest snapshot whose offset `usable` accepts and that loads, with its offset:
+    /// an older one is tried when a newer one is corrupt.
+    pub(crate) fn latest_snapshot(
+        dir: &Path,
+        usable: impl Fn(i64) -> bool,
+    ) -> Result<Option<(i64, Self)>, StorageError> {
+        for offset in Self::snapshot_offsets(dir)?.into_iter().rev() {
+            if !usable(offset) {
+                continue;
+            }
+            match Self::read_snapshot(dir, offset)? {
+                Some(state) => return Ok(Some((offset, state))),
+                None => {
+                    tracing::warn!(dir = %dir.display(), offset, "unreadable producer snapshot ignored");
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Removes the snapshot taken at `offset`, if there is one.
+    pub(crate) fn delete_snapshot(dir: &Path, offset: i64) -> Result<(), StorageError> {
+        let path = segment_file(dir, offset, PRODUCER_SNAPSHOT_SUFFIX);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StorageError::io(&path, e)),
+        }
+    }
+
+    /// Removes the snapshots taken above `offset` (a truncation to `offset`: what they
+    /// describe is no longer in the log).
+    pub(crate) fn delete_snapshots_above(dir: &Path, offset: i64) -> Result<(), StorageError> {
+        Self::delete_snapshots_where(dir, |o| o > offset)
+    }
+
+    /// Removes the snapshots taken below `offset` (a clean below it removed a marker, or
+    /// the first records of an aborted transaction: a replay from such a snapshot would
+    /// find the transaction as it was, or never closed).
+    pub(crate) fn delete_snapshots_below(dir: &Path, offset: i64) -> Result<(), StorageError> {
+        Self::delete_snapshots_where(dir, |o| o < offset)
+    }
+
+    fn delete_snapshots_where(
+        dir: &Path,
+        doomed: impl Fn(i64) -> bool,
+    ) -> Result<(), StorageError> {
+        for old in Self::snapshot_offsets(dir)? {
+            if doomed(old) {
+                Self::delete_snapshot(dir, old)?;
+            }
+        }
+        Ok(())
     }
 
     /// Loads the snapshot taken at `offset`; `None` when there is none or it is corrupt.

@@ -9,10 +9,13 @@
 //! which decides the segment an entry belongs to.
 //!
 //! The log keeps every entry in memory too (one small struct per aborted transaction) and
-//! answers fetches from there; the files are what a clean restart loads instead of
-//! reading the log again. They are written without fsync: after an unclean shutdown the
-//! log rebuilds the entries from the markers it reads anyway for the producer state, and
-//! rewrites the files (see `UnifiedLog::open`).
+//! answers fetches from there; the files are what a restart loads instead of reading the
+//! log again. Entries are appended without fsync; a segment roll fsyncs the file of the
+//! segment it closes, and a rewrite (a clean, a rebuild) is fsynced. After an unclean
+//! shutdown the log trusts the files of the segments below the producer snapshot it
+//! starts from (each was fsynced by the roll that took that snapshot), rebuilds the
+//! entries above it from the markers it reads anyway for the producer state, and
+//! rewrites those files (see `UnifiedLog::open`).
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -21,6 +24,29 @@ use std::path::Path;
 use crate::StorageError;
 
 pub const TXN_INDEX_FILE_SUFFIX: &str = "txnindex";
+
+/// Present (durably) while the cleaner swaps segments whose `.txnindex` files it then
+/// rewrites: until it is gone the files may not match the segments, and an open reads
+/// every marker again instead of trusting any of them.
+pub const TXN_INDEX_REBUILD_FILE: &str = "txnindex-rebuild";
+
+/// Marks the `.txnindex` files of `dir` as untrusted (see [`TXN_INDEX_REBUILD_FILE`]).
+pub(crate) fn mark_for_rebuild(dir: &Path) -> Result<(), StorageError> {
+    let path = dir.join(TXN_INDEX_REBUILD_FILE);
+    let file = fs::File::create(&path).map_err(|e| StorageError::io(&path, e))?;
+    file.sync_all().map_err(|e| StorageError::io(&path, e))?;
+    crate::checkpoint::sync_dir(dir)
+}
+
+/// Whether [`mark_for_rebuild`] was called and [`rebuilt`] not yet.
+pub(crate) fn needs_rebuild(dir: &Path) -> bool {
+    dir.join(TXN_INDEX_REBUILD_FILE).exists()
+}
+
+/// The `.txnindex` files of `dir` match its segments again (durably rewritten).
+pub(crate) fn rebuilt(dir: &Path) -> Result<(), StorageError> {
+    remove(&dir.join(TXN_INDEX_REBUILD_FILE))
+}
 
 /// Bytes per entry on disk.
 pub const ABORTED_TXN_ENTRY_BYTES: usize = 34;
@@ -105,7 +131,8 @@ pub(crate) fn read(path: &Path) -> Result<Option<Vec<AbortedTxn>>, StorageError>
 }
 
 /// Replaces the index file at `path` with exactly `entries` (removed when empty),
-/// through a temporary file so that a crash leaves the old or the new content.
+/// through a fsynced temporary file, so that a crash leaves the old or the new content
+/// and a recovery may trust what it finds (rewrites are rare: a clean, a rebuild).
 pub(crate) fn write(path: &Path, entries: &[AbortedTxn]) -> Result<(), StorageError> {
     if entries.is_empty() {
         return remove(path);
@@ -115,15 +142,37 @@ pub(crate) fn write(path: &Path, entries: &[AbortedTxn]) -> Result<(), StorageEr
         e.encode(&mut buf);
     }
     let tmp = path.with_extension(format!("{TXN_INDEX_FILE_SUFFIX}.tmp"));
-    fs::write(&tmp, &buf).map_err(|e| StorageError::io(&tmp, e))?;
-    fs::rename(&tmp, path).map_err(|e| StorageError::io(path, e))
+    let mut file = fs::File::create(&tmp).map_err(|e| StorageError::io(&tmp, e))?;
+    file.write_all(&buf)
+        .map_err(|e| StorageError::io(&tmp, e))?;
+    file.sync_all().map_err(|e| StorageError::io(&tmp, e))?;
+    fs::rename(&tmp, path).map_err(|e| StorageError::io(path, e))?;
+    sync_parent(path)
 }
 
-pub(crate) fn remove(path: &Path) -> Result<(), StorageError> {
-    match fs::remove_file(path) {
-        Ok(()) => Ok(()),
+/// Fsyncs the index file at `path` when there is one.
+pub(crate) fn sync(path: &Path) -> Result<(), StorageError> {
+    match fs::File::open(path) {
+        Ok(file) => file.sync_all().map_err(|e| StorageError::io(path, e)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(StorageError::io(path, e)),
+    }
+}
+
+/// Removes the index file at `path` (durably: a recovery must not find it again and
+/// trust it).
+pub(crate) fn remove(path: &Path) -> Result<(), StorageError> {
+    match fs::remove_file(path) {
+        Ok(()) => sync_parent(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StorageError::io(path, e)),
+    }
+}
+
+fn sync_parent(path: &Path) -> Result<(), StorageError> {
+    match path.parent() {
+        Some(dir) => crate::checkpoint::sync_dir(dir),
+        None => Ok(()),
     }
 }
 

@@ -734,6 +734,106 @@ fn a_crash_at_any_step_of_the_swap_leaves_the_old_or_the_new_log() {
     assert!(saw_old && saw_new);
 }
 
+/// The aborted transactions a log reads from its markers alone: a copy of `dir` without
+/// producer snapshots or `.txnindex` files, opened after a crash.
+fn aborted_from_the_markers(dir: &Path) -> Vec<(i64, i64, i64)> {
+    let copy = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let ext = path.extension().map(|e| e.to_string_lossy().into_owned());
+        if path.is_file() && !matches!(ext.as_deref(), Some("snapshot" | "txnindex")) {
+            std::fs::copy(&path, copy.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let log = UnifiedLog::open(copy.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
+    log.aborted_txns()
+        .iter()
+        .map(|t| (t.producer_id, t.first_offset, t.last_offset))
+        .collect()
+}
+
+/// A recovery that starts from a roll's producer snapshot trusts the `.txnindex` files
+/// below it; a crash after the cleaner swapped segments and before it rewrote their
+/// indexes must not leave it trusting files that no longer match the segments.
+#[test]
+fn a_crash_between_the_swap_and_the_index_rewrite_reads_the_markers_again() {
+    let origin = tempfile::tempdir().unwrap();
+    let now = T0 + 8 * DAY;
+    {
+        let mut log =
+            UnifiedLog::open(origin.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
+        // Aborted transactions spread over segments that the clean merges, each after
+        // records that later ones supersede.
+        for (round, pid) in (0..6).zip(10..) {
+            fill(&mut log, CompressionType::None, 12, 6);
+            txn_data(&mut log, pid, 0, &[(round, "aborted")]);
+            fill(&mut log, CompressionType::None, 6, 6);
+            txn_marker(&mut log, pid, false);
+        }
+        let end = log.log_end_offset();
+        log.update_high_watermark(end);
+        roll(&mut log, now);
+        log.checkpoint_high_watermark().unwrap();
+        // Killed, so that the roll's snapshot, above everything the clean reads, is
+        // what each copy's recovery starts from.
+        assert_eq!(
+            ProducerStateManager::snapshot_offsets(origin.path())
+                .unwrap()
+                .last(),
+            Some(&log.log_end_offset())
+        );
+    }
+    let mut finished = false;
+    for crash_after in 0.. {
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(origin.path(), dir.path());
+        let mut log =
+            UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
+        assert_eq!(log.aborted_txns().len(), 6);
+        let task = log.prepare_clean(now, &CleanerConfig::default()).unwrap();
+        let cleaned = task.run().unwrap();
+        assert!(cleaned.old_bases.len() > cleaned.new_bases.len());
+        let mut steps = 0;
+        let result = log.apply_clean_with(cleaned, &mut || {
+            steps += 1;
+            if steps > crash_after {
+                Err(StorageError::Corrupt {
+                    path: dir.path().to_owned(),
+                    reason: "injected crash".into(),
+                })
+            } else {
+                Ok(())
+            }
+        });
+        finished = result.is_ok();
+        drop(log); // kill -9
+        let log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
+        let got: Vec<_> = log
+            .aborted_txns()
+            .iter()
+            .map(|t| (t.producer_id, t.first_offset, t.last_offset))
+            .collect();
+        assert_eq!(
+            got,
+            aborted_from_the_markers(dir.path()),
+            "crash after {crash_after}"
+        );
+        let controls = control_offsets(&log);
+        assert!(
+            got.iter().all(|t| controls.contains(&t.2)),
+            "crash after {crash_after}"
+        );
+        assert!(!dir
+            .path()
+            .join(crate::transaction_index::TXN_INDEX_REBUILD_FILE)
+            .exists());
+        if finished {
+            break;
+        }
+    }
+    assert!(finished);
+}
+
 #[test]
 fn io_bound_slows_a_clean_down_to_the_configured_rate() {
     let dir = tempfile::tempdir().unwrap();

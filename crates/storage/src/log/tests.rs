@@ -1354,15 +1354,23 @@ fn an_epoch_lost_in_a_crash_is_found_again_in_older_segments() {
         !log.leader_epoch_cache.is_deferred(),
         "a roll rewrites a deferred checkpoint durably"
     );
+    let after_roll = fs::read(&checkpoint).unwrap();
     log.assign_epoch_start_offset(4, log.log_end_offset())
         .unwrap();
     append_in_epoch(&mut log, 4, 2);
     let entries = epoch_entries(&log);
     assert_eq!(entries, vec![(1, 0), (2, 6), (4, 66)]);
     drop(log);
-    // The worst a crash could leave (both deferred rewrites lost), even though the roll
-    // made the first one durable.
+    // What a crash can leave: the deferred rewrite after the roll lost. A recovery
+    // reads the batches from the last roll's producer snapshot on, and finds epoch 4.
+    fs::write(&checkpoint, &after_roll).unwrap();
+    let log = UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Unclean).unwrap();
+    assert_eq!(epoch_entries(&log), entries);
+    drop(log);
+    // Worse than a crash can leave (both deferred rewrites lost, though the roll made
+    // the first one durable): without a snapshot to start from, every segment is read.
     fs::write(&checkpoint, &before).unwrap();
+    ProducerStateManager::delete_snapshots(dir.path(), None).unwrap();
     let log = UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Unclean).unwrap();
     assert_eq!(epoch_entries(&log), entries);
 }
@@ -1511,4 +1519,132 @@ fn compression_levels_apply_when_the_leader_compresses() {
         gzip_best < gzip_fast,
         "gzip 9: {gzip_best} B, 1: {gzip_fast} B"
     );
+}
+
+/// Appends one batch of producer `pid` (epoch 0) at sequence `seq` with `n` records.
+fn append_producer(log: &mut UnifiedLog, pid: i64, seq: i32, n: usize) {
+    let b = TestBatch::new(n, T0)
+        .value_len(60)
+        .producer(pid, 0, seq)
+        .bytes();
+    log.append_as_leader(b, 0, AppendOrigin::Client, T0)
+        .unwrap();
+}
+
+fn snapshot_offsets(dir: &Path) -> Vec<i64> {
+    ProducerStateManager::snapshot_offsets(dir).unwrap()
+}
+
+/// Rewrites the snapshot at `offset` so that it names producer `to` where it named
+/// `from`: a state the batches cannot give, which shows where a rebuild took its state.
+fn tamper_snapshot(dir: &Path, offset: i64, from: i64, to: i64) {
+    let path = crate::segment::segment_file(dir, offset, "snapshot");
+    let text = fs::read_to_string(&path).unwrap();
+    let tampered = text.replacen(&format!("\n{from} 0 "), &format!("\n{to} 0 "), 1);
+    assert_ne!(text, tampered, "producer {from} is in the snapshot");
+    fs::write(&path, tampered).unwrap();
+}
+
+/// Kafka takes a producer snapshot at each roll; after a kill -9 the log starts from the
+/// newest one at a segment base and reads only the batch headers after it.
+#[test]
+fn a_recovery_starts_from_the_snapshot_of_the_last_roll() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(600), T0, PreviousShutdown::Unclean).unwrap();
+    let mut seq = 0;
+    while log.segment_count() < 3 {
+        append_producer(&mut log, 7, seq, 2);
+        seq += 2;
+    }
+    let bases = log.segment_base_offsets();
+    // One per roll, the newest two kept, each at the base of the segment it opened.
+    assert_eq!(snapshot_offsets(dir.path()), bases[1..].to_vec());
+    append_producer(&mut log, 9, 0, 1);
+    let live_7 = log.producer_state(7).cloned().unwrap();
+    let live_9 = log.producer_state(9).cloned().unwrap();
+    drop(log); // kill -9
+
+    // The untouched snapshot gives the live state back.
+    let log = UnifiedLog::open(dir.path(), config(600), T0, PreviousShutdown::Unclean).unwrap();
+    assert_eq!(log.producer_state(7), Some(&live_7));
+    assert_eq!(log.producer_state(9), Some(&live_9));
+    drop(log);
+
+    // A tampered one shows that the batches below it were not read, and those above were.
+    let newest = *bases.last().unwrap();
+    tamper_snapshot(dir.path(), newest, 7, 8);
+    let log = UnifiedLog::open(dir.path(), config(600), T0, PreviousShutdown::Unclean).unwrap();
+    assert!(
+        log.producer_state(8).is_some(),
+        "the roll's snapshot was used"
+    );
+    assert_eq!(
+        log.producer_state(9),
+        Some(&live_9),
+        "the batches after it were read"
+    );
+    // The batch that made the roll is in the last segment: replayed on top of it.
+    assert_eq!(
+        log.producer_state(7).map(|p| p.last_seq()),
+        Some(live_7.last_seq())
+    );
+    drop(log);
+
+    // A snapshot that is not at a segment's base is not used after a crash (the
+    // `.txnindex` files below it may not be durable); a corrupt one falls back to the
+    // one before it.
+    let copy = crate::segment::segment_file(dir.path(), newest + 1, "snapshot");
+    fs::copy(
+        crate::segment::segment_file(dir.path(), newest, "snapshot"),
+        &copy,
+    )
+    .unwrap();
+    fs::write(
+        crate::segment::segment_file(dir.path(), newest, "snapshot"),
+        "garbage",
+    )
+    .unwrap();
+    tamper_snapshot(dir.path(), bases[1], 7, 6);
+    let log = UnifiedLog::open(dir.path(), config(600), T0, PreviousShutdown::Unclean).unwrap();
+    assert!(
+        log.producer_state(8).is_none(),
+        "the copy off a segment base was not used"
+    );
+    assert!(
+        log.producer_state(6).is_some(),
+        "the older roll's snapshot was used"
+    );
+    assert_eq!(
+        log.producer_state(7).map(|p| p.last_seq()),
+        Some(live_7.last_seq()),
+        "and the batches after it replayed"
+    );
+    assert_eq!(log.producer_state(9), Some(&live_9));
+}
+
+/// A truncation below a roll's snapshot deletes it: it describes batches that are gone.
+#[test]
+fn a_truncation_deletes_the_snapshots_above_the_new_log_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(600), T0, PreviousShutdown::Unclean).unwrap();
+    let mut seq = 0;
+    while log.segment_count() < 3 {
+        append_producer(&mut log, 7, seq, 2);
+        seq += 2;
+    }
+    let bases = log.segment_base_offsets();
+    assert_eq!(snapshot_offsets(dir.path()), bases[1..].to_vec());
+    // Into the middle segment: the last roll's snapshot goes, the one before stays.
+    log.truncate_to(bases[2] - 2, T0).unwrap();
+    assert_eq!(snapshot_offsets(dir.path()), vec![bases[1]]);
+    let live = log.producer_state(7).cloned().unwrap();
+    drop(log);
+    let log = UnifiedLog::open(dir.path(), config(600), T0, PreviousShutdown::Unclean).unwrap();
+    assert_eq!(log.producer_state(7), Some(&live));
+    let end = log.log_end_offset();
+    drop(log);
+    // A follower starting over elsewhere keeps none.
+    let mut log = UnifiedLog::open(dir.path(), config(600), T0, PreviousShutdown::Unclean).unwrap();
+    log.truncate_fully_and_start_at(end + 100, T0).unwrap();
+    assert!(snapshot_offsets(dir.path()).is_empty());
 }
