@@ -267,6 +267,20 @@ def tests_reaching(files: list[Path], seeds: list[str], words: list[str] = ()) -
 KNOWN_FAILURE_TIMEOUT_S = 30
 
 
+def only_named(names: list[str]) -> list[str]:
+    """`names` cut down to those `RILL_GO_TESTS` lists (comma-separated), when it is set:
+    to rerun a test or two by hand (`RILL_GO_TESTS=TestTxnEtl RILL_COMPAT_MODE=full`)
+    without the whole family. A name the family lacks is an error, not a silent no-op."""
+    wanted = [n.strip() for n in os.environ.get("RILL_GO_TESTS", "").split(",") if n.strip()]
+    if not wanted:
+        return names
+    missing = [n for n in wanted if n not in names]
+    if missing:
+        raise CompatError(f"RILL_GO_TESTS names tests this mode does not run: {missing}")
+    log(f"RILL_GO_TESTS: running {len(wanted)} of {len(names)} tests")
+    return wanted
+
+
 def _anchored(names: list[str]) -> str:
     return "^(" + "|".join(re.escape(n) for n in names) + ")$"
 
