@@ -351,7 +351,7 @@ pub async fn create_topic(State(console): Shared, bytes: Bytes) -> Result<Respon
     let request: CreateTopic = body(&bytes)?;
     topic_name(&request.name)?;
     let partitions = request.partitions.unwrap_or(-1);
-    if partitions == 0 || partitions < -1 || partitions > 100_000 {
+    if partitions == 0 || !(-1..=100_000).contains(&partitions) {
         return Err(ApiError::bad(
             "partitions: 1 to 100000 (or leave it empty for the default)",
         ));
