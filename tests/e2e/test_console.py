@@ -424,3 +424,30 @@ def test_the_api_refuses_bad_input(node):
     with urllib.request.urlopen(f"{base}/", timeout=10) as response:
         assert "script-src 'self'" in response.headers["content-security-policy"]
         assert b"<script src=\"/console.js\"" in response.read()
+
+
+def test_a_node_with_only_secured_listeners_says_so(tmp_path, browser):
+    """rill-client speaks PLAINTEXT only: with SASL listeners alone the console cannot
+    read the cluster, and its page says why instead of showing nothing."""
+    from rill_harness import RillServer
+
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="pw";'
+    server = RillServer(tmp_path / "sasl-only", overrides={**HTTP_ON, "plain.sasl.jaas.config": jaas})
+    server.overrides["listeners"] = f"SASL_PLAINTEXT://127.0.0.1:{server.port}"
+    server.start()
+    try:
+        base = f"http://{server.http_address()}"
+        status, answer = api(base, "GET", "/status")
+        assert status == 200 and answer["available"] is False
+        assert "SASL_PLAINTEXT" in answer["reason"], answer
+        assert api(base, "GET", "/topics")[0] == 503
+        browser.get(f"{base}/#/")
+        wait_text(browser, "#banner", "are all secured (TLS or SASL)")
+        wait_text(browser, "#updated", "Not updated")
+        screenshot(browser, "secured-listeners-only")
+        # The page's polls are refused with 503 (what the banner explains), nothing else.
+        errors = console_errors(browser)
+        assert all("503" in e for e in errors), errors
+    finally:
+        problems = server.teardown()
+    assert problems == [], problems
