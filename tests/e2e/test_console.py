@@ -451,3 +451,36 @@ def test_a_node_with_only_secured_listeners_says_so(tmp_path, browser):
     finally:
         problems = server.teardown()
     assert problems == [], problems
+
+
+def test_overview_of_a_cluster_with_a_broker_down(rill_cluster_factory, browser):
+    """Three nodes, one killed: the overview shows it fenced or offline, and the
+    partitions it held as under-replicated, without a reload."""
+    from test_cluster import create_replicated_topic
+
+    cluster = rill_cluster_factory(overrides=HTTP_ON)
+    topic = unique_topic("console-cluster")
+    create_replicated_topic(cluster.bootstrap, topic, 3, 3)
+    base = f"http://{cluster.node(1).http_address()}"
+    browser.get(f"{base}/#/")
+    wait_updated(browser)
+    wait_for(lambda: _card(browser, "Brokers") == "3", WAIT_S, "three brokers")
+    assert _card(browser, "Under-replicated") == "0"
+    cluster.node(3).kill9()
+    wait_text(browser, "main table", "fenced or offline")
+    wait_for(lambda: _card(browser, "Under-replicated") == "3", WAIT_S, "3 under-replicated")
+    assert _card(browser, "Brokers") == "2"
+    screenshot(browser, "overview-broker-down")
+    assert console_errors(browser) == []
+
+
+def _card(browser, label: str):
+    from selenium.webdriver.common.by import By
+
+    try:
+        for card in browser.find_elements(By.CSS_SELECTOR, ".card"):
+            if card.find_element(By.TAG_NAME, "dt").text == label:
+                return card.find_element(By.TAG_NAME, "dd").text
+    except Exception:  # replaced by a re-poll while read
+        return None
+    return None

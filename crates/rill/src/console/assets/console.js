@@ -151,7 +151,7 @@ pages.overview = (view) => {
       ['Active controller', c.controller_id >= 0 ? 'broker ' + c.controller_id : 'none'],
       ['Topics', fmtNum(c.topics)],
       ['Partitions', fmtNum(c.partitions)],
-      ['Online', fmtNum(s.online), 'ok'],
+      ['Online', fmtNum(s.online), s.online === c.partitions ? 'ok' : ''],
       ['Under-replicated', fmtNum(s.under_replicated), s.under_replicated ? 'warn' : ''],
       ['Offline', fmtNum(s.offline), s.offline ? 'bad' : ''],
     ]), el('p', { class: 'note', text: 'Cluster id ' + (c.cluster_id || '–') + '; ' + c.internal_topics + ' internal topic(s) not counted above.' }));
