@@ -7,7 +7,8 @@
 //! 2. `cargo build -p rill`, unless `RILL_BIN` names a binary already.
 //! 3. A Python venv at `target/e2e-venv` with the pinned clients of
 //!    `tests/e2e/requirements.txt` (made once, reinstalled when the pins change),
-//!    `kcat` from Debian's packages when it is not on `PATH`, and librdkafka's
+//!    `kcat` from Debian's packages when it is not on `PATH`, Debian's `chromium` and
+//!    `chromium-driver` for the console's browser tests likewise, and librdkafka's
 //!    `rdkafka_performance` built against the venv's librdkafka (`rdkafka_performance.rs`;
 //!    reused while its pins hold).
 //! 4. `pytest tests/e2e` with the venv's interpreter; arguments after `--` go to pytest
@@ -92,9 +93,11 @@ fn run_steps(root: &Path, options: &Options, tally: &mut Tally) -> anyhow::Resul
         let rill_bin = rill_binary(root, &cargo)?;
         let python = ensure_venv(root)?;
         let kcat = ensure_kcat()?;
+        let chromium = ensure_chromium()?;
         let rdkafka_performance = rdkafka_performance::ensure(root, &python)?;
         let tools = Tools {
             kcat,
+            chromium,
             rdkafka_performance,
         };
         pytest(
@@ -484,6 +487,45 @@ fn ensure_kcat() -> anyhow::Result<Option<PathBuf>> {
     Ok(None)
 }
 
+/// Finds Debian's `chromium` and `chromedriver` (package `chromium-driver`) on `PATH`,
+/// installing both when either is missing and apt is usable: the console's browser tests
+/// (`tests/e2e/test_console.py`) drive them. `None` makes those tests skip; on CI it is
+/// an error.
+fn ensure_chromium() -> anyhow::Result<Option<(PathBuf, PathBuf)>> {
+    banner("chromium");
+    let found = || Some((find_on_path("chromium")?, find_on_path("chromedriver")?));
+    if let Some((browser, driver)) = found() {
+        println!("    found {} and {}", browser.display(), driver.display());
+        return Ok(Some((browser, driver)));
+    }
+    if apt_usable() {
+        println!("    chromium or chromedriver not on PATH; installing them with apt-get");
+        let started = Instant::now();
+        if apt_install("chromium") && apt_install("chromium-driver") {
+            if let Some((browser, driver)) = found() {
+                println!(
+                    "    installed {} and {} in {:.0}s",
+                    browser.display(),
+                    driver.display(),
+                    started.elapsed().as_secs_f64()
+                );
+                return Ok(Some((browser, driver)));
+            }
+        }
+    }
+    if on_ci() {
+        bail!(
+            "chromium and chromium-driver are not installed and apt-get could not install \
+             them (the console's browser tests must run on CI)"
+        );
+    }
+    println!(
+        "    WARNING: chromium is unavailable (no root apt-get); the console's browser tests \
+         will be SKIPPED"
+    );
+    Ok(None)
+}
+
 pub(crate) fn on_ci() -> bool {
     std::env::var_os("CI").is_some_and(|ci| !ci.is_empty() && ci != "false" && ci != "0")
 }
@@ -534,6 +576,8 @@ pub(crate) fn find_on_path(program: &str) -> Option<PathBuf> {
 /// skip (the steps that find them fail on CI instead).
 struct Tools {
     kcat: Option<PathBuf>,
+    /// `chromium` and `chromedriver`.
+    chromium: Option<(PathBuf, PathBuf)>,
     rdkafka_performance: Option<PathBuf>,
 }
 
@@ -567,8 +611,13 @@ fn pytest(
     if let Some(rdkafka_performance) = &tools.rdkafka_performance {
         command.env("RDKAFKA_PERFORMANCE", rdkafka_performance);
     }
+    if let Some((browser, driver)) = &tools.chromium {
+        command.env("CHROMIUM", browser);
+        command.env("CHROMEDRIVER", driver);
+    }
     if on_ci() {
         command.env("RILL_E2E_REQUIRE_KCAT", "1");
+        command.env("RILL_E2E_REQUIRE_CHROMIUM", "1");
         command.env("RILL_E2E_REQUIRE_RDKAFKA_PERFORMANCE", "1");
     }
     let mut summary = None;

@@ -78,6 +78,7 @@ impl ControllerServer {
                 l,
                 crate::http::Source::Controller(quorum.clone()),
                 metrics_settings,
+                crate::http::ExtraRoutes::default(),
                 rx,
             ))
         });

@@ -77,6 +77,8 @@ pub struct Server {
     /// The HTTP listener's address (`http.listeners`), `None` when it is off.
     pub http_addr: Option<SocketAddr>,
     pub broker: Arc<Broker>,
+    /// Where the binary installs its console's routes on the HTTP listener.
+    pub http_routes: http::ExtraRoutes,
     shutdown: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     http_task: Option<tokio::task::JoinHandle<()>>,
@@ -275,11 +277,13 @@ impl Server {
             connection_limits,
             rx.clone(),
         ));
+        let http_routes = http::ExtraRoutes::default();
         let http_task = http_listener.map(|l| {
             tokio::spawn(http::serve(
                 l,
                 http::Source::Broker(broker.clone()),
                 metrics_settings,
+                http_routes.clone(),
                 rx.clone(),
             ))
         });
@@ -291,6 +295,7 @@ impl Server {
             controller_addr,
             http_addr,
             broker,
+            http_routes,
             shutdown,
             task,
             http_task,

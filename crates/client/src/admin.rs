@@ -28,10 +28,10 @@ use rill_protocol::generated::list_partition_reassignments_request::ListPartitio
 use rill_protocol::generated::{
     AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest, CreatePartitionsRequest,
     CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, DescribeGroupsRequest, DescribeTransactionsRequest,
-    DescribeUserScramCredentialsRequest, ElectLeadersRequest, IncrementalAlterConfigsRequest,
-    ListGroupsRequest, ListPartitionReassignmentsRequest, ListTransactionsRequest,
-    UnregisterBrokerRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
+    DescribeTransactionsRequest, DescribeUserScramCredentialsRequest, ElectLeadersRequest,
+    IncrementalAlterConfigsRequest, ListGroupsRequest, ListPartitionReassignmentsRequest,
+    ListTransactionsRequest, UnregisterBrokerRequest,
 };
 use rill_protocol::{ErrorCode, Request};
 
@@ -48,6 +48,7 @@ const CREATE_PARTITIONS_VERSION: i16 = 3;
 const DESCRIBE_CONFIGS_VERSION: i16 = 4;
 const INCREMENTAL_ALTER_CONFIGS_VERSION: i16 = 1;
 const DESCRIBE_CLUSTER_VERSION: i16 = 1;
+const DESCRIBE_LOG_DIRS_VERSION: i16 = 4;
 const LIST_GROUPS_VERSION: i16 = 4;
 const DESCRIBE_GROUPS_VERSION: i16 = 5;
 const DELETE_GROUPS_VERSION: i16 = 2;
@@ -1126,6 +1127,57 @@ impl Admin {
                 (user, outcome)
             })
             .collect())
+    }
+
+    /// The size on disk of each partition replica every broker hosts (DescribeLogDirs for
+    /// all topics, asked of each broker): `(broker id, partition) -> bytes`. Future
+    /// replicas (a move between log directories) are left out.
+    ///
+    /// ```no_run
+    /// use rill_client::{Admin, ClientConfig};
+    ///
+    /// # async fn run() -> rill_client::Result<()> {
+    /// let admin = Admin::new(ClientConfig::new("127.0.0.1:9092"))?;
+    /// for ((broker, tp), bytes) in admin.describe_replica_sizes().await? {
+    ///     println!("broker {broker}: {tp} holds {bytes} bytes");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn describe_replica_sizes(&self) -> Result<BTreeMap<(i32, TopicPartition), i64>> {
+        self.net.refresh_metadata(Some(&[])).await?;
+        let md = self.net.metadata();
+        // `topics: None` asks for every topic (the default, an empty list, for none).
+        let all_log_dirs = DescribeLogDirsRequest {
+            topics: None,
+            ..Default::default()
+        };
+        let mut out = BTreeMap::new();
+        for id in md.brokers.keys() {
+            let response = self
+                .net
+                .send_to(*id, &all_log_dirs, DESCRIBE_LOG_DIRS_VERSION)
+                .await?;
+            check(response.error_code, || {
+                format!("DescribeLogDirs on broker {id}")
+            })?;
+            for dir in response.results {
+                check(dir.error_code, || {
+                    format!("log directory {} of broker {id}", dir.log_dir)
+                })?;
+                for topic in dir.topics {
+                    for p in topic.partitions.into_iter().filter(|p| !p.is_future_key) {
+                        out.insert(
+                            (
+                                *id,
+                                TopicPartition::new(topic.name.clone(), p.partition_index),
+                            ),
+                            p.partition_size,
+                        );
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Every partition of `topic`, from metadata.

@@ -7,6 +7,7 @@
 //! built on `rill-client` (see `cli/`).
 
 mod cli;
+mod console;
 
 use std::path::PathBuf;
 
@@ -340,8 +341,29 @@ fn server(config: BrokerConfig) -> anyhow::Result<()> {
     let data_dir = config.data_dir();
     let lock = std::sync::Arc::new(rill_broker::DataDirLock::acquire(&data_dir)?);
     let node_lock = lock.clone();
+    // Which client listeners speak PLAINTEXT, for the console (a client of this node).
+    let plaintext: Vec<String> = config
+        .client_listeners()
+        .map(|ls| {
+            ls.into_iter()
+                .filter(|l| l.protocol == rill_broker::config::SecurityProtocol::Plaintext)
+                .map(|l| l.name)
+                .collect()
+        })
+        .unwrap_or_default();
     let result = runtime.block_on(async move {
         let node = Node::start_with_lock(config, node_lock).await?;
+        if let Node::Broker(server) = &node {
+            if server.http_addr.is_some() {
+                let listeners: Vec<_> = server
+                    .listeners
+                    .iter()
+                    .map(|(name, addr)| (name.clone(), *addr, plaintext.contains(name)))
+                    .collect();
+                let routes = console::router(console::bootstrap_for(&listeners));
+                server.http_routes.install(routes);
+            }
+        }
         match &node {
             Node::Broker(server) if server.broker.quorum.is_voter() => println!(
                 "rill listening on {} (controller on {}, data in {})",

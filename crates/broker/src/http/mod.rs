@@ -9,6 +9,12 @@
 //! - `GET /metrics`: every metric in the Prometheus/OpenMetrics text format
 //!   (`scrape.rs`); names and their Kafka JMX equivalents are in METRICS.md.
 //!
+//! - Everything else goes to the routes a caller installed with [`ExtraRoutes::install`]
+//!   (the `rill` binary's web console at `/` and `/api/`), or is a 404 until it has. The
+//!   console is a Kafka client of the node (`rill-client`), and this crate must not depend
+//!   on the client: so the binary builds the routes and hands them over, once the node's
+//!   client listeners are bound and it knows where to connect.
+//!
 //! The listener is bound by `Server::start` before the broker registers, so that a port
 //! taken is a start-up error and `/health/ready` answers 503 while the broker starts;
 //! it stops with the server's shutdown signal. A controller-only node serves it too
@@ -19,15 +25,16 @@
 mod scrape;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tower::ServiceExt;
 
 use rill_metadata::MetadataQuorum;
 
@@ -60,10 +67,24 @@ pub enum Source {
     Controller(Arc<MetadataQuorum>),
 }
 
+/// Routes served beside the built-in ones, installed once after the listener started
+/// (the console needs the client listeners' bound addresses, known only then). Requests
+/// that match no built-in route go to them.
+#[derive(Clone, Default)]
+pub struct ExtraRoutes(Arc<OnceLock<Router>>);
+
+impl ExtraRoutes {
+    /// Installs `routes`; false when routes were installed already (the first stay).
+    pub fn install(&self, routes: Router) -> bool {
+        self.0.set(routes).is_ok()
+    }
+}
+
 #[derive(Clone)]
 struct AppState {
     source: Source,
     settings: Arc<MetricsSettings>,
+    extra: ExtraRoutes,
 }
 
 /// Serves the router on `listener` until `shutdown` turns true.
@@ -71,17 +92,20 @@ pub async fn serve(
     listener: TcpListener,
     source: Source,
     settings: MetricsSettings,
+    extra: ExtraRoutes,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let local: Option<SocketAddr> = listener.local_addr().ok();
     let state = AppState {
         source,
         settings: Arc::new(settings),
+        extra,
     };
     let app = Router::new()
         .route("/health/live", get(live))
         .route("/health/ready", get(ready))
         .route("/metrics", get(metrics))
+        .fallback(extra_routes)
         .with_state(state);
     let stop = async move {
         while !*shutdown.borrow() {
@@ -95,6 +119,22 @@ pub async fn serve(
         .await
     {
         tracing::warn!(addr = ?local, error = %e, "http listener stopped");
+    }
+}
+
+/// Hands the request to the installed routes; a 404 before any are (or on a node that
+/// has none, such as a controller-only node: the console needs a client listener).
+async fn extra_routes(State(state): State<AppState>, request: Request) -> Response {
+    match state.extra.0.get() {
+        Some(routes) => match routes.clone().oneshot(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        },
+        None => (
+            StatusCode::NOT_FOUND,
+            "not found (this node serves /metrics, /health/live and /health/ready)\n",
+        )
+            .into_response(),
     }
 }
 
