@@ -1,7 +1,9 @@
 //! Criterion benchmarks of the partition log's data path: a producer's 64 KiB batch
 //! appended as leader (validation, offset assignment, the write to the page cache, index
 //! upkeep; no fsync, as with Kafka's default `flush.messages`), and reads by offset, both
-//! as bytes (the TLS path) and as a file range (the sendfile path).
+//! as bytes (the TLS path) and as a file range (the sendfile path); and the open of a log
+//! after a kill -9, from the last roll's producer snapshot and, as before snapshots were
+//! taken at rolls, by reading every batch header.
 //!
 //! Run with `cargo bench -p rill-storage --bench log`. The logs live in temporary
 //! directories under the system's temp dir, so the append figure is the page cache's
@@ -126,5 +128,88 @@ fn read(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, append, read);
+/// Opens after a kill -9 of a log of 32 segments of 1 MiB, each holding about 5,000
+/// small batches of an idempotent producer: from the last roll's snapshot (the headers
+/// of the active segment only) against every header of the log (the snapshots removed,
+/// which is what every unclean open did before rolls took snapshots).
+fn recovery(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        ..LogConfig::default()
+    };
+    {
+        let mut log = UnifiedLog::open(
+            dir.path(),
+            config.clone(),
+            NOW_MS,
+            PreviousShutdown::Unclean,
+        )
+        .expect("opens");
+        let mut seq = 0i32;
+        while log.segment_base_offsets().len() < 33 {
+            let mut b = RecordBatchBuilder::new(CompressionType::None, 0).producer(1, 0, seq);
+            b.append(NOW_MS, Some(b"key"), Some(&[7u8; 100]), &[])
+                .expect("record fits");
+            log.append_as_leader(
+                b.build().expect("batch builds"),
+                0,
+                AppendOrigin::Client,
+                NOW_MS,
+            )
+            .expect("appends");
+            seq += 1;
+            if seq % 1000 == 0 {
+                let end = log.log_end_offset();
+                log.update_high_watermark(end);
+            }
+        }
+        // Dropped without close: a kill -9.
+    }
+    let snapshots: Vec<(std::path::PathBuf, Vec<u8>)> = std::fs::read_dir(dir.path())
+        .expect("lists")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "snapshot"))
+        .map(|p| {
+            let bytes = std::fs::read(&p).expect("reads");
+            (p, bytes)
+        })
+        .collect();
+    assert!(!snapshots.is_empty(), "the rolls took snapshots");
+    let mut g = c.benchmark_group("log_recovery");
+    g.sample_size(10);
+    for (name, from_snapshot) in [
+        ("unclean_open_32x1MiB_from_roll_snapshot", true),
+        ("unclean_open_32x1MiB_every_header", false),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut elapsed = Duration::ZERO;
+                for _ in 0..iters {
+                    for (path, bytes) in &snapshots {
+                        if from_snapshot {
+                            std::fs::write(path, bytes).expect("writes");
+                        } else {
+                            let _ = std::fs::remove_file(path);
+                        }
+                    }
+                    let start = Instant::now();
+                    let log = UnifiedLog::open(
+                        dir.path(),
+                        config.clone(),
+                        NOW_MS,
+                        PreviousShutdown::Unclean,
+                    )
+                    .expect("opens");
+                    elapsed += start.elapsed();
+                    black_box(log.log_end_offset());
+                }
+                elapsed
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, append, read, recovery);
 criterion_main!(benches);
