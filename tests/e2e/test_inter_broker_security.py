@@ -153,10 +153,22 @@ class InterBrokerCluster:
             acl(ResourceType.TOPIC, topic, AclOperation.READ),
             acl(ResourceType.TOPIC, topic, AclOperation.DESCRIBE),
             acl(ResourceType.GROUP, group, AclOperation.READ, ResourcePatternType.PREFIXED),
+            acl(ResourceType.TRANSACTIONAL_ID, "txn-", AclOperation.WRITE,
+                ResourcePatternType.PREFIXED),
         ]
         admin = self.admin()  # held until the futures resolve: a dropped client cancels them
         for f in admin.create_acls(bindings).values():
             f.result(timeout=30)
+
+        # Each node enforces the ACLs once it applied their records from the metadata log.
+        # A new client's first Metadata goes to its only bootstrap node, so this asks each.
+        def described_on(node_id: int) -> bool:
+            md = AdminClient(self.conf("alice", node_id)).list_topics(topic=topic, timeout=5)
+            t = md.topics.get(topic)
+            return t is not None and t.error is None
+
+        for node_id in self.cluster.nodes:
+            wait_for(lambda: described_on(node_id), 30, f"node {node_id} to apply alice's ACLs")
 
 
 def strip_ansi(text: str) -> str:
@@ -224,6 +236,20 @@ def test_replication_over_sasl_ssl_with_scram_and_mtls(inter_broker_cluster):
     assert produce(c.conf("alice"), topic, values) == [None] * len(values)
     assert sorted(consume_all(c.conf("alice"), topic, group, len(values))) == sorted(values)
     c.wait_for_full_isr(topic)
+
+    # A transaction over every partition: the coordinator writes its markers to leaders on
+    # the other nodes with WriteTxnMarkers over SASL_SSL, as User:broker.
+    txn = Producer({**c.conf("alice"), "transactional.id": "txn-" + uuid.uuid4().hex[:6],
+                    "transaction.timeout.ms": 60_000})
+    txn.init_transactions(60)
+    txn.begin_transaction()
+    committed = [f"{topic}-txn-{i}".encode() for i in range(30)]
+    for i, v in enumerate(committed):
+        txn.produce(topic, v, partition=i % PARTITIONS)
+    txn.commit_transaction(60)
+    values += committed
+    assert sorted(consume_all(c.conf("alice", **{"isolation.level": "read_committed"}), topic,
+                              group + "-txn", len(values))) == sorted(values)
 
     # A follower of partition 0 dies with kill -9; acks=all writes go on with the ISR that
     # is left (min.insync.replicas=2), then it restarts and catches up over SASL_SSL.
