@@ -53,7 +53,12 @@ PARTITIONS = 3
 class InterBrokerCluster:
     """A three-node cluster whose client and inter-broker listeners are SASL_SSL."""
 
-    def __init__(self, workdir: Path, broker_passwords: dict[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        broker_passwords: dict[int, str] | None = None,
+        super_users: str = "User:admin;User:broker",
+    ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.ca = trustme.CA(organization_name="Rill inter-broker test CA")
         self.ca_path = workdir / "ca.pem"
@@ -69,7 +74,7 @@ class InterBrokerCluster:
             **CLUSTER_OVERRIDES,
             "min.insync.replicas": "2",
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "super.users": "User:admin;User:broker",
+            "super.users": super_users,
             "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:SASL_SSL",
             "inter.broker.listener.name": "INTERNAL",
             "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
@@ -178,8 +183,8 @@ def strip_ansi(text: str) -> str:
 def produce(conf: dict, topic: str, values: list[bytes]) -> list:
     """acks=all; the delivery errors (None for each stored record)."""
     outcome: list = []
-    producer = Producer({**conf, "acks": "all", "enable.idempotence": True,
-                         "message.timeout.ms": 60_000})
+    producer = Producer({"acks": "all", "enable.idempotence": True, "message.timeout.ms": 60_000,
+                         **conf})
     for i, v in enumerate(values):
         producer.produce(topic, v, partition=i % PARTITIONS,
                          on_delivery=lambda err, msg: outcome.append(err))
@@ -313,3 +318,28 @@ def test_a_wrong_inter_broker_password_keeps_the_broker_out_of_the_isr(inter_bro
     assert "cannot connect to the leader to replicate" in log, log[-3000:]
     assert 'SASL SCRAM-SHA-512 authentication as "broker"' in log, log[-3000:]
     assert "SASL_AUTHENTICATION_FAILED" in log, log[-3000:]
+
+
+def test_brokers_without_cluster_action_do_not_replicate(inter_broker_cluster):
+    # User:broker logs in, but is no super user and has no ACL: Kafka's follower fetch
+    # needs CLUSTER_ACTION on the cluster, so every follower is refused and each ISR
+    # shrinks to its leader; acks=all writes then fail min.insync.replicas=2.
+    c = inter_broker_cluster(super_users="User:admin")
+    topic = "noaction-" + uuid.uuid4().hex[:8]
+    c.create_topic(topic)
+    c.allow_alice(topic, "g")
+
+    def leaders_alone() -> bool:
+        isrs = c.isrs(topic)
+        return len(isrs) == PARTITIONS and all(
+            leader >= 0 and isr == {leader} for leader, isr in isrs.values()
+        )
+
+    wait_for(leaders_alone, 60, "every ISR shrunk to its leader")
+    errors = produce(c.conf("alice", **{"message.timeout.ms": 5_000}), topic, [b"x"])
+    assert len(errors) == 1 and errors[0] is not None
+    assert errors[0].code() in (
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError._MSG_TIMED_OUT,
+    ), errors

@@ -42,7 +42,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
 use crate::network::inter_broker::{InterBrokerConnector, InterBrokerStream, PeerEndpoint};
-
 use crate::rate::{QuotaWindows, Rate};
 use crate::replication::replica_manager::ReplicaManager;
 
