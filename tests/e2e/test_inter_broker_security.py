@@ -343,3 +343,7 @@ def test_brokers_without_cluster_action_do_not_replicate(inter_broker_cluster):
         KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         KafkaError._MSG_TIMED_OUT,
     ), errors
+    # Each follower says why it cannot replicate.
+    for node in c.cluster.nodes.values():
+        log = strip_ansi(node.log_text())
+        assert "TOPIC_AUTHORIZATION_FAILED" in log and "needs CLUSTER_ACTION" in log, log[-3000:]

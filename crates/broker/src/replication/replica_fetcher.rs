@@ -174,6 +174,8 @@ struct Fetcher {
     partitions: Mutex<BTreeMap<TopicPartition, FetchState>>,
     changed: Notify,
     stopped: std::sync::atomic::AtomicBool,
+    /// The authorization error last logged at WARN for this leader (see `note_refusal`).
+    refusal_logged: Mutex<Option<ErrorCode>>,
 }
 
 impl Fetcher {
@@ -234,6 +236,7 @@ impl ReplicaFetcherManager {
                     partitions: Mutex::new(BTreeMap::new()),
                     changed: Notify::new(),
                     stopped: std::sync::atomic::AtomicBool::new(false),
+                    refusal_logged: Mutex::new(None),
                 });
                 tokio::spawn(run(
                     f.clone(),
@@ -522,7 +525,7 @@ async fn truncate_once(
             };
             let code = ErrorCode(p.error_code);
             if code != ErrorCode::NONE {
-                tracing::debug!(%tp, error = code.name(), "epoch validation refused");
+                note_refusal(fetcher, &tp, code, "epoch validation");
                 update_state(fetcher, &tp, leader_epoch, |s| {
                     s.delayed_until = Some(backoff_deadline(code))
                 });
@@ -541,6 +544,31 @@ async fn truncate_once(
         }
     }
     Ok(())
+}
+
+/// Logs a partition error from the leader. An authorization error means this broker's
+/// principal lacks CLUSTER_ACTION there, which no retry mends: the operator is told at
+/// WARN, once per leader and error, and the partition keeps retrying (the grant may come).
+fn note_refusal(fetcher: &Fetcher, tp: &TopicPartition, code: ErrorCode, what: &str) {
+    let authorization = code == ErrorCode::TOPIC_AUTHORIZATION_FAILED
+        || code == ErrorCode::CLUSTER_AUTHORIZATION_FAILED;
+    if authorization {
+        let mut logged = fetcher
+            .refusal_logged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if *logged != Some(code) {
+            *logged = Some(code);
+            tracing::warn!(
+                %tp,
+                error = code.name(),
+                "the leader refuses this broker's {what}: its principal on the inter-broker \
+                 listener needs CLUSTER_ACTION on the cluster (super.users or an ACL); retrying"
+            );
+            return;
+        }
+    }
+    tracing::debug!(%tp, error = code.name(), "{what} refused");
 }
 
 /// When to try a refused partition again. Errors that mean the two brokers' metadata
@@ -652,7 +680,7 @@ async fn fetch_once(
                     _ => update_state(fetcher, &tp, epoch, |s| s.needs_truncation = true),
                 }
             } else {
-                tracing::debug!(%tp, error = code.name(), "replica fetch refused");
+                note_refusal(fetcher, &tp, code, "replica fetch");
                 update_state(fetcher, &tp, epoch, |s| {
                     s.delayed_until = Some(backoff_deadline(code))
                 });
