@@ -110,7 +110,15 @@ mod modules {
         ("network", &["rate", "config", "error", "metrics"]),
         (
             "replication",
-            &["rate", "config", "error", "log_dir_failure", "metrics"],
+            // `network`: the fetchers dial leaders with its inter-broker connector.
+            &[
+                "network",
+                "rate",
+                "config",
+                "error",
+                "log_dir_failure",
+                "metrics",
+            ],
         ),
         (
             "coordinator",
@@ -141,7 +149,14 @@ mod modules {
         ),
         (
             "metadata_publisher",
-            &["server", "coordinator", "replication", "config", "error"],
+            &[
+                "server",
+                "coordinator",
+                "replication",
+                "network",
+                "config",
+                "error",
+            ],
         ),
         (
             "broker_lifecycle",

@@ -1158,6 +1158,15 @@ const KEYS_WITHOUT_DEFAULT: &[&str] = &[
     "plain.sasl.jaas.config",
     "sasl.enabled.mechanisms",
     "sasl.plain.users.file",
+    // The inter-broker listener's client side (see `network::inter_broker`): the
+    // mechanism (PLAIN unless set) and the broker's login, per mechanism as Kafka
+    // spells it (`listener.name.<listener>.scram-sha-512.sasl.jaas.config`).
+    "security.inter.broker.protocol",
+    "sasl.mechanism.inter.broker.protocol",
+    "sasl.jaas.config",
+    "scram-sha-256.sasl.jaas.config",
+    "scram-sha-512.sasl.jaas.config",
+    "ssl.endpoint.identification.algorithm",
     "ssl.certificate.location",
     "ssl.client.auth",
     "ssl.enabled.protocols",
@@ -1623,9 +1632,36 @@ impl BrokerConfig {
     }
 
     /// `inter.broker.listener.name`: the listener brokers use to reach each other (the
-    /// follower fetchers); unless set, the first PLAINTEXT client listener, else the first.
+    /// follower fetchers, the transaction marker sender), over any security protocol
+    /// (see `network::inter_broker`). As in Kafka, `security.inter.broker.protocol`
+    /// instead names the listener called after a protocol (`SASL_SSL`), and setting both
+    /// is refused; with neither, the first PLAINTEXT client listener, else the first.
     pub fn inter_broker_listener_name(&self) -> Result<String, BrokerError> {
         let listeners = self.client_listeners()?;
+        let by_protocol = self.props.get("security.inter.broker.protocol");
+        if let Some(protocol) = by_protocol {
+            if self.props.contains_key("inter.broker.listener.name") {
+                return Err(BrokerError::Config(
+                    "only one of inter.broker.listener.name and security.inter.broker.protocol \
+                     may be set"
+                        .into(),
+                ));
+            }
+            let name = protocol.trim().to_ascii_uppercase();
+            if SecurityProtocol::parse(&name).is_none() {
+                return Err(BrokerError::Config(format!(
+                    "security.inter.broker.protocol: invalid value {name:?}: must be one of \
+                     PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"
+                )));
+            }
+            return if listeners.iter().any(|l| l.name == name) {
+                Ok(name)
+            } else {
+                Err(BrokerError::Config(format!(
+                    "security.inter.broker.protocol: no listener is named {name}"
+                )))
+            };
+        }
         match self.props.get("inter.broker.listener.name") {
             Some(name) => {
                 let name = name.trim().to_ascii_uppercase();
@@ -1637,8 +1673,8 @@ impl BrokerConfig {
                     )))
                 }
             }
-            // Followers fetch in plaintext (replication over TLS and SASL is not built
-            // yet): the first PLAINTEXT listener, else the first.
+            // Kafka's default, `security.inter.broker.protocol=PLAINTEXT`, where there is
+            // such a listener.
             None => Ok(listeners
                 .iter()
                 .find(|l| l.protocol == SecurityProtocol::Plaintext)
@@ -2153,6 +2189,15 @@ mod tests {
         assert_eq!(c.inter_broker_listener_name().unwrap(), "INTERNAL");
         c.set("inter.broker.listener.name", "NOPE");
         assert!(c.inter_broker_listener_name().is_err());
+        c.set("security.inter.broker.protocol", "SSL");
+        assert!(config_error_of(c.inter_broker_listener_name()).contains("only one"));
+        c.props.remove("inter.broker.listener.name");
+        assert_eq!(c.inter_broker_listener_name().unwrap(), "SSL");
+        c.set("security.inter.broker.protocol", "SASL_SSL");
+        assert!(config_error_of(c.inter_broker_listener_name()).contains("SASL_SSL"));
+        assert!(is_known_broker_key(
+            "listener.name.internal.scram-sha-512.sasl.jaas.config"
+        ));
         // A name with no protocol, a listener named twice, a bad map entry: refused.
         c.set("listeners", "EXTERNAL://127.0.0.1:1");
         assert!(config_error_of(c.client_listeners()).contains("EXTERNAL"));

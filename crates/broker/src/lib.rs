@@ -178,6 +178,14 @@ impl Server {
             .map(|e| (e.host.clone(), e.port))
             .unwrap_or_else(|| ("127.0.0.1".into(), local_addr.port()));
         let inter_broker_listener = config.inter_broker_listener_name()?;
+        let connector = Arc::new(network::inter_broker::InterBrokerConnector::from_config(
+            &config,
+        )?);
+        tracing::info!(
+            listener = connector.listener(),
+            protocol = connector.protocol().name(),
+            "brokers reach each other on the inter-broker listener"
+        );
         let windows = |(samples, seconds): (u32, u64)| rate::QuotaWindows {
             samples,
             window: std::time::Duration::from_secs(seconds),
@@ -194,6 +202,7 @@ impl Server {
             throttle: Arc::new(replication::replica_fetcher::FollowerThrottle::new(
                 replication_windows,
             )),
+            connector: connector.clone(),
         };
         let lag_ms = config.duration_ms("replica.lag.time.max.ms")?;
         let lag_ms = i64::try_from(lag_ms.as_millis()).unwrap_or(i64::MAX);
@@ -208,6 +217,7 @@ impl Server {
             replicas.clone(),
             leaders.clone(),
             node_id,
+            connector,
         );
         let (published, _) = watch::channel(0);
         let broker = Arc::new(Broker {

@@ -187,13 +187,7 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
             registration.leader,
             &broker.inter_broker_listener,
         )
-        .and_then(|(host, port)| {
-            use std::net::ToSocketAddrs;
-            (host.as_str(), u16::try_from(port).ok()?)
-                .to_socket_addrs()
-                .ok()?
-                .next()
-        });
+        .and_then(|(host, port)| crate::network::inter_broker::PeerEndpoint::resolve(host, port));
         if let Err(e) = broker.replicas.become_follower(
             &to_tp(tp),
             *topic_id,

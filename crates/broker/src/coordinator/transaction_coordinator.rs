@@ -110,6 +110,7 @@ pub fn start(
     replicas: Arc<ReplicaManager>,
     leaders: Arc<dyn PartitionLeaders>,
     local_id: i32,
+    connector: Arc<crate::network::inter_broker::InterBrokerConnector>,
 ) -> TransactionCoordinatorHandle {
     // Unbounded: it holds at most one job per transaction that is ending, and the state
     // machine holds at most one transaction per transactional id.
@@ -122,7 +123,7 @@ pub fn start(
         markers,
     };
     let handle = runtime::start(shard, replicas);
-    transaction_marker::start(jobs, handle.clone(), leaders, local_id);
+    transaction_marker::start(jobs, handle.clone(), leaders, local_id, connector);
     handle
 }
 

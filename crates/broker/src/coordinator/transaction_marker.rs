@@ -25,7 +25,6 @@
 //! that wrote to it; there is at most one job per ending transaction.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,15 +38,15 @@ use rill_protocol::generated::{RequestHeader, ResponseHeader};
 use rill_protocol::{encode_request_frame, ApiKey, Decodable, ErrorCode, Request};
 use rill_transaction::TransactionPartition;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+
+use crate::network::inter_broker::{InterBrokerConnector, PeerEndpoint};
 
 use super::transaction_coordinator::{by_topic, TransactionCoordinatorHandle, TxnCall, TxnReply};
 
 /// The WriteTxnMarkers version sent (Kafka's inter-broker version for transaction
 /// version 1; flexible).
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A leader appends markers with acks=all; Kafka's `request.timeout.ms` bounds the wait.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_RESPONSE_BYTES: usize = 1 << 20;
@@ -69,7 +68,8 @@ pub struct MarkerJob {
 /// Where a partition's leader is, as this broker's metadata image says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Leader {
-    At(i32, SocketAddr),
+    /// The leader's id and its endpoint on the inter-broker listener.
+    At(i32, PeerEndpoint),
     /// The partition has no leader now (an election, or a leader without an endpoint).
     Unavailable,
     /// The topic or partition does not exist (deleted): its marker is not needed.
@@ -115,7 +115,7 @@ pub fn outcome(error: ErrorCode) -> Outcome {
 /// done or waiting without a leader.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
-    pub requests: BTreeMap<SocketAddr, Vec<TransactionPartition>>,
+    pub requests: BTreeMap<PeerEndpoint, Vec<TransactionPartition>>,
     pub unknown: Vec<TransactionPartition>,
     pub no_leader: Vec<TransactionPartition>,
 }
@@ -194,10 +194,17 @@ pub fn start(
     coordinator: TransactionCoordinatorHandle,
     leaders: Arc<dyn PartitionLeaders>,
     local_id: i32,
+    connector: Arc<InterBrokerConnector>,
 ) {
     tokio::spawn(async move {
         while let Some(job) = jobs.recv().await {
-            tokio::spawn(run_job(job, coordinator.clone(), leaders.clone(), local_id));
+            tokio::spawn(run_job(
+                job,
+                coordinator.clone(),
+                leaders.clone(),
+                local_id,
+                connector.clone(),
+            ));
         }
     });
 }
@@ -207,6 +214,7 @@ async fn run_job(
     coordinator: TransactionCoordinatorHandle,
     leaders: Arc<dyn PartitionLeaders>,
     local_id: i32,
+    connector: Arc<InterBrokerConnector>,
 ) {
     let mut todo: BTreeSet<TransactionPartition> = job.partitions.iter().cloned().collect();
     let mut backoff = RETRY_BACKOFF_MIN;
@@ -236,11 +244,27 @@ async fn run_job(
         for (addr, partitions) in plan.requests {
             let request = request(&job, &partitions);
             let job = job.clone();
+            let connector = connector.clone();
             sends.spawn(async move {
-                match send(addr, local_id, &request).await {
+                match send(&connector, &addr, local_id, &request).await {
                     Ok(response) => results(&job, &partitions, &response),
                     Err(e) => {
-                        tracing::debug!(%addr, error = %e, "WriteTxnMarkers failed");
+                        // A refused login or TLS handshake is a misconfiguration the
+                        // operator must see (at most once a second per job, the backoff's
+                        // cap); a leader that is down or moved is routine.
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::InvalidData
+                        ) {
+                            tracing::warn!(
+                                %addr,
+                                listener = connector.listener(),
+                                error = %e,
+                                "WriteTxnMarkers failed; retrying"
+                            );
+                        } else {
+                            tracing::debug!(%addr, error = %e, "WriteTxnMarkers failed");
+                        }
                         partitions
                             .into_iter()
                             .map(|tp| (tp, ErrorCode::NETWORK_EXCEPTION))
@@ -285,30 +309,31 @@ async fn run_job(
 
 /// Sends one WriteTxnMarkers request on a connection of its own.
 async fn send(
-    addr: SocketAddr,
+    connector: &InterBrokerConnector,
+    addr: &PeerEndpoint,
     local_id: i32,
     request: &WriteTxnMarkersRequest,
 ) -> std::io::Result<WriteTxnMarkersResponse> {
     let io_err = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
     let timed_out =
         |what: &str| std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_string());
-    let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
-        .await
-        .map_err(|_| timed_out("connect timed out"))??;
-    stream.set_nodelay(true)?;
+    let client_id = format!("rill-txn-marker-sender-{local_id}");
+    let mut stream = connector.connect(addr, &client_id).await?;
     let api = ApiKey::from_i16(WriteTxnMarkersRequest::API_KEY)
         .ok_or_else(|| io_err("unknown api".into()))?;
     let header = RequestHeader {
         request_api_key: WriteTxnMarkersRequest::API_KEY,
         request_api_version: WRITE_TXN_MARKERS_VERSION,
         correlation_id: 1,
-        client_id: Some(format!("rill-txn-marker-sender-{local_id}")),
+        client_id: Some(client_id),
         ..Default::default()
     };
     let mut frame = BytesMut::new();
     encode_request_frame(&mut frame, &header, request).map_err(|e| io_err(e.to_string()))?;
     let exchange = async {
         stream.write_all(&frame).await?;
+        // TLS may hold the last record until flushed.
+        stream.flush().await?;
         let mut buf = BytesMut::with_capacity(4096);
         loop {
             match decode_frame(&mut buf, MAX_RESPONSE_BYTES) {
@@ -357,8 +382,8 @@ mod tests {
         }
     }
 
-    fn addr(port: u16) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], port))
+    fn addr(port: u16) -> PeerEndpoint {
+        PeerEndpoint::of_addr(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
     }
 
     fn job(partitions: &[(&str, i32)]) -> MarkerJob {
@@ -495,7 +520,7 @@ mod tests {
         use std::sync::atomic::{AtomicUsize, Ordering};
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let leader_addr = listener.local_addr().unwrap();
+        let leader_addr = PeerEndpoint::of_addr(listener.local_addr().unwrap());
         let requests = Arc::new(AtomicUsize::new(0));
         let seen = requests.clone();
         tokio::spawn(async move {
@@ -552,14 +577,20 @@ mod tests {
         });
         let leaders = Arc::new(Leaders(
             [
-                (("a".to_string(), 0), Leader::At(1, leader_addr)),
-                (("a".to_string(), 1), Leader::At(1, leader_addr)),
+                (("a".to_string(), 0), Leader::At(1, leader_addr.clone())),
+                (("a".to_string(), 1), Leader::At(1, leader_addr.clone())),
             ]
             .into_iter()
             .collect(),
         ));
         let (handle, mut calls) = test_handle();
-        tokio::spawn(run_job(job(&[("a", 0), ("a", 1)]), handle, leaders, 9));
+        tokio::spawn(run_job(
+            job(&[("a", 0), ("a", 1)]),
+            handle,
+            leaders,
+            9,
+            Default::default(),
+        ));
         let mut still_preparing = 0;
         let written = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
@@ -620,7 +651,13 @@ mod tests {
                 .collect(),
         ));
         let (handle, mut calls) = test_handle();
-        let task = tokio::spawn(run_job(job(&[("a", 0)]), handle, leaders, 9));
+        let task = tokio::spawn(run_job(
+            job(&[("a", 0)]),
+            handle,
+            leaders,
+            9,
+            Default::default(),
+        ));
         let (call, reply) = tokio::time::timeout(Duration::from_secs(10), calls.recv())
             .await
             .unwrap()

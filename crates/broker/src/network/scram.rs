@@ -159,6 +159,8 @@ pub enum ScramError {
     NonceMismatch,
     #[error("invalid credentials")]
     InvalidCredentials,
+    #[error("the server's signature is wrong: the peer does not know the credential")]
+    ServerSignature,
     #[error("the exchange is over")]
     Finished,
     #[error("{0}")]
@@ -353,6 +355,138 @@ impl ScramServer {
             nonce,
         }));
         Ok(ScramStep::Continue(response))
+    }
+}
+
+/// The client side of one exchange, as a broker speaks it to another over the
+/// inter-broker listener (see `network::inter_broker`). RFC 5802's steps: client-first
+/// with a fresh nonce, client-final with the proof once server-first gave the salt and
+/// iterations, then server-final's signature checked, so that a peer that does not know
+/// the credential is not believed either.
+pub struct ScramClient {
+    mechanism: ScramMechanism,
+    user: String,
+    password: String,
+    client_nonce: String,
+    client_first_bare: String,
+    /// After client-final: `ServerSignature` to expect.
+    server_signature: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ScramClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScramClient")
+            .field("mechanism", &self.mechanism)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ScramClient {
+    pub fn new(mechanism: ScramMechanism, user: &str, password: &str) -> Result<Self, ScramError> {
+        let client_nonce = random_base64(24).map_err(ScramError::Internal)?;
+        Ok(Self::with_nonce(mechanism, user, password, client_nonce))
+    }
+
+    fn with_nonce(mechanism: ScramMechanism, user: &str, password: &str, nonce: String) -> Self {
+        Self {
+            mechanism,
+            user: user.to_string(),
+            password: password.to_string(),
+            client_nonce: nonce,
+            client_first_bare: String::new(),
+            server_signature: None,
+        }
+    }
+
+    /// client-first: `n,,n=<user>,r=<nonce>` (no channel binding, no authzid).
+    pub fn client_first(&mut self) -> Vec<u8> {
+        self.client_first_bare = format!(
+            "n={},r={}",
+            self.user.replace('=', "=3D").replace(',', "=2C"),
+            self.client_nonce
+        );
+        format!("n,,{}", self.client_first_bare).into_bytes()
+    }
+
+    /// client-final for the server's server-first: the combined nonce must extend ours
+    /// and the iterations be within Kafka's bounds (a peer cannot make us hash for ever).
+    pub fn client_final(&mut self, server_first: &[u8]) -> Result<Vec<u8>, ScramError> {
+        let server_first =
+            std::str::from_utf8(server_first).map_err(|_| ScramError::Malformed("server-first"))?;
+        let (mut nonce, mut salt, mut iterations) = (None, None, None);
+        for attr in server_first.split(',') {
+            match attr.split_once('=') {
+                Some(("r", v)) => nonce = Some(v),
+                Some(("s", v)) => {
+                    salt = Some(
+                        BASE64
+                            .decode(v)
+                            .map_err(|_| ScramError::Malformed("server-first salt"))?,
+                    )
+                }
+                Some(("i", v)) => {
+                    iterations = Some(
+                        v.parse::<i32>()
+                            .map_err(|_| ScramError::Malformed("server-first iterations"))?,
+                    )
+                }
+                Some(("m", _)) => return Err(ScramError::Malformed("mandatory extension")),
+                Some(_) => {}
+                None => return Err(ScramError::Malformed("server-first attribute")),
+            }
+        }
+        let nonce = nonce.ok_or(ScramError::Malformed("server-first without a nonce"))?;
+        let salt = salt.ok_or(ScramError::Malformed("server-first without a salt"))?;
+        let iterations =
+            iterations.ok_or(ScramError::Malformed("server-first without iterations"))?;
+        if nonce.len() <= self.client_nonce.len() || !nonce.starts_with(&self.client_nonce) {
+            return Err(ScramError::NonceMismatch);
+        }
+        if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
+            return Err(ScramError::Malformed(
+                "server-first iterations out of bounds",
+            ));
+        }
+        let iterations = u32::try_from(iterations)
+            .map_err(|_| ScramError::Malformed("server-first iterations"))?;
+        let m = self.mechanism;
+        let salted = m.salted_password(self.password.as_bytes(), &salt, iterations);
+        let without_proof = format!("c=biws,r={nonce}");
+        let auth_message = format!("{},{server_first},{without_proof}", self.client_first_bare);
+        let client_key = m.hmac(&salted, b"Client Key");
+        let stored_key = m.hash(&client_key);
+        let signature = m.hmac(&stored_key, auth_message.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(a, b)| a ^ b)
+            .collect();
+        let server_key = m.hmac(&salted, b"Server Key");
+        self.server_signature = Some(m.hmac(&server_key, auth_message.as_bytes()));
+        Ok(format!("{without_proof},p={}", BASE64.encode(proof)).into_bytes())
+    }
+
+    /// Checks server-final (`v=<signature>`, compared in constant time); `e=<error>` is
+    /// the server's refusal.
+    pub fn verify_server_final(&self, server_final: &[u8]) -> Result<(), ScramError> {
+        let expected = self.server_signature.as_ref().ok_or(ScramError::Finished)?;
+        let server_final =
+            std::str::from_utf8(server_final).map_err(|_| ScramError::Malformed("server-final"))?;
+        if server_final.starts_with("e=") {
+            return Err(ScramError::InvalidCredentials);
+        }
+        let v = server_final
+            .split(',')
+            .find_map(|a| a.strip_prefix("v="))
+            .ok_or(ScramError::Malformed("server-final"))?;
+        let got = BASE64
+            .decode(v)
+            .map_err(|_| ScramError::Malformed("server signature"))?;
+        if got.len() != expected.len() || !bool::from(got.ct_eq(expected)) {
+            return Err(ScramError::ServerSignature);
+        }
+        Ok(())
     }
 }
 
@@ -580,6 +714,92 @@ pub(crate) mod tests {
             server.step(forged.as_bytes(), lookup),
             Err(ScramError::ChannelBinding)
         );
+    }
+
+    /// Our client against our server: both mechanisms authenticate and the client
+    /// believes the server's signature; a wrong password fails at the proof.
+    #[test]
+    fn the_client_authenticates_and_verifies_the_server() {
+        for m in ScramMechanism::ALL {
+            let stored = stored(m, "pencil");
+            let mut client = ScramClient::new(m, "us=er,1", "pencil").unwrap();
+            let mut server = ScramServer::new(m);
+            let ScramStep::Continue(server_first) = server
+                .step(&client.client_first(), |u| {
+                    assert_eq!(u, "us=er,1");
+                    Some(stored.clone())
+                })
+                .unwrap()
+            else {
+                panic!("server-first expected")
+            };
+            let client_final = client.client_final(&server_first).unwrap();
+            let ScramStep::Done { user, response } =
+                server.step(&client_final, |_| unreachable!()).unwrap()
+            else {
+                panic!("server-final expected")
+            };
+            assert_eq!(user, "us=er,1");
+            client.verify_server_final(&response).unwrap();
+
+            let mut wrong = ScramClient::new(m, "user", "pen").unwrap();
+            let mut server = ScramServer::new(m);
+            let ScramStep::Continue(server_first) = server
+                .step(&wrong.client_first(), |_| Some(stored.clone()))
+                .unwrap()
+            else {
+                panic!("server-first expected")
+            };
+            let client_final = wrong.client_final(&server_first).unwrap();
+            assert_eq!(
+                server.step(&client_final, |_| unreachable!()),
+                Err(ScramError::InvalidCredentials)
+            );
+        }
+    }
+
+    /// A server that does not know the credential, or answers nonsense, is not believed.
+    #[test]
+    fn the_client_refuses_a_forged_or_malformed_server() {
+        let m = ScramMechanism::Sha512;
+        let mut client = ScramClient::with_nonce(m, "u", "p", "abc".into());
+        client.client_first();
+        let salt = BASE64.encode(b"salt");
+        // The combined nonce must extend ours.
+        for bad in [
+            format!("r=xyz123,s={salt},i=4096"),
+            format!("r=abc,s={salt},i=4096"),
+        ] {
+            assert_eq!(
+                client.client_final(bad.as_bytes()),
+                Err(ScramError::NonceMismatch)
+            );
+        }
+        // Iterations a peer could use to make us hash for ever, or too few.
+        for i in ["1", "100000000", "-5", "x"] {
+            assert!(client
+                .client_final(format!("r=abc123,s={salt},i={i}").as_bytes())
+                .is_err());
+        }
+        assert!(client.client_final(b"r=abc123,i=4096").is_err());
+        assert!(
+            client.verify_server_final(b"v=AAAA").is_err(),
+            "before client-final"
+        );
+        client
+            .client_final(format!("r=abc123,s={salt},i=4096").as_bytes())
+            .unwrap();
+        let forged = format!("v={}", BASE64.encode([0u8; 64]));
+        assert_eq!(
+            client.verify_server_final(forged.as_bytes()),
+            Err(ScramError::ServerSignature)
+        );
+        assert_eq!(
+            client.verify_server_final(b"e=invalid-proof"),
+            Err(ScramError::InvalidCredentials)
+        );
+        assert!(client.verify_server_final(b"v=!!").is_err());
+        assert!(client.verify_server_final(&[0xff, 0xfe]).is_err());
     }
 
     #[test]

@@ -226,7 +226,7 @@ pub fn check_tls_change(
     tls_server_config(&overlay(base, listener, &values), listener).map(|_| ())
 }
 
-fn config_error(key: &str, listener: &str, what: impl std::fmt::Display) -> BrokerError {
+pub(crate) fn config_error(key: &str, listener: &str, what: impl std::fmt::Display) -> BrokerError {
     BrokerError::Config(format!("{key} (listener {listener}): {what}"))
 }
 
@@ -249,45 +249,13 @@ pub fn tls_server_config(
             .map(str::trim)
             .filter(|v| !v.is_empty())
     };
-    let (certs, key) = match (
-        get("ssl.keystore.location"),
-        get("ssl.certificate.location"),
-    ) {
-        (Some(keystore), _) => {
-            let kind = get("ssl.keystore.type").unwrap_or("PEM");
-            if !kind.eq_ignore_ascii_case("PEM") {
-                return Err(config_error(
-                    "ssl.keystore.type",
-                    listener,
-                    format!("{kind:?} is not supported: Rill reads PEM keystores only"),
-                ));
-            }
-            (
-                read_certs("ssl.keystore.location", listener, keystore)?,
-                read_key("ssl.keystore.location", listener, keystore)?,
-            )
-        }
-        (None, Some(chain)) => {
-            let key = get("ssl.key.location").ok_or_else(|| {
-                config_error(
-                    "ssl.key.location",
-                    listener,
-                    "must be set with ssl.certificate.location",
-                )
-            })?;
-            (
-                read_certs("ssl.certificate.location", listener, chain)?,
-                read_key("ssl.key.location", listener, key)?,
-            )
-        }
-        (None, None) => {
-            return Err(config_error(
-                "ssl.keystore.location",
-                listener,
-                "a TLS listener needs a certificate and key: ssl.keystore.location (PEM), \
-                 or ssl.certificate.location and ssl.key.location",
-            ))
-        }
+    let Some((certs, key)) = read_keystore(config, listener)? else {
+        return Err(config_error(
+            "ssl.keystore.location",
+            listener,
+            "a TLS listener needs a certificate and key: ssl.keystore.location (PEM), \
+             or ssl.certificate.location and ssl.key.location",
+        ));
     };
     let client_auth = match get("ssl.client.auth")
         .unwrap_or("none")
@@ -343,8 +311,61 @@ pub fn tls_server_config(
         .map_err(|e| config_error("ssl.keystore.location", listener, e))
 }
 
+/// A listener's own key and certificate chain: `ssl.keystore.location` (PEM, key and
+/// chain in one file), or `ssl.certificate.location` with `ssl.key.location`; `None`
+/// when neither is set. The server presents them on the listener, and a broker presents
+/// them as its client certificate when it dials the inter-broker listener of another.
+pub(crate) type KeyAndChain = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+pub(crate) fn read_keystore(
+    config: &BrokerConfig,
+    listener: &str,
+) -> Result<Option<KeyAndChain>, BrokerError> {
+    let get = |key: &str| {
+        config
+            .listener_value(listener, key)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    Ok(Some(
+        match (
+            get("ssl.keystore.location"),
+            get("ssl.certificate.location"),
+        ) {
+            (Some(keystore), _) => {
+                let kind = get("ssl.keystore.type").unwrap_or("PEM");
+                if !kind.eq_ignore_ascii_case("PEM") {
+                    return Err(config_error(
+                        "ssl.keystore.type",
+                        listener,
+                        format!("{kind:?} is not supported: Rill reads PEM keystores only"),
+                    ));
+                }
+                (
+                    read_certs("ssl.keystore.location", listener, keystore)?,
+                    read_key("ssl.keystore.location", listener, keystore)?,
+                )
+            }
+            (None, Some(chain)) => {
+                let key = get("ssl.key.location").ok_or_else(|| {
+                    config_error(
+                        "ssl.key.location",
+                        listener,
+                        "must be set with ssl.certificate.location",
+                    )
+                })?;
+                (
+                    read_certs("ssl.certificate.location", listener, chain)?,
+                    read_key("ssl.key.location", listener, key)?,
+                )
+            }
+            (None, None) => return Ok(None),
+        },
+    ))
+}
+
 /// `ssl.enabled.protocols` (Kafka's `TLSv1.2,TLSv1.3`, the default).
-fn protocol_versions(
+pub(crate) fn protocol_versions(
     raw: Option<&str>,
     listener: &str,
 ) -> Result<Vec<&'static rustls::SupportedProtocolVersion>, BrokerError> {
@@ -369,7 +390,7 @@ fn protocol_versions(
     Ok(out)
 }
 
-fn read_certs(
+pub(crate) fn read_certs(
     key: &str,
     listener: &str,
     path: &str,

@@ -24,7 +24,6 @@
 //!    its place.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -40,9 +39,9 @@ use rill_protocol::generated::{RequestHeader, ResponseHeader};
 use rill_protocol::{encode_request_frame, ApiKey, Decodable, ErrorCode, Request, Uuid};
 use rill_storage::TopicPartition;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
+use crate::network::inter_broker::{InterBrokerConnector, InterBrokerStream, PeerEndpoint};
 use crate::rate::{QuotaWindows, Rate};
 use crate::replication::replica_manager::ReplicaManager;
 
@@ -53,7 +52,6 @@ const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
 /// The largest response a fetcher reads (replica.fetch.response.max.bytes's default).
 const MAX_RESPONSE_BYTES: usize = 10 << 20;
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Settings of the fetchers, from `replica.*` broker configs.
 #[derive(Debug, Clone)]
@@ -63,6 +61,8 @@ pub struct FetcherConfig {
     pub partition_max_bytes: i32,
     /// Shared by every fetcher of this broker.
     pub throttle: Arc<FollowerThrottle>,
+    /// How fetchers dial leaders on the inter-broker listener (TLS, SASL).
+    pub connector: Arc<InterBrokerConnector>,
 }
 
 /// Whether a topic's `*.replication.throttled.replicas` value (`*`, or
@@ -170,10 +170,12 @@ struct FetchState {
 }
 
 struct Fetcher {
-    addr: Mutex<SocketAddr>,
+    addr: Mutex<PeerEndpoint>,
     partitions: Mutex<BTreeMap<TopicPartition, FetchState>>,
     changed: Notify,
     stopped: std::sync::atomic::AtomicBool,
+    /// The authorization error last logged at WARN for this leader (see `note_refusal`).
+    refusal_logged: Mutex<Option<ErrorCode>>,
 }
 
 impl Fetcher {
@@ -209,7 +211,7 @@ impl ReplicaFetcherManager {
         &self,
         replicas: &Arc<ReplicaManager>,
         leader: i32,
-        addr: SocketAddr,
+        addr: PeerEndpoint,
         tp: &TopicPartition,
         topic_id: Uuid,
         leader_epoch: i32,
@@ -230,10 +232,11 @@ impl ReplicaFetcherManager {
             .entry(leader)
             .or_insert_with(|| {
                 let f = Arc::new(Fetcher {
-                    addr: Mutex::new(addr),
+                    addr: Mutex::new(addr.clone()),
                     partitions: Mutex::new(BTreeMap::new()),
                     changed: Notify::new(),
                     stopped: std::sync::atomic::AtomicBool::new(false),
+                    refusal_logged: Mutex::new(None),
                 });
                 tokio::spawn(run(
                     f.clone(),
@@ -286,24 +289,24 @@ impl ReplicaFetcherManager {
 
 /// One connection to a leader.
 struct LeaderConnection {
-    stream: TcpStream,
+    stream: InterBrokerStream,
     correlation_id: i32,
     client_id: String,
     buf: BytesMut,
 }
 
 impl LeaderConnection {
-    async fn connect(addr: SocketAddr, local_id: i32) -> std::io::Result<Self> {
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
-            .await
-            .map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
-            })??;
-        stream.set_nodelay(true)?;
+    async fn connect(
+        connector: &InterBrokerConnector,
+        leader: &PeerEndpoint,
+        local_id: i32,
+    ) -> std::io::Result<Self> {
+        let client_id = format!("rill-replica-fetcher-{local_id}");
+        let stream = connector.connect(leader, &client_id).await?;
         Ok(Self {
             stream,
             correlation_id: 0,
-            client_id: format!("rill-replica-fetcher-{local_id}"),
+            client_id,
             buf: BytesMut::with_capacity(64 * 1024),
         })
     }
@@ -328,6 +331,8 @@ impl LeaderConnection {
         encode_request_frame(&mut frame, &header, request).map_err(|e| io_err(e.to_string()))?;
         let exchange = async {
             self.stream.write_all(&frame).await?;
+            // TLS may hold the last record until flushed.
+            self.stream.flush().await?;
             loop {
                 match decode_frame(&mut self.buf, MAX_RESPONSE_BYTES) {
                     Ok(Some(frame)) => return Ok(frame.freeze()),
@@ -363,6 +368,9 @@ async fn run(
     leader: i32,
 ) {
     let mut conn: Option<LeaderConnection> = None;
+    // The last connection failure logged at WARN: a leader that stays unreachable, or
+    // refuses our login, is reported once per distinct reason, not every backoff.
+    let mut last_warning: Option<String> = None;
     let request_timeout = config.max_wait + Duration::from_secs(10);
     loop {
         if fetcher.stopped.load(std::sync::atomic::Ordering::Acquire) {
@@ -389,11 +397,32 @@ async fn run(
         let c = match conn.as_mut() {
             Some(c) => c,
             None => {
-                let addr = *fetcher.addr.lock().unwrap_or_else(|e| e.into_inner());
-                match LeaderConnection::connect(addr, config.local_id).await {
-                    Ok(c) => conn.insert(c),
+                let addr = fetcher
+                    .addr
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                match LeaderConnection::connect(&config.connector, &addr, config.local_id).await {
+                    Ok(c) => {
+                        if last_warning.take().is_some() {
+                            tracing::info!(leader, %addr, "connected to the leader again");
+                        }
+                        conn.insert(c)
+                    }
                     Err(e) => {
-                        tracing::debug!(leader, %addr, error = %e, "cannot reach leader");
+                        let reason = e.to_string();
+                        if last_warning.as_deref() != Some(reason.as_str()) {
+                            tracing::warn!(
+                                leader,
+                                %addr,
+                                listener = config.connector.listener(),
+                                error = %e,
+                                "cannot connect to the leader to replicate; retrying"
+                            );
+                            last_warning = Some(reason);
+                        } else {
+                            tracing::debug!(leader, %addr, error = %e, "cannot reach leader");
+                        }
                         drop(replicas);
                         tokio::time::sleep(RETRY_BACKOFF).await;
                         continue;
@@ -496,7 +525,7 @@ async fn truncate_once(
             };
             let code = ErrorCode(p.error_code);
             if code != ErrorCode::NONE {
-                tracing::debug!(%tp, error = code.name(), "epoch validation refused");
+                note_refusal(fetcher, &tp, code, "epoch validation");
                 update_state(fetcher, &tp, leader_epoch, |s| {
                     s.delayed_until = Some(backoff_deadline(code))
                 });
@@ -515,6 +544,31 @@ async fn truncate_once(
         }
     }
     Ok(())
+}
+
+/// Logs a partition error from the leader. An authorization error means this broker's
+/// principal lacks CLUSTER_ACTION there, which no retry mends: the operator is told at
+/// WARN, once per leader and error, and the partition keeps retrying (the grant may come).
+fn note_refusal(fetcher: &Fetcher, tp: &TopicPartition, code: ErrorCode, what: &str) {
+    let authorization = code == ErrorCode::TOPIC_AUTHORIZATION_FAILED
+        || code == ErrorCode::CLUSTER_AUTHORIZATION_FAILED;
+    if authorization {
+        let mut logged = fetcher
+            .refusal_logged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if *logged != Some(code) {
+            *logged = Some(code);
+            tracing::warn!(
+                %tp,
+                error = code.name(),
+                "the leader refuses this broker's {what}: its principal on the inter-broker \
+                 listener needs CLUSTER_ACTION on the cluster (super.users or an ACL); retrying"
+            );
+            return;
+        }
+    }
+    tracing::debug!(%tp, error = code.name(), "{what} refused");
 }
 
 /// When to try a refused partition again. Errors that mean the two brokers' metadata
@@ -626,7 +680,7 @@ async fn fetch_once(
                     _ => update_state(fetcher, &tp, epoch, |s| s.needs_truncation = true),
                 }
             } else {
-                tracing::debug!(%tp, error = code.name(), "replica fetch refused");
+                note_refusal(fetcher, &tp, code, "replica fetch");
                 update_state(fetcher, &tp, epoch, |s| {
                     s.delayed_until = Some(backoff_deadline(code))
                 });

@@ -644,7 +644,7 @@ impl ReplicaManager {
         topic_id: Uuid,
         registration: &rill_metadata::PartitionRegistration,
         config: &LogConfig,
-        leader_addr: Option<std::net::SocketAddr>,
+        leader_addr: Option<crate::network::inter_broker::PeerEndpoint>,
     ) -> Result<(), BrokerError> {
         let state = PartitionState::from_registration(registration);
         let partition = self.ensure_open(tp, topic_id, &state, config)?;
@@ -1776,6 +1776,7 @@ mod tests {
             max_wait: std::time::Duration::from_millis(100),
             partition_max_bytes: 1 << 20,
             throttle: Default::default(),
+            connector: Default::default(),
         };
         ReplicaManager::new(dir, config, 10_000).0
     }

@@ -334,6 +334,7 @@ impl Sim {
                 max_wait: Duration::from_millis(500),
                 partition_max_bytes: 1 << 20,
                 throttle: Default::default(),
+                connector: Default::default(),
             },
             LAG_MS,
             Arc::new(move || clock.load(Ordering::SeqCst)),

@@ -502,13 +502,7 @@ impl PartitionLeaders for BrokerLeaders {
             return Leader::Unavailable;
         }
         let addr = broker_endpoint(&image, p.leader, &broker.inter_broker_listener).and_then(
-            |(host, port)| {
-                use std::net::ToSocketAddrs;
-                (host.as_str(), u16::try_from(port).ok()?)
-                    .to_socket_addrs()
-                    .ok()?
-                    .next()
-            },
+            |(host, port)| crate::network::inter_broker::PeerEndpoint::resolve(host, port),
         );
         match addr {
             Some(addr) => Leader::At(p.leader, addr),
