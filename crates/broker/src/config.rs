@@ -1154,6 +1154,7 @@ const KEYS_WITHOUT_DEFAULT: &[&str] = &[
     // The HTTP listener's security (see `http::auth`): `none` or `basic`, unset meaning
     // `basic` when a client listener uses SASL; and its TLS.
     "http.authentication",
+    "http.bearer.tokens.file",
     "http.ssl.certificate.location",
     "http.ssl.enabled",
     "http.ssl.key.location",

@@ -8,6 +8,12 @@
 //! as: SCRAM credentials from the metadata image (either mechanism) and the PLAIN users
 //! of the SASL listeners' config (`plain.sasl.jaas.config`, `sasl.plain.users.file`).
 //!
+//! With `http.bearer.tokens.file` (one token a line, `#` comments) set, an
+//! `Authorization: Bearer <token>` header of one of its tokens is accepted too, for
+//! scrapers and scripts that should not hold a user's password. Tokens are compared as
+//! SHA-256 digests in constant time, so that neither a token's bytes nor its length
+//! leak through the time of an answer; the file is read once, at start.
+//!
 //! A SCRAM credential stores no password, only `StoredKey = H(HMAC(SaltedPassword,
 //! "Client Key"))` with the salt and the iterations: so the check salts the given
 //! password the same way and compares the StoredKey it derives, in constant time.
@@ -34,6 +40,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
 
@@ -79,6 +86,8 @@ pub struct HttpAuth {
     pub reason: &'static str,
     /// PLAIN users of every SASL client listener (each listener may have its own).
     plain: Vec<Arc<SaslConfig>>,
+    /// SHA-256 digests of `http.bearer.tokens.file`'s tokens.
+    bearer_tokens: Arc<Vec<[u8; 32]>>,
     /// Set when the listener is bound to a loopback address (see the module docs).
     loopback_only: bool,
     derivations: Arc<Semaphore>,
@@ -89,6 +98,7 @@ impl std::fmt::Debug for HttpAuth {
         f.debug_struct("HttpAuth")
             .field("authentication", &self.authentication)
             .field("plain", &self.plain)
+            .field("bearer_tokens", &self.bearer_tokens.len())
             .field("loopback_only", &self.loopback_only)
             .finish_non_exhaustive()
     }
@@ -133,10 +143,24 @@ impl HttpAuth {
                 plain.push(Arc::new(SaslConfig::from_config(config, name)?));
             }
         }
+        let bearer_tokens = match config
+            .get("http.bearer.tokens.file")
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    BrokerError::Config(format!("http.bearer.tokens.file: {path}: {e}"))
+                })?;
+                bearer_tokens(&text)
+            }
+            None => Vec::new(),
+        };
         Ok(Self {
             authentication,
             reason,
             plain,
+            bearer_tokens: Arc::new(bearer_tokens),
             loopback_only: false,
             derivations: Arc::new(Semaphore::new(DERIVATIONS_MAX)),
         })
@@ -148,6 +172,7 @@ impl HttpAuth {
             authentication: Authentication::None,
             reason: "open",
             plain: Vec::new(),
+            bearer_tokens: Arc::new(Vec::new()),
             loopback_only: false,
             derivations: Arc::new(Semaphore::new(DERIVATIONS_MAX)),
         }
@@ -183,6 +208,13 @@ pub async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> 
     }
     if guard.auth.authentication == Authentication::None {
         return next.run(request).await;
+    }
+    if let Some(token) = bearer_token(request.headers()) {
+        return if check_bearer(&guard.auth.bearer_tokens, token) {
+            next.run(request).await
+        } else {
+            unauthorized()
+        };
     }
     let Some((user, password)) = basic_credentials(request.headers()) else {
         return unauthorized();
@@ -236,6 +268,39 @@ pub fn basic_credentials(headers: &HeaderMap) -> Option<(String, String)> {
         return None;
     }
     Some((user.to_string(), password.to_string()))
+}
+
+/// The digests of the tokens of a `http.bearer.tokens.file` (one a line; blank lines
+/// and `#` comments skipped).
+pub fn bearer_tokens(text: &str) -> Vec<[u8; 32]> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|t| Sha256::digest(t.as_bytes()).into())
+        .collect()
+}
+
+/// The token of an `Authorization: Bearer` header (bounded like Basic's).
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?;
+    if value.len() > AUTHORIZATION_BYTES_MAX {
+        return None;
+    }
+    let (scheme, token) = value.to_str().ok()?.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// Whether `token` is one of `tokens` (digests): every one is compared, in constant time.
+pub fn check_bearer(tokens: &[[u8; 32]], token: &str) -> bool {
+    let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    let mut ok = subtle::Choice::from(0);
+    for t in tokens {
+        ok |= t.ct_eq(&digest);
+    }
+    bool::from(ok)
 }
 
 /// Whether `password` is `user`'s: a PLAIN user of any SASL listener, or a SCRAM
@@ -436,6 +501,28 @@ mod tests {
         assert_eq!(basic_credentials(&h), Some(("alice".into(), "x".into())));
         let long = format!("alice:{}", "x".repeat(AUTHORIZATION_BYTES_MAX));
         assert_eq!(basic_credentials(&basic(&long)), None);
+    }
+
+    #[test]
+    fn bearer_tokens_are_checked() {
+        let tokens = bearer_tokens("# scrapers\n  tok-en-1 \n\ntok-en-2\n");
+        assert_eq!(tokens.len(), 2);
+        assert!(check_bearer(&tokens, "tok-en-1"));
+        assert!(check_bearer(&tokens, "tok-en-2"));
+        assert!(!check_bearer(&tokens, "tok-en-3"));
+        assert!(!check_bearer(&tokens, "tok-en-"));
+        assert!(!check_bearer(&tokens, "# scrapers"));
+        assert!(!check_bearer(&[], "tok-en-1"));
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("bearer  abc "),
+        );
+        assert_eq!(bearer_token(&h), Some("abc"));
+        for bad in ["Bearer", "Bearer  ", "Basic abc", "Token abc"] {
+            h.insert(header::AUTHORIZATION, HeaderValue::from_static(bad));
+            assert_eq!(bearer_token(&h), None, "{bad}");
+        }
     }
 
     #[test]
