@@ -158,6 +158,20 @@ def test_a_loopback_listener_refuses_other_hosts(node):
     assert get(f"{base}/health/live", {"Host": "evil.example"})[0] == 200
 
 
+def test_bearer_tokens_from_a_file(node, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# the Prometheus job\nscrape-3f9a1c\n\nscript-77b2\n")
+    n = node({"http.bearer.tokens.file": str(tokens)})
+    base = f"http://{n.server.http_address()}"
+    for token in ["scrape-3f9a1c", "script-77b2"]:
+        status, _, body = get(f"{base}/metrics", {"Authorization": f"Bearer {token}"})
+        assert status == 200 and b"# EOF" in body
+    for token in ["scrape-3f9a1", "scrape-3f9a1cX", "# the Prometheus job", "x" * 5000]:
+        assert get(f"{base}/metrics", {"Authorization": f"Bearer {token}"})[0] == 401, token
+    # Basic still works beside the tokens.
+    assert get(f"{base}/api/cluster", {"Authorization": basic("bob", "bob-secret")})[0] == 200
+
+
 def test_authentication_none_opens_the_listener(node):
     n = node({"http.authentication": "none"})
     base = f"http://{n.server.http_address()}"
