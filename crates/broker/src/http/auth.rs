@@ -166,18 +166,6 @@ impl HttpAuth {
         })
     }
 
-    /// No authentication and no Host check (tests, and nodes built without a config).
-    pub fn open() -> Self {
-        Self {
-            authentication: Authentication::None,
-            reason: "open",
-            plain: Vec::new(),
-            bearer_tokens: Arc::new(Vec::new()),
-            loopback_only: false,
-            derivations: Arc::new(Semaphore::new(DERIVATIONS_MAX)),
-        }
-    }
-
     /// Turns the Host check on when the listener is bound to a loopback address.
     pub fn bound_to(mut self, local: SocketAddr) -> Self {
         self.loopback_only = local.ip().is_loopback();
@@ -189,7 +177,7 @@ impl HttpAuth {
 #[derive(Clone)]
 pub struct Guard {
     pub auth: HttpAuth,
-    pub image: Option<ScramLookup>,
+    pub image: ScramLookup,
 }
 
 /// The middleware in front of every route (see the module docs).
@@ -224,11 +212,10 @@ pub async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> 
         return unauthorized();
     };
     let plain = guard.auth.plain.clone();
-    let image = guard.image.as_ref().map(|f| f());
-    let checked = tokio::task::spawn_blocking(move || {
-        check_password(&plain, image.as_deref(), &user, &password)
-    })
-    .await;
+    let image = (guard.image)();
+    let checked =
+        tokio::task::spawn_blocking(move || check_password(&plain, Some(&image), &user, &password))
+            .await;
     match checked {
         Ok(true) => next.run(request).await,
         _ => unauthorized(),

@@ -152,7 +152,7 @@ pub async fn serve(
     };
     let guard = auth::Guard {
         auth: listener.auth,
-        image: Some(image),
+        image,
     };
     let state = AppState {
         source,
