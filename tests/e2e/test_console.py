@@ -432,7 +432,13 @@ def test_a_node_with_only_secured_listeners_says_so(tmp_path, browser):
     from rill_harness import RillServer
 
     jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="pw";'
-    server = RillServer(tmp_path / "sasl-only", overrides={**HTTP_ON, "plain.sasl.jaas.config": jaas})
+    # A SASL listener turns on Basic authentication on the HTTP listener by default
+    # (test_http_security.py); this test is about the console's banner, as an operator
+    # who opted out with `http.authentication=none` sees it.
+    server = RillServer(
+        tmp_path / "sasl-only",
+        overrides={**HTTP_ON, "plain.sasl.jaas.config": jaas, "http.authentication": "none"},
+    )
     server.overrides["listeners"] = f"SASL_PLAINTEXT://127.0.0.1:{server.port}"
     server.start()
     try:

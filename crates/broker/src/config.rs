@@ -1151,6 +1151,14 @@ const KEYS_WITHOUT_DEFAULT: &[&str] = &[
     "broker.rack",
     "cluster.id",
     "controller.listener.names",
+    // The HTTP listener's security (see `http::auth`): `none` or `basic`, unset meaning
+    // `basic` when a client listener uses SASL; and its TLS.
+    "http.authentication",
+    "http.bearer.tokens.file",
+    "http.ssl.certificate.location",
+    "http.ssl.enabled",
+    "http.ssl.key.location",
+    "http.ssl.keystore.location",
     "inter.broker.listener.name",
     "listener.security.protocol.map",
     // Security (see `network::security`): TLS key material and client authentication,

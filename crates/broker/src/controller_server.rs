@@ -65,13 +65,16 @@ impl ControllerServer {
         let (quorum, cluster_id) = crate::shared_server::start_quorum(&config, roles).await?;
         let quorum = Arc::new(quorum);
         let http_listener = crate::http::bind(&config).await?;
-        let http_addr = match &http_listener {
-            Some(l) => Some(
-                l.local_addr()
-                    .map_err(|e| BrokerError::Config(format!("http.listeners: {e}")))?,
-            ),
-            None => None,
-        };
+        let http_addr = http_listener
+            .as_ref()
+            .map(crate::http::HttpListener::local_addr);
+        if let Some(l) = &http_listener {
+            tracing::info!(
+                addr = %l.local_addr(),
+                security = %l.describe(),
+                "http listener (/metrics, /health/live, /health/ready)"
+            );
+        }
         let (shutdown, rx) = watch::channel(false);
         let http_task = http_listener.map(|l| {
             tokio::spawn(crate::http::serve(

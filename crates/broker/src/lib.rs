@@ -147,15 +147,13 @@ impl Server {
         // `/health/ready` answers 503 until the broker is ready.
         let metrics_settings = http::MetricsSettings::from_config(&config)?;
         let http_listener = http::bind(&config).await?;
-        let http_addr = match &http_listener {
-            Some(l) => Some(
-                l.local_addr()
-                    .map_err(|e| BrokerError::Config(format!("http.listeners: {e}")))?,
-            ),
-            None => None,
-        };
-        if let Some(addr) = http_addr {
-            tracing::info!(%addr, "http listener (/metrics, /health/live, /health/ready)");
+        let http_addr = http_listener.as_ref().map(http::HttpListener::local_addr);
+        if let Some(l) = &http_listener {
+            tracing::info!(
+                addr = %l.local_addr(),
+                security = %l.describe(),
+                "http listener (/metrics, /health/live, /health/ready)"
+            );
         }
         let local_addr = bound
             .first()

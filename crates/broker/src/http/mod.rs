@@ -15,6 +15,12 @@
 //!   on the client: so the binary builds the routes and hands them over, once the node's
 //!   client listeners are bound and it knows where to connect.
 //!
+//! Who may ask is `auth.rs`'s business: with `http.authentication = basic` (the default
+//! when a client listener uses SASL) everything but the two health probes needs the
+//! credentials of a cluster user, and a listener bound to a loopback address refuses
+//! requests for another host (DNS rebinding). With `http.ssl.enabled` it speaks HTTPS
+//! only (`tls.rs`).
+//!
 //! The listener is bound by `Server::start` before the broker registers, so that a port
 //! taken is a start-up error and `/health/ready` answers 503 while the broker starts;
 //! it stops with the server's shutdown signal. A controller-only node serves it too
@@ -22,7 +28,9 @@
 //! the process's and the quorum's metrics only. It shares the server's runtime: a scrape
 //! is a few milliseconds of one worker, and nothing here holds a lock a request needs.
 
+pub mod auth;
 mod scrape;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -34,6 +42,7 @@ use axum::routing::get;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use rill_metadata::MetadataQuorum;
@@ -47,16 +56,51 @@ pub use scrape::{MetricsSettings, PARTITION_SERIES_MAX_KEY};
 /// The content type of the page `/metrics` serves (what prometheus-client encodes).
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// The bound HTTP listener with its security settings.
+pub struct HttpListener {
+    tcp: TcpListener,
+    local: SocketAddr,
+    auth: auth::HttpAuth,
+    tls: Option<TlsAcceptor>,
+}
+
+impl HttpListener {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// What the start-up log says of it.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}, authentication {} ({})",
+            if self.tls.is_some() { "https" } else { "http" },
+            self.auth.authentication,
+            self.auth.reason
+        )
+    }
+}
+
 /// Binds `http.listeners` (`None` when it is empty). A port that cannot be bound is an
-/// error naming the key and the address.
-pub async fn bind(config: &BrokerConfig) -> Result<Option<TcpListener>, BrokerError> {
+/// error naming the key and the address; so is a bad `http.authentication` or an
+/// unreadable key file (read before the port is taken).
+pub async fn bind(config: &BrokerConfig) -> Result<Option<HttpListener>, BrokerError> {
     let Some(addr) = config.http_listener()? else {
         return Ok(None);
     };
+    let auth = auth::HttpAuth::from_config(config)?;
+    let tls = tls::acceptor(config)?;
     let tcp = TcpListener::bind(addr).await.map_err(|e| {
         BrokerError::Config(format!("http.listeners: cannot listen on {addr}: {e}"))
     })?;
-    Ok(Some(tcp))
+    let local = tcp
+        .local_addr()
+        .map_err(|e| BrokerError::Config(format!("http.listeners: {e}")))?;
+    Ok(Some(HttpListener {
+        tcp,
+        local,
+        auth: auth.bound_to(local),
+        tls,
+    }))
 }
 
 /// What the listener reports on: a broker (with or without the controller), or a
@@ -89,13 +133,27 @@ struct AppState {
 
 /// Serves the router on `listener` until `shutdown` turns true.
 pub async fn serve(
-    listener: TcpListener,
+    listener: HttpListener,
     source: Source,
     settings: MetricsSettings,
     extra: ExtraRoutes,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let local: Option<SocketAddr> = listener.local_addr().ok();
+    let local = listener.local;
+    let image: auth::ScramLookup = match &source {
+        Source::Broker(broker) => {
+            let broker = broker.clone();
+            Arc::new(move || broker.image())
+        }
+        Source::Controller(quorum) => {
+            let quorum = quorum.clone();
+            Arc::new(move || Arc::new(quorum.image()))
+        }
+    };
+    let guard = auth::Guard {
+        auth: listener.auth,
+        image,
+    };
     let state = AppState {
         source,
         settings: Arc::new(settings),
@@ -106,7 +164,8 @@ pub async fn serve(
         .route("/health/ready", get(ready))
         .route("/metrics", get(metrics))
         .fallback(extra_routes)
-        .with_state(state);
+        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(guard, auth::guard));
     let stop = async move {
         while !*shutdown.borrow() {
             if shutdown.changed().await.is_err() {
@@ -114,11 +173,20 @@ pub async fn serve(
             }
         }
     };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::warn!(addr = ?local, error = %e, "http listener stopped");
+    let served = match listener.tls {
+        Some(acceptor) => {
+            axum::serve(tls::TlsListener::new(listener.tcp, local, acceptor), app)
+                .with_graceful_shutdown(stop)
+                .await
+        }
+        None => {
+            axum::serve(listener.tcp, app)
+                .with_graceful_shutdown(stop)
+                .await
+        }
+    };
+    if let Err(e) = served {
+        tracing::warn!(addr = %local, error = %e, "http listener stopped");
     }
 }
 

@@ -125,7 +125,7 @@ impl SaslConfig {
     /// PLAIN's check: the user's password, compared in constant time (over the longer
     /// of the two lengths, so that the time says nothing of the stored one's length
     /// beyond what a wrong length already does).
-    fn check_plain(&self, user: &str, password: &str) -> bool {
+    pub(crate) fn check_plain(&self, user: &str, password: &str) -> bool {
         let Some(expected) = self.plain_users.get(user) else {
             // Same work as a known user, so that timing does not reveal who exists.
             let _ = password.as_bytes().ct_eq(password.as_bytes());
