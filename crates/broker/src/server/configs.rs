@@ -574,7 +574,14 @@ fn describe_broker(
 ) -> Vec<DescribeConfigsResourceResult> {
     let mut keys: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
     keys.extend(BROKER_DEFAULTS.iter().map(|(k, _)| *k));
-    keys.extend(TOPIC_CONFIGS.iter().map(|d| d.broker_key));
+    // A topic config that no broker key supplies a default for is not a broker config
+    // (it had been described as one with an empty name; sarama's admin test caught it).
+    keys.extend(
+        TOPIC_CONFIGS
+            .iter()
+            .map(|d| d.broker_key)
+            .filter(|k| *k != config::NO_BROKER_KEY),
+    );
     keys.extend(config::DYNAMIC_BROKER_KEYS.iter().map(|d| d.name));
     keys.extend(static_config.explicit().map(|(k, _)| k));
     keys.into_iter()
@@ -944,6 +951,11 @@ mod tests {
         assert!(!b("log.retention.ms").read_only);
         assert!(b("log.dirs").read_only);
         assert_eq!(b("compression.type").value.as_deref(), Some("lz4"));
+        // Topic-only configs (no broker key) are not broker configs.
+        assert!(broker.iter().all(|c| !c.name.is_empty()));
+        assert!(broker
+            .iter()
+            .all(|c| c.name != "leader.replication.throttled.replicas"));
         let cluster = describe_cluster_default(&image, false);
         assert_eq!(cluster.len(), 1);
         assert_eq!(cluster[0].name, "log.retention.ms");
