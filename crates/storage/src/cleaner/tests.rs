@@ -667,6 +667,23 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// A step hook for `apply_clean_with` that fails (an injected crash) after `n` steps.
+fn crash_after_steps(n: usize, dir: &Path) -> impl FnMut() -> Result<(), StorageError> {
+    let dir = dir.to_owned();
+    let mut steps = 0;
+    move || {
+        steps += 1;
+        if steps > n {
+            Err(StorageError::Corrupt {
+                path: dir.clone(),
+                reason: "injected crash".into(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+}
+
 #[test]
 fn a_crash_at_any_step_of_the_swap_leaves_the_old_or_the_new_log() {
     // The original: many small segments, heavily superseded, so that cleaned segments
@@ -696,18 +713,7 @@ fn a_crash_at_any_step_of_the_swap_leaves_the_old_or_the_new_log() {
         let task = log.prepare_clean(now, &CleanerConfig::default()).unwrap();
         let cleaned = task.run().unwrap();
         assert!(cleaned.old_bases.len() > cleaned.new_bases.len());
-        let mut steps = 0;
-        let result = log.apply_clean_with(cleaned, &mut || {
-            steps += 1;
-            if steps > crash_after {
-                Err(StorageError::Corrupt {
-                    path: dir.path().to_owned(),
-                    reason: "injected crash".into(),
-                })
-            } else {
-                Ok(())
-            }
-        });
+        let result = log.apply_clean_with(cleaned, &mut crash_after_steps(crash_after, dir.path()));
         let finished = result.is_ok();
         // The process dies: no close, the next open recovers.
         drop(log);
@@ -793,18 +799,7 @@ fn a_crash_between_the_swap_and_the_index_rewrite_reads_the_markers_again() {
         let task = log.prepare_clean(now, &CleanerConfig::default()).unwrap();
         let cleaned = task.run().unwrap();
         assert!(cleaned.old_bases.len() > cleaned.new_bases.len());
-        let mut steps = 0;
-        let result = log.apply_clean_with(cleaned, &mut || {
-            steps += 1;
-            if steps > crash_after {
-                Err(StorageError::Corrupt {
-                    path: dir.path().to_owned(),
-                    reason: "injected crash".into(),
-                })
-            } else {
-                Ok(())
-            }
-        });
+        let result = log.apply_clean_with(cleaned, &mut crash_after_steps(crash_after, dir.path()));
         finished = result.is_ok();
         drop(log); // kill -9
         let log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();

@@ -1545,18 +1545,24 @@ fn tamper_snapshot(dir: &Path, offset: i64, from: i64, to: i64) {
     fs::write(&path, tampered).unwrap();
 }
 
-/// Kafka takes a producer snapshot at each roll; after a kill -9 the log starts from the
-/// newest one at a segment base and reads only the batch headers after it.
-#[test]
-fn a_recovery_starts_from_the_snapshot_of_the_last_roll() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(600), T0, PreviousShutdown::Unclean).unwrap();
+/// A log of producer 7's batches over three segments (two rolls), and its bases.
+fn three_segments_of_producer_7(dir: &Path) -> (UnifiedLog, Vec<i64>) {
+    let mut log = UnifiedLog::open(dir, config(600), T0, PreviousShutdown::Unclean).unwrap();
     let mut seq = 0;
     while log.segment_count() < 3 {
         append_producer(&mut log, 7, seq, 2);
         seq += 2;
     }
     let bases = log.segment_base_offsets();
+    (log, bases)
+}
+
+/// Kafka takes a producer snapshot at each roll; after a kill -9 the log starts from the
+/// newest one at a segment base and reads only the batch headers after it.
+#[test]
+fn a_recovery_starts_from_the_snapshot_of_the_last_roll() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, bases) = three_segments_of_producer_7(dir.path());
     // One per roll, the newest two kept, each at the base of the segment it opened.
     assert_eq!(snapshot_offsets(dir.path()), bases[1..].to_vec());
     append_producer(&mut log, 9, 0, 1);
@@ -1626,13 +1632,7 @@ fn a_recovery_starts_from_the_snapshot_of_the_last_roll() {
 #[test]
 fn a_truncation_deletes_the_snapshots_above_the_new_log_end() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = UnifiedLog::open(dir.path(), config(600), T0, PreviousShutdown::Unclean).unwrap();
-    let mut seq = 0;
-    while log.segment_count() < 3 {
-        append_producer(&mut log, 7, seq, 2);
-        seq += 2;
-    }
-    let bases = log.segment_base_offsets();
+    let (mut log, bases) = three_segments_of_producer_7(dir.path());
     assert_eq!(snapshot_offsets(dir.path()), bases[1..].to_vec());
     // Into the middle segment: the last roll's snapshot goes, the one before stays.
     log.truncate_to(bases[2] - 2, T0).unwrap();
