@@ -125,6 +125,56 @@ def main() -> None:
         + chunk(8, b"0\n0\n"),
     )
 
+    # SASL before authentication: frames as `[len: u16][frame]` (no size prefix).
+    def sasl(*frames: bytes) -> bytes:
+        return b"".join(struct.pack(">H", len(f)) + f for f in frames)
+
+    def bytes_(b: bytes) -> bytes:
+        return struct.pack(">i", len(b)) + b
+
+    def handshake(version: int, mechanism: bytes) -> bytes:
+        return header(17, version, False) + string(mechanism)
+
+    def authenticate(token: bytes, version: int = 1) -> bytes:
+        if version >= 2:
+            return header(36, version, True) + bytes([len(token) + 1]) + token + b"\x00"
+        return header(36, version, False) + bytes_(token)
+
+    plain = b"\x00alice\x00alice-secret"
+    client_first = b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"
+    client_final = b"c=biws,r=fyko+d2lbbFgONRv9qkxdawLx,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+    metadata_v0 = header(3, 0, False) + struct.pack(">i", 0)
+    write("sasl_server", "plain_v1", sasl(header(18, 0, False), handshake(1, b"PLAIN"), authenticate(plain), metadata_v0))
+    write("sasl_server", "plain_v0_raw", sasl(handshake(0, b"PLAIN"), plain, metadata_v0))
+    write("sasl_server", "plain_v2", sasl(handshake(1, b"PLAIN"), authenticate(plain, 2)))
+    write("sasl_server", "scram_256_v1", sasl(handshake(1, b"SCRAM-SHA-256"), authenticate(client_first), authenticate(client_final)))
+    write("sasl_server", "scram_512_v0_raw", sasl(handshake(0, b"SCRAM-SHA-512"), client_first, client_final))
+    write("sasl_server", "produce_first", sasl(header(0, 3, False) + b"\x00" * 16))
+
+    # SCRAM from both ends: `[flags][client-first]\0[client-final]\0[server-first]\0[server-final]`.
+    server_first = b"r=*,s=QSXCR+Q6sek8bf92,i=4096"
+    server_final = b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+    final = b"c=biws,r=*,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+    for name, flags in [("unknown_256", 0), ("unknown_512", 1), ("known_256", 2), ("known_512", 3)]:
+        write("scram", name, bytes([flags]) + b"\0".join([client_first, final, server_first, server_final]))
+    write("scram", "authzid", b"\x02" + b"\0".join([b"n,a=alice,n=alice,r=abc", final, b"r=*,s=AAAA,i=4096,e=x", b"e=invalid-proof"]))
+
+    # TLS: ClientHellos from Python's ssl (OpenSSL), TLS 1.3 and 1.2 only.
+    import ssl
+
+    for name, version in [("client_hello_tls13", ssl.TLSVersion.TLSv1_3), ("client_hello_tls12", ssl.TLSVersion.TLSv1_2)]:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        context.minimum_version = context.maximum_version = version
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+        try:
+            tls.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        write("tls_accept", name, outgoing.read())
+
 
 if __name__ == "__main__":
     main()

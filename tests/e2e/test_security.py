@@ -538,3 +538,94 @@ def test_certificates_rotate_without_a_restart(secure, tmp_path):
     s.pki.ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(rotated))
     wait_for(lambda: tls_handshake_ok(ssl_bootstrap, s.pki.ca_path), 10,
              "the certificate rewritten in place served")
+
+
+def vm_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+PREAUTH_MAX = 512 * 1024  # sasl.server.max.receive.size (Kafka's default)
+READ_AHEAD = 8 * 1024  # network::READ_AHEAD_BYTES
+
+
+EXTRA_FLOOD = json.loads(os.environ.get("RILL_FLOOD_EXTRA", "null"))
+
+
+def test_pre_authentication_flood_of_large_frames_leaves_memory_bounded(secure):
+    """200 unauthenticated connections on a SASL_PLAINTEXT listener announce large frames:
+    150 announce exactly sasl.server.max.receive.size (512 KiB) and send all of it but the
+    last byte, then stall (the most a stranger can make the broker buffer); 50 announce
+    600 KiB to 7.9 MiB, send all of it but the last byte too, and are closed at the prefix.
+    The broker's RSS stays under baseline + 150 × (512 KiB + read-ahead) × 1.5 + 64 MiB
+    (measured: about 30 MiB before, 109 MiB at the peak, 33 MiB after; bound 208 MiB), and
+    an authenticated client is served during the flood and after it. Without the limit the
+    oversized frames would be held too, 209 MiB more: with the limit raised to 16 MiB
+    (RILL_FLOOD_EXTRA='{"sasl.server.max.receive.size": "16777216"}') the peak is 319 MiB
+    and this fails."""
+    s = secure(EXTRA_FLOOD)
+    pid = s.server.pid
+    topic = unique_topic("flood")
+    create_topic(s.bootstrap("PLAINTEXT"), topic, partitions=1)
+    plain = s.confluent(
+        "SASL_PLAINTEXT",
+        **{"sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret"},
+    )
+    # Warm up the authenticated path, so that the baseline includes it.
+    assert confluent_roundtrip(plain, topic, count=10) == [f"{topic}-{i}".encode() for i in range(10)]
+    before = vm_rss_kib(pid)
+
+    port = s.ports["SASL_PLAINTEXT"]
+    stalled: list[socket.socket] = []
+    oversized: list[socket.socket] = []
+    peak = before
+    for i in range(200):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        if i % 4 == 3:
+            size = 600 * 1024 + (i // 4) * 150 * 1024  # 600 KiB … 7.9 MiB
+            oversized.append(sock)
+            try:
+                sock.sendall(struct.pack(">i", size) + b"\x5a" * (size - 1))
+            except (ConnectionResetError, BrokenPipeError, socket.timeout):
+                pass  # closed at the prefix, while we were still sending
+        else:
+            stalled.append(sock)
+            sock.sendall(struct.pack(">i", PREAUTH_MAX) + b"\x5a" * (PREAUTH_MAX - 1))
+        peak = max(peak, vm_rss_kib(pid))
+    # Let the broker read what is in its socket buffers.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        peak = max(peak, vm_rss_kib(pid))
+        time.sleep(0.2)
+
+    # During the flood: a normal authenticated client is served.
+    during = [f"{topic}-{i}".encode() for i in range(10, 20)]
+    producer = Producer(plain)
+    for value in during:
+        producer.produce(topic, value)
+    assert producer.flush(30) == 0
+    peak = max(peak, vm_rss_kib(pid))
+
+    bound = before + (len(stalled) * (PREAUTH_MAX + READ_AHEAD) * 3 // 2) // 1024 + 64 * 1024
+    print(f"pre-auth flood RSS KiB: before={before} peak={peak} bound={bound}")
+    assert peak <= bound, f"RSS peaked at {peak} KiB, over {bound} KiB (before: {before} KiB)"
+    assert all(closed(sock) for sock in oversized), "an oversized pre-authentication frame was kept"
+    for sock in stalled:
+        sock.settimeout(0.05)
+        try:
+            assert sock.recv(1) != b"", "a stalled frame under the limit was closed"
+        except socket.timeout:
+            pass  # still open, as it should be (until connections.max.idle.ms)
+    for sock in stalled + oversized:
+        sock.close()
+    time.sleep(2)
+    after = vm_rss_kib(pid)
+    print(f"pre-auth flood RSS KiB: after={after}")
+
+    # After the flood: still served, and nothing of the flood was stored.
+    assert len(confluent_roundtrip(plain, topic, count=5)) == 5
+    got = [r.value for r in read_all(s.bootstrap("PLAINTEXT"), topic, partitions=1)[0].values()]
+    assert len(got) == 25 and set(during) <= set(got), got
