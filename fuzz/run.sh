@@ -5,6 +5,8 @@
 #   fuzz/run.sh 300              # five minutes per target
 #   FUZZ_TARGETS="frame request" fuzz/run.sh 30
 #   FUZZ_PROFILE=dev fuzz/run.sh 15  # a cheaper build for a short run (the test command's)
+#   FUZZ_BROKER=0 fuzz/run.sh 15     # the decoders only: not the pre-authentication targets,
+#                                    # which build rill-broker (the test command's default)
 #
 # Needs a nightly toolchain (`cargo +nightly`); without one it says so and exits 0, so that
 # a test command can call it unconditionally. cargo-fuzz is installed when missing.
@@ -29,8 +31,16 @@ profile=()
 if [[ "${FUZZ_PROFILE:-release}" == dev ]]; then
     profile=(--dev)
 fi
+# The targets with `required-features = ["broker"]` in Cargo.toml.
+broker_targets="sasl_server scram tls_accept"
+if [[ "${FUZZ_BROKER:-1}" == 1 ]]; then
+    profile+=(--features broker)
+    all="$(cargo +nightly fuzz list)"
+else
+    all="$(cargo +nightly fuzz list | grep -vxF -e ${broker_targets// / -e })"
+fi
 cargo +nightly fuzz build "${profile[@]}"
-targets="${FUZZ_TARGETS:-$(cargo +nightly fuzz list)}"
+targets="${FUZZ_TARGETS:-$all}"
 failed=()
 for target in $targets; do
     mkdir -p "corpus/$target"

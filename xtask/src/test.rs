@@ -16,9 +16,10 @@
 //! 5. The compat families of `tests/compat/` in quick mode (`compat.rs`: Kafka's Java
 //!    client and tools, the differential harness against Apache Kafka, Go clients), their
 //!    counts added to the tally; skipped when pytest arguments name a subset.
-//! 6. Every `cargo fuzz` target for `RILL_FUZZ_SECONDS` (15) seconds when a nightly
-//!    toolchain is present (`fuzz/run.sh`, built with fuzz's dev profile unless
-//!    `FUZZ_PROFILE` says otherwise).
+//! 6. Every `cargo fuzz` target of the decoders for `RILL_FUZZ_SECONDS` (15) seconds when
+//!    a nightly toolchain is present (`fuzz/run.sh`, built with fuzz's dev profile unless
+//!    `FUZZ_PROFILE` says otherwise; the pre-authentication targets, which build the
+//!    broker, with `FUZZ_BROKER=1`).
 //!
 //! The last line printed is a tally in the plain `N passed, N failed, N skipped` form, so
 //! that a reader (or CI) sees at once what ran; the exit code is non-zero on any failure.
@@ -161,6 +162,11 @@ fn fuzz(root: &Path) -> anyhow::Result<()> {
     // A short run is better served by the cheaper build (fuzz/Cargo.toml says why).
     if std::env::var_os("FUZZ_PROFILE").is_none() {
         command.env("FUZZ_PROFILE", "dev");
+    }
+    // The pre-authentication targets build rill-broker for fuzzing, minutes on two
+    // cores: by hand (`fuzz/run.sh`) or with `FUZZ_BROKER=1 cargo xtask test`.
+    if std::env::var_os("FUZZ_BROKER").is_none() {
+        command.env("FUZZ_BROKER", "0");
     }
     let status = command.status().context("could not start fuzz/run.sh")?;
     println!("    (fuzz: {:.1}s)", started.elapsed().as_secs_f64());
