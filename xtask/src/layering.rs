@@ -138,10 +138,13 @@ mod modules {
         ),
         (
             "http",
+            // `network`: the listener's TLS config and its users' credentials (SASL PLAIN
+            // and SCRAM) for Basic authentication.
             &[
                 "server",
                 "coordinator",
                 "replication",
+                "network",
                 "config",
                 "error",
                 "metrics",
