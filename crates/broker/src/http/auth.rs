@@ -50,6 +50,7 @@ use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::network::sasl::SaslConfig;
 use crate::network::scram::{ScramCredential, ScramMechanism, MIN_ITERATIONS};
+use crate::server::scram_credential;
 
 /// The longest `Authorization` header looked at: a Basic credential of a user name and
 /// password of a few hundred bytes each fits many times over; a longer one is refused
@@ -323,22 +324,6 @@ pub fn check_password(
         );
     }
     ok
-}
-
-fn scram_credential(
-    image: &MetadataImage,
-    user: &str,
-    mechanism: ScramMechanism,
-) -> Option<ScramCredential> {
-    let c = image
-        .scram_credentials
-        .get(&(user.to_string(), mechanism.kafka_type()))?;
-    Some(ScramCredential {
-        salt: c.salt.to_vec(),
-        stored_key: c.stored_key.to_vec(),
-        server_key: c.server_key.to_vec(),
-        iterations: c.iterations,
-    })
 }
 
 /// Salts `password` as the stored credential was salted and compares the StoredKey.

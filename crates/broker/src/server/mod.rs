@@ -27,6 +27,7 @@ mod quorum;
 pub(crate) mod quotas;
 mod request_authorization;
 mod sasl;
+pub(crate) use sasl::scram_credential;
 mod topics;
 mod transactions;
 mod txn_partition;
