@@ -431,7 +431,12 @@ def test_a_node_with_only_secured_listeners_says_so(tmp_path, browser):
     read the cluster, and its page says why instead of showing nothing."""
     from rill_harness import RillServer
 
-    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="pw";'
+    # `username`/`password`: the node's own inter-broker login, which a node whose only
+    # listener is SASL needs (its inter-broker listener is that one).
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="pw" user_admin="pw";'
+    )
     # A SASL listener turns on Basic authentication on the HTTP listener by default
     # (test_http_security.py); this test is about the console's banner, as an operator
     # who opted out with `http.authentication=none` sees it.
