@@ -44,7 +44,7 @@ use rill_protocol::{encode_request_frame, ApiKey, Decodable, ErrorCode, Request}
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore};
+use rustls::{CertificateError, ClientConfig, DigitallySignedStruct};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -52,7 +52,7 @@ use tokio_rustls::TlsConnector;
 use crate::config::{BrokerConfig, SecurityProtocol};
 use crate::error::BrokerError;
 use crate::network::scram::{ScramClient, ScramMechanism};
-use crate::network::security::{config_error, protocol_versions, read_certs, read_keystore};
+use crate::network::security::{config_error, protocol_versions, read_keystore, read_truststore};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The TLS handshake and the SASL exchange together (SCRAM's PBKDF2 is the slow part).
@@ -341,12 +341,7 @@ fn tls_client_config(config: &BrokerConfig, listener: &str) -> Result<ClientConf
              the brokers' certificates",
         )
     })?;
-    let mut roots = RootCertStore::empty();
-    for cert in read_certs("ssl.truststore.location", listener, path)? {
-        roots
-            .add(cert)
-            .map_err(|e| config_error("ssl.truststore.location", listener, e))?;
-    }
+    let roots = read_truststore(listener, path)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .build()

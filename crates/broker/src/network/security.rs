@@ -289,12 +289,7 @@ pub fn tls_server_config(
                  that sign them",
             )
         })?;
-        let mut roots = RootCertStore::empty();
-        for cert in read_certs("ssl.truststore.location", listener, path)? {
-            roots
-                .add(cert)
-                .map_err(|e| config_error("ssl.truststore.location", listener, e))?;
-        }
+        let roots = read_truststore(listener, path)?;
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
         let verifier = if client_auth == ClientAuth::Requested {
             verifier.allow_unauthenticated()
@@ -388,6 +383,18 @@ pub(crate) fn protocol_versions(
         return Err(config_error("ssl.enabled.protocols", listener, "is empty"));
     }
     Ok(out)
+}
+
+/// The CAs of `ssl.truststore.location` (PEM) for `listener`: whom a server trusts to
+/// sign client certificates, or a broker dialing another trusts to sign its certificate.
+pub(crate) fn read_truststore(listener: &str, path: &str) -> Result<RootCertStore, BrokerError> {
+    let mut roots = RootCertStore::empty();
+    for cert in read_certs("ssl.truststore.location", listener, path)? {
+        roots
+            .add(cert)
+            .map_err(|e| config_error("ssl.truststore.location", listener, e))?;
+    }
+    Ok(roots)
 }
 
 pub(crate) fn read_certs(
