@@ -64,13 +64,16 @@ CLUSTER_OVERRIDES = {
 @pytest.fixture
 def rill_cluster_factory(request, tmp_path):
     """`rill_cluster_factory(size=3, overrides=..., roles=...)` starts a cluster of real
-    nodes (`roles`: node id -> "controller" or "broker" for single-role nodes)."""
+    nodes (`roles`: node id -> "controller" or "broker" for single-role nodes; an override
+    of None unsets a key of CLUSTER_OVERRIDES)."""
     clusters: list[RillCluster] = []
     request.node.stash[_SERVERS] = []
 
     def start(size: int = 3, overrides=None, roles=None) -> RillCluster:
         settings = dict(CLUSTER_OVERRIDES)
         settings.update(overrides or {})
+        # An override of None leaves the key unset: the server's own default applies.
+        settings = {k: v for k, v in settings.items() if v is not None}
         cluster = RillCluster(tmp_path / f"cluster{len(clusters)}", size, settings, roles)
         clusters.append(cluster)
         request.node.stash[_SERVERS].extend(cluster.nodes.values())

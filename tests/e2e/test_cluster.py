@@ -499,3 +499,56 @@ def test_native_consumer_is_not_paced_by_a_quiet_leader(rill_cluster_factory):
     # Paced by the quiet leaders this takes 16 x 500 ms = 8 s at the least; unpaced it
     # is a fraction of a second even on a loaded machine.
     assert report["seconds"] < 4.0, report
+
+
+def _internal_topic_layout(bootstrap: str, topic: str) -> tuple[set[int], str]:
+    """(the replica counts of `topic`'s partitions, its min.insync.replicas)."""
+    from confluent_kafka.admin import ConfigResource
+
+    client = admin(bootstrap)
+    md = client.list_topics(topic=topic, timeout=10)
+    counts = {len(p.replicas) for p in md.topics[topic].partitions.values()}
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = client.describe_configs([resource])[resource].result(timeout=10)
+    return counts, configs["min.insync.replicas"].value
+
+
+def _use_groups_and_transactions(bootstrap: str, topic: str) -> None:
+    """Creates `__consumer_offsets` (a commit) and `__transaction_state` (a transaction)."""
+    from confluent_kafka import TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g")})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+    finally:
+        consumer.close()
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_topic("t")})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"v")
+    producer.commit_transaction(30)
+
+
+def test_internal_topics_default_to_three_replicas_on_three_nodes(rill_cluster_factory):
+    """Unset, `offsets.topic.replication.factor` and `transaction.state.log.replication.factor`
+    are Kafka's 3 and `transaction.state.log.min.isr` Kafka's 2, so a default cluster's
+    coordinators fail over; after a SIGKILL a transaction still commits."""
+    cluster = rill_cluster_factory(overrides={"offsets.topic.replication.factor": None})
+    topic = unique_topic("internal-rf")
+    create_replicated_topic(cluster.bootstrap, topic, 1, 3)
+    _use_groups_and_transactions(cluster.bootstrap, topic)
+    assert _internal_topic_layout(cluster.bootstrap, "__consumer_offsets")[0] == {3}
+    assert _internal_topic_layout(cluster.bootstrap, "__transaction_state") == ({3}, "2")
+    cluster.node(3).kill9()
+    _use_groups_and_transactions(cluster.running_bootstrap(), topic)
+
+
+def test_internal_topics_on_a_single_node_get_one_replica(rill):
+    """The default of 3 is capped at the brokers live when the topic is made: a single node
+    gets one replica (and a min ISR of 1), where Kafka's default would refuse groups and
+    transactions until the cluster had three brokers."""
+    topic = unique_topic("internal-rf1")
+    create_replicated_topic(rill.bootstrap, topic, 1, 1)
+    _use_groups_and_transactions(rill.bootstrap, topic)
+    assert _internal_topic_layout(rill.bootstrap, "__consumer_offsets")[0] == {1}
+    assert _internal_topic_layout(rill.bootstrap, "__transaction_state") == ({1}, "1")

@@ -28,6 +28,9 @@ use rill_protocol::ErrorCode;
 use crate::coordinator::group_coordinator::OFFSETS_TOPIC;
 use crate::server::Broker;
 
+/// Kafka's default replication factor for `__consumer_offsets` and `__transaction_state`.
+const INTERNAL_TOPIC_REPLICATION_FACTOR: i16 = 3;
+
 /// `FindCoordinator` key types.
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
@@ -262,11 +265,7 @@ impl Broker {
     /// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions` partitions
     /// of `offsets.topic.replication.factor` replicas).
     async fn ensure_offsets_topic(&self, partitions: i32) -> Result<(), ErrorCode> {
-        let rf: i16 = self
-            .config
-            .get("offsets.topic.replication.factor")
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(1);
+        let rf = self.internal_topic_replication_factor("offsets.topic.replication.factor");
         let segment_bytes = self
             .config
             .get("offsets.topic.segment.bytes")
@@ -281,6 +280,23 @@ impl Broker {
         .map(|(k, v)| (k.to_string(), Some(v.to_string())))
         .collect();
         self.create_internal_topic(topic).await
+    }
+
+    /// The replication factor of an internal topic: the key's value when set, as Kafka
+    /// takes it (creation fails until that many brokers are live); unset, Kafka's default
+    /// of 3 capped at the brokers live now, so that a single node and a small cluster work
+    /// without configuration while a cluster of three or more gets coordinators that fail
+    /// over (Kafka's default would leave a single node without groups or transactions).
+    pub(crate) fn internal_topic_replication_factor(&self, key: &str) -> i16 {
+        if self.config.is_set(key) {
+            return self
+                .config
+                .get(key)
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(INTERNAL_TOPIC_REPLICATION_FACTOR);
+        }
+        let live = i16::try_from(self.image().live_brokers().len()).unwrap_or(i16::MAX);
+        live.clamp(1, INTERNAL_TOPIC_REPLICATION_FACTOR)
     }
 
     /// Creates an internal topic a coordinator lives on (`__consumer_offsets`,

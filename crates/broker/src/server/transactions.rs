@@ -97,10 +97,14 @@ impl Broker {
                 .map(|v| v.trim().to_string())
                 .unwrap_or_else(|| default.to_string())
         };
-        let rf: i16 = get("transaction.state.log.replication.factor", "1")
-            .parse()
-            .unwrap_or(1);
-        let min_isr = get("transaction.state.log.min.isr", "1");
+        let rf = self.internal_topic_replication_factor("transaction.state.log.replication.factor");
+        // Unset, Kafka's min ISR of 2, but never above the replicas the topic gets, which
+        // would refuse every write of a topic capped at one replica.
+        let min_isr = if self.config.is_set("transaction.state.log.min.isr") {
+            get("transaction.state.log.min.isr", "2")
+        } else {
+            rf.min(2).to_string()
+        };
         let segment_bytes = get("transaction.state.log.segment.bytes", "104857600");
         let mut topic = CreatableTopic::new(TRANSACTION_STATE_TOPIC, partitions, rf);
         topic.configs = [
