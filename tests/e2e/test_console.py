@@ -10,7 +10,9 @@ What these tests hold the console to:
 - the message browser shows the values produced, from an offset or the end, as text, JSON
   or hex, filtered by key;
 - a group's lag shows, and goes to zero on the page once its consumer has committed;
-- create topic through the page makes the topic; the JSON API refuses bad input with 4xx.
+- create topic through the page makes the topic; the JSON API refuses bad input with 4xx;
+- the metrics page charts the node's own /metrics: records and bytes in per second show
+  above zero while a client produces.
 
 `cargo xtask test` installs chromium and chromium-driver with apt-get when they are
 missing and passes their paths in CHROMIUM and CHROMEDRIVER; without them these tests
@@ -199,6 +201,7 @@ def test_every_page_loads_without_console_errors(node, browser):
             ("messages", f"#/topics/{topic}/messages", "user-9"),
             ("groups", "#/groups", group),
             ("group", f"#/groups/{group}", f"Committed offsets and lag of {group}"),
+            ("metrics", "#/metrics", "Bytes in and out per second"),
         ]
         for size_name, size in [("desktop", DESKTOP), ("phone", PHONE)]:
             browser.set_window_size(*size)
@@ -352,6 +355,70 @@ def _total_lag(browser):
     except Exception:  # replaced by a re-poll while read
         return None
     return None
+
+
+def _chart_now(browser, chart_id: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    try:
+        return browser.find_element(By.CSS_SELECTOR, f"#{chart_id} figcaption").get_attribute(
+            "textContent"
+        ) or ""
+    except Exception:  # replaced by a re-poll between find and read
+        return ""
+
+
+def test_metrics_page_charts_a_produce_workload(node, browser):
+    """The metrics page reads the node's own /metrics and charts rates between scrapes:
+    while a client produces, records in per second and bytes in per second show above
+    zero; the cards show the partitions the node hosts."""
+    import re
+    import threading
+
+    server, base = node
+    topic = unique_topic("console-metrics")
+    create_topic(server.bootstrap, topic, 2)
+    browser.get(f"{base}/#/metrics")
+    wait_updated(browser)
+    wait_text(browser, "main .cards", "Under-replicated")
+    stop = threading.Event()
+
+    def load() -> None:
+        producer = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 5})
+        while not stop.is_set():
+            for i in range(200):
+                producer.produce(topic, value=b"x" * 100, key=str(i).encode())
+            producer.flush(10)
+            time.sleep(0.05)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    try:
+        def positive(chart_id: str, label: str) -> bool:
+            match = re.search(rf"{label} ([0-9][0-9,]*(?:\.[0-9]+)?)", _chart_now(browser, chart_id))
+            return bool(match) and float(match.group(1).replace(",", "")) > 0
+
+        wait_for(lambda: positive("chart-messages", "records"), WAIT_S, "records in per second above 0")
+        wait_for(lambda: positive("chart-requests", "requests"), WAIT_S, "requests per second above 0")
+        wait_text(browser, "#chart-bytes figcaption", "KiB/s")
+
+        def points() -> int:
+            from selenium.webdriver.common.by import By
+
+            try:
+                line = browser.find_element(By.CSS_SELECTOR, "#chart-messages polyline")
+                return len((line.get_attribute("points") or "").split())
+            except Exception:  # replaced by a re-poll between find and read
+                return 0
+
+        wait_for(lambda: points() >= 2, WAIT_S, "two samples on the records chart")
+    finally:
+        stop.set()
+        worker.join(30)
+    # Two partitions of our topic, and nothing else yet on a fresh node.
+    wait_text(browser, "main .cards", "Partitions2")
+    screenshot(browser, "metrics-under-load")
+    assert console_errors(browser) == []
 
 
 def test_create_and_delete_a_topic_through_the_page(node, browser):

@@ -28,7 +28,9 @@
 //! # The page
 //! `assets/`: plain HTML, CSS and JavaScript embedded with `include_str!`, no build step.
 //! The page routes on the URL's hash (`#/topics/orders`), re-polls the API every 3 s,
-//! and puts record data into the page with `textContent` only.
+//! and puts record data into the page with `textContent` only. Its metrics page reads
+//! the node's own `/metrics` (same origin, so the same credentials) rather than an API of
+//! its own: the charts show exactly what a Prometheus scrape of this node would.
 
 mod api;
 mod render;

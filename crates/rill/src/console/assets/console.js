@@ -41,6 +41,11 @@ function fmtNum(n) {
   return n === null || n === undefined ? '–' : Number(n).toLocaleString('en-US');
 }
 
+// A per-second rate: whole numbers from 10 up, one decimal below.
+function fmtRate(v) {
+  return v >= 10 ? fmtNum(Math.round(v)) : v.toFixed(1);
+}
+
 function fmtBytes(n) {
   if (n === null || n === undefined) return '–';
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -388,37 +393,62 @@ pages.groups = (view) => {
 // Total lag samples per group, kept while the console is open (the chart's history).
 const lagHistory = new Map();
 
-function lagChart(samples) {
+// A line chart of one or more series over time, drawn as SVG: `series` is
+// [{ name, points: [{ t, v }] }]; `fmt` formats the axis' top value. Each series' line has
+// class `s<i>` (its colour) and, with more than one, a legend names them.
+function lineChart(series, fmt) {
   const ns = 'http://www.w3.org/2000/svg';
   const svg = document.createElementNS(ns, 'svg');
-  const w = 600, h = 160, pad = 24;
+  // The left margin holds the axis' top value ("361.9 KiB/s").
+  const w = 600, h = 160, left = 72, bottom = 24;
   svg.setAttribute('viewBox', '0 0 ' + w + ' ' + h);
-  const max = Math.max(1, ...samples.map((s) => s.lag));
-  const t0 = samples.length ? samples[0].t : 0;
-  const t1 = samples.length ? samples[samples.length - 1].t : 1;
+  const all = series.flatMap((s) => s.points);
+  const max = Math.max(Number.MIN_VALUE, ...all.map((p) => p.v));
+  const top = max > Number.MIN_VALUE ? max : 1;
+  const t0 = all.length ? Math.min(...all.map((p) => p.t)) : 0;
+  const t1 = all.length ? Math.max(...all.map((p) => p.t)) : 1;
   const span = Math.max(1, t1 - t0);
   const line = (x1, y1, x2, y2) => {
     const l = document.createElementNS(ns, 'line');
     l.setAttribute('x1', x1); l.setAttribute('y1', y1); l.setAttribute('x2', x2); l.setAttribute('y2', y2);
     svg.appendChild(l);
   };
-  const text = (x, y, s) => {
+  const text = (x, y, s, cls) => {
     const t = document.createElementNS(ns, 'text');
     t.setAttribute('x', x); t.setAttribute('y', y); t.textContent = s;
+    if (cls) t.setAttribute('class', cls);
     svg.appendChild(t);
   };
-  line(pad, h - pad, w - 4, h - pad);
-  line(pad, 4, pad, h - pad);
-  text(2, 14, String(max));
-  text(2, h - pad, '0');
-  const poly = document.createElementNS(ns, 'polyline');
-  poly.setAttribute('points', samples.map((s) => {
-    const x = pad + ((s.t - t0) / span) * (w - pad - 8);
-    const y = (h - pad) - (s.lag / max) * (h - pad - 8);
-    return x.toFixed(1) + ',' + y.toFixed(1);
-  }).join(' '));
-  svg.appendChild(poly);
+  line(left, h - bottom, w - 4, h - bottom);
+  line(left, 4, left, h - bottom);
+  text(2, 14, fmt(top));
+  text(2, h - bottom, '0');
+  series.forEach((s, i) => {
+    const poly = document.createElementNS(ns, 'polyline');
+    poly.setAttribute('class', 's' + i);
+    poly.setAttribute('points', s.points.map((p) => {
+      const x = left + ((p.t - t0) / span) * (w - left - 8);
+      const y = (h - bottom) - (p.v / top) * (h - bottom - 8);
+      return x.toFixed(1) + ',' + y.toFixed(1);
+    }).join(' '));
+    svg.appendChild(poly);
+    // The newest point as a dot, so that a single sample shows too.
+    const last = s.points[s.points.length - 1];
+    if (last) {
+      const dot = document.createElementNS(ns, 'circle');
+      dot.setAttribute('class', 's' + i);
+      dot.setAttribute('cx', (left + ((last.t - t0) / span) * (w - left - 8)).toFixed(1));
+      dot.setAttribute('cy', ((h - bottom) - (last.v / top) * (h - bottom - 8)).toFixed(1));
+      dot.setAttribute('r', 3);
+      svg.appendChild(dot);
+    }
+    if (series.length > 1) text(left + 8 + i * 140, h - 6, '\u25A0 ' + s.name, 's' + i);
+  });
   return svg;
+}
+
+function lagChart(samples) {
+  return lineChart([{ name: 'lag', points: samples.map((s) => ({ t: s.t, v: s.lag })) }], String);
 }
 
 pages.group = (view, id) => {
@@ -475,6 +505,133 @@ pages.group = (view, id) => {
   return refresh;
 };
 
+// ---- this node's metrics -----------------------------------------------------------
+
+// Parses the OpenMetrics text of /metrics into name -> [{ labels, value }].
+function parseMetrics(text) {
+  const out = new Map();
+  for (const line of text.split('\n')) {
+    if (!line || line[0] === '#') continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)/.exec(line);
+    if (!m) continue;
+    const labels = {};
+    if (m[2]) for (const l of m[2].matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]] = l[2];
+    const value = Number(m[3]);
+    if (!Number.isFinite(value)) continue;
+    if (!out.has(m[1])) out.set(m[1], []);
+    out.get(m[1]).push({ labels, value });
+  }
+  return out;
+}
+
+// The sum of a family's series whose labels include `match`; null when it has none.
+function metricSum(metrics, name, match) {
+  const series = (metrics.get(name) || []).filter((s) => Object.entries(match || {}).every(([k, v]) => s.labels[k] === v));
+  return series.length ? series.reduce((a, s) => a + s.value, 0) : null;
+}
+
+// What the page charts, read off one scrape: counters (rates are taken between two
+// scrapes) and gauges.
+function metricsSnapshot(metrics) {
+  const m = (name, match) => metricSum(metrics, name, match);
+  return {
+    t: Date.now(),
+    bytesIn: m('kafka_server_brokertopicmetrics_bytes_in_total'),
+    bytesOut: m('kafka_server_brokertopicmetrics_bytes_out_total'),
+    messagesIn: m('kafka_server_brokertopicmetrics_messages_in_total'),
+    requests: m('kafka_network_requestmetrics_requests_total'),
+    produceTime: m('kafka_network_requestmetrics_total_time_seconds_sum', { request: 'Produce' }),
+    produceCount: m('kafka_network_requestmetrics_total_time_seconds_count', { request: 'Produce' }),
+    cpu: m('process_cpu_seconds_total'),
+    rss: m('process_resident_memory_bytes'),
+    gauges: [
+      ['Partitions', m('kafka_server_replicamanager_partition_count')],
+      ['Leader of', m('kafka_server_replicamanager_leader_count')],
+      ['Under-replicated', m('kafka_server_replicamanager_under_replicated_partitions'), 'warn'],
+      ['Under min ISR', m('kafka_server_replicamanager_under_min_isr_partition_count'), 'bad'],
+      ['Client connections', m('kafka_server_socketserver_connection_count')],
+      ['Active controller', m('kafka_controller_kafkacontroller_active_controller_count') ? 'this node' : 'another node'],
+      ['Memory (RSS)', m('process_resident_memory_bytes'), 'bytes'],
+      ['Open files', m('process_open_fds')],
+    ],
+  };
+}
+
+// Per-second rates and means between consecutive snapshots, for the charts.
+function metricsRates(prev, cur) {
+  const dt = (cur.t - prev.t) / 1000;
+  const rate = (k) => (cur[k] === null || prev[k] === null || dt <= 0 ? 0 : Math.max(0, (cur[k] - prev[k]) / dt));
+  const produced = (cur.produceCount || 0) - (prev.produceCount || 0);
+  return {
+    t: cur.t,
+    bytesIn: rate('bytesIn'),
+    bytesOut: rate('bytesOut'),
+    messagesIn: rate('messagesIn'),
+    requests: rate('requests'),
+    produceMs: produced > 0 ? (1000 * ((cur.produceTime || 0) - (prev.produceTime || 0))) / produced : 0,
+    cpu: rate('cpu'),
+    rss: cur.rss || 0,
+  };
+}
+
+// Snapshots and rates kept while the console is open (the charts' history).
+const metricsHistory = { last: null, rates: [] };
+
+const METRIC_CHARTS = [
+  ['chart-bytes', 'Bytes in and out per second', [['in', 'bytesIn'], ['out', 'bytesOut']], (v) => fmtBytes(v) + '/s'],
+  ['chart-messages', 'Records in per second', [['records', 'messagesIn']], fmtRate],
+  ['chart-requests', 'Requests answered per second', [['requests', 'requests']], fmtRate],
+  ['chart-produce', 'Produce: mean time per request (ms)', [['ms', 'produceMs']], (v) => v.toFixed(1)],
+  ['chart-cpu', 'CPU (cores busy)', [['cores', 'cpu']], (v) => v.toFixed(2)],
+  ['chart-rss', 'Memory (resident)', [['rss', 'rss']], fmtBytes],
+];
+
+async function scrapeMetrics() {
+  let response;
+  try {
+    response = await fetch('/metrics');
+  } catch (e) {
+    throw new ApiError(0, 'the node does not answer (' + e.message + ')');
+  }
+  if (!response.ok) throw new ApiError(response.status, 'metrics: HTTP ' + response.status);
+  return parseMetrics(await response.text());
+}
+
+pages.metrics = (view) => {
+  pageHeader(view, 'Metrics of this node');
+  const summary = el('div');
+  const charts = METRIC_CHARTS.map(([id, title]) => {
+    const figure = el('figure', { class: 'chart', id, role: 'img' });
+    return { id, title, figure, caption: el('figcaption', { class: 'note' }) };
+  });
+  append(view, [summary, el('p', { class: 'note' }, 'Read from this node\'s ', el('a', { href: '/metrics', text: '/metrics' }),
+    ' (Prometheus format) every ' + POLL_MS / 1000 + ' s while this page is open; each chart keeps the last ' + LAG_SAMPLES_MAX + ' samples.')]);
+  for (const c of charts) append(view, [el('h2', { text: c.title }), c.figure]);
+  return async () => {
+    const snap = metricsSnapshot(await scrapeMetrics());
+    if (metricsHistory.last) {
+      metricsHistory.rates.push(metricsRates(metricsHistory.last, snap));
+      while (metricsHistory.rates.length > LAG_SAMPLES_MAX) metricsHistory.rates.shift();
+    }
+    metricsHistory.last = snap;
+    const rates = metricsHistory.rates;
+    replace(summary, cards(snap.gauges.map(([label, v, kind]) => {
+      if (typeof v === 'string') return [label, v];
+      if (v === null) return [label, '–'];
+      if (kind === 'bytes') return [label, fmtBytes(v)];
+      return [label, fmtNum(v), kind && v > 0 ? kind : ''];
+    })));
+    METRIC_CHARTS.forEach(([, title, lines, fmt], i) => {
+      const c = charts[i];
+      const series = lines.map(([name, key]) => ({ name, points: rates.map((r) => ({ t: r.t, v: r[key] })) }));
+      const now = rates.length ? lines.map(([name, key]) => name + ' ' + fmt(rates[rates.length - 1][key])).join(', ') : 'waiting for a second sample';
+      c.figure.setAttribute('aria-label', title + ' over the last ' + rates.length + ' samples; now ' + now);
+      c.caption.textContent = 'Now: ' + now + '.';
+      replace(c.figure, lineChart(series, fmt), c.caption);
+    });
+  };
+};
+
 // ---- routing and polling -----------------------------------------------------------
 
 let timer = null;
@@ -487,6 +644,7 @@ function route() {
   if (parts[0] === 'topics') return ['topics', () => pages.topics(view())];
   if (parts[0] === 'groups' && parts[1]) return ['groups', () => pages.group(view(), parts[1])];
   if (parts[0] === 'groups') return ['groups', () => pages.groups(view())];
+  if (parts[0] === 'metrics') return ['metrics', () => pages.metrics(view())];
   return ['overview', () => pages.overview(view())];
 }
 
