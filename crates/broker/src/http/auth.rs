@@ -21,6 +21,15 @@
 //! ([`DERIVATIONS_MAX`]), so that requests with wrong passwords cannot take the
 //! runtime's workers from the Kafka listeners.
 //!
+//! A password that checked out is remembered for [`VERIFIED_TTL`] ([`Verified`]): a
+//! console page polls every 3 s and a scraper every 15, and each request would otherwise
+//! cost a derivation. Only successes are kept, under an HMAC of the user and password with
+//! a key made at start (no password is held), and an entry counts only while the user's
+//! SCRAM credentials are still the ones it was checked against (a password changed or a
+//! user deleted ends it at once); one checked against a PLAIN user is checked again
+//! against the PLAIN users, which costs nothing. Wrong passwords are never remembered and
+//! pay the derivation every time.
+//!
 //! `/health/live` and `/health/ready` stay open: orchestrators probe them without
 //! credentials (as Redpanda's admin API lets them), and they say nothing but ready or
 //! not. A refusal is a 401 with `WWW-Authenticate: Basic realm="rill"` and the same
@@ -32,14 +41,17 @@
 //! (DNS rebinding). Such a request carries the attacker's name in `Host`; so a loopback
 //! listener answers only requests whose Host is a loopback name or address.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
@@ -59,6 +71,130 @@ pub const AUTHORIZATION_BYTES_MAX: usize = 4096;
 
 /// How many password derivations (PBKDF2) run at once; more requests wait their turn.
 pub const DERIVATIONS_MAX: usize = 4;
+
+/// How long a password that checked out is remembered (see the module docs).
+pub const VERIFIED_TTL: Duration = Duration::from_secs(300);
+
+/// How many verified passwords are remembered; past it the oldest half is forgotten.
+pub const VERIFIED_MAX: usize = 1024;
+
+/// Passwords that checked out, by an HMAC of user and password under a key of this
+/// process: when, and against which credentials.
+pub struct Verified {
+    key: [u8; 32],
+    entries: Mutex<HashMap<[u8; 32], VerifiedEntry>>,
+}
+
+#[derive(Clone, Copy)]
+struct VerifiedEntry {
+    at: Instant,
+    /// The digest of the user's SCRAM credentials when checked; `None` when the password
+    /// was a PLAIN user's (then the PLAIN users are asked again).
+    scram: Option<[u8; 32]>,
+}
+
+impl Verified {
+    pub fn new() -> Self {
+        let mut key = [0u8; 32];
+        // Without randomness the key is still unknown to clients (the process's start
+        // time and address), and nothing but this process ever sees the digests.
+        if getrandom::fill(&mut key).is_err() {
+            let seed = format!("{:?}{:p}", Instant::now(), &key);
+            key = Sha256::digest(seed.as_bytes()).into();
+        }
+        Self {
+            key,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn digest(&self, user: &str, password: &str) -> [u8; 32] {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
+            .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
+        mac.update(&(user.len() as u64).to_be_bytes());
+        mac.update(user.as_bytes());
+        mac.update(password.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Whether `user` and `password` checked out within the TTL and still would: the
+    /// SCRAM credentials are unchanged, or the PLAIN users still accept them.
+    pub fn check(
+        &self,
+        plain: &[Arc<SaslConfig>],
+        image: &MetadataImage,
+        user: &str,
+        password: &str,
+        now: Instant,
+    ) -> bool {
+        let digest = self.digest(user, password);
+        let entry = match self.entries.lock() {
+            Ok(entries) => entries.get(&digest).copied(),
+            Err(_) => None,
+        };
+        let Some(entry) = entry else { return false };
+        if now.saturating_duration_since(entry.at) >= VERIFIED_TTL {
+            return false;
+        }
+        match entry.scram {
+            Some(fingerprint) => scram_fingerprint(image, user) == Some(fingerprint),
+            None => plain.iter().any(|l| l.check_plain(user, password)),
+        }
+    }
+
+    /// Remembers a password that checked out (`by_plain`: against a PLAIN user).
+    pub fn remember(
+        &self,
+        image: &MetadataImage,
+        user: &str,
+        password: &str,
+        by_plain: bool,
+        now: Instant,
+    ) {
+        let scram = if by_plain {
+            None
+        } else {
+            match scram_fingerprint(image, user) {
+                Some(f) => Some(f),
+                None => return,
+            }
+        };
+        let digest = self.digest(user, password);
+        if let Ok(mut entries) = self.entries.lock() {
+            if entries.len() >= VERIFIED_MAX {
+                let mut ages: Vec<Instant> = entries.values().map(|e| e.at).collect();
+                ages.sort_unstable();
+                let cut = ages[ages.len() / 2];
+                entries.retain(|_, e| e.at > cut);
+            }
+            entries.insert(digest, VerifiedEntry { at: now, scram });
+        }
+    }
+}
+
+impl Default for Verified {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A digest of `user`'s SCRAM credentials of both mechanisms; `None` without any.
+fn scram_fingerprint(image: &MetadataImage, user: &str) -> Option<[u8; 32]> {
+    let mut hasher = Sha256::new();
+    let mut any = false;
+    for mechanism in [ScramMechanism::Sha256, ScramMechanism::Sha512] {
+        hasher.update([mechanism as u8]);
+        if let Some(c) = scram_credential(image, user, mechanism) {
+            any = true;
+            hasher.update(c.iterations.to_be_bytes());
+            hasher.update((c.salt.len() as u64).to_be_bytes());
+            hasher.update(&c.salt);
+            hasher.update(&c.stored_key);
+            hasher.update(&c.server_key);
+        }
+    }
+    any.then(|| hasher.finalize().into())
+}
 
 /// `http.authentication`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +228,7 @@ pub struct HttpAuth {
     /// Set when the listener is bound to a loopback address (see the module docs).
     loopback_only: bool,
     derivations: Arc<Semaphore>,
+    verified: Arc<Verified>,
 }
 
 impl std::fmt::Debug for HttpAuth {
@@ -164,6 +301,7 @@ impl HttpAuth {
             bearer_tokens: Arc::new(bearer_tokens),
             loopback_only: false,
             derivations: Arc::new(Semaphore::new(DERIVATIONS_MAX)),
+            verified: Arc::new(Verified::new()),
         })
     }
 
@@ -208,15 +346,24 @@ pub async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> 
     let Some((user, password)) = basic_credentials(request.headers()) else {
         return unauthorized();
     };
+    let image = (guard.image)();
+    let verified = guard.auth.verified.clone();
+    if verified.check(&guard.auth.plain, &image, &user, &password, Instant::now()) {
+        return next.run(request).await;
+    }
     // Bounded, and off the runtime's workers: see the module docs.
     let Ok(_permit) = guard.auth.derivations.clone().acquire_owned().await else {
         return unauthorized();
     };
     let plain = guard.auth.plain.clone();
-    let image = (guard.image)();
-    let checked =
-        tokio::task::spawn_blocking(move || check_password(&plain, Some(&image), &user, &password))
-            .await;
+    let checked = tokio::task::spawn_blocking(move || {
+        let outcome = verify_password(&plain, Some(&image), &user, &password);
+        if outcome.plain || outcome.scram {
+            verified.remember(&image, &user, &password, !outcome.scram, Instant::now());
+        }
+        outcome.plain || outcome.scram
+    })
+    .await;
     match checked {
         Ok(true) => next.run(request).await,
         _ => unauthorized(),
@@ -299,18 +446,39 @@ pub fn check_password(
     user: &str,
     password: &str,
 ) -> bool {
+    let outcome = verify_password(plain, image, user, password);
+    outcome.plain || outcome.scram
+}
+
+/// Which of a user's credentials a password matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PasswordCheck {
+    /// A PLAIN user of some SASL listener.
+    pub plain: bool,
+    /// A SCRAM credential of either mechanism.
+    pub scram: bool,
+}
+
+/// [`check_password`], saying which credentials matched.
+pub fn verify_password(
+    plain: &[Arc<SaslConfig>],
+    image: Option<&MetadataImage>,
+    user: &str,
+    password: &str,
+) -> PasswordCheck {
     // Every listener is asked, so that the time does not depend on which one knows the
     // user.
-    let mut ok = false;
+    let mut plain_ok = false;
     for listener in plain {
-        ok |= listener.check_plain(user, password);
+        plain_ok |= listener.check_plain(user, password);
     }
+    let mut scram_ok = false;
     let mut derived = false;
     if let Some(image) = image {
         for mechanism in [ScramMechanism::Sha256, ScramMechanism::Sha512] {
             if let Some(stored) = scram_credential(image, user, mechanism) {
                 derived = true;
-                ok |= check_scram(mechanism, &stored, password);
+                scram_ok |= check_scram(mechanism, &stored, password);
             }
         }
     }
@@ -323,7 +491,10 @@ pub fn check_password(
             MIN_ITERATIONS.unsigned_abs(),
         );
     }
-    ok
+    PasswordCheck {
+        plain: plain_ok,
+        scram: scram_ok,
+    }
 }
 
 /// Salts `password` as the stored credential was salted and compares the StoredKey.
@@ -419,6 +590,106 @@ mod tests {
             assert!(!check_password(&[], Some(&image), "alice", ""));
             assert!(!check_password(&[], Some(&image), "bob", "alice-secret"));
         }
+    }
+
+    /// What the guard does: the cache first, then a derivation whose success is kept.
+    fn guarded(
+        verified: &Verified,
+        plain: &[Arc<SaslConfig>],
+        image: &MetadataImage,
+        user: &str,
+        password: &str,
+        now: Instant,
+    ) -> (bool, bool) {
+        if verified.check(plain, image, user, password, now) {
+            return (true, true);
+        }
+        let outcome = verify_password(plain, Some(image), user, password);
+        if outcome.plain || outcome.scram {
+            verified.remember(image, user, password, !outcome.scram, now);
+        }
+        (outcome.plain || outcome.scram, false)
+    }
+
+    #[test]
+    fn a_verified_password_is_remembered_until_its_credential_changes_or_it_expires() {
+        let verified = Verified::new();
+        let t0 = Instant::now();
+        let image = image_with("alice", ScramMechanism::Sha256, "alice-secret");
+        assert_eq!(
+            guarded(&verified, &[], &image, "alice", "alice-secret", t0),
+            (true, false)
+        );
+        assert_eq!(
+            guarded(&verified, &[], &image, "alice", "alice-secret", t0),
+            (true, true)
+        );
+        // Another password, or another user with the same one, is not a hit.
+        assert!(!verified.check(&[], &image, "alice", "alice-secreT", t0));
+        assert!(!verified.check(&[], &image, "bob", "alice-secret", t0));
+        // Wrong passwords are never remembered.
+        assert_eq!(
+            guarded(&verified, &[], &image, "alice", "wrong", t0),
+            (false, false)
+        );
+        assert!(!verified.check(&[], &image, "alice", "wrong", t0));
+        // A changed password ends the entry at once; so does a deleted user.
+        let changed = image_with("alice", ScramMechanism::Sha256, "new-secret");
+        assert!(!verified.check(&[], &changed, "alice", "alice-secret", t0));
+        assert_eq!(
+            guarded(&verified, &[], &changed, "alice", "alice-secret", t0),
+            (false, false)
+        );
+        assert!(!verified.check(&[], &MetadataImage::default(), "alice", "alice-secret", t0));
+        // And time does.
+        assert!(verified.check(&[], &image, "alice", "alice-secret", t0 + VERIFIED_TTL / 2));
+        assert!(!verified.check(&[], &image, "alice", "alice-secret", t0 + VERIFIED_TTL));
+    }
+
+    #[test]
+    fn a_remembered_plain_password_is_checked_against_the_plain_users_again() {
+        let verified = Verified::new();
+        let t0 = Instant::now();
+        let image = MetadataImage::default();
+        let plain = [plain_config(&[("admin", "admin-secret")])];
+        assert_eq!(
+            guarded(&verified, &plain, &image, "admin", "admin-secret", t0),
+            (true, false)
+        );
+        assert_eq!(
+            guarded(&verified, &plain, &image, "admin", "admin-secret", t0),
+            (true, true)
+        );
+        let changed = [plain_config(&[("admin", "rotated")])];
+        assert!(!verified.check(&changed, &image, "admin", "admin-secret", t0));
+    }
+
+    #[test]
+    fn the_cache_is_bounded() {
+        let verified = Verified::new();
+        let t0 = Instant::now();
+        for i in 0..(VERIFIED_MAX as u64 * 3) {
+            verified.remember(
+                &MetadataImage::default(),
+                &format!("user-{i}"),
+                "x",
+                true,
+                t0 + Duration::from_millis(i),
+            );
+        }
+        let len = verified
+            .entries
+            .lock()
+            .map(|e| e.len())
+            .unwrap_or(usize::MAX);
+        assert!(len <= VERIFIED_MAX, "{len} entries");
+        // The newest are kept.
+        let newest = format!("user-{}", VERIFIED_MAX as u64 * 3 - 1);
+        assert!(verified
+            .entries
+            .lock()
+            .unwrap()
+            .contains_key(&verified.digest(&newest, "x")));
     }
 
     #[test]
