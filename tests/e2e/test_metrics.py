@@ -472,9 +472,20 @@ def test_produce_fsync_waits_are_timed(rill_factory):
     after_plain = scrape(address)
     assert value(after_plain, f"{name}_count") == value(before, f"{name}_count")
     produce(rill.bootstrap, synced, 0, 200, 100)
-    samples = scrape(address)
-    requests = value(samples, f"{name}_count") - value(after_plain, f"{name}_count")
-    produced = (value(samples, "kafka_network_requestmetrics_requests_total", request="Produce")
-                - value(after_plain, "kafka_network_requestmetrics_requests_total", request="Produce"))
+
+    def counts():
+        samples = scrape(address)
+        requests = value(samples, f"{name}_count") - value(after_plain, f"{name}_count")
+        produced = (value(samples, "kafka_network_requestmetrics_requests_total", request="Produce")
+                    - value(after_plain, "kafka_network_requestmetrics_requests_total", request="Produce"))
+        return samples, requests, produced
+
+    # A request is counted once its response is written, which the client can see first:
+    # the last one's count may trail the producer's return by a moment.
+    deadline = time.monotonic() + 10
+    samples, requests, produced = counts()
+    while requests > produced and time.monotonic() < deadline:
+        time.sleep(0.1)
+        samples, requests, produced = counts()
     assert 1 <= requests <= produced, (requests, produced)
     assert value(samples, f"{name}_sum") > value(after_plain, f"{name}_sum")
