@@ -323,6 +323,33 @@ def test_isr_shrink_and_expand_show_on_the_leader(rill_cluster_factory):
              30, "the restarted follower's lag back to zero")
 
 
+def test_controller_events_and_leader_elections_are_counted(rill_cluster_factory):
+    """The active controller times each event on its queue and in its decision, counts its
+    terms, and counts the leader elections it commits: killing a partition leader that is
+    not the controller makes at least one, and none unclean."""
+    cluster = rill_cluster_factory(overrides=HTTP_ON)
+    topic = unique_topic("elections")
+    # Three partitions led round-robin: one of them by a node that is not the controller.
+    client = create_replicated_topic(cluster.bootstrap, topic, 3, 3)
+    controller_id = client.describe_cluster().result(timeout=10).controller.id
+    address = cluster.node(controller_id).http_address()
+    queue = "kafka_controller_controllereventmanager_event_queue_time_seconds"
+    processing = "kafka_controller_controllereventmanager_event_queue_processing_time_seconds"
+    elections = "kafka_controller_controllerstats_leader_elections_total"
+    before = scrape(address)
+    # Every broker's heartbeats are events of the active controller's loop.
+    assert value(before, f"{queue}_count") >= 1
+    assert value(before, f"{processing}_count") >= 1
+    assert value(before, "kafka_controller_kafkacontroller_new_active_controllers_total") >= 1
+    leaders = {leader_of(client, topic, p) for p in range(3)}
+    victim = next(i for i in sorted(leaders) if i != controller_id)
+    cluster.node(victim).kill9()
+    wait_for(lambda: value(scrape(address), elections) > value(before, elections), 30,
+             "a leader election counted on the active controller")
+    assert value(scrape(address),
+                 "kafka_controller_controllerstats_unclean_leader_elections_total") == 0
+
+
 def test_ready_waits_for_registration_and_live_answers_throughout(tmp_path):
     cluster = RillCluster(tmp_path / "cluster", 3, {
         "broker.heartbeat.interval.ms": "300",

@@ -174,7 +174,15 @@ mod modules {
         ),
         (
             "shared_server",
-            &["config", "data_dir_lock", "meta_properties", "error"],
+            // `metrics`: the sink the controller loop's figures go to, installed as the
+            // quorum starts.
+            &[
+                "config",
+                "data_dir_lock",
+                "meta_properties",
+                "error",
+                "metrics",
+            ],
         ),
         (
             "controller_server",

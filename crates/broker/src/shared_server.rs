@@ -139,6 +139,7 @@ pub(crate) async fn start_quorum(
         ..QuorumConfig::default()
     };
     let quorum_dir = data_dir.join(METADATA_LOG_DIR);
+    rill_metadata::set_controller_stats(std::sync::Arc::new(crate::metrics::ControllerStatsSink));
     let quorum = if roles.controller {
         MetadataQuorum::start_with(own_id, voters, &quorum_dir, quorum_config).await
     } else {

@@ -69,7 +69,7 @@ pub use image::{
     NO_LEADER_CHANGE, RESOURCE_BROKER, RESOURCE_TOPIC,
 };
 pub use quorum::{
-    parse_voters, submit_to_voters, CommittedRecords, MetadataQuorum, QuorumConfig,
-    QuorumDescription, ReplicaProgress,
+    parse_voters, set_controller_stats, submit_to_voters, CommittedRecords, ControllerStats,
+    MetadataQuorum, QuorumConfig, QuorumDescription, ReplicaProgress,
 };
 pub use record::{decode_batch, encode_batch, MetadataRecord};

@@ -496,6 +496,40 @@ fn error_name(code: i16) -> String {
 impl Collector for Page {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
         let m = metrics::global();
+        let controller = &m.controller;
+        histogram_family(
+            &mut e,
+            "kafka_controller_controllereventmanager_event_queue_time_seconds",
+            "How long controller events waited on the queue of this node's controller \
+             loop (EventQueueTimeMs)",
+            [(Labels::new(), controller.event_queue_time.snapshot())],
+        )?;
+        histogram_family(
+            &mut e,
+            "kafka_controller_controllereventmanager_event_queue_processing_time_seconds",
+            "How long controller events took to decide and commit on this node \
+             (EventQueueProcessingTimeMs)",
+            [(Labels::new(), controller.event_processing_time.snapshot())],
+        )?;
+        counter(
+            &mut e,
+            "kafka_controller_kafkacontroller_new_active_controllers",
+            "Times this node became the active controller (NewActiveControllersCount)",
+            load(&controller.new_active_controllers),
+        )?;
+        counter(
+            &mut e,
+            "kafka_controller_controllerstats_leader_elections",
+            "Partition leader elections this node committed as the active controller \
+             (LeaderElectionRateAndTimeMs)",
+            load(&controller.leader_elections),
+        )?;
+        counter(
+            &mut e,
+            "kafka_controller_controllerstats_unclean_leader_elections",
+            "Of them, leaders chosen outside the ISR (UncleanLeaderElectionsPerSec)",
+            load(&controller.unclean_leader_elections),
+        )?;
         gauge_i64(
             &mut e,
             "kafka_controller_kafkacontroller_active_controller_count",

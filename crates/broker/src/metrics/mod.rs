@@ -380,6 +380,47 @@ pub struct BrokerMetrics {
     pub groups: GroupMetrics,
     pub cleaner: CleanerMetrics,
     pub flush: FlushMetrics,
+    pub controller: ControllerMetrics,
+}
+
+/// The controller event loop's figures (Kafka's `ControllerEventManager` and
+/// `ControllerStats`), written by the loop through [`ControllerStatsSink`]; they move on
+/// the node that is or was the active controller.
+#[derive(Debug, Default)]
+pub struct ControllerMetrics {
+    /// Events' wait on the queue (EventQueueTimeMs).
+    pub event_queue_time: Histogram,
+    /// Events' decision and commit (EventQueueProcessingTimeMs).
+    pub event_processing_time: Histogram,
+    /// Times this node became the active controller (NewActiveControllersCount).
+    pub new_active_controllers: AtomicU64,
+    /// Partition leader elections committed (LeaderElectionRateAndTimeMs' count).
+    pub leader_elections: AtomicU64,
+    /// Of them, unclean ones (UncleanLeaderElectionsPerSec).
+    pub unclean_leader_elections: AtomicU64,
+}
+
+/// The sink the metadata crate's controller loop writes to: the process's
+/// [`ControllerMetrics`].
+pub struct ControllerStatsSink;
+
+impl rill_metadata::ControllerStats for ControllerStatsSink {
+    fn event(&self, queued: Duration, processed: Duration) {
+        let c = &global().controller;
+        c.event_queue_time.observe(queued);
+        c.event_processing_time.observe(processed);
+    }
+
+    fn activated(&self) {
+        inc(&global().controller.new_active_controllers);
+    }
+
+    fn leader_elections(&self, elections: u64, unclean: u64) {
+        let c = &global().controller;
+        c.leader_elections.fetch_add(elections, Ordering::Relaxed);
+        c.unclean_leader_elections
+            .fetch_add(unclean, Ordering::Relaxed);
+    }
 }
 
 impl BrokerMetrics {
@@ -392,6 +433,7 @@ impl BrokerMetrics {
             groups: GroupMetrics::default(),
             cleaner: CleanerMetrics::default(),
             flush: FlushMetrics::default(),
+            controller: ControllerMetrics::default(),
         }
     }
 }

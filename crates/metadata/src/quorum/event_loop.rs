@@ -75,6 +75,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::network::DialLog;
+use super::stats;
 use super::{leader_image_of, propose_batch, Shared, TypeConfig};
 use crate::api::{BrokerProcessGoneRequest, ControllerEvent, ControllerResponse, SubmitResult};
 use crate::controller::{ControllerConfig, QuorumController};
@@ -100,6 +101,8 @@ pub(crate) const LEADER_IMAGE_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) struct Submission {
     pub event: ControllerEvent,
     pub reply: oneshot::Sender<Result<SubmitResult, MetadataError>>,
+    /// When it was put on the queue, for the queue-time metric.
+    pub queued_at: std::time::Instant,
 }
 
 /// The controller state of the term this node leads.
@@ -306,6 +309,9 @@ impl EventLoop {
             offset = image.next_offset,
             "became the active controller"
         );
+        if let Some(stats) = stats::stats() {
+            stats.activated();
+        }
         self.active = Some(Active {
             term,
             since: std::time::Instant::now(),
@@ -317,7 +323,12 @@ impl EventLoop {
     }
 
     async fn on_event(&mut self, submission: Submission) {
+        let taken = std::time::Instant::now();
+        let queued = taken.saturating_duration_since(submission.queued_at);
         let answer = self.decide(submission.event).await;
+        if let Some(stats) = stats::stats() {
+            stats.event(queued, taken.elapsed());
+        }
         // The submitter may have given up; nothing to do then.
         let _ = submission.reply.send(answer);
     }
@@ -422,6 +433,12 @@ impl EventLoop {
         }
         match propose_batch(&self.raft, &records).await {
             Ok(applied) => {
+                if let Some(stats) = stats::stats() {
+                    let (elections, unclean) = stats::leader_elections(&records);
+                    if elections > 0 {
+                        stats.leader_elections(elections, unclean);
+                    }
+                }
                 if applied.first_offset != expected_first {
                     // Records were committed that this loop did not decide: its working
                     // image is not the log's. Re-read it before the next decision.

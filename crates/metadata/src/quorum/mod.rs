@@ -58,6 +58,7 @@ mod log_store;
 mod network;
 mod pre_vote;
 mod state_machine;
+mod stats;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
@@ -81,6 +82,7 @@ pub use log_store::LogStore;
 pub(crate) use network::call_add_observer;
 pub use network::{DialLog, TcpNetwork, TcpNetworkFactory, MAX_OBSERVERS, MAX_RPC_BYTES};
 pub use state_machine::StateMachineStore;
+pub use stats::{set_controller_stats, ControllerStats};
 
 use crate::api::{ControllerEvent, SubmitResult};
 use crate::controller::ControllerConfig;
@@ -987,7 +989,11 @@ pub(crate) async fn submit_to_loop(
     let stopped = || MetadataError::Quorum("the controller event loop has stopped".into());
     let (reply, answer) = oneshot::channel();
     events
-        .send(Submission { event, reply })
+        .send(Submission {
+            event,
+            reply,
+            queued_at: std::time::Instant::now(),
+        })
         .await
         .map_err(|_| stopped())?;
     answer.await.map_err(|_| stopped())?
