@@ -667,8 +667,13 @@ impl UnifiedLog {
         self.high_watermark
     }
 
-    /// Writes the `high-watermark` checkpoint.
+    /// Writes the `high-watermark` checkpoint, unless the file holds the value already:
+    /// the retention pass checkpoints every log, and with thousands of idle ones an fsync
+    /// each made the pass (and a stop that waited for it) take seconds.
     pub fn checkpoint_high_watermark(&self) -> Result<(), StorageError> {
+        if self.high_watermark_in_file.get() == Some(self.high_watermark) {
+            return Ok(());
+        }
         self.write_high_watermark_checkpoint(Durability::Durable)
     }
 

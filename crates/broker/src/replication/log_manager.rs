@@ -150,6 +150,10 @@ async fn retention_loop(
         }
         let now = now_ms();
         for (tp, partition) in replicas.partitions() {
+            // A pass over thousands of logs takes a while; a stop does not wait for it.
+            if *shutdown.borrow() {
+                return;
+            }
             let outcome = partition.with_log(|log| {
                 log.maybe_roll(now)?;
                 let result = if log.config().cleanup_policy.is_delete() {

@@ -1648,3 +1648,31 @@ fn a_truncation_deletes_the_snapshots_above_the_new_log_end() {
     log.truncate_fully_and_start_at(end + 100, T0).unwrap();
     assert!(snapshot_offsets(dir.path()).is_empty());
 }
+
+/// The periodic high-watermark checkpoint skips a file that holds the value already, as
+/// a close does: with thousands of idle logs an fsync each made the pass take seconds.
+#[test]
+fn the_high_watermark_checkpoint_is_written_only_when_it_moved() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ino = || {
+        fs::metadata(dir.path().join(HIGH_WATERMARK_FILE))
+            .unwrap()
+            .ino()
+    };
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1000), T0, PreviousShutdown::Unclean).unwrap();
+    append_in_epoch(&mut log, 1, 3);
+    log.update_high_watermark(2);
+    log.checkpoint_high_watermark().unwrap();
+    let written = ino();
+    log.checkpoint_high_watermark().unwrap();
+    assert_eq!(ino(), written, "unchanged, not rewritten");
+    log.update_high_watermark(3);
+    log.checkpoint_high_watermark().unwrap();
+    assert_ne!(ino(), written, "moved, rewritten");
+    assert_eq!(
+        checkpoint::read_offset(&dir.path().join(HIGH_WATERMARK_FILE)).unwrap(),
+        Some(3)
+    );
+}
