@@ -591,3 +591,57 @@ def test_idle_producers_are_forgotten_after_producer_id_expiration_ms(rill_facto
         alter(client, ResourceType.BROKER, me, {"producer.id.expiration.ms": "0"})
     # Kafka's broker turns the ConfigException of a broker config into INVALID_REQUEST.
     assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
+
+
+GROUP_CONFIG_NAMES = {
+    "consumer.session.timeout.ms", "consumer.heartbeat.interval.ms",
+    "share.session.timeout.ms", "share.heartbeat.interval.ms", "share.record.lock.duration.ms",
+    "share.auto.offset.reset", "share.isolation.level",
+    "streams.session.timeout.ms", "streams.heartbeat.interval.ms", "streams.num.standby.replicas",
+}
+
+
+def test_group_configs_are_set_checked_described_and_kept(rill):
+    """GROUP config resources (type 32, `kafka-configs --entity-type groups`): Kafka 4.1's
+    ten group configs, defaulted from the broker's `group.*` keys; an override is checked
+    against the broker's bounds, described with source GROUP_CONFIG, deleted back to the
+    default, and kept across a restart. The group need not exist."""
+    client = admin(rill.bootstrap)
+    group = unique_topic("configured-group")
+    configs = describe(client, ResourceType.GROUP, group)
+    assert set(configs) == GROUP_CONFIG_NAMES
+    session = configs["consumer.session.timeout.ms"]
+    assert (session.value, session.source) == ("45000", ConfigSource.DEFAULT_CONFIG.value)
+    assert configs["share.auto.offset.reset"].value == "latest"
+
+    alter(client, ResourceType.GROUP, group, {
+        "consumer.session.timeout.ms": "50000",
+        "share.auto.offset.reset": "earliest",
+    })
+    configs = describe(client, ResourceType.GROUP, group)
+    assert configs["consumer.session.timeout.ms"].value == "50000"
+    assert configs["consumer.session.timeout.ms"].source == ConfigSource.GROUP_CONFIG.value
+    assert configs["share.auto.offset.reset"].value == "earliest"
+    # Another group keeps the defaults.
+    other = describe(client, ResourceType.GROUP, group + "-other")
+    assert other["consumer.session.timeout.ms"].value == "45000"
+
+    refused = [
+        {"consumer.session.timeout.ms": "30000"},  # under group.consumer.min.session.timeout.ms
+        {"consumer.heartbeat.interval.ms": "20000"},  # over its max
+        {"share.record.lock.duration.ms": "not-a-number"},
+        {"share.isolation.level": "read_sometimes"},
+        {"no.such.group.config": "1"},
+    ]
+    for entries in refused:
+        with pytest.raises(KafkaException) as error:
+            alter(client, ResourceType.GROUP, group, entries)
+        assert error.value.args[0].code() == KafkaError.INVALID_CONFIG, entries
+    assert describe(client, ResourceType.GROUP, group)["consumer.session.timeout.ms"].value == "50000"
+
+    rill.restart()
+    client = admin(rill.bootstrap)
+    assert describe(client, ResourceType.GROUP, group)["consumer.session.timeout.ms"].value == "50000"
+    alter(client, ResourceType.GROUP, group, {"consumer.session.timeout.ms": None})
+    session = describe(client, ResourceType.GROUP, group)["consumer.session.timeout.ms"]
+    assert (session.value, session.source) == ("45000", ConfigSource.DEFAULT_CONFIG.value)

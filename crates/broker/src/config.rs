@@ -107,6 +107,8 @@ pub enum ConfigSource {
     DynamicDefaultBrokerConfig = 3,
     StaticBrokerConfig = 4,
     DefaultConfig = 5,
+    /// A GROUP resource's own config (`kafka-configs --entity-type groups`).
+    GroupConfig = 8,
 }
 
 /// One topic-level config: its name, type, the broker key that supplies its default, and
@@ -1091,6 +1093,31 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("node.id", "1"),
     ("num.partitions", "1"),
     ("num.replica.fetchers", "1"),
+    // The group coordinator's defaults and bounds for the GROUP resource's configs
+    // (`server::group_configs`), Kafka 4.1's values.
+    ("group.consumer.session.timeout.ms", "45000"),
+    ("group.consumer.min.session.timeout.ms", "45000"),
+    ("group.consumer.max.session.timeout.ms", "60000"),
+    ("group.consumer.heartbeat.interval.ms", "5000"),
+    ("group.consumer.min.heartbeat.interval.ms", "5000"),
+    ("group.consumer.max.heartbeat.interval.ms", "15000"),
+    ("group.share.session.timeout.ms", "45000"),
+    ("group.share.min.session.timeout.ms", "45000"),
+    ("group.share.max.session.timeout.ms", "60000"),
+    ("group.share.heartbeat.interval.ms", "5000"),
+    ("group.share.min.heartbeat.interval.ms", "5000"),
+    ("group.share.max.heartbeat.interval.ms", "15000"),
+    ("group.share.record.lock.duration.ms", "30000"),
+    ("group.share.min.record.lock.duration.ms", "15000"),
+    ("group.share.max.record.lock.duration.ms", "60000"),
+    ("group.streams.session.timeout.ms", "45000"),
+    ("group.streams.min.session.timeout.ms", "45000"),
+    ("group.streams.max.session.timeout.ms", "60000"),
+    ("group.streams.heartbeat.interval.ms", "5000"),
+    ("group.streams.min.heartbeat.interval.ms", "5000"),
+    ("group.streams.max.heartbeat.interval.ms", "15000"),
+    ("group.streams.num.standby.replicas", "0"),
+    ("group.streams.max.standby.replicas", "2"),
     ("offsets.commit.timeout.ms", "5000"),
     ("offsets.retention.minutes", "10080"),
     ("offsets.topic.num.partitions", "50"),

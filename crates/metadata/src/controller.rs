@@ -45,7 +45,7 @@ use rill_protocol::{ErrorCode, Uuid};
 use crate::api::*;
 use crate::image::{
     MetadataImage, PartitionRegistration, NO_LEADER, NO_LEADER_CHANGE, RESOURCE_BROKER,
-    RESOURCE_TOPIC,
+    RESOURCE_GROUP, RESOURCE_TOPIC,
 };
 use crate::placement::place_replicas;
 use crate::record::MetadataRecord;
@@ -1728,6 +1728,17 @@ impl QuorumController {
                     return Err((
                         ErrorCode::INVALID_REQUEST,
                         format!("broker resource name {} is not an id", r.resource_name),
+                    ));
+                }
+                None
+            }
+            // A group need not exist to have configs (Kafka's ControllerConfigurationValidator
+            // asks only for a name); the broker validated names and values.
+            RESOURCE_GROUP => {
+                if r.resource_name.is_empty() {
+                    return Err((
+                        ErrorCode::INVALID_REQUEST,
+                        "Group name must not be empty".to_string(),
                     ));
                 }
                 None

@@ -37,6 +37,8 @@ pub const NO_LEADER_CHANGE: i32 = -2;
 pub const RESOURCE_TOPIC: i8 = 2;
 /// `ConfigRecord.resource_type` of a broker (Kafka's `ConfigResource.Type.BROKER`).
 pub const RESOURCE_BROKER: i8 = 4;
+/// Kafka's `ConfigResource.Type.GROUP`.
+pub const RESOURCE_GROUP: i8 = 32;
 
 /// One listener a broker registered.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

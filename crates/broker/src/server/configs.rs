@@ -30,12 +30,13 @@ use rill_protocol::generated::incremental_alter_configs_response as inc;
 use rill_protocol::ErrorCode;
 
 use crate::config::{self, BrokerConfig, ConfigSource, ConfigType, BROKER_DEFAULTS, TOPIC_CONFIGS};
+use crate::server::group_configs;
 use crate::server::Broker;
 
 use rill_metadata::{
     AlterConfigOp, AlterConfigsResource, ControllerEvent, ControllerResponse,
     IncrementalAlterConfigsRequest as CtlAlterConfigs, MetadataImage, RESOURCE_BROKER,
-    RESOURCE_TOPIC,
+    RESOURCE_GROUP, RESOURCE_TOPIC,
 };
 
 /// IncrementalAlterConfigs operations.
@@ -75,6 +76,11 @@ impl Broker {
                         request.include_documentation,
                     ),
                     RESOURCE_BROKER => self.describe_broker_configs(
+                        &r.resource_name,
+                        request.include_synonyms,
+                        request.include_documentation,
+                    ),
+                    RESOURCE_GROUP => self.describe_group_configs(
                         &r.resource_name,
                         request.include_synonyms,
                         request.include_documentation,
@@ -128,6 +134,80 @@ impl Broker {
             include_synonyms,
             include_documentation,
         ))
+    }
+
+    /// DescribeConfigs of a GROUP resource: every group config at its effective level
+    /// (Kafka's `ConfigHelper`; the group need not exist).
+    fn describe_group_configs(
+        &self,
+        name: &str,
+        include_synonyms: bool,
+        include_documentation: bool,
+    ) -> Result<Vec<DescribeConfigsResourceResult>, ConfigError> {
+        if name.is_empty() {
+            return Err((
+                ErrorCode::INVALID_REQUEST,
+                "Group name must not be empty".to_string(),
+            ));
+        }
+        let image = self.image();
+        let overrides = image.configs.get(&(RESOURCE_GROUP, name.to_string()));
+        Ok(group_configs::GROUP_CONFIGS
+            .iter()
+            .map(|d| {
+                let levels =
+                    group_configs::levels(d, &self.config, &image, self.node_id, overrides);
+                let (value, source) = levels.first().map_or(
+                    (d.default.to_string(), ConfigSource::DefaultConfig),
+                    |(_, v, s)| (v.clone(), *s),
+                );
+                DescribeConfigsResourceResult {
+                    name: d.name.to_string(),
+                    value: Some(value),
+                    read_only: false,
+                    is_default: source == ConfigSource::DefaultConfig,
+                    config_source: source as i8,
+                    is_sensitive: false,
+                    synonyms: if include_synonyms {
+                        levels.iter().map(|(n, v, s)| synonym(n, v, *s)).collect()
+                    } else {
+                        Vec::new()
+                    },
+                    config_type: d.config_type as i8,
+                    documentation: include_documentation.then(|| d.doc.to_string()),
+                    ..Default::default()
+                }
+            })
+            .collect())
+    }
+
+    /// Replaces a group's config overrides after validating all of them.
+    async fn set_group_configs(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), ConfigError>,
+        validate_only: bool,
+    ) -> Result<(), ConfigError> {
+        if name.is_empty() {
+            return Err((
+                ErrorCode::INVALID_REQUEST,
+                "Group name must not be empty".to_string(),
+            ));
+        }
+        let image = self.image();
+        let old = image
+            .configs
+            .get(&(RESOURCE_GROUP, name.to_string()))
+            .cloned()
+            .unwrap_or_default();
+        let mut new = old.clone();
+        change(&mut new)?;
+        group_configs::validate(&new, &self.config, &image, self.node_id)?;
+        let ops = diff_ops(&old, &new);
+        if validate_only || ops.is_empty() {
+            return Ok(());
+        }
+        self.submit_config_ops(RESOURCE_GROUP, name, ops).await
     }
 
     fn describe_broker_configs(
@@ -261,6 +341,7 @@ impl Broker {
         let outcome = match resource_type {
             RESOURCE_TOPIC => self.set_topic_configs(name, change, validate_only).await,
             RESOURCE_BROKER => self.set_broker_configs(name, change, validate_only).await,
+            RESOURCE_GROUP => self.set_group_configs(name, change, validate_only).await,
             other => Err((
                 ErrorCode::INVALID_REQUEST,
                 format!("configs of resource type {other} cannot be altered"),
@@ -649,6 +730,18 @@ fn apply_incremental(
         } else {
             (false, "")
         }
+    } else if resource_type == RESOURCE_GROUP {
+        // No group config is a list.
+        let def = group_configs::GROUP_CONFIGS
+            .iter()
+            .find(|d| d.name == name)
+            .ok_or_else(|| {
+                (
+                    ErrorCode::INVALID_CONFIG,
+                    format!("Unknown group config name: {name}"),
+                )
+            })?;
+        (false, def.default)
     } else {
         let def = config::topic_config_def(name).ok_or_else(|| {
             (

@@ -19,6 +19,7 @@ mod configs;
 mod data;
 mod describe_topic_partitions;
 mod features;
+mod group_configs;
 mod groups;
 mod log_dirs;
 pub(crate) mod metadata;
