@@ -69,7 +69,8 @@ pub use image::{
     NO_LEADER_CHANGE, RESOURCE_BROKER, RESOURCE_TOPIC,
 };
 pub use quorum::{
-    parse_voters, submit_to_voters, CommittedRecords, MetadataQuorum, QuorumConfig,
-    QuorumDescription, ReplicaProgress,
+    parse_voters, submit_to_voters, CommittedRecords, ImageView, MetadataQuorum, Plaintext,
+    QuorumConfig, QuorumDescription, QuorumIo, QuorumStream, QuorumTransport, ReplicaProgress,
+    TransportFuture,
 };
 pub use record::{decode_batch, encode_batch, MetadataRecord};
