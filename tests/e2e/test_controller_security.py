@@ -13,6 +13,7 @@ dial that passes and gets an answer.
 from __future__ import annotations
 
 import socket
+import subprocess
 import ssl
 import struct
 import uuid
@@ -266,4 +267,84 @@ def test_the_quorum_runs_over_sasl_ssl_and_refuses_who_is_not_a_controller(tmp_p
         fail_over(cluster, (1, 2, 3))
     finally:
         problems = cluster.teardown()
+    assert not problems, problems
+
+
+def test_format_add_scram_gives_a_sasl_ssl_only_cluster_its_inter_broker_login(tmp_path):
+    """Clients and brokers on SASL_SSL, the quorum on SASL_SSL with SCRAM: the logins,
+    SCRAM-SHA-512 as User:broker between brokers and SCRAM-SHA-256 as User:controller on
+    the quorum, exist only because `rill format --add-scram` put them in each node's data
+    directory. Without them the quorum could not form (its SCRAM logins need a
+    credential before the log can hold one) and no follower could fetch (the
+    inter-broker test shows the ISR staying short until the user is created)."""
+    from rill_harness import rill_binary
+    from test_inter_broker_security import BROKER_PASSWORD, InterBrokerCluster, consume_all, produce
+
+    c = InterBrokerCluster(tmp_path / "ib", super_users="User:admin;User:broker;User:controller")
+    ca, keystore = c.ca_path, tmp_path / "ib" / "broker-keystore.pem"
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="controller" password="{CONTROLLER_PASSWORD}";'
+    )
+    for node in c.cluster.nodes.values():
+        node.overrides.update({
+            "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:SASL_SSL,CONTROLLER:SASL_SSL",
+            "listener.name.controller.ssl.keystore.type": "PEM",
+            "listener.name.controller.ssl.keystore.location": str(keystore),
+            "listener.name.controller.ssl.truststore.location": str(ca),
+            "sasl.mechanism.controller.protocol": "SCRAM-SHA-256",
+            "listener.name.controller.sasl.enabled.mechanisms": "SCRAM-SHA-256",
+            "listener.name.controller.scram-sha-256.sasl.jaas.config": jaas,
+        })
+        formatted = subprocess.run(
+            [str(rill_binary()), "format", "--data-dir", str(node.data_dir),
+             "--add-scram", f"SCRAM-SHA-512=[name=broker,password={BROKER_PASSWORD}]",
+             "--add-scram", f"SCRAM-SHA-256=[name=controller,password={CONTROLLER_PASSWORD}]"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert formatted.returncode == 0, formatted.stderr
+    try:
+        c.cluster.start()  # no AlterUserScramCredentials: the login comes from the format
+        admin = c.admin()  # held until the futures resolve: a dropped client cancels them
+        infos: list = []
+
+        def written() -> bool:
+            try:
+                described = admin.describe_user_scram_credentials(["broker"])
+                infos[:] = described["broker"].result(timeout=10).scram_credential_infos
+            except Exception:  # RESOURCE_NOT_FOUND until the first node has written it
+                return False
+            return bool(infos)
+
+        wait_for(written, 30, "User:broker's credential in the metadata log")
+        assert [(i.mechanism.name, i.iterations) for i in infos] == [("SCRAM_SHA_512", 4096)]
+
+        topic = "formatted-" + uuid.uuid4().hex[:8]
+        group = "g-" + uuid.uuid4().hex[:6]
+        c.create_topic(topic)
+        c.allow_alice(topic, group)
+        c.wait_for_full_isr(topic)
+        values = [f"{topic}-{i}".encode() for i in range(100)]
+        assert produce(c.conf("alice"), topic, values) == [None] * len(values)
+        assert sorted(consume_all(c.conf("alice"), topic, group, len(values))) == sorted(values)
+
+        # The quorum's SCRAM logins survive the loss of the active controller.
+        fail_over_sasl = AdminClient(c.conf("admin"))
+        old = wait_for_controller(fail_over_sasl)
+        c.cluster.node(old).kill9()
+        survivors = AdminClient({**c.conf("admin"), "bootstrap.servers": c.cluster.running_bootstrap()})
+        assert wait_for_controller(survivors, (-1, old)) != old
+        after = "after-" + uuid.uuid4().hex[:8]
+        for f in survivors.create_topics([NewTopic(after, 1, 2)], operation_timeout=30).values():
+            f.result(timeout=60)
+
+        # A bad --add-scram is refused, naming what is wrong.
+        bad = subprocess.run(
+            [str(rill_binary()), "format", "--data-dir", str(tmp_path / "bad"), "--add-scram",
+             "SCRAM-SHA-1=[name=x,password=y]"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert bad.returncode == 1 and "SCRAM-SHA-256 or SCRAM-SHA-512" in bad.stderr
+    finally:
+        problems = c.cluster.teardown()
     assert not problems, problems

@@ -25,6 +25,7 @@
 //! decisions in `rill-metadata`, the group state machine in `rill-group`, the codec in
 //! `rill-protocol`.
 
+pub mod bootstrap_scram;
 pub mod broker_lifecycle;
 pub mod config;
 pub mod controller_server;
@@ -130,6 +131,7 @@ impl Server {
         let (quorum, cluster_id) = start_quorum(&config, roles).await?;
         let controller_addr = quorum.local_addr();
         let quorum = Arc::new(quorum);
+        shared_server::apply_bootstrap_scram(&config, &quorum)?;
 
         let mut bound = Vec::new();
         let mut listeners = Vec::new();

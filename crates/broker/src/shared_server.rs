@@ -157,3 +157,17 @@ pub(crate) async fn start_quorum(
     let quorum = quorum.map_err(|e| BrokerError::Metadata(e.to_string()))?;
     Ok((quorum, cluster_id))
 }
+
+/// Starts writing the SCRAM users of the data directory's `bootstrap.scram` (from `rill
+/// format --add-scram`) to the metadata log, in the background; see
+/// `crate::bootstrap_scram`. An unreadable file refuses the start.
+pub(crate) fn apply_bootstrap_scram(
+    config: &BrokerConfig,
+    quorum: &Arc<MetadataQuorum>,
+) -> Result<(), BrokerError> {
+    let users = crate::bootstrap_scram::read(&config.data_dir())?;
+    if !users.is_empty() {
+        tokio::spawn(crate::bootstrap_scram::apply(Arc::downgrade(quorum), users));
+    }
+    Ok(())
+}

@@ -22,7 +22,10 @@
 //!   `ssl.principal.mapping.rules`), then on a SASL listener the SASL exchange, Kafka
 //!   framed, and nothing else before it completes, each frame held to
 //!   `sasl.server.max.receive.size`. PLAIN users come from the listener's JAAS config,
-//!   SCRAM credentials from this node's metadata image.
+//!   SCRAM credentials from this node's metadata image, else from the data directory's
+//!   `bootstrap.scram` (`rill format --add-scram`): the quorum must authenticate its
+//!   peers before the log can hold any credential, so a SCRAM controller login is the
+//!   formatted one until the log has that user.
 //! - The principal then needs CLUSTER_ACTION on the cluster when an authorizer is
 //!   configured (`super.users` is the usual way), as Kafka asks of the controller RPCs.
 //!   A PLAINTEXT controller listener checks nothing, as before.
@@ -38,7 +41,8 @@ use bytes::BytesMut;
 use rill_metadata::acl::host_address;
 use rill_metadata::{
     AclOperation, Action, AuthorizationResult, ImageView, QuorumStream, QuorumTransport,
-    RequestContext, ResourceType, StandardAuthorizer, TransportFuture, CLUSTER_NAME,
+    RequestContext, ResourceType, ScramCredentialUpsertion, StandardAuthorizer, TransportFuture,
+    CLUSTER_NAME,
 };
 use rill_protocol::{decode_frame, decode_request_header};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -48,6 +52,7 @@ use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::network::inter_broker::{InterBrokerConnector, PeerEndpoint};
 use crate::network::sasl::{Authenticator, Verdict};
+use crate::network::scram::{ScramCredential, ScramMechanism};
 use crate::network::security::{ListenerSecurity, ANONYMOUS};
 
 /// The SASL client id this node's quorum dials send.
@@ -63,6 +68,8 @@ pub struct ControllerTransport {
     max_sasl_frame: usize,
     /// The static config, for the TLS acceptor's reloadable keys.
     config: BrokerConfig,
+    /// `bootstrap.scram`'s credentials, for SCRAM logins the image cannot answer yet.
+    bootstrap: Vec<ScramCredentialUpsertion>,
 }
 
 impl std::fmt::Debug for ControllerTransport {
@@ -92,6 +99,7 @@ impl ControllerTransport {
             authorizer: config.authorizer()?,
             max_sasl_frame: limits.first_request_max_bytes,
             config: config.clone(),
+            bootstrap: crate::bootstrap_scram::read(&config.data_dir())?,
         })
     }
 
@@ -120,13 +128,12 @@ impl ControllerTransport {
             }
         };
         if let Some(sasl) = &security.sasl {
-            principal = authenticate(
-                &mut stream,
-                Authenticator::new(sasl.clone()),
-                &image,
-                self.max_sasl_frame,
-            )
-            .await?;
+            let auth = Authenticator::new(sasl.clone());
+            let scram = |user: &str, m: ScramMechanism| {
+                crate::server::sasl::scram_credential(&image(), user, m)
+                    .or_else(|| self.bootstrap_credential(user, m))
+            };
+            principal = authenticate(&mut stream, auth, scram, self.max_sasl_frame).await?;
         }
         if let Some(authorizer) = &self.authorizer {
             let host = host_address(peer.ip());
@@ -162,6 +169,21 @@ impl ControllerTransport {
     }
 }
 
+impl ControllerTransport {
+    fn bootstrap_credential(&self, user: &str, m: ScramMechanism) -> Option<ScramCredential> {
+        let c = self
+            .bootstrap
+            .iter()
+            .find(|c| c.name == user && c.mechanism == m.kafka_type())?;
+        Some(ScramCredential {
+            salt: c.salt.clone(),
+            stored_key: c.stored_key.clone(),
+            server_key: c.server_key.clone(),
+            iterations: c.iterations,
+        })
+    }
+}
+
 impl QuorumTransport for ControllerTransport {
     fn dial(&self, addr: SocketAddr) -> TransportFuture<'_> {
         Box::pin(async move {
@@ -188,11 +210,10 @@ fn denied(what: &str) -> io::Error {
 async fn authenticate(
     stream: &mut QuorumStream,
     mut auth: Authenticator,
-    image: &ImageView,
+    scram: impl Fn(&str, ScramMechanism) -> Option<ScramCredential>,
     max_frame: usize,
 ) -> io::Result<String> {
     let mut buf = BytesMut::with_capacity(1024);
-    let scram = |user: &str, m| crate::server::sasl::scram_credential(&image(), user, m);
     loop {
         let frame = loop {
             match decode_frame(&mut buf, max_frame) {
@@ -208,7 +229,7 @@ async fn authenticate(
             }
         };
         let verdict = if auth.expects_raw_token() {
-            auth.raw_token(&frame, scram)
+            auth.raw_token(&frame, &scram)
         } else {
             let mut body = frame.freeze();
             let (header, _) = decode_request_header(&mut body)
@@ -218,7 +239,7 @@ async fn authenticate(
                 header.request_api_version,
                 header.correlation_id,
                 &mut body,
-                scram,
+                &scram,
             )
         };
         match verdict {

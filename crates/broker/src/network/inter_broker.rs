@@ -724,6 +724,55 @@ mod tests {
     }
 
     #[test]
+    fn the_controller_listener_dials_with_its_own_protocol_and_mechanism() {
+        let mut c = BrokerConfig::default();
+        c.set(
+            "listeners",
+            "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+        );
+        // Not in the map: PLAINTEXT, as before the controller listener could be secured.
+        let connector = InterBrokerConnector::for_controller(&c).unwrap();
+        assert_eq!(connector.protocol(), SecurityProtocol::Plaintext);
+        assert_eq!(connector.listener(), "CONTROLLER");
+
+        c.set(
+            "listener.security.protocol.map",
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        );
+        c.set("sasl.mechanism.inter.broker.protocol", "PLAIN");
+        c.set("sasl.mechanism.controller.protocol", "SCRAM-SHA-256");
+        c.set(
+            "listener.name.controller.scram-sha-256.sasl.jaas.config",
+            r#"ScramLoginModule required username="ctl" password="pw";"#,
+        );
+        let connector = InterBrokerConnector::for_controller(&c).unwrap();
+        assert_eq!(connector.protocol(), SecurityProtocol::SaslPlaintext);
+        let login = connector.sasl.unwrap();
+        assert_eq!(login.mechanism, Mechanism::Scram(ScramMechanism::Sha256));
+        assert_eq!(login.username, "ctl");
+        // The inter-broker side is untouched by the controller's keys.
+        assert!(InterBrokerConnector::from_config(&c)
+            .unwrap()
+            .sasl
+            .is_none());
+
+        c.set("sasl.mechanism.controller.protocol", "GSSAPI");
+        let e = InterBrokerConnector::for_controller(&c)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sasl.mechanism.controller.protocol"), "{e}");
+
+        c.set(
+            "listener.security.protocol.map",
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+        );
+        let e = InterBrokerConnector::for_controller(&c)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ssl.truststore.location"), "{e}");
+    }
+
+    #[test]
     fn a_tls_inter_broker_listener_needs_a_truststore() {
         let mut c = BrokerConfig::default();
         c.set("listeners", "SSL://127.0.0.1:9093");
