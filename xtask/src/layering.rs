@@ -174,7 +174,15 @@ mod modules {
         ),
         (
             "shared_server",
-            &["config", "data_dir_lock", "meta_properties", "error"],
+            // `network`: the controller listener's TLS/SASL under the quorum
+            // (`controller_channel`) and the formatted SCRAM users (`bootstrap_scram`).
+            &[
+                "network",
+                "config",
+                "data_dir_lock",
+                "meta_properties",
+                "error",
+            ],
         ),
         (
             "controller_server",

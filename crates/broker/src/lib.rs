@@ -25,7 +25,6 @@
 //! decisions in `rill-metadata`, the group state machine in `rill-group`, the codec in
 //! `rill-protocol`.
 
-pub mod bootstrap_scram;
 pub mod broker_lifecycle;
 pub mod config;
 pub mod controller_server;

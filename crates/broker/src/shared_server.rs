@@ -165,9 +165,12 @@ pub(crate) fn apply_bootstrap_scram(
     config: &BrokerConfig,
     quorum: &Arc<MetadataQuorum>,
 ) -> Result<(), BrokerError> {
-    let users = crate::bootstrap_scram::read(&config.data_dir())?;
+    let users = crate::network::bootstrap_scram::read(&config.data_dir())?;
     if !users.is_empty() {
-        tokio::spawn(crate::bootstrap_scram::apply(Arc::downgrade(quorum), users));
+        tokio::spawn(crate::network::bootstrap_scram::apply(
+            Arc::downgrade(quorum),
+            users,
+        ));
     }
     Ok(())
 }

@@ -499,15 +499,15 @@ fn format(args: &FormatArgs) -> anyhow::Result<()> {
     let users = args
         .add_scram
         .iter()
-        .map(|spec| rill_broker::bootstrap_scram::parse_add_scram(spec))
+        .map(|spec| rill_broker::network::bootstrap_scram::parse_add_scram(spec))
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
-    rill_broker::bootstrap_scram::write(&args.data_dir, &users)?;
+    rill_broker::network::bootstrap_scram::write(&args.data_dir, &users)?;
     println!(
         "wrote {} SCRAM credential(s) to {}",
         users.len(),
         args.data_dir
-            .join(rill_broker::bootstrap_scram::FILE)
+            .join(rill_broker::network::bootstrap_scram::FILE)
             .display()
     );
     Ok(())

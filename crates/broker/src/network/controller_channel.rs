@@ -99,7 +99,7 @@ impl ControllerTransport {
             authorizer: config.authorizer()?,
             max_sasl_frame: limits.first_request_max_bytes,
             config: config.clone(),
-            bootstrap: crate::bootstrap_scram::read(&config.data_dir())?,
+            bootstrap: crate::network::bootstrap_scram::read(&config.data_dir())?,
         })
     }
 
@@ -130,7 +130,7 @@ impl ControllerTransport {
         if let Some(sasl) = &security.sasl {
             let auth = Authenticator::new(sasl.clone());
             let scram = |user: &str, m: ScramMechanism| {
-                crate::server::sasl::scram_credential(&image(), user, m)
+                crate::network::scram::image_credential(&image(), user, m)
                     .or_else(|| self.bootstrap_credential(user, m))
             };
             principal = authenticate(&mut stream, auth, scram, self.max_sasl_frame).await?;
