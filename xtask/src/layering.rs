@@ -175,8 +175,11 @@ mod modules {
         (
             "shared_server",
             // `metrics`: the sink the controller loop's figures go to, installed as the
-            // quorum starts.
+            // quorum starts. `network`: the controller listener's TLS/SASL under the
+            // quorum (`controller_channel`) and the formatted SCRAM users
+            // (`bootstrap_scram`).
             &[
+                "network",
                 "config",
                 "data_dir_lock",
                 "meta_properties",

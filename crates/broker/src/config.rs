@@ -1198,6 +1198,7 @@ const KEYS_WITHOUT_DEFAULT: &[&str] = &[
     // spells it (`listener.name.<listener>.scram-sha-512.sasl.jaas.config`).
     "security.inter.broker.protocol",
     "sasl.mechanism.inter.broker.protocol",
+    "sasl.mechanism.controller.protocol",
     "sasl.jaas.config",
     "scram-sha-256.sasl.jaas.config",
     "scram-sha-512.sasl.jaas.config",
@@ -1594,6 +1595,33 @@ impl BrokerConfig {
             .find(|(name, _)| controller.contains(name))
             .map(|(_, hp)| Self::parse_addr("listeners", &hp))
             .transpose()
+    }
+
+    /// The controller listener as the quorum serves and dials it: the first of
+    /// `controller.listener.names`, its address (port 0 when `listeners` has none: a
+    /// broker-only node's observer port, or a single node's own quorum), and its protocol
+    /// from `listener.security.protocol.map`. A name the map does not mention is
+    /// PLAINTEXT, as before the controller listener could be anything else (Kafka refuses
+    /// to start instead).
+    pub fn controller_listener(&self) -> Result<ListenerConfig, BrokerError> {
+        let name = self
+            .controller_listener_names()
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| CONTROLLER_LISTENER.to_string());
+        let protocol = self
+            .security_protocol_map()?
+            .get(&name)
+            .copied()
+            .unwrap_or(SecurityProtocol::Plaintext);
+        let addr = self
+            .controller_listen_addr()?
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        Ok(ListenerConfig {
+            name,
+            addr,
+            protocol,
+        })
     }
 
     /// `advertised.listeners` as `NAME -> (host, port)`; a bare `HOST:PORT` entry is the

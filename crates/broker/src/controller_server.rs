@@ -64,6 +64,7 @@ impl ControllerServer {
         crate::shared_server::log_data_dir(&data_dir_lock, None);
         let (quorum, cluster_id) = crate::shared_server::start_quorum(&config, roles).await?;
         let quorum = Arc::new(quorum);
+        crate::shared_server::apply_bootstrap_scram(&config, &quorum)?;
         let http_listener = crate::http::bind(&config).await?;
         let http_addr = http_listener
             .as_ref()

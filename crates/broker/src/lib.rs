@@ -130,6 +130,7 @@ impl Server {
         let (quorum, cluster_id) = start_quorum(&config, roles).await?;
         let controller_addr = quorum.local_addr();
         let quorum = Arc::new(quorum);
+        shared_server::apply_bootstrap_scram(&config, &quorum)?;
 
         let mut bound = Vec::new();
         let mut listeners = Vec::new();

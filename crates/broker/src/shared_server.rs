@@ -6,10 +6,13 @@
 use rill_metadata::{MetadataQuorum, QuorumConfig};
 use rill_protocol::ErrorCode;
 
+use std::sync::Arc;
+
 use crate::config::{BrokerConfig, ProcessRoles, METADATA_LOG_DIR};
 use crate::data_dir_lock::DataDirLock;
 use crate::error::BrokerError;
 use crate::meta_properties;
+use crate::network::controller_channel::ControllerTransport;
 
 /// A lock must be the one of the directory the config names, or it protects nothing.
 pub(crate) fn check_lock_is_for(
@@ -91,10 +94,15 @@ pub(crate) async fn resolve_node_id(mut config: BrokerConfig) -> Result<BrokerCo
             rack: config.get("broker.rack").map(str::to_string),
         },
     );
-    let generated =
-        rill_metadata::submit_to_voters(&voters, event, std::time::Duration::from_secs(30))
-            .await
-            .map_err(|e| BrokerError::Metadata(format!("generating a node.id: {e}")))?;
+    let transport = crate::network::controller_channel::ControllerTransport::from_config(&config)?;
+    let generated = rill_metadata::submit_to_voters(
+        &voters,
+        event,
+        std::time::Duration::from_secs(30),
+        &transport,
+    )
+    .await
+    .map_err(|e| BrokerError::Metadata(format!("generating a node.id: {e}")))?;
     match generated.response {
         rill_metadata::ControllerResponse::BrokerRegistration(r)
             if r.error_code == ErrorCode::NONE =>
@@ -136,6 +144,7 @@ pub(crate) async fn start_quorum(
         election_timeout_min_ms: election_ms / 2,
         election_timeout_max_ms: election_ms,
         controller: config.controller_config()?,
+        transport: Arc::new(ControllerTransport::from_config(config)?),
         ..QuorumConfig::default()
     };
     let quorum_dir = data_dir.join(METADATA_LOG_DIR);
@@ -148,4 +157,21 @@ pub(crate) async fn start_quorum(
     };
     let quorum = quorum.map_err(|e| BrokerError::Metadata(e.to_string()))?;
     Ok((quorum, cluster_id))
+}
+
+/// Starts writing the SCRAM users of the data directory's `bootstrap.scram` (from `rill
+/// format --add-scram`) to the metadata log, in the background; see
+/// `crate::bootstrap_scram`. An unreadable file refuses the start.
+pub(crate) fn apply_bootstrap_scram(
+    config: &BrokerConfig,
+    quorum: &Arc<MetadataQuorum>,
+) -> Result<(), BrokerError> {
+    let users = crate::network::bootstrap_scram::read(&config.data_dir())?;
+    if !users.is_empty() {
+        tokio::spawn(crate::network::bootstrap_scram::apply(
+            Arc::downgrade(quorum),
+            users,
+        ));
+    }
+    Ok(())
 }

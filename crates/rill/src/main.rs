@@ -27,6 +27,9 @@ enum Command {
     /// Run a node until SIGINT or SIGTERM: broker and controller (the default), or one
     /// of them (`--override process.roles=broker` or `=controller`).
     Server(ServerArgs),
+    /// Prepare a data directory before its first start: SCRAM users for the bootstrap
+    /// metadata, as `kafka-storage format --add-scram`.
+    Format(FormatArgs),
     /// Create, list, describe, delete and alter topics.
     Topic {
         #[command(flatten)]
@@ -180,6 +183,13 @@ fn main() -> anyhow::Result<()> {
             }
             return Ok(());
         }
+        Command::Format(args) => {
+            if let Err(e) = format(&args) {
+                eprintln!("error: {}", one_line(&e));
+                std::process::exit(1);
+            }
+            return Ok(());
+        }
         other => other,
     };
     tracing_subscriber::fmt()
@@ -192,7 +202,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     let result = runtime.block_on(async move {
         match client_command {
-            Command::Server(_) => Ok(()),
+            Command::Server(_) | Command::Format(_) => Ok(()),
             Command::Topic { common, command } => cli::topic::run(&common, command).await,
             Command::Produce { common, args } => cli::produce::run(&common, args).await,
             Command::Consume { common, args } => cli::consume::run(&common, args).await,
@@ -468,4 +478,37 @@ mod tests {
         let e = anyhow::Error::from(missing).context("reading rill.toml");
         assert_eq!(one_line(&e), "reading rill.toml: No such file");
     }
+}
+
+/// `rill format`'s arguments.
+#[derive(clap::Args)]
+struct FormatArgs {
+    /// The node's data directory (`log.dirs`).
+    #[arg(long, value_name = "DIR")]
+    data_dir: std::path::PathBuf,
+    /// A SCRAM user the metadata log starts with, as Kafka writes it:
+    /// `SCRAM-SHA-256=[name=alice,password=alice-secret]`, or with
+    /// `iterations=N,salt=BASE64,saltedpassword=BASE64` instead of the password.
+    /// Repeat for more users.
+    #[arg(long = "add-scram", value_name = "MECHANISM=[...]", required = true)]
+    add_scram: Vec<String>,
+}
+
+/// Writes `bootstrap.scram` in the data directory (see `rill_broker::bootstrap_scram`).
+fn format(args: &FormatArgs) -> anyhow::Result<()> {
+    let users = args
+        .add_scram
+        .iter()
+        .map(|spec| rill_broker::network::bootstrap_scram::parse_add_scram(spec))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(anyhow::Error::msg)?;
+    rill_broker::network::bootstrap_scram::write(&args.data_dir, &users)?;
+    println!(
+        "wrote {} SCRAM credential(s) to {}",
+        users.len(),
+        args.data_dir
+            .join(rill_broker::network::bootstrap_scram::FILE)
+            .display()
+    );
+    Ok(())
 }

@@ -225,6 +225,35 @@ impl InterBrokerConnector {
                     "inter.broker.listener.name: {listener} is not one of the listeners"
                 ))
             })?;
+        Self::for_listener(
+            config,
+            listener,
+            protocol,
+            "sasl.mechanism.inter.broker.protocol",
+        )
+    }
+
+    /// The controller listener's client settings, for the quorum's dials
+    /// (`controller.listener.names`, `sasl.mechanism.controller.protocol`); see
+    /// `controller_channel.rs`.
+    pub fn for_controller(config: &BrokerConfig) -> Result<Self, BrokerError> {
+        let listener = config.controller_listener()?;
+        Self::for_listener(
+            config,
+            listener.name,
+            listener.protocol,
+            "sasl.mechanism.controller.protocol",
+        )
+    }
+
+    /// Dialing `listener`, which speaks `protocol`; `mechanism_key` names the SASL
+    /// mechanism this side logs in with.
+    fn for_listener(
+        config: &BrokerConfig,
+        listener: String,
+        protocol: SecurityProtocol,
+        mechanism_key: &str,
+    ) -> Result<Self, BrokerError> {
         let tls = if protocol.uses_tls() {
             Some(TlsConnector::from(Arc::new(tls_client_config(
                 config, &listener,
@@ -233,7 +262,7 @@ impl InterBrokerConnector {
             None
         };
         let sasl = if protocol.uses_sasl() {
-            Some(sasl_login(config, &listener)?)
+            Some(sasl_login(config, &listener, mechanism_key)?)
         } else {
             None
         };
@@ -424,10 +453,15 @@ impl ServerCertVerifier for ChainOnlyVerifier {
     }
 }
 
-/// `sasl.mechanism.inter.broker.protocol` and its JAAS login (module docs, step 4).
-fn sasl_login(config: &BrokerConfig, listener: &str) -> Result<SaslLogin, BrokerError> {
+/// `sasl.mechanism.inter.broker.protocol` (or the controller's `mechanism_key`) and its
+/// JAAS login (module docs, step 4).
+fn sasl_login(
+    config: &BrokerConfig,
+    listener: &str,
+    mechanism_key: &str,
+) -> Result<SaslLogin, BrokerError> {
     let raw = config
-        .get("sasl.mechanism.inter.broker.protocol")
+        .get(mechanism_key)
         .unwrap_or("PLAIN")
         .trim()
         .to_ascii_uppercase();
@@ -437,18 +471,18 @@ fn sasl_login(config: &BrokerConfig, listener: &str) -> Result<SaslLogin, Broker
         Mechanism::Scram(m)
     } else {
         return Err(BrokerError::Config(format!(
-            "sasl.mechanism.inter.broker.protocol: {raw} is not supported (use PLAIN, \
-             SCRAM-SHA-256 or SCRAM-SHA-512)"
+            "{mechanism_key}: {raw} is not supported (use PLAIN, SCRAM-SHA-256 or \
+             SCRAM-SHA-512)"
         )));
     };
-    let mechanism_key = format!("{}.sasl.jaas.config", mechanism.name().to_ascii_lowercase());
-    let (key, jaas) = [mechanism_key.as_str(), "sasl.jaas.config"]
+    let jaas_key = format!("{}.sasl.jaas.config", mechanism.name().to_ascii_lowercase());
+    let (key, jaas) = [jaas_key.as_str(), "sasl.jaas.config"]
         .into_iter()
         .find_map(|k| config.listener_value(listener, k).map(|v| (k, v)))
         .ok_or_else(|| {
             BrokerError::Config(format!(
-                "listener.name.{}.{mechanism_key}: the inter-broker listener {listener} uses \
-                 SASL {}: give this broker's username=\"…\" password=\"…\" there",
+                "listener.name.{}.{jaas_key}: the listener {listener} this node dials uses \
+                 SASL {}: give this node's username=\"…\" password=\"…\" there",
                 listener.to_ascii_lowercase(),
                 mechanism.name()
             ))
@@ -456,8 +490,7 @@ fn sasl_login(config: &BrokerConfig, listener: &str) -> Result<SaslLogin, Broker
     let option = |name: &str| {
         jaas_option(jaas, name).ok_or_else(|| {
             BrokerError::Config(format!(
-                "{key} (listener {listener}): no {name}=\"…\" option for the inter-broker \
-                 login"
+                "{key} (listener {listener}): no {name}=\"…\" option for this node's login"
             ))
         })
     };
@@ -688,6 +721,55 @@ mod tests {
             r#"PlainLoginModule required user_b="p";"#
         )]))
         .contains("username"));
+    }
+
+    #[test]
+    fn the_controller_listener_dials_with_its_own_protocol_and_mechanism() {
+        let mut c = BrokerConfig::default();
+        c.set(
+            "listeners",
+            "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+        );
+        // Not in the map: PLAINTEXT, as before the controller listener could be secured.
+        let connector = InterBrokerConnector::for_controller(&c).unwrap();
+        assert_eq!(connector.protocol(), SecurityProtocol::Plaintext);
+        assert_eq!(connector.listener(), "CONTROLLER");
+
+        c.set(
+            "listener.security.protocol.map",
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        );
+        c.set("sasl.mechanism.inter.broker.protocol", "PLAIN");
+        c.set("sasl.mechanism.controller.protocol", "SCRAM-SHA-256");
+        c.set(
+            "listener.name.controller.scram-sha-256.sasl.jaas.config",
+            r#"ScramLoginModule required username="ctl" password="pw";"#,
+        );
+        let connector = InterBrokerConnector::for_controller(&c).unwrap();
+        assert_eq!(connector.protocol(), SecurityProtocol::SaslPlaintext);
+        let login = connector.sasl.unwrap();
+        assert_eq!(login.mechanism, Mechanism::Scram(ScramMechanism::Sha256));
+        assert_eq!(login.username, "ctl");
+        // The inter-broker side is untouched by the controller's keys.
+        assert!(InterBrokerConnector::from_config(&c)
+            .unwrap()
+            .sasl
+            .is_none());
+
+        c.set("sasl.mechanism.controller.protocol", "GSSAPI");
+        let e = InterBrokerConnector::for_controller(&c)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sasl.mechanism.controller.protocol"), "{e}");
+
+        c.set(
+            "listener.security.protocol.map",
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+        );
+        let e = InterBrokerConnector::for_controller(&c)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ssl.truststore.location"), "{e}");
     }
 
     #[test]

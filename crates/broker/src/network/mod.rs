@@ -89,6 +89,8 @@ use crate::config::{BrokerConfig, SecurityProtocol};
 use crate::error::BrokerError;
 use crate::metrics;
 
+pub mod bootstrap_scram;
+pub mod controller_channel;
 pub mod inter_broker;
 pub mod request_slot;
 pub mod sasl;

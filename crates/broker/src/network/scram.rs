@@ -116,6 +116,24 @@ impl ScramMechanism {
     }
 }
 
+/// A user's stored SCRAM credential for one mechanism, from a metadata image (the
+/// listeners' and the controller listener's lookup).
+pub fn image_credential(
+    image: &rill_metadata::MetadataImage,
+    user: &str,
+    mechanism: ScramMechanism,
+) -> Option<ScramCredential> {
+    let c = image
+        .scram_credentials
+        .get(&(user.to_string(), mechanism.kafka_type()))?;
+    Some(ScramCredential {
+        salt: c.salt.to_vec(),
+        stored_key: c.stored_key.to_vec(),
+        server_key: c.server_key.to_vec(),
+        iterations: c.iterations,
+    })
+}
+
 /// What is stored of a user's password for one mechanism.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ScramCredential {

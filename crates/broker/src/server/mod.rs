@@ -27,7 +27,7 @@ mod partitions;
 mod quorum;
 pub(crate) mod quotas;
 mod request_authorization;
-mod sasl;
+pub(crate) mod sasl;
 pub(crate) use sasl::scram_credential;
 mod topics;
 mod transactions;

@@ -29,15 +29,7 @@ pub(crate) fn scram_credential(
     user: &str,
     mechanism: ScramMechanism,
 ) -> Option<ScramCredential> {
-    let c = image
-        .scram_credentials
-        .get(&(user.to_string(), mechanism.kafka_type()))?;
-    Some(ScramCredential {
-        salt: c.salt.to_vec(),
-        stored_key: c.stored_key.to_vec(),
-        server_key: c.server_key.to_vec(),
-        iterations: c.iterations,
-    })
+    crate::network::scram::image_credential(image, user, mechanism)
 }
 
 impl Broker {

@@ -59,6 +59,7 @@ mod network;
 mod pre_vote;
 mod state_machine;
 mod stats;
+mod transport;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
@@ -71,7 +72,7 @@ use std::time::Duration;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, Config, Raft, ServerState, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -83,6 +84,9 @@ pub(crate) use network::call_add_observer;
 pub use network::{DialLog, TcpNetwork, TcpNetworkFactory, MAX_OBSERVERS, MAX_RPC_BYTES};
 pub use state_machine::StateMachineStore;
 pub use stats::{set_controller_stats, ControllerStats};
+pub use transport::{
+    ImageView, Plaintext, QuorumIo, QuorumStream, QuorumTransport, TransportFuture,
+};
 
 use crate::api::{ControllerEvent, SubmitResult};
 use crate::controller::ControllerConfig;
@@ -153,7 +157,7 @@ pub fn parse_voters(s: &str) -> Result<BTreeMap<u64, SocketAddr>, MetadataError>
     Ok(voters)
 }
 
-/// Timing of the quorum. The defaults suit a LAN; tests shorten them.
+/// Timing and transport of the quorum. The defaults suit a LAN; tests shorten them.
 #[derive(Debug, Clone)]
 pub struct QuorumConfig {
     pub heartbeat_interval_ms: u64,
@@ -169,6 +173,9 @@ pub struct QuorumConfig {
     /// The active controller's configuration, used by this node's event loop while it
     /// leads.
     pub controller: ControllerConfig,
+    /// How quorum connections are dialed and accepted (plain TCP unless the broker
+    /// hands in the controller listener's TLS/SASL; see `transport.rs`).
+    pub transport: Arc<dyn QuorumTransport>,
 }
 
 impl Default for QuorumConfig {
@@ -179,6 +186,7 @@ impl Default for QuorumConfig {
             election_timeout_max_ms: 1_000,
             snapshot_every_entries: 5_000,
             controller: ControllerConfig::default(),
+            transport: Arc::new(Plaintext),
         }
     }
 }
@@ -216,7 +224,9 @@ pub struct MetadataQuorum {
     isolation: Arc<Isolation>,
     /// Idle connections to peers for forwarded submissions; never locked across an
     /// await.
-    forward_idle: Mutex<BTreeMap<u64, Vec<TcpStream>>>,
+    forward_idle: Mutex<BTreeMap<u64, Vec<QuorumStream>>>,
+    /// How this node dials its peers (the quorum config's).
+    transport: Arc<dyn QuorumTransport>,
     /// Round-robin position over the voters, for an observer that knows no leader yet.
     next_voter: AtomicUsize,
 }
@@ -311,6 +321,7 @@ impl MetadataQuorum {
             Some(events.clone()),
             Some(timer),
             isolation.clone(),
+            config.transport.clone(),
         ));
         let members: BTreeMap<u64, BasicNode> = voters
             .iter()
@@ -329,6 +340,7 @@ impl MetadataQuorum {
             election: Some(election),
             isolation,
             forward_idle: Mutex::new(BTreeMap::new()),
+            transport: config.transport.clone(),
             next_voter: AtomicUsize::new(0),
         };
         match quorum.raft.initialize(members).await {
@@ -380,12 +392,14 @@ impl MetadataQuorum {
             None,
             None,
             isolation.clone(),
+            config.transport.clone(),
         ));
         let join = tokio::spawn(join_as_observer(
             node_id,
             local_addr,
             voters.clone(),
             raft.clone(),
+            config.transport.clone(),
         ));
         Ok(MetadataQuorum {
             node_id,
@@ -400,6 +414,7 @@ impl MetadataQuorum {
             election: None,
             isolation,
             forward_idle: Mutex::new(BTreeMap::new()),
+            transport: config.transport.clone(),
             next_voter: AtomicUsize::new(0),
         })
     }
@@ -602,13 +617,11 @@ impl MetadataQuorum {
             .and_then(Vec::pop);
         let mut stream = match idle {
             Some(s) => s,
-            None => {
-                let s = TcpStream::connect(addr)
-                    .await
-                    .map_err(|e| unreachable(e.to_string()))?;
-                let _ = s.set_nodelay(true);
-                s
-            }
+            None => self
+                .transport
+                .dial(addr)
+                .await
+                .map_err(|e| unreachable(e.to_string()))?,
         };
         // On a timeout the stream is dropped with the future: it may hold half a frame.
         let answer = tokio::time::timeout(ttl, network::call_controller(&mut stream, event))
@@ -657,8 +670,7 @@ impl MetadataQuorum {
                         return Err(last);
                     };
                     let attempt = async {
-                        let mut stream = TcpStream::connect(addr).await?;
-                        let _ = stream.set_nodelay(true);
+                        let mut stream = self.transport.dial(addr).await?;
                         network::call_describe_quorum(&mut stream).await
                     };
                     match tokio::time::timeout(remaining, attempt).await {
@@ -838,6 +850,7 @@ async fn open(
         dials: dials.clone(),
         isolation: isolation.clone(),
         shared: shared.clone(),
+        transport: config.transport.clone(),
     };
     let raft = Raft::new(
         node_id,
@@ -860,6 +873,7 @@ async fn join_as_observer(
     addr: SocketAddr,
     voters: BTreeMap<u64, SocketAddr>,
     raft: Raft<TypeConfig>,
+    transport: Arc<dyn QuorumTransport>,
 ) {
     let voter_ids: Vec<u64> = voters.keys().copied().collect();
     let mut backoff = JOIN_BACKOFF_MIN;
@@ -884,8 +898,7 @@ async fn join_as_observer(
             continue;
         };
         let attempt = async {
-            let mut stream = TcpStream::connect(target_addr).await?;
-            let _ = stream.set_nodelay(true);
+            let mut stream = transport.dial(target_addr).await?;
             network::call_add_observer(&mut stream, node_id, addr.to_string()).await
         };
         match tokio::time::timeout(JOIN_ATTEMPT_TIMEOUT, attempt).await {
@@ -925,11 +938,12 @@ async fn join_as_observer(
 /// quorum: asks the voters in turn, following the leader each names, until one answers
 /// or `timeout` passes. A broker that has no `node.id` registers this way to have one
 /// generated (`broker.id.generation.enable`) before it can join as an observer, which
-/// needs its id.
+/// needs its id. `transport` dials the voters as the quorum would.
 pub async fn submit_to_voters(
     voters: &BTreeMap<u64, SocketAddr>,
     event: ControllerEvent,
     timeout: Duration,
+    transport: &dyn QuorumTransport,
 ) -> Result<SubmitResult, MetadataError> {
     let deadline = Instant::now() + timeout;
     let mut backoff = SUBMIT_BACKOFF_MIN;
@@ -956,8 +970,7 @@ pub async fn submit_to_voters(
             return Err(last);
         };
         let attempt = async {
-            let mut stream = TcpStream::connect(addr).await?;
-            let _ = stream.set_nodelay(true);
+            let mut stream = transport.dial(addr).await?;
             network::call_controller(&mut stream, event.clone()).await
         };
         match tokio::time::timeout(remaining, attempt).await {

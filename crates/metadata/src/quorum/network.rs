@@ -1,4 +1,5 @@
-//! Raft RPCs between quorum nodes (voters and observers) over TCP.
+//! Raft RPCs between quorum nodes (voters and observers) over TCP, or whatever the
+//! quorum's transport (`transport.rs`: TLS, SASL) puts between them.
 //!
 //! Each message is a frame: `u32` big-endian length, then the postcard encoding of an
 //! [`RpcRequest`] or [`RpcResponse`]. A client keeps one connection per peer and sends
@@ -30,13 +31,14 @@ use openraft::raft::{
 use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::describe::{describe_local, QuorumDescription};
 use super::event_loop::Submission;
 use super::pre_vote::{ElectionTimer, Isolation, PreVoteRequest, PreVoteResponse};
 use super::state_machine::Shared;
+use super::transport::{ImageView, QuorumStream, QuorumTransport};
 use super::{submit_to_loop, TypeConfig};
 use crate::api::{ControllerEvent, SubmitResult};
 use crate::error::MetadataError;
@@ -52,6 +54,10 @@ pub const MAX_OBSERVERS: usize = 1_024;
 
 /// The largest RPC frame accepted (snapshot chunks are far smaller).
 pub const MAX_RPC_BYTES: usize = 64 << 20;
+
+/// How long an accepted connection has to pass the transport's checks (a TLS handshake
+/// and a SASL exchange, SCRAM's PBKDF2 included).
+const ACCEPT_TIMEOUT: Duration = Duration::from_secs(15);
 
 #[derive(Serialize, Deserialize)]
 pub(crate) enum RpcRequest {
@@ -104,7 +110,7 @@ impl From<MetadataError> for ForwardError {
 
 /// Sends one controller event on `stream` and reads the answer.
 pub(crate) async fn call_controller(
-    stream: &mut TcpStream,
+    stream: &mut QuorumStream,
     event: ControllerEvent,
 ) -> io::Result<Result<SubmitResult, ForwardError>> {
     write_msg(stream, &RpcRequest::Controller(event)).await?;
@@ -116,7 +122,7 @@ pub(crate) async fn call_controller(
 
 /// Sends an observer's join request on `stream` and reads the answer.
 pub(crate) async fn call_add_observer(
-    stream: &mut TcpStream,
+    stream: &mut QuorumStream,
     node_id: NodeId,
     addr: String,
 ) -> io::Result<Result<(), ForwardError>> {
@@ -129,7 +135,7 @@ pub(crate) async fn call_add_observer(
 
 /// Sends a pre-vote request on `stream` and reads the answer.
 pub(crate) async fn call_pre_vote(
-    stream: &mut TcpStream,
+    stream: &mut QuorumStream,
     request: PreVoteRequest,
 ) -> io::Result<PreVoteResponse> {
     write_msg(stream, &RpcRequest::PreVote(request)).await?;
@@ -140,7 +146,7 @@ pub(crate) async fn call_pre_vote(
 }
 
 pub(crate) async fn call_describe_quorum(
-    stream: &mut TcpStream,
+    stream: &mut QuorumStream,
 ) -> io::Result<Result<QuorumDescription, ForwardError>> {
     write_msg(stream, &RpcRequest::DescribeQuorum).await?;
     match read_msg::<RpcResponse>(stream).await? {
@@ -243,7 +249,7 @@ fn broker_is_live(shared: &Shared, node_id: NodeId) -> bool {
     i32::try_from(node_id).is_ok_and(|id| shared.lock().image.is_live(id))
 }
 
-async fn write_msg<T: Serialize>(stream: &mut TcpStream, msg: &T) -> io::Result<()> {
+async fn write_msg<T: Serialize>(stream: &mut QuorumStream, msg: &T) -> io::Result<()> {
     let payload = postcard::to_allocvec(msg).map_err(|e| io::Error::other(e.to_string()))?;
     let len = u32::try_from(payload.len())
         .ok()
@@ -252,10 +258,12 @@ async fn write_msg<T: Serialize>(stream: &mut TcpStream, msg: &T) -> io::Result<
     let mut buf = Vec::with_capacity(4 + payload.len());
     buf.extend_from_slice(&len.to_be_bytes());
     buf.extend_from_slice(&payload);
-    stream.write_all(&buf).await
+    stream.write_all(&buf).await?;
+    // A TLS stream may hold the record until flushed.
+    stream.flush().await
 }
 
-async fn read_msg<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> io::Result<T> {
+async fn read_msg<T: for<'de> Deserialize<'de>>(stream: &mut QuorumStream) -> io::Result<T> {
     let mut len = [0u8; 4];
     stream.read_exact(&mut len).await?;
     let len = u32::from_be_bytes(len) as usize;
@@ -298,7 +306,12 @@ pub(crate) async fn serve(
     events: Option<mpsc::Sender<Submission>>,
     election: Option<Arc<ElectionTimer>>,
     isolation: Arc<Isolation>,
+    transport: Arc<dyn QuorumTransport>,
 ) {
+    let image: ImageView = {
+        let shared = shared.clone();
+        Arc::new(move || shared.lock().image.clone())
+    };
     let mut connections = tokio::task::JoinSet::new();
     loop {
         // Reap finished connections so the set stays as large as the open ones.
@@ -311,13 +324,29 @@ pub(crate) async fn serve(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
         let raft = raft.clone();
         let shared = shared.clone();
         let events = events.clone();
         let election = election.clone();
         let isolation = isolation.clone();
+        let transport = transport.clone();
+        let image = image.clone();
         connections.spawn(async move {
+            // In the connection's own task, so that a slow or silent peer holds up no
+            // other accept.
+            let accepted =
+                tokio::time::timeout(ACCEPT_TIMEOUT, transport.accept(stream, peer, image)).await;
+            let stream = match accepted {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    tracing::warn!(%peer, error = %e, "quorum connection refused");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "quorum connection did not authenticate in time");
+                    return;
+                }
+            };
             let served = serve_connection(stream, raft, shared, events, election, &isolation);
             if let Err(e) = served.await {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
@@ -329,7 +358,7 @@ pub(crate) async fn serve(
 }
 
 async fn serve_connection(
-    mut stream: TcpStream,
+    mut stream: QuorumStream,
     raft: Raft<TypeConfig>,
     shared: Arc<Shared>,
     events: Option<mpsc::Sender<Submission>>,
@@ -419,7 +448,7 @@ struct PeerDials {
 }
 
 impl DialLog {
-    fn record(&self, peer: NodeId, result: &io::Result<TcpStream>) {
+    fn record<S>(&self, peer: NodeId, result: &io::Result<S>) {
         match result {
             Ok(_) => self.update(peer, |d| *d = PeerDials::default()),
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => self.refused(peer),
@@ -477,6 +506,7 @@ pub struct TcpNetworkFactory {
     pub(crate) dials: Arc<DialLog>,
     pub(crate) isolation: Arc<Isolation>,
     pub(crate) shared: Arc<Shared>,
+    pub(crate) transport: Arc<dyn QuorumTransport>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetworkFactory {
@@ -495,6 +525,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetworkFactory {
             dials: self.dials.clone(),
             isolation: self.isolation.clone(),
             shared: self.shared.clone(),
+            transport: self.transport.clone(),
         }
     }
 }
@@ -503,10 +534,11 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetworkFactory {
 pub struct TcpNetwork {
     target: NodeId,
     addr: Option<SocketAddr>,
-    stream: Option<TcpStream>,
+    stream: Option<QuorumStream>,
     dials: Arc<DialLog>,
     isolation: Arc<Isolation>,
     shared: Arc<Shared>,
+    transport: Arc<dyn QuorumTransport>,
 }
 
 impl TcpNetwork {
@@ -523,11 +555,9 @@ impl TcpNetwork {
                 let addr = self.addr.ok_or_else(|| {
                     io::Error::other(format!("no address for node {}", self.target))
                 })?;
-                let dialed = TcpStream::connect(addr).await;
+                let dialed = self.transport.dial(addr).await;
                 self.dials.record(self.target, &dialed);
-                let s = dialed?;
-                s.set_nodelay(true)?;
-                self.stream = Some(s);
+                self.stream = Some(dialed?);
             }
             let stream = self
                 .stream
@@ -634,7 +664,7 @@ impl RaftNetwork<TypeConfig> for TcpNetwork {
 mod dial_log_tests {
     use super::*;
 
-    fn refused() -> io::Result<TcpStream> {
+    fn refused() -> io::Result<()> {
         Err(io::Error::from(io::ErrorKind::ConnectionRefused))
     }
 
@@ -642,7 +672,7 @@ mod dial_log_tests {
     fn a_refusal_is_reported_once_and_withdrawn_by_a_connection() {
         let log = DialLog::default();
         let start = std::time::Instant::now();
-        log.record(1, &Err(io::Error::from(io::ErrorKind::TimedOut)));
+        log.record::<()>(1, &Err(io::Error::from(io::ErrorKind::TimedOut)));
         assert!(
             log.take_refused(start).is_empty(),
             "a time-out says nothing"

@@ -55,6 +55,8 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 
+use super::transport::QuorumTransport;
+
 use super::{QuorumConfig, TypeConfig};
 
 type NodeId = u64;
@@ -131,6 +133,7 @@ pub(crate) struct ElectionTimer {
     last_contact: Mutex<Instant>,
     probe: Mutex<Option<Probe>>,
     isolation: Arc<Isolation>,
+    transport: Arc<dyn QuorumTransport>,
 }
 
 impl ElectionTimer {
@@ -152,6 +155,7 @@ impl ElectionTimer {
             last_contact: Mutex::new(Instant::now()),
             probe: Mutex::new(None),
             isolation,
+            transport: config.transport.clone(),
         }
     }
 
@@ -212,6 +216,8 @@ impl ElectionTimer {
         let Some(addr) = self.voters.get(&leader).copied() else {
             return false;
         };
+        // A bare TCP dial, whatever the transport: a refusal is all this asks about,
+        // and a connection that sends nothing is dropped by the peer's accept.
         let gone = if self.isolation.is_on() {
             false
         } else {
@@ -341,13 +347,13 @@ impl ElectionTimer {
             }
             let request = request.clone();
             let isolated = self.isolation.is_on();
+            let transport = self.transport.clone();
             asks.spawn(async move {
                 if isolated {
                     return false;
                 }
                 let call = async {
-                    let mut stream = TcpStream::connect(addr).await?;
-                    stream.set_nodelay(true)?;
+                    let mut stream = transport.dial(addr).await?;
                     super::network::call_pre_vote(&mut stream, request).await
                 };
                 match tokio::time::timeout(PRE_VOTE_TIMEOUT, call).await {

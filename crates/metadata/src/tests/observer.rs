@@ -36,6 +36,7 @@ fn fast() -> QuorumConfig {
             broker_session_timeout_ms: 600_000,
             ..ControllerConfig::default()
         },
+        ..QuorumConfig::default()
     }
 }
 
@@ -268,7 +269,8 @@ async fn an_observer_is_refused_a_voter_id_and_an_unreachable_address() {
     wait_until("node 1 leads", || leader.is_leader()).await;
     let leader_addr = voters[&1];
     let ask = |id: u64| async move {
-        let mut stream = tokio::net::TcpStream::connect(leader_addr).await.unwrap();
+        let mut stream: quorum::QuorumStream =
+            Box::new(tokio::net::TcpStream::connect(leader_addr).await.unwrap());
         quorum::call_add_observer(&mut stream, id, "127.0.0.1:1".into())
             .await
             .unwrap()

@@ -24,6 +24,7 @@ fn fast() -> QuorumConfig {
         // Small, so that snapshots and log purges happen during the test.
         snapshot_every_entries: 10,
         controller: ControllerConfig::default(),
+        ..QuorumConfig::default()
     }
 }
 

@@ -26,6 +26,7 @@ fn fast(session_timeout_ms: i64) -> QuorumConfig {
             broker_session_timeout_ms: session_timeout_ms,
             ..ControllerConfig::default()
         },
+        ..QuorumConfig::default()
     }
 }
 
