@@ -325,9 +325,13 @@ async fn send(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
+    use rill_protocol::frame::decode_frame;
     use rill_protocol::generated::write_txn_markers_response::{
         WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
     };
+    use rill_protocol::{ApiKey, Decodable, Request};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     struct Leaders(BTreeMap<(String, i32), Leader>);
 

@@ -468,7 +468,7 @@ fn a_verified_append_needs_the_producers_current_guard_to_open_a_transaction() {
     assert!(append_verified(&mut log, txn_batch(1, 0, 3, 1), Some(guard)).is_err());
     // Unverified appends (verification off, coordinator appends) are as before.
     append(&mut log, txn_batch(3, 0, 0, 1), AppendOrigin::Client);
-    assert_eq!(log.ongoing_txns(), vec![(5, 3)]);
+    assert_eq!(log.ongoing_txns(), vec![(4, 3)]);
 }
 
 #[test]
