@@ -513,6 +513,8 @@ enum Check {
     PerIpOverrides,
     /// Any text.
     Text,
+    /// `true` or `false`, in any case (Java's `Boolean` config parsing).
+    Boolean,
 }
 
 /// A broker key that is no topic's default yet changes at run time, as Kafka lists it.
@@ -544,7 +546,8 @@ const fn dynamic(
 /// cleaner's keys of Kafka's `LogCleaner.ReconfigurableConfigs` that Rill has, which the
 /// cleaner reads for every clean and every wait, the replication throttles, which
 /// a follower's fetch reads on the leader and the metadata publisher hands the fetchers,
-/// and `producer.id.expiration.ms`, which every producer expiration check reads.
+/// `producer.id.expiration.ms`, which every producer expiration check reads, and
+/// `transaction.partition.verification.enable`, which every produce reads.
 /// The rest size Kafka's thread
 /// pools (tokio schedules Rill's tasks on one pool sized by the machine), the cleaner's
 /// I/O buffers (Rill's cleaner reads through the page cache and sizes its offset map by
@@ -591,6 +594,12 @@ pub static DYNAMIC_BROKER_KEYS: &[DynamicBrokerKey] = &[
         "log.cleaner.backoff.ms",
         ConfigType::Long,
         Check::AtLeast(0),
+        DynamicUse::Live,
+    ),
+    dynamic(
+        "transaction.partition.verification.enable",
+        ConfigType::Boolean,
+        Check::Boolean,
         DynamicUse::Live,
     ),
     dynamic(
@@ -799,6 +808,11 @@ pub fn validate_broker_config(key: &str, value: &str) -> Result<(), String> {
             parse_per_ip_overrides(v).map_err(|e| invalid(&e))?;
         }
         Check::Text => {}
+        Check::Boolean => {
+            if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") {
+                return Err(invalid("Expected value to be either true or false"));
+            }
+        }
     }
     Ok(())
 }
@@ -1076,6 +1090,7 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("listeners", "PLAINTEXT://127.0.0.1:9092"),
     ("log.cleaner.backoff.ms", "15000"),
     ("producer.id.expiration.ms", "86400000"),
+    ("transaction.partition.verification.enable", "true"),
     ("producer.id.expiration.check.interval.ms", "600000"),
     // `text` or `json` (tracing-subscriber's JSON lines); `--log-format` sets it.
     ("log.format", "text"),

@@ -216,8 +216,9 @@ impl Server {
             replicas.clone(),
             leaders.clone(),
             node_id,
-            connector,
+            connector.clone(),
         );
+        let txn_verifier = Arc::new(server::txn_verification::TxnVerifier::new(connector));
         let (published, _) = watch::channel(0);
         let broker = Arc::new(Broker {
             node_id,
@@ -236,6 +237,7 @@ impl Server {
             replicas: replicas.clone(),
             groups,
             transactions,
+            txn_verifier,
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             lost_lease: std::sync::atomic::AtomicBool::new(false),
             lease_losses: std::sync::atomic::AtomicU64::new(0),
@@ -243,6 +245,7 @@ impl Server {
             config,
         });
         leaders.set(&broker);
+        broker.txn_verifier.set(&broker);
         let (shutdown, rx) = watch::channel(false);
         metadata_publisher::start(broker.clone(), rx.clone());
         let weak = Arc::downgrade(&broker);

@@ -60,6 +60,16 @@ fn be_i64(b: &[u8; HEADER_LEN], at: usize) -> i64 {
     i64::from_be_bytes(a)
 }
 
+/// The producer id and epoch of a record set's first batch when it is a transactional
+/// data batch (what a leader verifies with the transaction coordinator, KIP-890);
+/// `None` for anything else, a set too short to hold a header included.
+pub fn transactional_producer(records: &[u8]) -> Option<(i64, i16)> {
+    let head: &[u8; HEADER_LEN] = records.get(..HEADER_LEN)?.try_into().ok()?;
+    let h = BatchHeader::parse(head);
+    (h.is_transactional() && !h.is_control() && h.producer_id >= 0)
+        .then_some((h.producer_id, h.producer_epoch))
+}
+
 impl BatchHeader {
     pub fn parse(b: &[u8; HEADER_LEN]) -> Self {
         Self {

@@ -51,6 +51,7 @@ pub use error::{
     StorageError,
 };
 pub use flush::{FlushDone, LogFlusher, PendingFlush};
+pub use header::transactional_producer;
 pub use log::{
     end_txn_marker_batch, LogAppendInfo, TimestampAndOffset, UnifiedLog, ValidatedRecords,
 };

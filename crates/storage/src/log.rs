@@ -142,6 +142,18 @@ pub struct ValidatedRecords {
     origin: AppendOrigin,
     /// The size of the record set as received.
     received_bytes: usize,
+    /// `Some` when the leader checks KIP-890's verification (a client append with
+    /// `transaction.partition.verification.enable`): the guard of
+    /// [`UnifiedLog::start_txn_verification`], `None` inside when none was started.
+    txn_verification: Option<Option<u64>>,
+}
+
+impl ValidatedRecords {
+    /// Makes the append refuse (INVALID_TXN_STATE) a transactional batch that would
+    /// open a transaction unless `guard` is its producer's current verification guard.
+    pub fn require_txn_verification(&mut self, guard: Option<u64>) {
+        self.txn_verification = Some(guard);
+    }
 }
 
 /// The partition log.
@@ -602,6 +614,21 @@ impl UnifiedLog {
     pub fn segment_base_offsets(&self) -> Vec<i64> {
         self.segments.keys().copied().collect()
     }
+    /// KIP-890 part 1, before a client's transactional batch of `producer_id` is
+    /// appended: `None` when it needs no verification (the producer's transaction is
+    /// open here), else the guard to hand to
+    /// [`ValidatedRecords::require_txn_verification`] once the transaction coordinator
+    /// said this partition is in the producer's transaction.
+    pub fn start_txn_verification(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        now_ms: i64,
+    ) -> Option<u64> {
+        self.producer_state
+            .start_verification(producer_id, producer_epoch, now_ms)
+    }
+
     pub fn producer_state(&self, producer_id: i64) -> Option<&ProducerStateEntry> {
         self.producer_state.get(producer_id)
     }
@@ -848,6 +875,7 @@ impl UnifiedLog {
             batches: Self::analyze_and_validate(config, records, origin, now_ms)?,
             origin,
             received_bytes: records.len(),
+            txn_verification: None,
         })
     }
 
@@ -897,6 +925,9 @@ impl UnifiedLog {
                 "records validated for a follower append".into(),
             ));
         }
+        let txn_verification = validated
+            .txn_verification
+            .filter(|_| origin == AppendOrigin::Client);
         let batches = validated.batches;
         self.check_online()?;
         let log_append_time =
@@ -944,6 +975,15 @@ impl UnifiedLog {
                             duplicate: true,
                         };
                         return Ok((info, pending));
+                    }
+                }
+                if let Some(guard) = txn_verification {
+                    if !self.producer_state.verified(&staged, &pb, guard) {
+                        return Err(AppendError::InvalidTxnState {
+                            producer_id: pb.producer_id,
+                            reason:
+                                "the partition was not verified to be in the producer's transaction",
+                        });
                     }
                 }
                 self.producer_state

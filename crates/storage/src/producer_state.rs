@@ -227,6 +227,23 @@ pub struct ProducerStateManager {
     /// Transactions closed by a marker the high watermark has not passed yet (rule 7):
     /// first offset → (producer id, marker offset).
     unreplicated_txns: BTreeMap<i64, (i64, i64)>,
+    /// KIP-890 part 1: the producers whose first transactional batch here is being
+    /// verified with the transaction coordinator, by producer id. In memory only: a
+    /// restart loses them, and the producer's retry is verified again.
+    verifications: HashMap<i64, VerificationEntry>,
+    /// The last guard handed out (guards are never 0, so that no default matches).
+    last_guard: u64,
+}
+
+/// What a leader asked the transaction coordinator about (Kafka's
+/// `VerificationStateEntry`). Its guard is what the verified append must bring back: a
+/// marker or the transaction's first batch removes the entry, so that an append
+/// verified before an abort landed cannot open a transaction after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct VerificationEntry {
+    guard: u64,
+    producer_epoch: i16,
+    started_ms: i64,
 }
 
 /// The producer fields of one batch, as the log hands them over.
@@ -306,6 +323,70 @@ impl ProducerStateManager {
         }
     }
 
+    /// Whether the producer has a transaction open here in this epoch (Kafka's
+    /// `hasOngoingTransaction`): then its batch needs no verification.
+    pub fn has_ongoing_txn(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.producers.get(&producer_id).is_some_and(|e| {
+            e.current_txn_first_offset.is_some() && e.producer_epoch == producer_epoch
+        })
+    }
+
+    /// Starts the verification of a transactional batch of `producer_id` at
+    /// `producer_epoch`: `None` when it needs none (a transaction of the producer is open
+    /// here in this epoch), else the guard the append must carry. A verification already
+    /// under way for the producer is shared (its guard returned), so that the in-flight
+    /// batches of one producer all pass once the first of them opened the transaction.
+    pub(crate) fn start_verification(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        now_ms: i64,
+    ) -> Option<u64> {
+        if self.has_ongoing_txn(producer_id, producer_epoch) {
+            return None;
+        }
+        if let Some(e) = self.verifications.get_mut(&producer_id) {
+            if e.producer_epoch >= producer_epoch {
+                return Some(e.guard);
+            }
+        }
+        self.last_guard = self.last_guard.wrapping_add(1).max(1);
+        let entry = VerificationEntry {
+            guard: self.last_guard,
+            producer_epoch,
+            started_ms: now_ms,
+        };
+        self.verifications.insert(producer_id, entry);
+        Some(entry.guard)
+    }
+
+    /// Whether batch `b` of a verified client append may be written: a data batch that
+    /// opens a transaction (none open for its producer in this epoch, counting the
+    /// earlier batches of the same record set staged in `info`) needs the producer's
+    /// current verification guard.
+    pub(crate) fn verified(
+        &self,
+        info: &ProducerAppendInfo,
+        b: &ProducerBatch,
+        guard: Option<u64>,
+    ) -> bool {
+        if !b.is_transactional || b.is_control {
+            return true;
+        }
+        let entry = info
+            .updated
+            .get(&b.producer_id)
+            .or_else(|| self.producers.get(&b.producer_id));
+        let open = entry.is_some_and(|e| {
+            e.current_txn_first_offset.is_some() && e.producer_epoch == b.producer_epoch
+        });
+        open || guard.is_some_and(|g| {
+            self.verifications
+                .get(&b.producer_id)
+                .is_some_and(|e| e.guard == g)
+        })
+    }
+
     /// The open transactions: `(first offset, producer id)`, oldest first.
     pub fn ongoing_txns(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
         self.ongoing_txns.iter().map(|(o, p)| (*o, *p))
@@ -340,6 +421,9 @@ impl ProducerStateManager {
     /// otherwise grow without end. A producer forgotten that writes again is new to
     /// the log, as in Kafka. Returns how many were forgotten.
     pub(crate) fn remove_expired(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        // A verification whose append never came (refused, or the client gone).
+        self.verifications
+            .retain(|_, v| now_ms.saturating_sub(v.started_ms) < expiration_ms);
         let before = self.producers.len();
         self.producers.retain(|_, p| {
             p.current_txn_first_offset.is_some()
@@ -362,6 +446,7 @@ impl ProducerStateManager {
         self.producers.clear();
         self.ongoing_txns.clear();
         self.unreplicated_txns.clear();
+        self.verifications.clear();
     }
 
     /// Rule 2: a client batch that repeats one of the producer's last five.
@@ -505,6 +590,17 @@ impl ProducerStateManager {
         self.producers.extend(info.updated);
         let mut aborted = Vec::new();
         for event in info.txn_events {
+            // A verification is used up by the transaction it let open, and void once a
+            // marker ended the producer's transaction (the coordinator's answer was
+            // about that one).
+            match event {
+                TxnEvent::Started { producer_id, .. } => {
+                    self.verifications.remove(&producer_id);
+                }
+                TxnEvent::Completed(txn) => {
+                    self.verifications.remove(&txn.producer_id);
+                }
+            }
             match event {
                 TxnEvent::Started {
                     producer_id,
@@ -723,6 +819,7 @@ impl ProducerStateManager {
             producers,
             ongoing_txns,
             unreplicated_txns: BTreeMap::new(),
+            ..Self::default()
         }))
     }
 

@@ -813,14 +813,23 @@ fn add_partitions(
         Err(e) => return PartitionsDecision::Answer(all(e)),
     };
     if verify_only {
+        // As Kafka's `handleVerifyPartitionsInTransaction`: while the markers are being
+        // written the leader's produce is to be retried; otherwise a partition is in the
+        // transaction exactly when the state lists it (the list is emptied when the
+        // transaction completes), and one that is not makes the transaction abortable.
+        if matches!(
+            m.state,
+            TransactionState::PrepareCommit | TransactionState::PrepareAbort
+        ) {
+            return PartitionsDecision::Answer(all(ErrorCode::CONCURRENT_TRANSACTIONS));
+        }
         let results = partitions
             .iter()
             .map(|p| {
-                let ok = m.state == TransactionState::Ongoing && m.partitions.contains(p);
-                let e = if ok {
+                let e = if m.partitions.contains(p) {
                     ErrorCode::NONE
                 } else {
-                    ErrorCode::INVALID_TXN_STATE
+                    ErrorCode::TRANSACTION_ABORTABLE
                 };
                 (p.clone(), e)
             })

@@ -395,7 +395,8 @@ fn verify_only_answers_from_the_state_and_writes_nothing() {
         Response::AddPartitionsToTxn {
             results: vec![
                 (("a".into(), 0), ErrorCode::NONE),
-                (("b".into(), 0), ErrorCode::INVALID_TXN_STATE)
+                // Kafka 4's answer; a v4 request gets INVALID_TXN_STATE (the handler).
+                (("b".into(), 0), ErrorCode::TRANSACTION_ABORTABLE)
             ]
         }
     );
@@ -407,6 +408,42 @@ fn verify_only_answers_from_the_state_and_writes_nothing() {
             results: vec![(("a".into(), 0), ErrorCode::PRODUCER_FENCED)]
         }
     );
+}
+
+#[test]
+fn verify_only_while_the_markers_are_written_and_after_the_transaction_ended() {
+    let mut h = Harness::new();
+    h.init(-1, -1, 1000, 0);
+    h.add(1000, 0, &[("a", 0)], 1);
+    let verify = |h: &mut Harness, now| h.call(add_req(1000, 0, &[("a", 0)], true), now).0;
+    let answer = |e| Response::AddPartitionsToTxn {
+        results: vec![(("a".into(), 0), e)],
+    };
+    let (error, out) = h.end(1000, 0, false, 2);
+    assert_eq!(error, ErrorCode::NONE);
+    assert_eq!(h.state(), TransactionState::PrepareAbort);
+    // The leader's produce is to be retried: the transaction is ending.
+    assert_eq!(
+        verify(&mut h, 3),
+        answer(ErrorCode::CONCURRENT_TRANSACTIONS)
+    );
+    h.write_markers(&out, 4);
+    h.replicate();
+    assert_eq!(h.state(), TransactionState::CompleteAbort);
+    // A late batch of the aborted transaction: no longer part of any.
+    assert_eq!(verify(&mut h, 5), answer(ErrorCode::TRANSACTION_ABORTABLE));
+    // An id the coordinator does not know.
+    let (r, _) = h.call(
+        Request::AddPartitionsToTxn {
+            transactional_id: "nobody".into(),
+            producer_id: 1000,
+            producer_epoch: 0,
+            partitions: vec![("a".into(), 0)],
+            verify_only: true,
+        },
+        6,
+    );
+    assert_eq!(r, answer(ErrorCode::INVALID_PRODUCER_ID_MAPPING));
 }
 
 #[test]

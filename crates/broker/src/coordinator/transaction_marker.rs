@@ -28,16 +28,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use rill_protocol::frame::decode_frame;
 use rill_protocol::generated::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest,
 };
 use rill_protocol::generated::write_txn_markers_response::WriteTxnMarkersResponse;
-use rill_protocol::generated::{RequestHeader, ResponseHeader};
-use rill_protocol::{encode_request_frame, ApiKey, Decodable, ErrorCode, Request};
+use rill_protocol::ErrorCode;
 use rill_transaction::TransactionPartition;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::network::inter_broker::{InterBrokerConnector, PeerEndpoint};
@@ -314,62 +310,28 @@ async fn send(
     local_id: i32,
     request: &WriteTxnMarkersRequest,
 ) -> std::io::Result<WriteTxnMarkersResponse> {
-    let io_err = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
-    let timed_out =
-        |what: &str| std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_string());
     let client_id = format!("rill-txn-marker-sender-{local_id}");
-    let mut stream = connector.connect(addr, &client_id).await?;
-    let api = ApiKey::from_i16(WriteTxnMarkersRequest::API_KEY)
-        .ok_or_else(|| io_err("unknown api".into()))?;
-    let header = RequestHeader {
-        request_api_key: WriteTxnMarkersRequest::API_KEY,
-        request_api_version: WRITE_TXN_MARKERS_VERSION,
-        correlation_id: 1,
-        client_id: Some(client_id),
-        ..Default::default()
-    };
-    let mut frame = BytesMut::new();
-    encode_request_frame(&mut frame, &header, request).map_err(|e| io_err(e.to_string()))?;
-    let exchange = async {
-        stream.write_all(&frame).await?;
-        // TLS may hold the last record until flushed.
-        stream.flush().await?;
-        let mut buf = BytesMut::with_capacity(4096);
-        loop {
-            match decode_frame(&mut buf, MAX_RESPONSE_BYTES) {
-                Ok(Some(frame)) => return Ok::<Bytes, std::io::Error>(frame.freeze()),
-                Ok(None) => {}
-                Err(e) => return Err(io_err(e.to_string())),
-            }
-            if stream.read_buf(&mut buf).await? == 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the leader closed the connection",
-                ));
-            }
-        }
-    };
-    let mut bytes = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+    connector
+        .call(
+            addr,
+            &client_id,
+            request,
+            WRITE_TXN_MARKERS_VERSION,
+            (REQUEST_TIMEOUT, MAX_RESPONSE_BYTES),
+        )
         .await
-        .map_err(|_| timed_out("request timed out"))??;
-    let header = ResponseHeader::decode(
-        &mut bytes,
-        api.response_header_version(WRITE_TXN_MARKERS_VERSION),
-    )
-    .map_err(|e| io_err(e.to_string()))?;
-    if header.correlation_id != 1 {
-        return Err(io_err("correlation id mismatch".into()));
-    }
-    WriteTxnMarkersResponse::decode(&mut bytes, WRITE_TXN_MARKERS_VERSION)
-        .map_err(|e| io_err(e.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
+    use rill_protocol::frame::decode_frame;
     use rill_protocol::generated::write_txn_markers_response::{
         WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
     };
+    use rill_protocol::{ApiKey, Decodable, Request};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     struct Leaders(BTreeMap<(String, i32), Leader>);
 

@@ -283,6 +283,34 @@ impl InterBrokerConnector {
         self.protocol
     }
 
+    /// One request and its response on a connection of its own to `peer`, all within
+    /// `timeout` (the dial and authentication are bounded by their own timeouts too).
+    pub async fn call<R: Request>(
+        &self,
+        peer: &PeerEndpoint,
+        client_id: &str,
+        request: &R,
+        version: i16,
+        (timeout, max_response_bytes): (Duration, usize),
+    ) -> std::io::Result<R::Response> {
+        let mut stream = self.connect(peer, client_id).await?;
+        let mut buf = BytesMut::with_capacity(4096);
+        let id = (client_id, 1);
+        tokio::time::timeout(
+            timeout,
+            exchange(
+                &mut stream,
+                &mut buf,
+                id,
+                request,
+                version,
+                max_response_bytes,
+            ),
+        )
+        .await
+        .map_err(|_| timed_out("request timed out"))?
+    }
+
     /// Dials `peer` and passes what its listener demands; `client_id` names this side in
     /// the SASL requests (and in the peer's logs).
     pub async fn connect(
@@ -611,39 +639,61 @@ impl SaslExchange<'_> {
         request: &R,
         version: i16,
     ) -> std::io::Result<R::Response> {
-        let api = ApiKey::from_i16(R::API_KEY).ok_or_else(|| invalid("unknown api".into()))?;
         self.correlation_id = self.correlation_id.wrapping_add(1);
-        let header = RequestHeader {
-            request_api_key: R::API_KEY,
-            request_api_version: version,
-            correlation_id: self.correlation_id,
-            client_id: Some(self.client_id.to_string()),
-            ..Default::default()
-        };
-        let mut frame = BytesMut::new();
-        encode_request_frame(&mut frame, &header, request).map_err(|e| invalid(e.to_string()))?;
-        self.stream.write_all(&frame).await?;
-        self.stream.flush().await?;
-        let mut bytes = loop {
-            match decode_frame(&mut self.buf, MAX_SASL_RESPONSE_BYTES) {
-                Ok(Some(frame)) => break frame.freeze(),
-                Ok(None) => {}
-                Err(e) => return Err(invalid(e.to_string())),
-            }
-            if self.stream.read_buf(&mut self.buf).await? == 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the peer closed the connection during authentication",
-                ));
-            }
-        };
-        let header = ResponseHeader::decode(&mut bytes, api.response_header_version(version))
-            .map_err(|e| invalid(e.to_string()))?;
-        if header.correlation_id != self.correlation_id {
-            return Err(invalid("correlation id mismatch".into()));
-        }
-        R::Response::decode(&mut bytes, version).map_err(|e| invalid(e.to_string()))
+        exchange(
+            self.stream,
+            &mut self.buf,
+            (self.client_id, self.correlation_id),
+            request,
+            version,
+            MAX_SASL_RESPONSE_BYTES,
+        )
+        .await
     }
+}
+
+/// Writes one request on `stream` and reads its response, framed and checked against
+/// the correlation id; `buf` keeps what was read past it.
+async fn exchange<R: Request>(
+    stream: &mut InterBrokerStream,
+    buf: &mut BytesMut,
+    (client_id, correlation_id): (&str, i32),
+    request: &R,
+    version: i16,
+    max_response_bytes: usize,
+) -> std::io::Result<R::Response> {
+    let api = ApiKey::from_i16(R::API_KEY).ok_or_else(|| invalid("unknown api".into()))?;
+    let header = RequestHeader {
+        request_api_key: R::API_KEY,
+        request_api_version: version,
+        correlation_id,
+        client_id: Some(client_id.to_string()),
+        ..Default::default()
+    };
+    let mut frame = BytesMut::new();
+    encode_request_frame(&mut frame, &header, request).map_err(|e| invalid(e.to_string()))?;
+    stream.write_all(&frame).await?;
+    // TLS may hold the last record until flushed.
+    stream.flush().await?;
+    let mut bytes = loop {
+        match decode_frame(buf, max_response_bytes) {
+            Ok(Some(frame)) => break frame.freeze(),
+            Ok(None) => {}
+            Err(e) => return Err(invalid(e.to_string())),
+        }
+        if stream.read_buf(buf).await? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the peer closed the connection",
+            ));
+        }
+    };
+    let header = ResponseHeader::decode(&mut bytes, api.response_header_version(version))
+        .map_err(|e| invalid(e.to_string()))?;
+    if header.correlation_id != correlation_id {
+        return Err(invalid("correlation id mismatch".into()));
+    }
+    R::Response::decode(&mut bytes, version).map_err(|e| invalid(e.to_string()))
 }
 
 #[cfg(test)]

@@ -1003,6 +1003,33 @@ impl ReplicaManager {
         records: &Bytes,
         origin: AppendOrigin,
     ) -> Result<DeferredAppend, AppendRefused> {
+        self.append_deferred_verified(tp, records, origin, None)
+    }
+
+    /// KIP-890 part 1: whether a client's transactional batch of this producer needs
+    /// the transaction coordinator's word before it is appended here (`Some(guard)`, see
+    /// [`rill_storage::UnifiedLog::start_txn_verification`]) or not (`None`: its
+    /// transaction is open here already).
+    pub fn start_txn_verification(
+        &self,
+        tp: &TopicPartition,
+        producer_id: i64,
+        producer_epoch: i16,
+    ) -> Result<Option<u64>, ErrorCode> {
+        let (partition, _) = self.leader_partition(tp)?;
+        let now = self.now();
+        partition.with_log(|log| log.start_txn_verification(producer_id, producer_epoch, now))
+    }
+
+    /// [`Self::append_deferred_detailed`]; with `txn_verification` `Some`, a batch that
+    /// would open a transaction must carry the guard inside (KIP-890 part 1).
+    pub fn append_deferred_verified(
+        &self,
+        tp: &TopicPartition,
+        records: &Bytes,
+        origin: AppendOrigin,
+        txn_verification: Option<Option<u64>>,
+    ) -> Result<DeferredAppend, AppendRefused> {
         self.check_log_dir_online()?;
         let (partition, epoch) = self.leader_partition(tp)?;
         let now = self.now();
@@ -1019,7 +1046,12 @@ impl ReplicaManager {
             .with_log(|log| log.config_for_append())?
             .and_then(|config| UnifiedLog::validate_records(&config, records, origin, now));
         let validated = match validated {
-            Ok(v) => v,
+            Ok(mut v) => {
+                if let Some(guard) = txn_verification {
+                    v.require_txn_verification(guard);
+                }
+                v
+            }
             Err(e) => {
                 let code = self.append_failed(tp, &e);
                 let record_errors = match e {

@@ -60,6 +60,8 @@ pub struct Broker {
     pub replicas: Arc<ReplicaManager>,
     pub groups: GroupCoordinatorHandle,
     pub transactions: TransactionCoordinatorHandle,
+    /// KIP-890 part 1: the partition leader's verification of transactional produces.
+    pub(crate) txn_verifier: Arc<crate::server::txn_verification::TxnVerifier>,
     pub(crate) producer_ids: tokio::sync::Mutex<ProducerIdBlock>,
     /// This broker held its controller lease and lost it (cut off from the controller, or
     /// fenced): its clients' connections are closed at their next request, so that they

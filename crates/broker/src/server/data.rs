@@ -44,12 +44,22 @@ use crate::replication::replica_fetcher::replica_throttled;
 use crate::replication::replica_manager::{AppendRefused, DeferredAppend};
 use crate::server::quotas::{Governed, QuotaKind};
 use crate::server::request_authorization::Gate;
-use crate::server::{Broker, QuotaScope};
+use crate::server::{txn_verification, Broker, QuotaScope};
 use rill_metadata::{AllocateProducerIdsRequest, ControllerEvent, ControllerResponse};
 use rill_protocol::generated::offset_for_leader_epoch_request::OffsetForLeaderEpochRequest;
 use rill_protocol::generated::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderEpochResponse, OffsetForLeaderTopicResult,
 };
+
+/// What KIP-890's verification decided for a produce request's partitions.
+#[derive(Default)]
+struct ProduceVerification {
+    /// The verification guard of each partition with a transactional batch (`None`: its
+    /// producer's transaction is open there, nothing to verify).
+    guards: std::collections::HashMap<(String, i32), Option<u64>>,
+    /// The partitions refused, with the verification's error.
+    unverified: txn_verification::Unverified,
+}
 
 /// ListOffsets' special timestamps.
 const LATEST_TIMESTAMP: i64 = -1;
@@ -131,13 +141,18 @@ impl Broker {
     pub(crate) async fn handle_produce(
         &self,
         request: ProduceRequest,
-        _version: i16,
+        version: i16,
     ) -> Option<ProduceResponse> {
         let acks = request.acks;
         let acks_valid = matches!(acks, -1..=1);
         let deadline = tokio::time::Instant::now()
             + Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0));
         let image = self.image();
+        let verification = if acks_valid && self.txn_verification_enabled(&image) {
+            Some(self.verify_txn_partitions(&request, version).await)
+        } else {
+            None
+        };
         let mut responses = Vec::with_capacity(request.topic_data.len());
         // (topic index, partition index, tp, epoch, required offset, min.insync)
         let mut waits = Vec::new();
@@ -164,8 +179,21 @@ impl Broker {
                     topic: topic.name.clone(),
                     partition: p.index,
                 };
+                let refused_verification = verification
+                    .as_ref()
+                    .and_then(|v| v.unverified.get(&(tp.topic.clone(), tp.partition)));
+                let guard = verification.as_ref().map(|v| {
+                    v.guards
+                        .get(&(tp.topic.clone(), tp.partition))
+                        .copied()
+                        .flatten()
+                });
                 let outcome = if !acks_valid {
                     Err(ErrorCode::INVALID_REQUIRED_ACKS.into())
+                } else if let Some(error) = refused_verification {
+                    let (code, message) = txn_verification::produce_error(*error);
+                    resp.error_message = message;
+                    Err(code.into())
                 } else if tp.topic == OFFSETS_TOPIC {
                     // Only the group coordinator writes its topic; a client's bytes there
                     // would be replayed as group state.
@@ -173,7 +201,9 @@ impl Broker {
                 } else {
                     match &p.records {
                         None => Err(ErrorCode::INVALID_RECORD.into()),
-                        Some(records) => self.append_checked(&tp, records, acks, min_insync),
+                        Some(records) => {
+                            self.append_checked(&tp, records, (acks, min_insync), guard)
+                        }
                     }
                 };
                 match outcome {
@@ -317,21 +347,114 @@ impl Broker {
     /// ISR is below `min.insync.replicas`, as Kafka does, so that nothing is written
     /// that could not be acknowledged. The fsync the flush policy may ask for is left to
     /// [`Self::sync_appends`].
+    ///
+    /// `txn_verification` is `Some` when KIP-890's verification is on: a batch that
+    /// would open a transaction must then carry its producer's verification guard.
     fn append_checked(
         &self,
         tp: &TopicPartition,
         records: &Bytes,
-        acks: i16,
-        min_insync: usize,
+        (acks, min_insync): (i16, usize),
+        txn_verification: Option<Option<u64>>,
     ) -> Result<(DeferredAppend, i32), AppendRefused> {
         let (isr, epoch) = self.replicas.isr_size(tp)?;
         if acks == -1 && isr < min_insync {
             return Err(ErrorCode::NOT_ENOUGH_REPLICAS.into());
         }
-        let appended = self
-            .replicas
-            .append_deferred_detailed(tp, records, AppendOrigin::Client)?;
+        let appended = self.replicas.append_deferred_verified(
+            tp,
+            records,
+            AppendOrigin::Client,
+            txn_verification,
+        )?;
         Ok((appended, epoch))
+    }
+
+    /// `transaction.partition.verification.enable` (dynamic, default true).
+    fn txn_verification_enabled(&self, image: &rill_metadata::MetadataImage) -> bool {
+        crate::config::broker_config_value(
+            &self.config,
+            image,
+            self.node_id,
+            "transaction.partition.verification.enable",
+        )
+        .is_none_or(|(v, _)| !v.trim().eq_ignore_ascii_case("false"))
+    }
+
+    /// KIP-890 part 1 for a produce request (see [`txn_verification`]): the partitions
+    /// whose transactional batch opens its producer's transaction here are verified
+    /// with the coordinator before anything is appended; the produce parks meanwhile.
+    async fn verify_txn_partitions(
+        &self,
+        request: &ProduceRequest,
+        version: i16,
+    ) -> ProduceVerification {
+        let mut verification = ProduceVerification::default();
+        let mut producer = None;
+        let mut to_verify = Vec::new();
+        for topic in &request.topic_data {
+            for p in &topic.partition_data {
+                let Some((producer_id, epoch)) = p
+                    .records
+                    .as_deref()
+                    .and_then(rill_storage::transactional_producer)
+                else {
+                    continue;
+                };
+                let key = (topic.name.clone(), p.index);
+                let tp = TopicPartition {
+                    topic: topic.name.clone(),
+                    partition: p.index,
+                };
+                // A partition this broker cannot append to is refused by the append.
+                let Ok(guard) = self
+                    .replicas
+                    .start_txn_verification(&tp, producer_id, epoch)
+                else {
+                    continue;
+                };
+                verification.guards.insert(key.clone(), guard);
+                if guard.is_none() {
+                    continue;
+                }
+                match producer {
+                    None => producer = Some((producer_id, epoch)),
+                    // Kafka refuses transactional records of two producers in one request.
+                    Some(first) if first != (producer_id, epoch) => {
+                        verification
+                            .unverified
+                            .insert(key, ErrorCode::INVALID_RECORD);
+                        continue;
+                    }
+                    Some(_) => {}
+                }
+                to_verify.push(key);
+            }
+        }
+        let (Some(producer), false) = (producer, to_verify.is_empty()) else {
+            return verification;
+        };
+        let Some(transactional_id) = request
+            .transactional_id
+            .as_deref()
+            .filter(|t| !t.is_empty())
+        else {
+            // Transactional records need their transactional id.
+            for key in to_verify {
+                verification
+                    .unverified
+                    .insert(key, ErrorCode::INVALID_TXN_STATE);
+            }
+            return verification;
+        };
+        // Waiting for the coordinator is not work: give the request slot back.
+        request_slot::park();
+        let unverified = self
+            .txn_verifier
+            .verify(transactional_id, producer, &to_verify, version)
+            .await;
+        verification.unverified.extend(unverified);
+        verification
     }
 
     /// Makes the fsyncs a produce's appends owe (group commit, see

@@ -32,6 +32,7 @@ pub(crate) use sasl::scram_credential;
 mod topics;
 mod transactions;
 mod txn_partition;
+pub(crate) mod txn_verification;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

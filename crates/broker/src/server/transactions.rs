@@ -44,6 +44,16 @@ fn fenced_for(error: ErrorCode, version: i16, first_version: i16) -> ErrorCode {
     }
 }
 
+/// TRANSACTION_ABORTABLE exists for AddPartitionsToTxn from v5 on (KIP-890); a v4
+/// verification is answered INVALID_TXN_STATE, what its leaders expect.
+fn abortable_for(error: ErrorCode, version: i16) -> ErrorCode {
+    if error == ErrorCode::TRANSACTION_ABORTABLE && version < 5 {
+        ErrorCode::INVALID_TXN_STATE
+    } else {
+        error
+    }
+}
+
 impl Broker {
     async fn txn_call(&self, call: TxnCall) -> Result<TxnReply, ErrorCode> {
         self.transactions.call(call).await
@@ -57,7 +67,7 @@ impl Broker {
         }
     }
 
-    fn transaction_state_partitions(&self) -> i32 {
+    pub(crate) fn transaction_state_partitions(&self) -> i32 {
         self.config
             .transaction_config()
             .map(|c| c.transaction_state_log_num_partitions)
@@ -179,7 +189,8 @@ impl Broker {
                     .or_default()
                     .push(resp::AddPartitionsToTxnPartitionResult {
                         partition_index: partition,
-                        partition_error_code: fenced_for(error, version, 2).code(),
+                        partition_error_code: abortable_for(fenced_for(error, version, 2), version)
+                            .code(),
                         ..Default::default()
                     });
             }

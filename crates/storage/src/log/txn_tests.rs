@@ -419,3 +419,73 @@ mod replay_equals_live {
         }
     }
 }
+
+/// A client append that must pass KIP-890's verification, with `guard`.
+fn append_verified(
+    log: &mut UnifiedLog,
+    records: Bytes,
+    guard: Option<u64>,
+) -> Result<LogAppendInfo, AppendError> {
+    let config = log.config_for_append().unwrap();
+    let mut validated =
+        UnifiedLog::validate_records(&config, &records, AppendOrigin::Client, T0).unwrap();
+    validated.require_txn_verification(guard);
+    log.append_validated_as_leader(validated, 0, T0)
+        .map(|(info, _)| info)
+}
+
+#[test]
+fn a_verified_append_needs_the_producers_current_guard_to_open_a_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
+    // No guard: the batch would open a transaction nobody verified.
+    assert!(matches!(
+        append_verified(&mut log, txn_batch(1, 0, 0, 2), None),
+        Err(AppendError::InvalidTxnState { producer_id: 1, .. })
+    ));
+    // A guard of another producer does not do either.
+    let other = log.start_txn_verification(2, 0, T0).unwrap();
+    assert!(append_verified(&mut log, txn_batch(1, 0, 0, 2), Some(other)).is_err());
+    let guard = log.start_txn_verification(1, 0, T0).unwrap();
+    // A second verification while the first is under way shares its guard.
+    assert_eq!(log.start_txn_verification(1, 0, T0), Some(guard));
+    assert_eq!(
+        append_verified(&mut log, txn_batch(1, 0, 0, 2), Some(guard))
+            .unwrap()
+            .first_offset,
+        0
+    );
+    // The transaction is open: nothing more to verify, any batch of it goes in.
+    assert_eq!(log.start_txn_verification(1, 0, T0), None);
+    assert_eq!(
+        append_verified(&mut log, txn_batch(1, 0, 2, 1), None)
+            .unwrap()
+            .first_offset,
+        2
+    );
+    // The guard was used up by the transaction it let open.
+    append(&mut log, marker(1, 0, 0, true), AppendOrigin::Coordinator);
+    assert!(append_verified(&mut log, txn_batch(1, 0, 3, 1), Some(guard)).is_err());
+    // Unverified appends (verification off, coordinator appends) are as before.
+    append(&mut log, txn_batch(3, 0, 0, 1), AppendOrigin::Client);
+    assert_eq!(log.ongoing_txns(), vec![(4, 3)]);
+}
+
+#[test]
+fn a_marker_between_verification_and_append_voids_the_guard() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
+    let guard = log.start_txn_verification(1, 0, T0).unwrap();
+    // The coordinator aborted the transaction meanwhile: its marker reaches the partition
+    // before the verified batch does, which must not open a transaction after it.
+    append(&mut log, marker(1, 0, 0, false), AppendOrigin::Coordinator);
+    assert!(matches!(
+        append_verified(&mut log, txn_batch(1, 0, 0, 1), Some(guard)),
+        Err(AppendError::InvalidTxnState { producer_id: 1, .. })
+    ));
+    assert_eq!(log.ongoing_txns(), vec![]);
+    // A verification that never led to an append expires with the producers.
+    let stale = log.start_txn_verification(2, 0, T0).unwrap();
+    log.remove_expired_producers(T0 + 10, 10);
+    assert!(append_verified(&mut log, txn_batch(2, 0, 0, 1), Some(stale)).is_err());
+}
