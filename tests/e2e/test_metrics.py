@@ -11,6 +11,9 @@ accepts:
   counted per listener while open; a deleted topic's series leave the page;
 - a group's lag on each partition equals the end offset (high watermark) minus its
   committed offset; a group that joins counts a completed rebalance;
+- on three nodes, acks=all produce on a replicated topic moves the leader's Produce time
+  breakdown (request queue, local, remote — waiting for the followers —, response queue,
+  send, total: one observation each per request) and the followers' Fetch counts;
 - on three nodes, a follower stopped is an ISR shrink on the leader, one
   under-replicated partition and a follower lag of at least what was written meanwhile,
   and back in sync it is an expansion, none, and a lag of zero;
@@ -271,6 +274,51 @@ def test_group_lag_is_end_offset_minus_committed(rill_factory):
                  "kafka_server_group_coordinator_metrics_classic_group_completed_rebalance_total"
                  ) >= rebalances + 1
     member.close()
+
+
+REQUEST_STAGES = ("request_queue", "local", "remote", "response_queue", "response_send",
+                  "total")
+
+
+def test_acks_all_on_a_replicated_topic_moves_the_request_time_breakdown(rill_cluster_factory):
+    cluster = rill_cluster_factory(overrides=HTTP_ON)
+    topic = unique_topic("breakdown")
+    client = create_replicated_topic(cluster.bootstrap, topic, 1, 3, {"min.insync.replicas": "2"})
+    leader_id = leader_of(client, topic, 0)
+    address = cluster.node(leader_id).http_address()
+    before = scrape(address)
+    count = 40
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                         "linger.ms": 0, "enable.idempotence": True})
+    failures = []
+    for i in range(count):
+        # One at a time: every record is its own Produce request that waits for the ISR.
+        producer.produce(topic, value=b"%d" % i, partition=0,
+                         on_delivery=lambda err, _msg: err and failures.append(err))
+        assert producer.flush(30) == 0
+    assert not failures, failures[:3]
+    after = scrape(address)
+
+    def moved(name: str, sample: str) -> float:
+        full = f"kafka_network_requestmetrics_{name}{sample}"
+        return value(after, full, request="Produce") - value(before, full, request="Produce")
+
+    requests = moved("requests", "_total")
+    assert requests >= count
+    for stage in REQUEST_STAGES:
+        # Each stage observes every request once (no timing is asserted, only that the
+        # series exist and count what was served).
+        assert moved(f"{stage}_time_seconds", "_count") == requests, stage
+        assert ((f"kafka_network_requestmetrics_{stage}_time_seconds_bucket",
+                 frozenset({"request": "Produce", "le": "+Inf"}.items())) in after), stage
+    # Waiting for the followers is remote time: it took some, and it is within the total.
+    remote = moved("remote_time_seconds", "_sum")
+    assert remote > 0
+    assert remote <= moved("total_time_seconds", "_sum")
+    # The followers fetched from the leader meanwhile, and the leader answered them.
+    fetches = (value(after, "kafka_network_requestmetrics_requests_total", request="Fetch")
+               - value(before, "kafka_network_requestmetrics_requests_total", request="Fetch"))
+    assert fetches >= count
 
 
 def test_isr_shrink_and_expand_show_on_the_leader(rill_cluster_factory):

@@ -53,6 +53,7 @@
 //! batch at its position) and only the tail after the last index entry is read, header
 //! by header, to find the end offset and the max timestamp.
 
+use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
@@ -153,7 +154,16 @@ pub struct LogSegment {
     created_ms: i64,
     /// Whether both index files existed when the segment was opened.
     indexes_existed: bool,
+    /// (last offset, position) of the batches appended since the segment was opened,
+    /// loaded or recovered, the newest [`RECENT_BATCHES`] of them: the batches a
+    /// follower or a tailing consumer reads next, found without reading headers (see
+    /// [`Self::translate_offset`]).
+    recent_batches: VecDeque<(i64, u64)>,
 }
+
+/// Batches [`LogSegment::recent_batches`] remembers: more than the batches appended
+/// between two fetches of a follower that keeps up.
+const RECENT_BATCHES: usize = 64;
 
 impl LogSegment {
     /// Opens (creating if absent) the segment at `base_offset`. The caller must then call
@@ -241,6 +251,7 @@ impl LogSegment {
             rolling_based_timestamp: None,
             created_ms: now_ms,
             indexes_existed,
+            recent_batches: VecDeque::with_capacity(RECENT_BATCHES),
         })
     }
 
@@ -335,6 +346,7 @@ impl LogSegment {
     /// index entry) by reading headers from the last offset-index entry to the end.
     /// `Ok(Err(reason))` when the file and the indexes disagree.
     fn load_tail(&mut self) -> Result<Result<(), String>, StorageError> {
+        self.recent_batches.clear();
         self.next_offset = self.base_offset;
         self.rolling_based_timestamp = None;
         (
@@ -387,6 +399,7 @@ impl LogSegment {
     pub(crate) fn recover(&mut self) -> Result<RecoveryOutcome, StorageError> {
         self.offset_index.reset()?;
         self.time_index.reset()?;
+        self.recent_batches.clear();
         self.next_offset = self.base_offset;
         self.max_timestamp_so_far = -1;
         self.offset_of_max_timestamp_so_far = -1;
@@ -509,6 +522,10 @@ impl LogSegment {
             self.bytes_since_last_index_entry = 0;
         }
         self.bytes_since_last_index_entry += b.size;
+        if self.recent_batches.len() == RECENT_BATCHES {
+            self.recent_batches.pop_front();
+        }
+        self.recent_batches.push_back((b.last_offset, position));
         if self.rolling_based_timestamp.is_none() {
             self.rolling_based_timestamp = Some(b.max_timestamp);
         }
@@ -562,10 +579,28 @@ impl LogSegment {
     }
 
     /// Position of the first batch whose last offset is `>= offset`, with its header.
+    ///
+    /// The recent batches answer without a scan when `offset` lies past the first of
+    /// them: they are every batch from there to the end of the file, in order, so the
+    /// answer is the first whose last offset reaches `offset` (one header read), or none
+    /// when `offset` is past the last (no read: a follower's fetch at the log end).
+    /// Otherwise the headers are read from the offset index's entry at or below
+    /// `offset`, up to one index interval of them.
     pub(crate) fn translate_offset(
         &self,
         offset: i64,
     ) -> Result<Option<(u64, BatchHeader)>, StorageError> {
+        let known = self
+            .recent_batches
+            .partition_point(|(last, _)| *last < offset);
+        if known == self.recent_batches.len() && known > 0 {
+            return Ok(None);
+        }
+        if known > 0 {
+            if let Some(&(_, pos)) = self.recent_batches.get(known) {
+                return Ok(self.read_header(pos)?.map(|h| (pos, h)));
+            }
+        }
         let (_, start) = self.offset_index.lookup(offset);
         let mut found = None;
         self.for_each_header(u64::from(start), |pos, h| {
@@ -632,12 +667,17 @@ impl LogSegment {
             // start is whole, and when the entry's offset is at most `max_offset` so is
             // every offset before it, so the headers up to it need not be read one by
             // one (with 64 KiB batches that is about 15 reads fewer per 1 MiB fetched).
-            let mut end = 0u64;
+            // The first batch's header is at hand (checked above: whole, below
+            // `max_offset`, within `want`).
+            if first.size() < HEADER_LEN as u64 {
+                return Ok(Some(info));
+            }
+            let mut end = first.size();
             if let Some((_, position)) =
                 self.offset_index
                     .last_entry_within(start_pos, start_pos + want, max_offset)
             {
-                end = u64::from(position) - start_pos;
+                end = end.max(u64::from(position) - start_pos);
             }
             while end + HEADER_LEN as u64 <= want {
                 let Some(h) = self.read_header(start_pos + end)? else {

@@ -638,7 +638,7 @@ impl Collector for Page {
                 )
             }),
         )?;
-        let phases: [(&str, &str, Phase); 5] = [
+        let phases: [(&str, &str, Phase); 6] = [
             (
                 "kafka_network_requestmetrics_request_queue_time_seconds",
                 "Time waiting for a request slot, queued.max.requests (RequestQueueTimeMs)",
@@ -653,6 +653,12 @@ impl Collector for Page {
                 "kafka_network_requestmetrics_remote_time_seconds",
                 "Time parked in a purgatory: acks=all, long-polling fetch (RemoteTimeMs)",
                 |a| &a.remote,
+            ),
+            (
+                "kafka_network_requestmetrics_response_queue_time_seconds",
+                "Time from the handler's answer to the start of its write: a quota's hold \
+                 (ResponseQueueTimeMs)",
+                |a| &a.response_queue,
             ),
             (
                 "kafka_network_requestmetrics_response_send_time_seconds",

@@ -106,15 +106,18 @@ impl Histogram {
 
 /// One API's request metrics, as Kafka's `RequestMetrics` splits a request's life:
 /// waiting for an I/O slot (`queued.max.requests`), in the handler before it parks
-/// (local), parked in a purgatory (remote: acks=all, a long-polling fetch), writing the
-/// response (send), and all of it (total). Rill has no response queue: the connection's
-/// task writes the response as soon as the handler returns it.
+/// (local), parked in a purgatory (remote: acks=all, a long-polling fetch), from the
+/// handler's answer to the start of its write (response queue), writing the response
+/// (send), and all of it (total). Rill has no response queue between threads: the
+/// connection's task writes the response as soon as the handler returns it, so the
+/// response-queue time is near zero except where a quota holds the response back.
 #[derive(Debug, Default)]
 pub struct ApiMetrics {
     pub requests: AtomicU64,
     pub request_queue: Histogram,
     pub local: Histogram,
     pub remote: Histogram,
+    pub response_queue: Histogram,
     pub send: Histogram,
     pub total: Histogram,
 }

@@ -924,7 +924,9 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
         .await;
         let handled = Instant::now();
         drop(bytes);
-        match response {
+        // When the response began to be written: later than `handled` only when a quota
+        // holds it back (Kafka's response queue time).
+        let writing = match response {
             Ok(reply) => {
                 served_one = true;
                 let throttled = !reply.throttle.is_zero();
@@ -934,6 +936,7 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
                         _ = shutdown.changed() => return Ok(()),
                     }
                 }
+                let writing = Instant::now();
                 if let Some(chunks) = &reply.chunks {
                     write_chunks(&mut writer, chunks, limits.connections_max_idle).await?;
                 }
@@ -945,12 +948,13 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
                         _ = shutdown.changed() => return Ok(()),
                     }
                 }
+                writing
             }
             Err(reason) => {
                 let _ = tokio::time::timeout(limits.connections_max_idle, writer.flush()).await;
                 return Err(ConnectionError::Protocol(reason));
             }
-        }
+        };
         // Pipelined requests already buffered are answered together with one flush.
         if frames.buf.len() < FRAME_PREFIX_LEN || !frame_complete(&frames.buf) {
             flush_within(&mut writer, limits.connections_max_idle).await?;
@@ -963,7 +967,9 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
             .observe(parked_at.saturating_duration_since(dequeued));
         api.remote
             .observe(handled.saturating_duration_since(parked_at));
-        api.send.observe(handled.elapsed());
+        api.response_queue
+            .observe(writing.saturating_duration_since(handled));
+        api.send.observe(writing.elapsed());
         api.total.observe(received.elapsed());
     }
 }

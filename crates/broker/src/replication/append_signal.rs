@@ -10,6 +10,18 @@
 //! shards of its partitions (usually one or a few; a follower's fetch of every
 //! partition waits on all of them). A wake-up for another partition of the same shard
 //! costs one more read, as before.
+//!
+//! Two kinds of change are signalled apart, because their waiters are different requests:
+//! the log end moved (an append: what a follower's fetch parked at the log end waits
+//! for) and the high watermark moved (what an acks=all produce and a consumer wait for).
+//! On a replicated topic every acks=all append moves the high watermark once its
+//! followers' next fetches come in; signalled as one kind, that woke the follower fetch
+//! already parked for the next records, which re-read its partitions to find nothing new
+//! and parked again — a wasted wake-up and read per request. Kafka's purgatories keep
+//! the same distinction: a follower's `DelayedFetch` completes on bytes past its fetch
+//! offset, which a high watermark increment does not add. Leadership and other state
+//! changes ([`AppendSignals::notify`]) wake both kinds, and consumers' fetches wait on
+//! both.
 
 use std::collections::hash_map::DefaultHasher;
 use std::future::Future;
@@ -25,15 +37,25 @@ use tokio::sync::Notify;
 /// share one, few enough that waiting on all of them stays cheap.
 pub const SHARDS: usize = 64;
 
-/// The broker's notifiers, one per shard of partitions.
+/// Which changes a wait wakes for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kinds {
+    LogEnd,
+    HighWatermark,
+    Both,
+}
+
+/// The broker's notifiers, one per shard of partitions and kind of change.
 pub struct AppendSignals {
-    shards: Box<[Notify]>,
+    log_end: Box<[Notify]>,
+    high_watermark: Box<[Notify]>,
 }
 
 impl Default for AppendSignals {
     fn default() -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Notify::new()).collect(),
+            log_end: (0..SHARDS).map(|_| Notify::new()).collect(),
+            high_watermark: (0..SHARDS).map(|_| Notify::new()).collect(),
         }
     }
 }
@@ -47,10 +69,26 @@ impl AppendSignals {
         (h.finish() % SHARDS as u64) as usize
     }
 
-    /// Wakes every request parked on a partition of `tp`'s shard: data was appended,
-    /// the high watermark moved, or the partition changed hands or went away.
+    /// Wakes every request parked on a partition of `tp`'s shard, whatever it waits
+    /// for: the partition changed hands or went away, its ISR or its durable end moved.
     pub fn notify(&self, tp: &TopicPartition) {
-        if let Some(n) = self.shards.get(Self::shard(&tp.topic, tp.partition)) {
+        self.notify_log_end(tp);
+        self.notify_high_watermark(tp);
+    }
+
+    /// Wakes the requests waiting for `tp`'s shard's log end: records were appended.
+    pub fn notify_log_end(&self, tp: &TopicPartition) {
+        if let Some(n) = self.log_end.get(Self::shard(&tp.topic, tp.partition)) {
+            n.notify_waiters();
+        }
+    }
+
+    /// Wakes the requests waiting for `tp`'s shard's high watermark.
+    pub fn notify_high_watermark(&self, tp: &TopicPartition) {
+        if let Some(n) = self
+            .high_watermark
+            .get(Self::shard(&tp.topic, tp.partition))
+        {
             n.notify_waiters();
         }
     }
@@ -58,35 +96,59 @@ impl AppendSignals {
     /// Wakes every parked request of every partition (the broker lost or regained its
     /// controller lease: every leadership changed at once).
     pub fn notify_all(&self) {
-        for n in self.shards.iter() {
+        for n in self.log_end.iter().chain(self.high_watermark.iter()) {
             n.notify_waiters();
         }
     }
 
-    /// A future that resolves at the next [`Self::notify`] of any partition in one of
+    /// A future that resolves at the next change of any kind to a partition in one of
     /// `shards` (indices from [`Self::shard`]; duplicates are harmless). It is
     /// registered at once, so a notify between this call and the first poll is not
     /// missed: create it before reading, await it after.
     pub fn any_of(&self, shards: &[usize]) -> AnyNotified<'_> {
-        let mut waits: Vec<Pin<Box<Notified<'_>>>> = Vec::with_capacity(shards.len());
+        self.waits(shards, Kinds::Both)
+    }
+
+    /// As [`Self::any_of`], for appends and [`Self::notify`] only: a follower's fetch,
+    /// which has nothing more to read when only the high watermark moved.
+    pub fn log_end_of(&self, shards: &[usize]) -> AnyNotified<'_> {
+        self.waits(shards, Kinds::LogEnd)
+    }
+
+    /// As [`Self::any_of`] for one partition, for high watermark moves and
+    /// [`Self::notify`] only: an acks=all produce.
+    pub fn high_watermark_of(&self, tp: &TopicPartition) -> AnyNotified<'_> {
+        self.waits(
+            &[Self::shard(&tp.topic, tp.partition)],
+            Kinds::HighWatermark,
+        )
+    }
+
+    fn waits(&self, shards: &[usize], kinds: Kinds) -> AnyNotified<'_> {
+        let families: &[&[Notify]] = match kinds {
+            Kinds::LogEnd => &[&self.log_end],
+            Kinds::HighWatermark => &[&self.high_watermark],
+            Kinds::Both => &[&self.log_end, &self.high_watermark],
+        };
+        let mut waits: Vec<Pin<Box<Notified<'_>>>> =
+            Vec::with_capacity(shards.len() * families.len());
         let mut taken = [false; SHARDS];
         for &s in shards {
-            let (Some(n), Some(seen)) = (self.shards.get(s), taken.get_mut(s)) else {
+            let Some(seen) = taken.get_mut(s) else {
                 continue;
             };
             if std::mem::replace(seen, true) {
                 continue;
             }
-            let mut wait = Box::pin(n.notified());
-            wait.as_mut().enable();
-            waits.push(wait);
+            for family in families {
+                if let Some(n) = family.get(s) {
+                    let mut wait = Box::pin(n.notified());
+                    wait.as_mut().enable();
+                    waits.push(wait);
+                }
+            }
         }
         AnyNotified { waits }
-    }
-
-    /// [`Self::any_of`] for one partition.
-    pub fn one(&self, tp: &TopicPartition) -> AnyNotified<'_> {
-        self.any_of(&[Self::shard(&tp.topic, tp.partition)])
     }
 }
 
@@ -136,7 +198,7 @@ mod tests {
     async fn a_notify_before_the_await_is_not_missed() {
         let signals = AppendSignals::default();
         let (a, _) = apart();
-        let wait = signals.one(&a);
+        let wait = signals.high_watermark_of(&a);
         signals.notify(&a);
         tokio::time::timeout(Duration::from_secs(5), wait)
             .await
@@ -147,7 +209,7 @@ mod tests {
     async fn only_the_partitions_shard_wakes() {
         let signals = AppendSignals::default();
         let (a, b) = apart();
-        let wait = signals.one(&a);
+        let wait = signals.high_watermark_of(&a);
         signals.notify(&b);
         assert!(
             tokio::time::timeout(Duration::from_millis(50), wait)
@@ -160,7 +222,8 @@ mod tests {
             AppendSignals::shard(&b.topic, b.partition),
             AppendSignals::shard(&b.topic, b.partition),
         ]);
-        assert_eq!(both.waits.len(), 2);
+        // Two shards, each for both kinds of change.
+        assert_eq!(both.waits.len(), 4);
         signals.notify(&b);
         tokio::time::timeout(Duration::from_secs(5), both)
             .await
@@ -175,5 +238,51 @@ mod tests {
         assert!(tokio::time::timeout(Duration::from_millis(20), wait)
             .await
             .is_err());
+    }
+
+    #[tokio::test]
+    async fn a_high_watermark_move_does_not_wake_a_log_end_wait() {
+        let signals = AppendSignals::default();
+        let a = tp("a", 0);
+        let shard = [AppendSignals::shard(&a.topic, a.partition)];
+        let follower = signals.log_end_of(&shard);
+        let consumer = signals.any_of(&shard);
+        let producer = signals.high_watermark_of(&a);
+        signals.notify_high_watermark(&a);
+        for (what, wait) in [("consumer", consumer), ("producer", producer)] {
+            assert!(
+                tokio::time::timeout(Duration::from_secs(5), wait)
+                    .await
+                    .is_ok(),
+                "the {what} wait missed a high watermark move"
+            );
+        }
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), follower)
+                .await
+                .is_err(),
+            "a high watermark move woke a follower's fetch"
+        );
+        let follower = signals.log_end_of(&shard);
+        let producer = signals.high_watermark_of(&a);
+        signals.notify_log_end(&a);
+        assert!(tokio::time::timeout(Duration::from_secs(5), follower)
+            .await
+            .is_ok());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), producer)
+                .await
+                .is_err(),
+            "an append that left the high watermark woke an acks=all wait"
+        );
+        let follower = signals.log_end_of(&shard);
+        let producer = signals.high_watermark_of(&a);
+        signals.notify(&a);
+        assert!(tokio::time::timeout(Duration::from_secs(5), follower)
+            .await
+            .is_ok());
+        assert!(tokio::time::timeout(Duration::from_secs(5), producer)
+            .await
+            .is_ok());
     }
 }

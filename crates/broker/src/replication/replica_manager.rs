@@ -1070,19 +1070,28 @@ impl ReplicaManager {
             let (info, flush) = log.append_validated_as_leader(validated, epoch, now)?;
             // Records that still owe their fsync count towards the high watermark only
             // once it is made (`complete_flush`).
+            let mut hw_moved = false;
             if flush.is_none() {
                 if let Some(ls) = leader.as_mut() {
                     let leo = log.log_end_offset();
+                    let hw = log.high_watermark();
                     update_leader_log_end(tp, ls, log, leo, now, &*statuses);
+                    hw_moved = log.high_watermark() != hw;
                 }
             }
-            Ok::<_, AppendError>((info, log.log_start_offset(), flush))
+            Ok::<_, AppendError>((info, log.log_start_offset(), flush, hw_moved))
         })?;
         drop(leader);
         match result {
-            Ok((info, log_start_offset, flush)) => {
+            Ok((info, log_start_offset, flush, hw_moved)) => {
                 if flush.is_none() {
-                    self.appended.notify(tp);
+                    // Followers wait for the log end; acks=all produces and consumers
+                    // for the high watermark, which an append moves only when the
+                    // leader is the whole ISR (see `append_signal`).
+                    self.appended.notify_log_end(tp);
+                    if hw_moved {
+                        self.appended.notify_high_watermark(tp);
+                    }
                 }
                 Ok(DeferredAppend {
                     info,
@@ -1165,7 +1174,7 @@ impl ReplicaManager {
         deadline: tokio::time::Instant,
     ) -> ErrorCode {
         loop {
-            let notified = self.appended.one(tp);
+            let notified = self.appended.high_watermark_of(tp);
             match self.commit_progress(tp, leader_epoch, required_offset, min_insync) {
                 None => return ErrorCode::NOT_LEADER_OR_FOLLOWER,
                 Some(isr::AcksAllProgress::Done) => return ErrorCode::NONE,
@@ -1265,7 +1274,9 @@ impl ReplicaManager {
             self.send_alter_partition(tp, partition.topic_id, p);
         }
         if moved {
-            self.appended.notify(tp);
+            // Only the high watermark moved: the acks=all produces and consumers waiting
+            // on it wake, not the other followers' fetches parked at the log end.
+            self.appended.notify_high_watermark(tp);
         }
         read_partition(
             &self.log_dir_failure,

@@ -555,11 +555,7 @@ impl Broker {
         }
         let mut request = FetchRequest::decode(&mut body, version)
             .map_err(|e| format!("Fetch v{version} from {peer}: {e}"))?;
-        let replica_id = if version >= 15 {
-            request.replica_state.replica_id
-        } else {
-            request.replica_id
-        };
+        let replica_id = fetch_replica_id(&request, version);
         let now = Instant::now();
         let scope = scope.filter(|_| replica_id < 0);
         let request_quota = scope.and_then(|s| s.governed(QuotaKind::Request));
@@ -645,10 +641,17 @@ impl Broker {
         let deadline = tokio::time::Instant::now() + max_wait;
         let min_bytes = request.min_bytes.max(0) as usize;
         let shards = self.fetch_shards(request, version);
+        let replica_id = fetch_replica_id(request, version);
         loop {
             // Registered before reading so that an append between the read and the wait
-            // still wakes this fetch.
-            let appended = self.replicas.signals().any_of(&shards);
+            // still wakes this fetch. A follower reads to the log end, so a move of the
+            // high watermark alone gives it nothing to read (see `append_signal`).
+            let signals = self.replicas.signals();
+            let appended = if replica_id >= 0 {
+                signals.log_end_of(&shards)
+            } else {
+                signals.any_of(&shards)
+            };
             let (response, ranges, bytes, errored, counters, throttled) =
                 self.read_fetch(request, version, zero_copy);
             if bytes >= min_bytes || errored || tokio::time::Instant::now() >= deadline {
@@ -682,11 +685,7 @@ impl Broker {
         counters: &[Option<metrics::TopicHandle>],
     ) {
         let m = metrics::global();
-        let replica_id = if version >= 15 {
-            request.replica_state.replica_id
-        } else {
-            request.replica_id
-        };
+        let replica_id = fetch_replica_id(request, version);
         let bytes_field: fn(&metrics::TopicMetrics) -> &std::sync::atomic::AtomicU64 =
             if replica_id >= 0 {
                 |t| &t.replication_bytes_out
@@ -799,11 +798,7 @@ impl Broker {
         let mut errored = false;
         let by_id = version >= 13;
         // A follower names itself: in the body up to v14, in `replica_state` from v15.
-        let replica_id = if version >= 15 {
-            request.replica_state.replica_id
-        } else {
-            request.replica_id
-        };
+        let replica_id = fetch_replica_id(request, version);
         let image = self.image();
         let throttle = (replica_id >= 0)
             .then(|| self.leader_replication_throttle(&image))
@@ -1228,6 +1223,16 @@ impl Broker {
 
 /// The chunk encoder covers what `read_fetch` builds: no tagged field of any kind set.
 /// Anything else returns `Ok(None)` and takes the generated encoder's path instead.
+/// The replica id of a fetch: in the body before v15, in its replica state since (KIP-903);
+/// negative for a consumer.
+fn fetch_replica_id(request: &FetchRequest, version: i16) -> i32 {
+    if version >= 15 {
+        request.replica_state.replica_id
+    } else {
+        request.replica_id
+    }
+}
+
 fn chunkable(response: &FetchResponse, ranges: &[Option<FileRange>]) -> bool {
     let partitions: usize = response.responses.iter().map(|t| t.partitions.len()).sum();
     partitions == ranges.len()

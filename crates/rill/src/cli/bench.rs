@@ -3,8 +3,10 @@
 //! `EndToEndLatency`, and the machine's own ceilings to compare them with.
 //!
 //! `produce` and `consume` live here; `e2e` (produce-to-consume latency at a fixed rate),
-//! `limits` (loopback TCP, disk and memcpy bandwidth) and `txn` (transactions against the
-//! idempotent producer, read_committed against read_uncommitted) in the submodules.
+//! `limits` (loopback TCP, disk and memcpy bandwidth), `txn` (transactions against the
+//! idempotent producer, read_committed against read_uncommitted) and `replicated` (acks=all
+//! on a three-node cluster, with the brokers' CPU and per-request breakdown) in the
+//! submodules.
 //!
 //! The producer side measures each record from `send` to its delivery acknowledgement,
 //! into an HDR histogram (`latency`) printed at the end of the run.
@@ -29,6 +31,7 @@ mod cpu;
 mod e2e;
 mod latency;
 mod limits;
+mod replicated;
 mod txn;
 
 use latency::{Latencies, LatencySummary};
@@ -48,6 +51,10 @@ pub enum BenchCommand {
     /// A transactional producer committing every N ms against the idempotent producer in
     /// the same run; commit latency; read_committed against read_uncommitted reads.
     Txn(txn::TxnBench),
+    /// acks=all on a replicated topic (RF 3, min.insync.replicas 2) of a three-node
+    /// cluster it starts or is pointed at: latency, longest stall, Produce requests per
+    /// broker CPU-second and the brokers' per-request time breakdown, unbatched and batched.
+    Replicated(replicated::ReplicatedBench),
 }
 
 #[derive(Args, Debug)]
@@ -104,6 +111,7 @@ pub async fn run(common: &Common, command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::E2e(args) => e2e::run(common, args).await,
         BenchCommand::Limits(args) => limits::run(common, args).await,
         BenchCommand::Txn(args) => txn::run(common, args).await,
+        BenchCommand::Replicated(args) => replicated::run(common, args).await,
     }
 }
 

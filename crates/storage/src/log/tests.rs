@@ -1676,3 +1676,50 @@ fn the_high_watermark_checkpoint_is_written_only_when_it_moved() {
         Some(3)
     );
 }
+
+/// The file range a zero-copy read of `offset` names, as (position, len); `None` when the
+/// read is empty.
+fn range_at(log: &UnifiedLog, offset: i64) -> Option<(u64, u64)> {
+    let info = log.read_file_range(offset, 1, i64::MAX, true).unwrap();
+    info.file_range.map(|r| (r.position, r.len))
+}
+
+/// Every offset's zero-copy read names exactly the bytes of the batch holding it (the
+/// loading read's), and a read at the log end names nothing.
+fn assert_ranges_match_reads(log: &UnifiedLog) {
+    for o in log.log_start_offset()..log.log_end_offset() {
+        let loaded = log.read(o, 1, i64::MAX, true).unwrap();
+        let range = loaded.file_range.map(|r| (r.position, r.len));
+        assert!(range.is_some(), "offset {o}");
+        assert_eq!(range_at(log, o), range, "offset {o}");
+    }
+    assert_eq!(range_at(log, log.log_end_offset()), None);
+}
+
+#[test]
+fn reads_near_the_log_end_agree_with_the_index_after_appends_truncation_and_reopening() {
+    // One segment of many more small batches than the segment remembers, so that reads
+    // near the end are answered from the recent batches and reads further back from the
+    // index and the headers.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1 << 20), T0, PreviousShutdown::Unclean).unwrap();
+    fill(&mut log, 200);
+    assert_eq!(log.segment_count(), 1);
+    assert_ranges_match_reads(&log);
+    // Truncated into the remembered batches, then appended to again: nothing beyond the
+    // cut may be remembered.
+    let cut = log.log_end_offset() - 20;
+    log.truncate_to(cut, T0).unwrap();
+    assert!(log.log_end_offset() <= cut);
+    assert_ranges_match_reads(&log);
+    fill(&mut log, 30);
+    assert_ranges_match_reads(&log);
+    log.close().unwrap();
+    // Reopened: nothing remembered until the next appends.
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1 << 20), T0, PreviousShutdown::Clean).unwrap();
+    assert_ranges_match_reads(&log);
+    fill(&mut log, 3);
+    assert_ranges_match_reads(&log);
+}
