@@ -147,6 +147,10 @@ pub struct Partition {
     /// them without a lookup.
     pub topic_metrics: metrics::TopicHandle,
     log: Mutex<UnifiedLog>,
+    /// Set, under the log's lock, when the partition is deleted: a user that still holds
+    /// the partition (a follower's append of a fetch already in flight) must not touch
+    /// files that are gone, or a new log of the same name made since.
+    deleted: std::sync::atomic::AtomicBool,
     state: Mutex<PartitionState>,
     /// The ISR and high-watermark state while this broker leads the partition. Locked
     /// before the log when both are needed.
@@ -171,11 +175,22 @@ impl Partition {
 
     /// Runs `f` with the log locked. A poisoned lock means an earlier holder panicked in
     /// the middle of a log operation: the log may be inconsistent, so it is not used again.
+    /// A deleted partition answers UNKNOWN_TOPIC_OR_PARTITION without running `f`.
     pub(crate) fn with_log<T>(&self, f: impl FnOnce(&mut UnifiedLog) -> T) -> Result<T, ErrorCode> {
         match self.log.lock() {
+            Ok(_) if self.deleted.load(std::sync::atomic::Ordering::Acquire) => {
+                Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+            }
             Ok(mut log) => Ok(f(&mut log)),
             Err(_) => Err(ErrorCode::KAFKA_STORAGE_ERROR),
         }
+    }
+
+    /// Marks the partition deleted once its log's current user is done (see `deleted`).
+    fn mark_deleted(&self) {
+        let _log = self.log.lock();
+        self.deleted
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -499,6 +514,7 @@ impl ReplicaManager {
             topic_id,
             topic_metrics: metrics::global().topics.topic(&tp.topic),
             log: Mutex::new(log),
+            deleted: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(state.clone()),
             leader: Mutex::new(None),
         });
@@ -925,7 +941,10 @@ impl ReplicaManager {
         // not at their timeout.
         self.appended.notify(tp);
         if let Some(partition) = removed {
-            // Wait for in-flight users: they hold their own Arc, the log is dropped last.
+            // In-flight users hold their own Arc: from here on they find it deleted, so
+            // none writes to a directory being removed (which would fail the whole log
+            // directory) or to a new log made under the same name.
+            partition.mark_deleted();
             let dir = self
                 .data_dir
                 .join(partition_dir_name(&tp.topic, tp.partition));
@@ -1890,6 +1909,34 @@ mod tests {
             manager(dir.path()).previous_shutdown,
             PreviousShutdown::Unclean
         );
+    }
+
+    /// A user that held the partition across its deletion (a follower's fetch in flight)
+    /// finds it deleted: it touches no file, so neither the log directory fails nor a new
+    /// log made under the same name is written to. Seen as a whole broker stopping in
+    /// sarama's suite, which deletes and recreates its test topics.
+    #[test]
+    fn a_partition_held_across_its_deletion_touches_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let rm = manager(dir.path());
+        let cs = changes(1, 1);
+        rm.open_logs(&cs);
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        let tp = &cs[0].tp;
+        rm.append(tp, &record()).unwrap();
+        let held = rm.get(tp).unwrap();
+        rm.delete_partition(tp).unwrap();
+        let pdir = dir.path().join(partition_dir_name(&tp.topic, tp.partition));
+        assert!(!pdir.exists());
+        let late = held.with_log(|log| log.checkpoint_high_watermark());
+        assert_eq!(late.err(), Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION));
+        assert!(!pdir.exists(), "nothing written where the log was");
+        // The same name made again is a log of its own, untouched by the old holder.
+        rm.open_logs(&cs);
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        assert_eq!(rm.offsets(tp).unwrap().log_end_offset, 0);
+        assert!(held.with_log(|_| ()).is_err());
+        drop(held);
     }
 
     fn txn_record(producer_id: i64, sequence: i32) -> Bytes {
