@@ -157,26 +157,13 @@ impl Broker {
             .map(|d| {
                 let levels =
                     group_configs::levels(d, &self.config, &image, self.node_id, overrides);
-                let (value, source) = levels.first().map_or(
-                    (d.default.to_string(), ConfigSource::DefaultConfig),
-                    |(_, v, s)| (v.clone(), *s),
-                );
-                DescribeConfigsResourceResult {
-                    name: d.name.to_string(),
-                    value: Some(value),
-                    read_only: false,
-                    is_default: source == ConfigSource::DefaultConfig,
-                    config_source: source as i8,
-                    is_sensitive: false,
-                    synonyms: if include_synonyms {
-                        levels.iter().map(|(n, v, s)| synonym(n, v, *s)).collect()
-                    } else {
-                        Vec::new()
-                    },
-                    config_type: d.config_type as i8,
-                    documentation: include_documentation.then(|| d.doc.to_string()),
-                    ..Default::default()
-                }
+                let entry = Entry {
+                    name: d.name,
+                    default: d.default,
+                    config_type: d.config_type,
+                    doc: d.doc,
+                };
+                entry.describe(&levels, include_synonyms, include_documentation)
             })
             .collect())
     }
@@ -583,26 +570,13 @@ fn describe_topic(
             {
                 levels.push((d.broker_key.to_string(), v, source));
             }
-            let (value, source) = levels.first().map_or(
-                (d.default.to_string(), ConfigSource::DefaultConfig),
-                |(_, v, s)| (v.clone(), *s),
-            );
-            DescribeConfigsResourceResult {
-                name: d.name.to_string(),
-                value: Some(value),
-                read_only: false,
-                is_default: source == ConfigSource::DefaultConfig,
-                config_source: source as i8,
-                is_sensitive: false,
-                synonyms: if include_synonyms {
-                    levels.iter().map(|(n, v, s)| synonym(n, v, *s)).collect()
-                } else {
-                    Vec::new()
-                },
-                config_type: d.config_type as i8,
-                documentation: include_documentation.then(|| d.doc.to_string()),
-                ..Default::default()
-            }
+            let entry = Entry {
+                name: d.name,
+                default: d.default,
+                config_type: d.config_type,
+                doc: d.doc,
+            };
+            entry.describe(&levels, include_synonyms, include_documentation)
         })
         .collect()
 }
@@ -693,6 +667,46 @@ fn describe_broker(
             }
         })
         .collect()
+}
+
+/// A topic or group config as DescribeConfigs lists it.
+struct Entry {
+    name: &'static str,
+    default: &'static str,
+    config_type: ConfigType,
+    doc: &'static str,
+}
+
+impl Entry {
+    /// The entry at its most specific level of `levels` ((synonym name, value, source),
+    /// most specific first), or at its default when none applies.
+    fn describe(
+        &self,
+        levels: &[(String, String, ConfigSource)],
+        include_synonyms: bool,
+        include_documentation: bool,
+    ) -> DescribeConfigsResourceResult {
+        let (value, source) = levels.first().map_or(
+            (self.default.to_string(), ConfigSource::DefaultConfig),
+            |(_, v, s)| (v.clone(), *s),
+        );
+        DescribeConfigsResourceResult {
+            name: self.name.to_string(),
+            value: Some(value),
+            read_only: false,
+            is_default: source == ConfigSource::DefaultConfig,
+            config_source: source as i8,
+            is_sensitive: false,
+            synonyms: if include_synonyms {
+                levels.iter().map(|(n, v, s)| synonym(n, v, *s)).collect()
+            } else {
+                Vec::new()
+            },
+            config_type: self.config_type as i8,
+            documentation: include_documentation.then(|| self.doc.to_string()),
+            ..Default::default()
+        }
+    }
 }
 
 fn synonym(name: &str, value: &str, source: ConfigSource) -> DescribeConfigsSynonym {
