@@ -35,6 +35,7 @@ from test_txn_markers import Wire, string
 
 PRODUCE, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 0, 22, 24, 26
 NONE, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING = 0, 47, 48, 49
+NOT_ENOUGH_REPLICAS = 19
 VERIFICATION = "transaction.partition.verification.enable"
 
 
@@ -62,7 +63,20 @@ def plain_batch(values: list[str]) -> bytes:
 
 def produce(wire: Wire, topic: str, partition: int, records: bytes,
             transactional_id: str | None) -> tuple[int, int]:
-    """Produce v3, acks=all: (error code, base offset)."""
+    """Produce v3, acks=all: (error code, base offset), retried as a client retries
+    NOT_ENOUGH_REPLICAS: what the leader answers while the coordinator is still writing a
+    transaction's markers (Kafka maps CONCURRENT_TRANSACTIONS so); the abort's marker can
+    be on the partition before the coordinator has completed the abort."""
+    deadline = time.monotonic() + 15
+    while True:
+        error, offset = _produce_once(wire, topic, partition, records, transactional_id)
+        if error != NOT_ENOUGH_REPLICAS or time.monotonic() > deadline:
+            return error, offset
+        time.sleep(0.1)
+
+
+def _produce_once(wire: Wire, topic: str, partition: int, records: bytes,
+                  transactional_id: str | None) -> tuple[int, int]:
     body = (
         string(transactional_id) + struct.pack(">hi", -1, 30_000) + struct.pack(">i", 1)
         + string(topic) + struct.pack(">i", 1) + struct.pack(">ii", partition, len(records))
