@@ -425,6 +425,22 @@ fn api_rs(messages: &[Message], by_name: &BTreeMap<&str, &Message>) -> anyhow::R
             }
             o.push_str("_ => false, } }\n");
         }
+        if idx == 3 {
+            // ErrorsPerSec counts the error codes of every response.
+            o.push_str(
+                "\n/// Calls `f` with every `ErrorCode` the response holds, nested ones included.\n\
+                 pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) { match self {",
+            );
+            let mut every = true;
+            for p in &pairs {
+                if emit::Emitter::new(p.3)?.has_error_codes() {
+                    let _ = write!(o, "Self::{v}(m) => m.visit_error_codes(f),", v = p.1);
+                } else {
+                    every = false;
+                }
+            }
+            o.push_str(if every { "} }\n" } else { "_ => {} } }\n" });
+        }
         o.push_str("}\n\n");
         let _ = writeln!(
             o,

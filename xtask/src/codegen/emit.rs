@@ -1004,12 +1004,92 @@ impl<'a> Emitter<'a> {
 
     /// The whole module file (unformatted). `response` names the response type's path for a
     /// request's `Request` impl.
+    /// Whether the struct named `name`, or one it holds, has an `ErrorCode` field.
+    fn holds_error_codes(&self, name: &str, depth: usize) -> bool {
+        let Some(def) = self.by_name.get(name).and_then(|i| self.structs.get(*i)) else {
+            return false;
+        };
+        // Specs nest a few levels deep; the bound only guards against a cycle.
+        depth < 16
+            && def.fields.iter().any(|f| {
+                Self::is_error_code(f)
+                    || elem_struct_name(&f.ty).is_some_and(|n| self.holds_error_codes(n, depth + 1))
+            })
+    }
+
+    fn is_error_code(f: &Field) -> bool {
+        f.name == "ErrorCode" && f.ty == Type::Prim(Prim::Int16)
+    }
+
+    /// Whether the message holds any `ErrorCode` field, at any depth.
+    pub fn has_error_codes(&self) -> bool {
+        self.holds_error_codes(&self.msg.name, 0)
+    }
+
+    /// `visit_error_codes` for each struct of a response that holds error codes: every
+    /// `ErrorCode` of the message, in field order (what Kafka's `errorCounts` counts for
+    /// `ErrorsPerSec`). A field absent at the version the message was made for holds its
+    /// default, NONE.
+    fn emit_error_code_visitors(&self, out: &mut String) {
+        for def in &self.structs {
+            if !self.holds_error_codes(&def.name, 0) {
+                continue;
+            }
+            let mut body = String::new();
+            for f in &def.fields {
+                let id = field_ident(&f.name);
+                let opt = self.is_opt(f);
+                if Self::is_error_code(f) {
+                    let _ = writeln!(body, "f(self.{id});");
+                    continue;
+                }
+                let Some(n) = elem_struct_name(&f.ty) else {
+                    continue;
+                };
+                if !self.holds_error_codes(n, 0) {
+                    continue;
+                }
+                let place = if opt {
+                    let _ = write!(body, "if let Some(v) = &self.{id} {{ ");
+                    "v".to_string()
+                } else {
+                    format!("self.{id}")
+                };
+                match &f.ty {
+                    Type::Array(e) if matches!(**e, Type::Struct(_)) => {
+                        let _ = write!(
+                            body,
+                            "for e in {place}.iter() {{ e.visit_error_codes(f); }}"
+                        );
+                    }
+                    Type::Struct(_) => {
+                        let _ = write!(body, "{place}.visit_error_codes(f);");
+                    }
+                    // Arrays of arrays of structs do not occur in the specs.
+                    _ => {}
+                }
+                if opt {
+                    body.push_str(" }");
+                }
+                body.push('\n');
+            }
+            let _ = writeln!(
+                out,
+                "impl {} {{\n/// Calls `f` with every `ErrorCode` in this message, nested ones included.\npub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {{\n{body}}}\n}}\n",
+                def.name
+            );
+        }
+    }
+
     pub fn emit_module(&self, source_path: &str, response: Option<&str>) -> anyhow::Result<String> {
         let msg = self.msg;
         let mut body = String::new();
         for (i, s) in self.structs.iter().enumerate() {
             self.emit_struct(s, i == 0, &mut body)
                 .with_context(|| format!("struct {}", s.name))?;
+        }
+        if msg.kind == "response" {
+            self.emit_error_code_visitors(&mut body);
         }
         if let (Some(key), Some(resp)) = (msg.api_key, response) {
             let _ = writeln!(

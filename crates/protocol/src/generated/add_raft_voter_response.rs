@@ -93,3 +93,10 @@ impl Decodable for AddRaftVoterResponse {
         Ok(this)
     }
 }
+
+impl AddRaftVoterResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -95,3 +95,10 @@ impl Decodable for AllocateProducerIdsResponse {
         Ok(this)
     }
 }
+
+impl AllocateProducerIdsResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

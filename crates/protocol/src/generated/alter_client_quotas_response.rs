@@ -262,3 +262,19 @@ impl Decodable for EntityData {
         Ok(this)
     }
 }
+
+impl AlterClientQuotasResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.entries.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl EntryData {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -189,3 +189,19 @@ impl Decodable for AlterConfigsResourceResponse {
         Ok(this)
     }
 }
+
+impl AlterConfigsResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.responses.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl AlterConfigsResourceResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

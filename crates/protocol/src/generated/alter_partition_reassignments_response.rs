@@ -255,3 +255,29 @@ impl Decodable for ReassignablePartitionResponse {
         Ok(this)
     }
 }
+
+impl AlterPartitionReassignmentsResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for e in self.responses.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl ReassignableTopicResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.partitions.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl ReassignablePartitionResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

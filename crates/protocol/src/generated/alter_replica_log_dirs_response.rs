@@ -246,3 +246,28 @@ impl Decodable for AlterReplicaLogDirPartitionResult {
         Ok(this)
     }
 }
+
+impl AlterReplicaLogDirsResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.results.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl AlterReplicaLogDirTopicResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.partitions.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl AlterReplicaLogDirPartitionResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

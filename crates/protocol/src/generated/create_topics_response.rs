@@ -425,3 +425,19 @@ impl Decodable for CreatableTopicConfigs {
         Ok(this)
     }
 }
+
+impl CreateTopicsResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.topics.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl CreatableTopicResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

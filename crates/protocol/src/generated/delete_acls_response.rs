@@ -328,3 +328,29 @@ impl Decodable for DeleteAclsMatchingAcl {
         Ok(this)
     }
 }
+
+impl DeleteAclsResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.filter_results.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl DeleteAclsFilterResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for e in self.matching_acls.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl DeleteAclsMatchingAcl {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

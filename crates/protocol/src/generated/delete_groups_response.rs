@@ -167,3 +167,19 @@ impl Decodable for DeletableGroupResult {
         Ok(this)
     }
 }
+
+impl DeleteGroupsResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.results.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl DeletableGroupResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -207,3 +207,19 @@ impl Decodable for DeletableTopicResult {
         Ok(this)
     }
 }
+
+impl DeleteTopicsResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.responses.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl DeletableTopicResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -357,3 +357,10 @@ impl Decodable for ValueData {
         Ok(this)
     }
 }
+
+impl DescribeClientQuotasResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -225,3 +225,10 @@ impl Decodable for DescribeClusterBroker {
         Ok(this)
     }
 }
+
+impl DescribeClusterResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -330,3 +330,10 @@ impl Decodable for DescribedDelegationTokenRenewer {
         Ok(this)
     }
 }
+
+impl DescribeDelegationTokenResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -342,3 +342,19 @@ impl Decodable for DescribedGroupMember {
         Ok(this)
     }
 }
+
+impl DescribeGroupsResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.groups.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl DescribedGroup {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -246,3 +246,19 @@ impl Decodable for TopicData {
         Ok(this)
     }
 }
+
+impl DescribeTransactionsResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.transaction_states.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl TransactionState {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

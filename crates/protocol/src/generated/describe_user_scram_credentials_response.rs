@@ -262,3 +262,20 @@ impl Decodable for CredentialInfo {
         Ok(this)
     }
 }
+
+impl DescribeUserScramCredentialsResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for e in self.results.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl DescribeUserScramCredentialsResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

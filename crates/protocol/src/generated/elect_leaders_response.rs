@@ -274,3 +274,29 @@ impl Decodable for PartitionResult {
         Ok(this)
     }
 }
+
+impl ElectLeadersResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for e in self.replica_election_results.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl ReplicaElectionResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.partition_result.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl PartitionResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -328,3 +328,20 @@ impl Decodable for Coordinator {
         Ok(this)
     }
 }
+
+impl FindCoordinatorResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for e in self.coordinators.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl Coordinator {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

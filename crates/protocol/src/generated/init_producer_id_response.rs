@@ -104,3 +104,10 @@ impl Decodable for InitProducerIdResponse {
         Ok(this)
     }
 }
+
+impl InitProducerIdResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -301,3 +301,32 @@ impl Decodable for LeaderAndIsrPartitionError {
         Ok(this)
     }
 }
+
+impl LeaderAndIsrResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for e in self.partition_errors.iter() {
+            e.visit_error_codes(f);
+        }
+        for e in self.topics.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl LeaderAndIsrTopicError {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.partition_errors.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl LeaderAndIsrPartitionError {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -218,3 +218,20 @@ impl Decodable for MemberResponse {
         Ok(this)
     }
 }
+
+impl LeaveGroupResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for e in self.members.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl MemberResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

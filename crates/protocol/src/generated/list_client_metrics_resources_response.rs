@@ -149,3 +149,10 @@ impl Decodable for ClientMetricsResource {
         Ok(this)
     }
 }
+
+impl ListClientMetricsResourcesResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -522,3 +522,29 @@ impl Decodable for MetadataResponsePartition {
         Ok(this)
     }
 }
+
+impl MetadataResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.topics.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl MetadataResponseTopic {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for e in self.partitions.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl MetadataResponsePartition {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -252,3 +252,28 @@ impl Decodable for OffsetCommitResponsePartition {
         Ok(this)
     }
 }
+
+impl OffsetCommitResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.topics.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl OffsetCommitResponseTopic {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.partitions.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl OffsetCommitResponsePartition {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -693,3 +693,58 @@ impl Decodable for OffsetFetchResponsePartitions {
         Ok(this)
     }
 }
+
+impl OffsetFetchResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.topics.iter() {
+            e.visit_error_codes(f);
+        }
+        f(self.error_code);
+        for e in self.groups.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl OffsetFetchResponseTopic {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.partitions.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl OffsetFetchResponsePartition {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}
+
+impl OffsetFetchResponseGroup {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.topics.iter() {
+            e.visit_error_codes(f);
+        }
+        f(self.error_code);
+    }
+}
+
+impl OffsetFetchResponseTopics {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.partitions.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl OffsetFetchResponsePartitions {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

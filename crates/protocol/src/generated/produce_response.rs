@@ -682,3 +682,28 @@ impl Decodable for NodeEndpoint {
         Ok(this)
     }
 }
+
+impl ProduceResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.responses.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl TopicProduceResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.partition_responses.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl PartitionProduceResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -239,3 +239,28 @@ impl Decodable for PartitionResult {
         Ok(this)
     }
 }
+
+impl ReadShareGroupStateSummaryResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.results.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl ReadStateSummaryResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.partitions.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl PartitionResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

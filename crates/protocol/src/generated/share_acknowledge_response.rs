@@ -410,3 +410,29 @@ impl Decodable for NodeEndpoint {
         Ok(this)
     }
 }
+
+impl ShareAcknowledgeResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for e in self.responses.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl ShareAcknowledgeTopicResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.partitions.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl PartitionData {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -455,3 +455,19 @@ impl Decodable for Assignment {
         Ok(this)
     }
 }
+
+impl ShareGroupDescribeResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.groups.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl DescribedGroup {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

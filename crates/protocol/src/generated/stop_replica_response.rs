@@ -175,3 +175,20 @@ impl Decodable for StopReplicaPartitionError {
         Ok(this)
     }
 }
+
+impl StopReplicaResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for e in self.partition_errors.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl StopReplicaPartitionError {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

@@ -142,3 +142,10 @@ impl Decodable for SyncGroupResponse {
         Ok(this)
     }
 }
+
+impl SyncGroupResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

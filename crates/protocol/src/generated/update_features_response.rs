@@ -191,3 +191,20 @@ impl Decodable for UpdatableFeatureResult {
         Ok(this)
     }
 }
+
+impl UpdateFeaturesResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for e in self.results.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl UpdatableFeatureResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}

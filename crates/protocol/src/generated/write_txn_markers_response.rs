@@ -317,3 +317,37 @@ impl Decodable for WritableTxnMarkerPartitionResult {
         Ok(this)
     }
 }
+
+impl WriteTxnMarkersResponse {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.markers.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl WritableTxnMarkerResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.topics.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl WritableTxnMarkerTopicResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        for e in self.partitions.iter() {
+            e.visit_error_codes(f);
+        }
+    }
+}
+
+impl WritableTxnMarkerPartitionResult {
+    /// Calls `f` with every `ErrorCode` in this message, nested ones included.
+    pub fn visit_error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+    }
+}
