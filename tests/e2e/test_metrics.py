@@ -20,7 +20,13 @@ accepts:
 - /health/ready answers 503 with a reason while a node cannot register (no quorum yet)
   and 200 once it has; /health/live answers 200 throughout;
 - a taken HTTP port refuses the start in one line; `--log-format json` logs JSON lines;
-- controller-only nodes serve health and their own page: one active controller in all.
+- controller-only nodes serve health and their own page: one active controller in all;
+- every API's error codes are counted (a second CreateTopics of a topic, a DeleteTopics of
+  none), and each response's quota throttle is in the throttle-time histogram, to the
+  millisecond the clients were told;
+- on three nodes, a leader killed is a failed request on its followers' fetchers, and on
+  the active controller the dead voter's metadata lag grows past zero while the others'
+  stay at zero.
 """
 
 from __future__ import annotations
@@ -35,12 +41,14 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from kafka_helpers import create_topic, unique_topic, wait_for
 from rill_harness import RillCluster, free_port, rill_binary
 from test_cluster import create_replicated_topic, leader_of
+from test_quotas import metadata_throttle_ms, rill_quota
 
 HTTP_ON = {"http.listeners": "127.0.0.1:0"}
 # The record batch header (magic 2) before the first record: baseOffset 8, batchLength 4,
@@ -564,3 +572,99 @@ def test_produce_fsync_waits_are_timed(rill_factory):
         samples, requests, produced = counts()
     assert 1 <= requests <= produced, (requests, produced)
     assert value(samples, f"{name}_sum") > value(after_plain, f"{name}_sum")
+
+
+def test_every_apis_errors_and_each_responses_throttle_are_counted(rill_factory):
+    rill = rill_factory(overrides=HTTP_ON)
+    address = rill.http_address()
+    topic = unique_topic("errors")
+    create_topic(rill.bootstrap, topic, 1)
+    admin = AdminClient({"bootstrap.servers": rill.bootstrap})
+    errors = "kafka_network_requestmetrics_errors_total"
+    before = scrape(address)
+    for _ in range(2):
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=10)
+            raise AssertionError("a second creation of the topic succeeded")
+        except KafkaException as e:
+            assert e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS, e
+    missing = unique_topic("missing")
+    try:
+        admin.delete_topics([missing], operation_timeout=10)[missing].result(timeout=10)
+        raise AssertionError("deleting a topic that does not exist succeeded")
+    except KafkaException as e:
+        assert e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART, e
+    after = scrape(address)
+
+    def grew(api, error):
+        return (value(after, errors, request=api, error=error)
+                - value(before, errors, request=api, error=error))
+
+    assert grew("CreateTopics", "TOPIC_ALREADY_EXISTS") == 2
+    assert grew("DeleteTopics", "UNKNOWN_TOPIC_OR_PARTITION") == 1
+
+    # A hundredth of a percent of a thread: the client's Metadata requests are throttled.
+    rill_quota(rill.bootstrap, "set", "--client-id", "busy", "request_percentage=0.01")
+    throttle = "kafka_network_requestmetrics_throttle_time_seconds"
+    start = scrape(address)
+    throttles = []
+    while len(throttles) < 500 and sum(throttles) < 2000:
+        throttles.append(metadata_throttle_ms(rill.bootstrap, "busy"))
+    assert max(throttles) > 0, throttles
+    # A request's figures are taken just after its response is written.
+    end = wait_for(lambda: (s := scrape(address))
+                   and value(s, f"{throttle}_count", request="Metadata")
+                   - value(start, f"{throttle}_count", request="Metadata") >= len(throttles)
+                   and s, 10, "every throttled request counted")
+    told_s = sum(throttles) / 1000
+    held_s = (value(end, f"{throttle}_sum", request="Metadata")
+              - value(start, f"{throttle}_sum", request="Metadata"))
+    # Each response's throttle_time_ms is its throttle in whole milliseconds.
+    assert told_s <= held_s < told_s + len(throttles) / 1000, (told_s, held_s)
+
+
+def test_fetcher_failures_and_quorum_lag_show_when_a_leader_dies(rill_cluster_factory):
+    cluster = rill_cluster_factory(overrides=HTTP_ON)
+    topic = unique_topic("fetchers")
+    client = create_replicated_topic(cluster.bootstrap, topic, 3, 3)
+    controller_id = client.describe_cluster().result(timeout=10).controller.id
+    leaders = {leader_of(client, topic, p) for p in range(3)}
+    victim = next(i for i in sorted(leaders) if i != controller_id)
+    # Every partition has three replicas, so every other node follows the victim.
+    follower = next(i for i in (1, 2, 3) if i not in (victim, controller_id))
+    fetch = "kafka_server_fetcherstats_"
+    follower_page = cluster.node(follower).http_address()
+    before = wait_for(lambda: (s := scrape(follower_page))
+                      and value(s, f"{fetch}requests_total") > 0 and s,
+                      30, "the follower's fetchers counting their requests")
+    controller_page = cluster.node(controller_id).http_address()
+    lag = "kafka_server_raft_metrics_replica_lag"
+
+    def voters_caught_up():
+        s = scrape(controller_page)
+        return all((lag, frozenset({"replica": str(n), "role": "voter"}.items())) in s
+                   and value(s, lag, replica=str(n), role="voter") == 0 for n in (1, 2, 3))
+
+    wait_for(voters_caught_up, 30, "every voter's metadata lag at zero on the controller")
+    for other in (1, 2, 3):
+        if other != controller_id:
+            assert lag not in {name for name, _ in scrape(cluster.node(other).http_address())}
+
+    cluster.node(victim).kill9()
+
+    def failed():
+        s = scrape(follower_page)
+        return sum(value(s, f"{fetch}{c}_total") - value(before, f"{fetch}{c}_total")
+                   for c in ("request_failures", "connect_failures")) > 0
+
+    wait_for(failed, 30, "the follower's fetcher to the killed leader counting a failure")
+    # The victim's death is recorded (fenced, leaders elected) without it.
+    wait_for(lambda: value(scrape(controller_page), lag, replica=str(victim), role="voter") > 0,
+             30, "the killed voter's metadata lag above zero")
+    age = "kafka_server_raft_metrics_replica_last_fetch_age_seconds"
+    wait_for(lambda: value(scrape(controller_page), age, replica=str(victim), role="voter") > 1,
+             30, "the killed voter's last contact growing old")
+    s = scrape(controller_page)
+    assert value(s, lag, replica=str(follower), role="voter") == 0 or wait_for(
+        lambda: value(scrape(controller_page), lag, replica=str(follower), role="voter") == 0,
+        30, "the live follower's lag back at zero")

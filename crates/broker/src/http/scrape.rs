@@ -22,7 +22,7 @@ use crate::coordinator::group_coordinator::{GroupCall, GroupReply, GroupSnapshot
 use crate::error::BrokerError;
 use crate::metrics::{self, process, HistogramSnapshot, TopicMetrics};
 use crate::server::Broker;
-use rill_metadata::MetadataQuorum;
+use rill_metadata::{MetadataQuorum, QuorumDescription, ReplicaProgress};
 
 /// The key that bounds per-partition series.
 pub const PARTITION_SERIES_MAX_KEY: &str = "metrics.partition.series.max";
@@ -289,6 +289,7 @@ pub(super) fn encode(
         now_ms: broker.replicas.now_ms(),
         views,
         groups,
+        quorum: broker.quorum.describe_if_leader(),
     };
     render(page)
 }
@@ -306,8 +307,15 @@ pub(super) fn encode_controller(quorum: &MetadataQuorum) -> Result<String, std::
         groups: GroupSnapshot::default(),
         cluster: cluster_view(quorum),
         process: process::read(),
-        now_ms: 0,
+        now_ms: wall_clock_ms(),
+        quorum: quorum.describe_if_leader(),
     })
+}
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn render(page: Page) -> Result<String, std::fmt::Error> {
@@ -334,6 +342,9 @@ struct Page {
     process: process::ProcessStats,
     /// The wall clock at the scrape, in ms since the Unix epoch.
     now_ms: i64,
+    /// Each quorum replica's progress, on the active controller only (the Raft leader is
+    /// the one node that knows it).
+    quorum: Option<QuorumDescription>,
 }
 
 /// A counter value for the encoder.
@@ -378,11 +389,11 @@ fn counter_family(
     Ok(())
 }
 
-fn gauge_family(
+fn gauge_family<V: prometheus_client::encoding::EncodeGaugeValue>(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    series: impl IntoIterator<Item = (Labels, i64)>,
+    series: impl IntoIterator<Item = (Labels, V)>,
 ) -> std::fmt::Result {
     let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in series {
@@ -599,6 +610,50 @@ impl Collector for Page {
         for (name, help, v) in cluster {
             gauge_i64(&mut e, name, help, v)?;
         }
+        if let Some(q) = &self.quorum {
+            let leader_end = q
+                .voters
+                .iter()
+                .find(|r| r.replica_id == q.leader_id)
+                .map_or(-1, |r| r.log_end_offset);
+            let replicas = || {
+                let voters = q.voters.iter().map(|r| (r, "voter"));
+                voters.chain(q.observers.iter().map(|r| (r, "observer")))
+            };
+            let labels = |r: &ReplicaProgress, role: &'static str| {
+                vec![
+                    ("replica", r.replica_id.to_string()),
+                    ("role", role.to_string()),
+                ]
+            };
+            gauge_family(
+                &mut e,
+                "kafka_server_raft_metrics_replica_log_end_offset",
+                "Each metadata quorum replica's log end as the active controller (the Raft \
+                 leader) last heard it; -1 when unknown (DescribeQuorum LogEndOffset)",
+                replicas().map(|(r, role)| (labels(r, role), r.log_end_offset)),
+            )?;
+            gauge_family(
+                &mut e,
+                "kafka_server_raft_metrics_replica_lag",
+                "Metadata records each quorum replica is behind the active controller's log end",
+                replicas()
+                    .filter(|(r, _)| r.log_end_offset >= 0)
+                    .map(|(r, role)| (labels(r, role), (leader_end - r.log_end_offset).max(0))),
+            )?;
+            gauge_family(
+                &mut e,
+                "kafka_server_raft_metrics_replica_last_fetch_age_seconds",
+                "Seconds since each quorum follower last answered the active controller's \
+                 replication (DescribeQuorum LastFetchTimestamp)",
+                replicas()
+                    .filter(|(r, _)| r.last_fetch_timestamp >= 0)
+                    .map(|(r, role)| {
+                        let age = (self.now_ms - r.last_fetch_timestamp).max(0);
+                        (labels(r, role), age as f64 / 1e3)
+                    }),
+            )?;
+        }
         if self.broker {
             let topics = m.topics.topics();
             for (suffix, help, field) in TOPIC_COUNTERS {
@@ -629,8 +684,8 @@ impl Collector for Page {
         counter_family(
             &mut e,
             "kafka_network_requestmetrics_errors",
-            "Error codes in responses, by API and error (ErrorsPerSec; Produce and Fetch count \
-             each partition's error)",
+            "Error codes in responses, by API and error (ErrorsPerSec): every error code a \
+             response holds, one per partition, topic or resource it names",
             m.requests.errors().into_iter().map(|(api, code, n)| {
                 (
                     vec![("request", api_name(api)), ("error", error_name(code))],
@@ -638,7 +693,7 @@ impl Collector for Page {
                 )
             }),
         )?;
-        let phases: [(&str, &str, Phase); 6] = [
+        let phases: [(&str, &str, Phase); 7] = [
             (
                 "kafka_network_requestmetrics_request_queue_time_seconds",
                 "Time waiting for a request slot, queued.max.requests (RequestQueueTimeMs)",
@@ -669,6 +724,12 @@ impl Collector for Page {
                 "kafka_network_requestmetrics_total_time_seconds",
                 "Time from the whole request read to the response written (TotalTimeMs)",
                 |a| &a.total,
+            ),
+            (
+                "kafka_network_requestmetrics_throttle_time_seconds",
+                "The client quota throttle each response carried, zero when none \
+                 (ThrottleTimeMs)",
+                |a| &a.throttle_time,
             ),
         ];
         for (name, help, phase) in phases {
@@ -735,6 +796,43 @@ impl Collector for Page {
                 "kafka_server_replicamanager_isr_expands",
                 "ISR expansions of partitions led here (IsrExpandsPerSec)",
                 load(&m.replication.isr_expands),
+            )?;
+            let r = &m.replication;
+            let fetcher_counters: [(&str, &str, &AtomicU64); 4] = [
+                (
+                    "kafka_server_fetcherstats_requests",
+                    "Fetch and epoch-validation requests this broker's followers sent to \
+                     leaders (FetcherStats RequestsPerSec)",
+                    &r.fetcher_requests,
+                ),
+                (
+                    "kafka_server_fetcherstats_connect_failures",
+                    "Follower dials to a leader that failed: unreachable, or the TLS or SASL \
+                     login refused",
+                    &r.fetcher_connect_failures,
+                ),
+                (
+                    "kafka_server_fetcherstats_request_failures",
+                    "Follower requests that failed as a whole: connection lost, timed out or \
+                     unreadable answer",
+                    &r.fetcher_request_failures,
+                ),
+                (
+                    "kafka_server_fetcherstats_append_failures",
+                    "Fetched records the follower's log refused to append",
+                    &r.fetcher_append_failures,
+                ),
+            ];
+            for (name, help, c) in fetcher_counters {
+                counter(&mut e, name, help, load(c))?;
+            }
+            counter_family(
+                &mut e,
+                "kafka_server_fetcherstats_partition_errors",
+                "Partition errors in leaders' answers to this broker's followers, by error",
+                r.fetcher_partition_errors()
+                    .into_iter()
+                    .map(|(code, n)| (vec![("error", error_name(code))], n)),
             )?;
             let cleaner = &m.cleaner;
             let cleaner_counters: [(&str, &str, &AtomicU64); 5] = [
@@ -1151,6 +1249,31 @@ mod tests {
             now_ms: 1_000_000,
             views,
             groups,
+            quorum: Some(QuorumDescription {
+                leader_id: 1,
+                leader_epoch: 4,
+                high_watermark: 120,
+                voters: vec![
+                    ReplicaProgress {
+                        replica_id: 1,
+                        log_end_offset: 121,
+                        last_fetch_timestamp: -1,
+                        last_caught_up_timestamp: 1_000_000,
+                    },
+                    ReplicaProgress {
+                        replica_id: 2,
+                        log_end_offset: 101,
+                        last_fetch_timestamp: 997_500,
+                        last_caught_up_timestamp: 990_000,
+                    },
+                ],
+                observers: vec![ReplicaProgress {
+                    replica_id: 4,
+                    log_end_offset: -1,
+                    last_fetch_timestamp: -1,
+                    last_caught_up_timestamp: -1,
+                }],
+            }),
         };
         let mut registry = Registry::default();
         registry.register_collector(Box::new(page));
@@ -1179,6 +1302,11 @@ mod tests {
             "kafka_server_raft_metrics_current_leader 3",
             "kafka_server_raft_metrics_high_watermark 120",
             "kafka_server_broker_metadata_metrics_last_applied_record_offset 119",
+            "kafka_server_raft_metrics_replica_log_end_offset{replica=\"2\",role=\"voter\"} 101",
+            "kafka_server_raft_metrics_replica_log_end_offset{replica=\"4\",role=\"observer\"} -1",
+            "kafka_server_raft_metrics_replica_lag{replica=\"1\",role=\"voter\"} 0",
+            "kafka_server_raft_metrics_replica_lag{replica=\"2\",role=\"voter\"} 20",
+            "kafka_server_raft_metrics_replica_last_fetch_age_seconds{replica=\"2\",role=\"voter\"} 2.5",
             "kafka_log_logcleanermanager_max_dirty_percent 25.0",
             "kafka_cluster_partition_under_replicated{topic=\"t\",partition=\"0\"} 1",
             "kafka_consumergroup_lag{group=\"g\",topic=\"t\",partition=\"0\"} 200",

@@ -120,6 +120,8 @@ pub struct ApiMetrics {
     pub response_queue: Histogram,
     pub send: Histogram,
     pub total: Histogram,
+    /// The quota throttle each response carried (`ThrottleTimeMs`; zero when none).
+    pub throttle_time: Histogram,
 }
 
 /// Per-API metrics and errors by (API, error code).
@@ -308,12 +310,66 @@ impl ConnectionMetrics {
     }
 }
 
-/// Counters of the replica manager (Kafka's `ReplicaManager` metrics).
-#[derive(Debug, Default)]
+/// Counters of the replica manager (Kafka's `ReplicaManager` metrics) and of its
+/// follower fetchers (`FetcherStats`, and their errors).
+#[derive(Debug)]
 pub struct ReplicationMetrics {
     /// ISR shrinks this broker (as leader) had the controller accept (IsrShrinksPerSec).
     pub isr_shrinks: AtomicU64,
     pub isr_expands: AtomicU64,
+    /// Fetch and OffsetForLeaderEpoch requests the followers sent to leaders
+    /// (FetcherStats RequestsPerSec, over every fetcher).
+    pub fetcher_requests: AtomicU64,
+    /// Dials to a leader that failed: unreachable, or the TLS or SASL login refused.
+    pub fetcher_connect_failures: AtomicU64,
+    /// Requests to a leader that failed as a whole: the connection broke, the answer
+    /// timed out or could not be read (the fetcher dials again).
+    pub fetcher_request_failures: AtomicU64,
+    /// Partition errors in leaders' answers, by code (slot `code + 1`, as
+    /// [`RequestMetrics`] counts them); OFFSET_OUT_OF_RANGE included, which the fetcher
+    /// mends itself.
+    fetcher_partition_errors: Vec<AtomicU64>,
+    /// Fetched records the follower's log refused to append.
+    pub fetcher_append_failures: AtomicU64,
+}
+
+impl Default for ReplicationMetrics {
+    fn default() -> Self {
+        Self {
+            isr_shrinks: AtomicU64::new(0),
+            isr_expands: AtomicU64::new(0),
+            fetcher_requests: AtomicU64::new(0),
+            fetcher_connect_failures: AtomicU64::new(0),
+            fetcher_request_failures: AtomicU64::new(0),
+            fetcher_partition_errors: (0..ERROR_CODES).map(|_| AtomicU64::new(0)).collect(),
+            fetcher_append_failures: AtomicU64::new(0),
+        }
+    }
+}
+
+impl ReplicationMetrics {
+    /// Counts a partition error a leader answered a follower's request with.
+    pub fn fetcher_partition_error(&self, code: i16) {
+        let slot = usize::try_from(i32::from(code) + 1)
+            .ok()
+            .filter(|c| *c < ERROR_CODES)
+            .unwrap_or(0);
+        if let Some(c) = self.fetcher_partition_errors.get(slot) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Every (error code, count) with a count above zero.
+    pub fn fetcher_partition_errors(&self) -> Vec<(i16, u64)> {
+        self.fetcher_partition_errors
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, c)| {
+                let n = c.load(Ordering::Relaxed);
+                (n > 0).then(|| (slot as i16 - 1, n))
+            })
+            .collect()
+    }
 }
 
 /// Counters of the group coordinator.

@@ -926,7 +926,7 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
         drop(bytes);
         // When the response began to be written: later than `handled` only when a quota
         // holds it back (Kafka's response queue time).
-        let writing = match response {
+        let (writing, throttle, mute) = match response {
             Ok(reply) => {
                 served_one = true;
                 let throttled = !reply.throttle.is_zero();
@@ -940,23 +940,19 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
                 if let Some(chunks) = &reply.chunks {
                     write_chunks(&mut writer, chunks, limits.connections_max_idle).await?;
                 }
-                if throttled && !reply.hold_response {
-                    // Muted: the response goes out now, the next request is read after.
-                    flush_within(&mut writer, limits.connections_max_idle).await?;
-                    tokio::select! {
-                        _ = tokio::time::sleep(reply.throttle) => {}
-                        _ = shutdown.changed() => return Ok(()),
-                    }
-                }
-                writing
+                // Muted: the response goes out now, the next request is read after the
+                // throttle (below, once the request's metrics are taken).
+                let mute = throttled && !reply.hold_response;
+                (writing, reply.throttle, mute.then_some(reply.throttle))
             }
             Err(reason) => {
                 let _ = tokio::time::timeout(limits.connections_max_idle, writer.flush()).await;
                 return Err(ConnectionError::Protocol(reason));
             }
         };
-        // Pipelined requests already buffered are answered together with one flush.
-        if frames.buf.len() < FRAME_PREFIX_LEN || !frame_complete(&frames.buf) {
+        // Pipelined requests already buffered are answered together with one flush; a
+        // muted connection reads none for a while, so it flushes now.
+        if mute.is_some() || frames.buf.len() < FRAME_PREFIX_LEN || !frame_complete(&frames.buf) {
             flush_within(&mut writer, limits.connections_max_idle).await?;
         }
         let api = metrics::global().requests.api(header.request_api_key);
@@ -971,6 +967,13 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
             .observe(writing.saturating_duration_since(handled));
         api.send.observe(writing.elapsed());
         api.total.observe(received.elapsed());
+        api.throttle_time.observe(throttle);
+        if let Some(throttle) = mute {
+            tokio::select! {
+                _ = tokio::time::sleep(throttle) => {}
+                _ = shutdown.changed() => return Ok(()),
+            }
+        }
     }
 }
 

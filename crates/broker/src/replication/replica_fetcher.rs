@@ -41,6 +41,7 @@ use rill_storage::TopicPartition;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
+use crate::metrics;
 use crate::network::inter_broker::{InterBrokerConnector, InterBrokerStream, PeerEndpoint};
 use crate::rate::{QuotaWindows, Rate};
 use crate::replication::replica_manager::ReplicaManager;
@@ -410,6 +411,7 @@ async fn run(
                         conn.insert(c)
                     }
                     Err(e) => {
+                        metrics::inc(&metrics::global().replication.fetcher_connect_failures);
                         let reason = e.to_string();
                         if last_warning.as_deref() != Some(reason.as_str()) {
                             tracing::warn!(
@@ -441,6 +443,7 @@ async fn run(
         };
         drop(replicas);
         if let Err(e) = result {
+            metrics::inc(&metrics::global().replication.fetcher_request_failures);
             tracing::debug!(leader, error = %e, "replica fetch failed; reconnecting");
             conn = None;
             tokio::time::sleep(RETRY_BACKOFF).await;
@@ -511,6 +514,7 @@ async fn truncate_once(
             .collect(),
         ..Default::default()
     };
+    metrics::inc(&metrics::global().replication.fetcher_requests);
     let response: OffsetForLeaderEpochResponse = conn
         .send(&request, OFFSET_FOR_LEADER_EPOCH_VERSION, timeout)
         .await?;
@@ -525,6 +529,9 @@ async fn truncate_once(
             };
             let code = ErrorCode(p.error_code);
             if code != ErrorCode::NONE {
+                metrics::global()
+                    .replication
+                    .fetcher_partition_error(code.0);
                 note_refusal(fetcher, &tp, code, "epoch validation");
                 update_state(fetcher, &tp, leader_epoch, |s| {
                     s.delayed_until = Some(backoff_deadline(code))
@@ -646,6 +653,7 @@ async fn fetch_once(
             .collect(),
         ..Default::default()
     };
+    metrics::inc(&metrics::global().replication.fetcher_requests);
     let response: FetchResponse = conn.send(&request, FETCH_VERSION, timeout).await?;
     let mut throttled_bytes = 0usize;
     for topic in response.responses {
@@ -658,6 +666,11 @@ async fn fetch_once(
                 continue;
             };
             let code = ErrorCode(p.error_code);
+            if code != ErrorCode::NONE {
+                metrics::global()
+                    .replication
+                    .fetcher_partition_error(code.0);
+            }
             if code == ErrorCode::NONE {
                 let records = p.records.unwrap_or_default();
                 if throttled.contains(&tp) {
@@ -670,6 +683,7 @@ async fn fetch_once(
                     p.high_watermark,
                     p.log_start_offset,
                 ) {
+                    metrics::inc(&metrics::global().replication.fetcher_append_failures);
                     tracing::warn!(%tp, error = code.name(), "appending fetched records failed");
                     update_state(fetcher, &tp, epoch, |s| s.needs_truncation = true);
                 }

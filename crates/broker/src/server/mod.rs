@@ -123,6 +123,17 @@ pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
         .map(|(_, lo, hi)| (*lo, *hi))
 }
 
+/// Counts the error codes of a response for `ErrorsPerSec`. Produce and Fetch count their
+/// partitions' errors in their handlers, beside the topic counters (an acks=0 produce has
+/// no response to count from), so only a refusal of the whole request is counted here.
+fn count_errors(api: ApiKey, body: &ResponseBody, refused_whole: bool) {
+    if !refused_whole && matches!(api, ApiKey::Produce | ApiKey::Fetch) {
+        return;
+    }
+    let requests = &crate::metrics::global().requests;
+    body.visit_error_codes(&mut |code| requests.error(api as i16, code));
+}
+
 /// Encodes a response frame: size prefix, response header of the right version, body.
 pub fn encode_response<T: Encodable>(
     correlation_id: i32,
@@ -217,6 +228,7 @@ impl Broker {
             Gate::Respond(mut body) => {
                 let throttle_ms = throttle_ms(&throttling);
                 body.raise_throttle_time_ms(throttle_ms);
+                count_errors(api, &body, true);
                 return encode_response(correlation_id, api, version, &AnyResponse(&body))
                     .map(Some);
             }
@@ -250,6 +262,7 @@ impl Broker {
                     patch(&mut body);
                 }
                 body.raise_throttle_time_ms(throttle_ms);
+                count_errors(api, &body, false);
                 encode_response(correlation_id, api, version, &AnyResponse(&body)).map(Some)
             }};
         }

@@ -644,6 +644,13 @@ impl MetadataQuorum {
     /// The quorum's state as its leader sees it (DescribeQuorum), asked of the leader
     /// when this node is not it, following the leader each voter names, within
     /// `timeout`.
+    /// The quorum as this node sees it when it leads (each replica's log end and last
+    /// contact), else `None`: what the active controller's metrics page serves without
+    /// asking anyone.
+    pub fn describe_if_leader(&self) -> Option<QuorumDescription> {
+        describe::describe_local(&self.raft, &self.shared.contacts).ok()
+    }
+
     pub async fn describe(&self, timeout: Duration) -> Result<QuorumDescription, MetadataError> {
         let deadline = Instant::now() + timeout;
         let mut hint: Option<u64> = None;
