@@ -32,6 +32,7 @@ accepts:
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import struct
 import subprocess
@@ -668,3 +669,72 @@ def test_fetcher_failures_and_quorum_lag_show_when_a_leader_dies(rill_cluster_fa
     assert value(s, lag, replica=str(follower), role="voter") == 0 or wait_for(
         lambda: value(scrape(controller_page), lag, replica=str(follower), role="voter") == 0,
         30, "the live follower's lag back at zero")
+
+
+def test_the_request_byte_pool_shows_what_a_parked_produce_holds(rill_cluster_factory):
+    """A produce waiting for a frozen follower (acks=all) holds its frame's bytes of
+    queued.max.request.bytes (MemoryPoolUsed) until it is answered."""
+    cluster = rill_cluster_factory(overrides={**HTTP_ON, "replica.lag.time.max.ms": "60000"})
+    topic = unique_topic("pool")
+    client = create_replicated_topic(cluster.bootstrap, topic, 1, 3)
+    leader_id = leader_of(client, topic, 0)
+    leader = cluster.node(leader_id)
+    address = leader.http_address()
+    used = "kafka_network_socketserver_memory_pool_used_bytes"
+    available = "kafka_network_socketserver_memory_pool_available_bytes"
+    idle = scrape(address)
+    assert value(idle, used) + value(idle, available) == 104_857_600
+    follower = cluster.node(next(i for i in (1, 2, 3) if i != leader_id))
+    follower._signal_group(signal.SIGSTOP)
+    try:
+        producer = Producer({"bootstrap.servers": leader.bootstrap, "acks": "all",
+                             "compression.type": "none", "message.max.bytes": 2_000_000})
+        delivered = []
+        producer.produce(topic, value=b"p" * 1_000_000, partition=0,
+                         on_delivery=lambda err, _m: delivered.append(err))
+        producer.poll(0)
+        held = wait_for(lambda: (s := scrape(address)) and value(s, used) >= 1_000_000 and s,
+                        30, "the parked produce's bytes in the pool")
+        assert value(held, available) == 104_857_600 - value(held, used)
+        assert not delivered
+    finally:
+        follower._signal_group(signal.SIGCONT)
+    assert producer.flush(60) == 0 and delivered == [None], delivered
+    wait_for(lambda: value(scrape(address), used) < 1_000_000, 30,
+             "the produce's bytes given back once it was answered")
+
+
+def test_segment_rolls_are_timed_as_flushes_and_retention_deletions_counted(rill_factory):
+    """With the default flush policy (the page cache's) the only log flushes are the
+    rolls: one per segment after the first. Retention deletes whole segments, and what it
+    counts is exactly what left the disk."""
+    rill = rill_factory(overrides={**HTTP_ON, "log.retention.check.interval.ms": "200"})
+    address = rill.http_address()
+    topic = unique_topic("retention")
+    create_topic(rill.bootstrap, topic, 1,
+                 {"segment.bytes": "20000", "retention.bytes": "60000"})
+    flushes = "kafka_log_logflushstats_log_flush_seconds"
+    before = scrape(address)
+    # Batches well below a segment, so that every segment holds several.
+    producer = Producer({"bootstrap.servers": rill.bootstrap, "acks": "all",
+                         "linger.ms": 5, "batch.size": 4000, "compression.type": "none"})
+    for i in range(2000):
+        producer.produce(topic, value=(b"%08d" % i).ljust(200, b"x"), partition=0)
+    assert producer.flush(60) == 0
+    part = rill.data_dir / f"{topic}-0"
+
+    def settled():
+        s = scrape(address)
+        logs = list(part.glob("*.log"))
+        rolls = value(s, f"{flushes}_count") - value(before, f"{flushes}_count")
+        deleted = value(s, "kafka_log_retention_deleted_segments_total")
+        # Retention keeps at most retention.bytes plus the active segment.
+        return (deleted > 0 and rolls + 1 - deleted == len(logs) and len(logs) <= 5
+                and (s, logs, rolls, deleted))
+
+    s, logs, rolls, deleted = wait_for(settled, 30, "the rolls and the deletions counted")
+    assert rolls >= 20  # 400 KB of records in 20 KB segments
+    assert value(s, f"{flushes}_sum") > 0
+    bytes_in = value(s, "kafka_server_brokertopicmetrics_topic_bytes_in_total", topic=topic)
+    kept = sum(p.stat().st_size for p in logs)
+    assert value(s, "kafka_log_retention_deleted_bytes_total") == bytes_in - kept

@@ -149,6 +149,7 @@ pub(crate) async fn start_quorum(
     };
     let quorum_dir = data_dir.join(METADATA_LOG_DIR);
     rill_metadata::set_controller_stats(std::sync::Arc::new(crate::metrics::ControllerStatsSink));
+    rill_storage::flush::observe_log_flushes(crate::metrics::log_flushed);
     let quorum = if roles.controller {
         MetadataQuorum::start_with(own_id, voters, &quorum_dir, quorum_config).await
     } else {

@@ -47,6 +47,24 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::StorageError;
 
+/// Where the time of each log flush goes (Kafka's `LogFlushRateAndTimeMs`): the broker
+/// installs its histogram once; unset, flushes are timed by no one.
+static FLUSH_OBSERVER: std::sync::OnceLock<fn(std::time::Duration)> = std::sync::OnceLock::new();
+
+/// Has `observer` told the time of every log flush: a group commit's fsync and a roll's
+/// (the old segment, its indexes, the producer snapshot and the directory). The first
+/// call wins; a process has one metrics registry.
+pub fn observe_log_flushes(observer: fn(std::time::Duration)) {
+    let _ = FLUSH_OBSERVER.set(observer);
+}
+
+/// Reports one flush's time to the observer, if there is one.
+pub(crate) fn flushed(started: std::time::Instant) {
+    if let Some(observe) = FLUSH_OBSERVER.get() {
+        observe(started.elapsed());
+    }
+}
+
 /// What a sync would cover: the active segment's file and the log end written into it.
 #[derive(Debug)]
 struct Written {
@@ -209,8 +227,11 @@ impl PendingFlush {
             });
         };
         f.fsyncs.fetch_add(1, Ordering::Relaxed);
+        let started = std::time::Instant::now();
         // Never retried: see the module's design note.
-        if let Err(e) = file.sync_data() {
+        let synced = file.sync_data();
+        flushed(started);
+        if let Err(e) = synced {
             let e = StorageError::io(&path, e);
             lock(&f.written).failed = Some(e.to_string());
             return Err(e);

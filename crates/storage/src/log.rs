@@ -1269,6 +1269,7 @@ impl UnifiedLog {
     /// Makes a new active segment at `base_offset`, after making the old one durable.
     pub(crate) fn roll(&mut self, base_offset: i64, now_ms: i64) -> Result<(), StorageError> {
         self.check_online()?;
+        let started = std::time::Instant::now();
         if let Some(mut entry) = self.segments.last_entry() {
             if entry.get().size() == 0 {
                 // Nothing to keep: replace the empty segment.
@@ -1310,6 +1311,7 @@ impl UnifiedLog {
             now_ms,
         )?;
         checkpoint::sync_dir(&self.dir)?;
+        crate::flush::flushed(started);
         tracing::debug!(dir = %self.dir.display(), base_offset, "rolled new log segment");
         self.segments.insert(base_offset, seg);
         // Only now, with the old segment fsynced: a sync of the new file must cover

@@ -741,6 +741,22 @@ impl Collector for Page {
             )?;
         }
 
+        let pool = &m.network;
+        let used = pool.memory_pool_used_bytes.load(Ordering::Relaxed);
+        gauge_i64(
+            &mut e,
+            "kafka_network_socketserver_memory_pool_used_bytes",
+            "Bytes of queued.max.request.bytes that requests read and not yet handled hold \
+             (SocketServer MemoryPoolUsed)",
+            used,
+        )?;
+        gauge_i64(
+            &mut e,
+            "kafka_network_socketserver_memory_pool_available_bytes",
+            "Bytes of queued.max.request.bytes free for requests to be read \
+             (SocketServer MemoryPoolAvailable)",
+            (pool.memory_pool_capacity_bytes.load(Ordering::Relaxed) - used).max(0),
+        )?;
         gauge_family(
             &mut e,
             "kafka_server_socketserver_connection_count",
@@ -872,6 +888,27 @@ impl Collector for Page {
                  flush.ms asked for, its own or a group commit's (LogFlushStats \
                  LogFlushRateAndTimeMs times each log flush)",
                 [(Vec::new(), m.flush.produce_fsync_wait.snapshot())],
+            )?;
+            histogram_family(
+                &mut e,
+                "kafka_log_logflushstats_log_flush_seconds",
+                "Each log flush: a group commit's fsync (flush.messages, flush.ms) or a \
+                 segment roll's, the old segment with its indexes, producer snapshot and \
+                 directory (LogFlushStats LogFlushRateAndTimeMs)",
+                [(Vec::new(), m.flush.log_flush.snapshot())],
+            )?;
+            counter(
+                &mut e,
+                "kafka_log_retention_deleted_segments",
+                "Segments retention deleted (retention.ms, retention.bytes, or below a log \
+                 start offset DeleteRecords moved)",
+                load(&m.retention.deleted_segments),
+            )?;
+            counter(
+                &mut e,
+                "kafka_log_retention_deleted_bytes",
+                "Bytes of the segments retention deleted",
+                load(&m.retention.deleted_bytes),
             )?;
             gauge_f64(
                 &mut e,

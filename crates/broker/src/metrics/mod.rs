@@ -310,6 +310,14 @@ impl ConnectionMetrics {
     }
 }
 
+/// The request byte pool of `queued.max.request.bytes` (Kafka's `MemoryPoolAvailable` and
+/// `MemoryPoolUsed`): what the frames read and not yet handled hold.
+#[derive(Debug, Default)]
+pub struct NetworkMetrics {
+    pub memory_pool_capacity_bytes: AtomicI64,
+    pub memory_pool_used_bytes: AtomicI64,
+}
+
 /// Counters of the replica manager (Kafka's `ReplicaManager` metrics) and of its
 /// follower fetchers (`FetcherStats`, and their errors).
 #[derive(Debug)]
@@ -387,6 +395,21 @@ pub struct GroupMetrics {
 #[derive(Debug, Default)]
 pub struct FlushMetrics {
     pub produce_fsync_wait: Histogram,
+    /// Each log flush: a group commit's fsync or a segment roll's (LogFlushRateAndTimeMs).
+    pub log_flush: Histogram,
+}
+
+/// The log's flush observer (`rill_storage::flush::observe_log_flushes`).
+pub fn log_flushed(elapsed: Duration) {
+    global().flush.log_flush.observe(elapsed);
+}
+
+/// What retention (`retention.ms`, `retention.bytes`, and the log start offset that
+/// DeleteRecords moved) deleted.
+#[derive(Debug, Default)]
+pub struct RetentionMetrics {
+    pub deleted_segments: AtomicU64,
+    pub deleted_bytes: AtomicU64,
 }
 
 /// What the log cleaner did (Kafka's `LogCleaner` and `LogCleanerManager` metrics).
@@ -435,10 +458,12 @@ pub struct BrokerMetrics {
     pub requests: RequestMetrics,
     pub topics: BrokerTopicStats,
     pub connections: ConnectionMetrics,
+    pub network: NetworkMetrics,
     pub replication: ReplicationMetrics,
     pub groups: GroupMetrics,
     pub cleaner: CleanerMetrics,
     pub flush: FlushMetrics,
+    pub retention: RetentionMetrics,
     pub controller: ControllerMetrics,
 }
 
@@ -488,10 +513,12 @@ impl BrokerMetrics {
             requests: RequestMetrics::new(),
             topics: BrokerTopicStats::default(),
             connections: ConnectionMetrics::default(),
+            network: NetworkMetrics::default(),
             replication: ReplicationMetrics::default(),
             groups: GroupMetrics::default(),
             cleaner: CleanerMetrics::default(),
             flush: FlushMetrics::default(),
+            retention: RetentionMetrics::default(),
             controller: ControllerMetrics::default(),
         }
     }

@@ -516,6 +516,10 @@ pub async fn serve<H: RequestHandler>(
 ) {
     let limits = Arc::new(limits);
     let pools = Arc::new(RequestPools::new(&limits));
+    metrics::global().network.memory_pool_capacity_bytes.store(
+        i64::from(pools.bytes_cap),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let quotas = Arc::new(Mutex::new(ConnectionQuotas {
         total: 0,
         per_ip: HashMap::new(),
@@ -1026,12 +1030,31 @@ fn check_size(
 
 /// A frame's `size` bytes (clamped to the pool) from the byte pool; `None` only if the
 /// pool was closed.
-async fn acquire_bytes(
-    pools: &RequestPools,
-    size: usize,
-) -> Option<tokio::sync::SemaphorePermit<'_>> {
+async fn acquire_bytes(pools: &RequestPools, size: usize) -> Option<PooledBytes<'_>> {
     let want = (FRAME_PREFIX_LEN + size).min(pools.bytes_cap as usize) as u32;
-    pools.bytes.acquire_many(want).await.ok()
+    let permit = pools.bytes.acquire_many(want).await.ok()?;
+    let used = &metrics::global().network.memory_pool_used_bytes;
+    used.fetch_add(i64::from(want), std::sync::atomic::Ordering::Relaxed);
+    Some(PooledBytes {
+        _permit: permit,
+        used,
+        bytes: want,
+    })
+}
+
+/// A frame's share of the byte pool, given back (and taken off Kafka's `MemoryPoolUsed`)
+/// when the request is done with its bytes.
+struct PooledBytes<'a> {
+    _permit: tokio::sync::SemaphorePermit<'a>,
+    used: &'static std::sync::atomic::AtomicI64,
+    bytes: u32,
+}
+
+impl Drop for PooledBytes<'_> {
+    fn drop(&mut self) {
+        self.used
+            .fetch_sub(i64::from(self.bytes), std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Writes a response made of chunks: the bytes before each file range corked, the

@@ -7,6 +7,7 @@
 //! result in, and rewrites the segments on a blocking thread with no lock held (the
 //! segments it reads are immutable, see `rill_storage::cleaner`).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -165,13 +166,20 @@ async fn retention_loop(
                 Ok::<_, rill_storage::StorageError>(result)
             });
             match outcome {
-                Ok(Ok(Some(r))) if r.deleted_segments > 0 => tracing::info!(
-                    %tp,
-                    segments = r.deleted_segments,
-                    bytes = r.deleted_bytes,
-                    log_start_offset = r.log_start_offset,
-                    "retention deleted segments"
-                ),
+                Ok(Ok(Some(r))) if r.deleted_segments > 0 => {
+                    let m = &crate::metrics::global().retention;
+                    m.deleted_segments
+                        .fetch_add(r.deleted_segments as u64, Ordering::Relaxed);
+                    m.deleted_bytes
+                        .fetch_add(r.deleted_bytes, Ordering::Relaxed);
+                    tracing::info!(
+                        %tp,
+                        segments = r.deleted_segments,
+                        bytes = r.deleted_bytes,
+                        log_start_offset = r.log_start_offset,
+                        "retention deleted segments"
+                    )
+                }
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
                     replicas.log_dir_failed(format_args!("retention of {tp}"), &e);
