@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import base64
 import http.client
+import os
 import ssl
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -216,6 +218,39 @@ def test_https_with_basic_auth(node, tmp_path):
         get(f"http://{address}/health/live")
     # The listener still serves after the failed handshakes.
     assert get(f"https://{address}/health/live", context=context)[0] == 200
+
+
+def test_a_renewed_https_certificate_is_served_without_a_restart(node, tmp_path):
+    """The HTTP listener loads its key and certificate again when the file changes, as a
+    Kafka listener does; a file that does not load leaves the old certificate serving."""
+    old_ca, new_ca = trustme.CA(), trustme.CA()
+    paths = {}
+    for name, ca in (("old", old_ca), ("new", new_ca)):
+        paths[name] = tmp_path / f"{name}-ca.pem"
+        ca.cert_pem.write_to_path(str(paths[name]))
+    keystore = tmp_path / "http-keystore.pem"
+    old_ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(keystore))
+    n = node({"http.ssl.enabled": "true", "http.ssl.keystore.location": str(keystore),
+              "http.authentication": "none"})
+    address = n.server.http_address()
+    trusts = {name: ssl.create_default_context(cafile=str(p)) for name, p in paths.items()}
+
+    def served_by(name: str) -> bool:
+        try:
+            return get(f"https://{address}/health/live", context=trusts[name])[0] == 200
+        except urllib.error.URLError:
+            return False
+
+    assert served_by("old") and not served_by("new")
+    # Half a file: it does not load, and the old certificate keeps serving.
+    keystore.write_text(keystore.read_text()[:200])
+    os.utime(keystore, (time.time() + 5, time.time() + 5))
+    assert served_by("old")
+    new_ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(keystore))
+    os.utime(keystore, (time.time() + 10, time.time() + 10))
+    wait_for(lambda: served_by("new"), 10, "the renewed certificate served")
+    assert not served_by("old")
+    assert "TLS key and certificates reloaded" in n.server.log_text()
 
 
 def test_a_bad_http_ssl_setting_refuses_the_start(tmp_path):

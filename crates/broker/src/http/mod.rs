@@ -42,7 +42,6 @@ use axum::routing::get;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use rill_metadata::MetadataQuorum;
@@ -61,7 +60,7 @@ pub struct HttpListener {
     tcp: TcpListener,
     local: SocketAddr,
     auth: auth::HttpAuth,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<tls::HttpTls>>,
 }
 
 impl HttpListener {

@@ -6,8 +6,10 @@
 //! file), or `http.ssl.certificate.location` with `http.ssl.key.location`; unset, the
 //! broker's own `ssl.*` keys serve, as for a listener without `listener.name.` keys.
 //! There is no client-certificate authentication here (`http.authentication` is how a
-//! caller proves who it is), and no reloading of the files: a new certificate takes a
-//! restart.
+//! caller proves who it is). As on a Kafka listener, the files are loaded again when
+//! they change on disk (their modification times, looked at for each connection), so a
+//! renewed certificate needs no restart; files that do not load leave the old ones
+//! serving.
 //!
 //! Handshakes run in tasks of their own, not in `accept`: one client that stalls its
 //! handshake must not hold up every other connection. They are bounded in number
@@ -21,11 +23,10 @@ use axum::serve::Listener;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::server::TlsStream;
-use tokio_rustls::TlsAcceptor;
 
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
-use crate::network::security::tls_server_config;
+use crate::network::security::ReloadableTls;
 
 /// Handshakes in progress at once; further connections wait in the kernel's backlog.
 pub const HANDSHAKES_MAX: usize = 64;
@@ -40,8 +41,21 @@ const LISTENER: &str = "http";
 /// The keys `http.ssl.<key>` that become the listener's `ssl.<key>`.
 const KEYS: [&str; 3] = ["keystore.location", "certificate.location", "key.location"];
 
-/// The TLS acceptor when `http.ssl.enabled` is true, else `None`.
-pub fn acceptor(config: &BrokerConfig) -> Result<Option<TlsAcceptor>, BrokerError> {
+/// The listener's TLS settings: its static keys, and the files they name as they are
+/// on disk at each accept.
+pub struct HttpTls {
+    config: BrokerConfig,
+    tls: ReloadableTls,
+}
+
+impl HttpTls {
+    fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        self.tls.acceptor(|key| self.config.static_value(key))
+    }
+}
+
+/// The TLS settings when `http.ssl.enabled` is true, else `None`.
+pub fn acceptor(config: &BrokerConfig) -> Result<Option<Arc<HttpTls>>, BrokerError> {
     let enabled = config
         .get("http.ssl.enabled")
         .map(|v| v.trim().to_ascii_lowercase())
@@ -63,9 +77,11 @@ pub fn acceptor(config: &BrokerConfig) -> Result<Option<TlsAcceptor>, BrokerErro
     }
     // The Kafka listeners' `ssl.client.auth` is not for this one (see the module docs).
     overlay.set(&format!("listener.name.{LISTENER}.ssl.client.auth"), "none");
-    let mut server = tls_server_config(&overlay, LISTENER)?;
-    server.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Some(TlsAcceptor::from(Arc::new(server))))
+    let tls = ReloadableTls::with_alpn(&overlay, LISTENER, vec![b"http/1.1".to_vec()])?;
+    Ok(Some(Arc::new(HttpTls {
+        config: overlay,
+        tls,
+    })))
 }
 
 /// Accepts TCP connections and yields them once their TLS handshake is done.
@@ -76,7 +92,7 @@ pub struct TlsListener {
 
 impl TlsListener {
     /// Starts accepting on `tcp`; the accepting task ends when this listener is dropped.
-    pub fn new(tcp: TcpListener, local: SocketAddr, acceptor: TlsAcceptor) -> Self {
+    pub fn new(tcp: TcpListener, local: SocketAddr, acceptor: Arc<HttpTls>) -> Self {
         let (tx, ready) = mpsc::channel(HANDSHAKES_MAX);
         tokio::spawn(accept_loop(tcp, acceptor, tx));
         Self { local, ready }
@@ -85,7 +101,7 @@ impl TlsListener {
 
 async fn accept_loop(
     tcp: TcpListener,
-    acceptor: TlsAcceptor,
+    tls: Arc<HttpTls>,
     tx: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
 ) {
     let handshakes = Arc::new(Semaphore::new(HANDSHAKES_MAX));
@@ -105,7 +121,7 @@ async fn accept_loop(
             },
             () = tx.closed() => return,
         };
-        let acceptor = acceptor.clone();
+        let acceptor = tls.acceptor();
         let tx = tx.clone();
         tokio::spawn(async move {
             let _permit = permit;

@@ -120,6 +120,9 @@ pub struct ReloadableTls {
     /// The static config the dynamic keys are laid over.
     base: BrokerConfig,
     listener: String,
+    /// The ALPN protocols the server offers (the HTTP listener's `http/1.1`); none on a
+    /// Kafka listener.
+    alpn: Vec<Vec<u8>>,
     current: std::sync::Mutex<(TlsSource, TlsAcceptor)>,
 }
 
@@ -133,7 +136,19 @@ struct TlsSource {
 
 impl ReloadableTls {
     fn new(base: &BrokerConfig, listener: &str) -> Result<Self, BrokerError> {
-        let config = tls_server_config(base, listener)?;
+        Self::with_alpn(base, listener, Vec::new())
+    }
+
+    /// Settings for `listener` of `base` that offer `alpn` in every handshake, and are
+    /// rebuilt when their files change on disk (`acceptor` with no dynamic keys: pass
+    /// `base`'s own values).
+    pub(crate) fn with_alpn(
+        base: &BrokerConfig,
+        listener: &str,
+        alpn: Vec<Vec<u8>>,
+    ) -> Result<Self, BrokerError> {
+        let mut config = tls_server_config(base, listener)?;
+        config.alpn_protocols = alpn.clone();
         // As `acceptor` will look them up: the static listener keys count as their value.
         let values = RECONFIGURABLE_TLS_KEYS
             .iter()
@@ -143,6 +158,7 @@ impl ReloadableTls {
         Ok(Self {
             base: base.clone(),
             listener: listener.to_string(),
+            alpn,
             current: std::sync::Mutex::new((source, TlsAcceptor::from(Arc::new(config)))),
         })
     }
@@ -159,7 +175,8 @@ impl ReloadableTls {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if current.0 != source {
             match tls_server_config(&overlay, &self.listener) {
-                Ok(config) => {
+                Ok(mut config) => {
+                    config.alpn_protocols = self.alpn.clone();
                     tracing::info!(listener = %self.listener, "TLS key and certificates reloaded");
                     *current = (source, TlsAcceptor::from(Arc::new(config)));
                 }
