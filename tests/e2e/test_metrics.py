@@ -257,6 +257,8 @@ def test_group_lag_is_end_offset_minus_committed(rill_factory):
     assert value(samples, "kafka_consumergroup_lag_sum", group=group, topic=topic) == 180
     assert value(samples, "kafka_server_group_coordinator_metrics_classic_group_count",
                  state="Empty") >= 1
+    assert value(samples, "kafka_consumergroup_members", group=group) == 0
+    assert ("kafka_consumergroup_members", frozenset({"group": group}.items())) in samples
 
     # A member that joins completes a rebalance; once it has committed what it read,
     # the lag of that partition is zero.
@@ -279,6 +281,7 @@ def test_group_lag_is_end_offset_minus_committed(rill_factory):
         and s,
         30, "the group Stable on /metrics")
     assert value(samples, "kafka_consumergroup_lag", group=group, topic=topic, partition="0") == 0
+    assert value(samples, "kafka_consumergroup_members", group=group) == 1
     assert value(samples,
                  "kafka_server_group_coordinator_metrics_classic_group_completed_rebalance_total"
                  ) >= rebalances + 1

@@ -2073,6 +2073,14 @@ impl GroupCoordinator {
             .collect()
     }
 
+    /// Every group this node knows, with its number of members.
+    pub fn group_sizes(&self) -> Vec<(String, usize)> {
+        self.groups
+            .values()
+            .map(|g| (g.group_id.clone(), g.members.len()))
+            .collect()
+    }
+
     /// The group's generation id, if this node knows the group.
     pub fn group_generation(&self, group_id: &str) -> Option<i32> {
         self.groups.get(group_id).map(|g| g.generation_id)

@@ -91,6 +91,8 @@ pub struct GroupSnapshot {
     pub groups: Vec<(String, String)>,
     /// (group, topic, partition, committed offset): what OffsetFetch would serve.
     pub offsets: Vec<(String, String, i32, i64)>,
+    /// (group id, members).
+    pub members: Vec<(String, u64)>,
 }
 
 /// Where connections send group calls, and the metadata publisher elections of
@@ -262,6 +264,11 @@ impl CoordinatorShard for GroupShard {
                         .map(|(id, state, _)| (id, state.to_string()))
                         .collect(),
                     offsets,
+                    members: c
+                        .group_sizes()
+                        .into_iter()
+                        .map(|(id, n)| (id, n as u64))
+                        .collect(),
                 }));
             }
             GroupCall::Join(r) => c.handle_join(r, now, id),

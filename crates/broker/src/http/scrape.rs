@@ -1070,6 +1070,18 @@ impl Collector for Page {
                     .into_iter()
                     .map(|(s, n)| (vec![("state", s.to_string())], n)),
             )?;
+            gauge_family(
+                &mut e,
+                "kafka_consumergroup_members",
+                "Members of each group this broker coordinates (kafka_exporter's \
+                 kafka_consumergroup_members)",
+                self.groups.members.iter().map(|(g, n)| {
+                    (
+                        vec![("group", escape(g))],
+                        i64::try_from(*n).unwrap_or(i64::MAX),
+                    )
+                }),
+            )?;
             counter(
                 &mut e,
                 "kafka_server_group_coordinator_metrics_classic_group_completed_rebalance",
@@ -1222,6 +1234,7 @@ mod tests {
                 // A partition not hosted here has no lag served here.
                 ("g".into(), "elsewhere".into(), 0, 5),
             ],
+            members: Vec::new(),
         };
         let lags = lags(&snapshot, &views);
         assert_eq!(
@@ -1260,6 +1273,7 @@ mod tests {
         let groups = GroupSnapshot {
             groups: vec![("g".into(), "Stable".into())],
             offsets: vec![("g".into(), "t".into(), 0, 100)],
+            members: vec![("g".into(), 3)],
         };
         let page = Page {
             broker: true,
@@ -1348,6 +1362,7 @@ mod tests {
             "kafka_cluster_partition_under_replicated{topic=\"t\",partition=\"0\"} 1",
             "kafka_consumergroup_lag{group=\"g\",topic=\"t\",partition=\"0\"} 200",
             "kafka_consumergroup_lag_sum{group=\"g\",topic=\"t\"} 200",
+            "kafka_consumergroup_members{group=\"g\"} 3",
             "kafka_server_group_coordinator_metrics_classic_group_count{state=\"Stable\"} 1",
             "kafka_server_group_coordinator_metrics_classic_group_count{state=\"Empty\"} 0",
             "process_cpu_seconds_total 1.5",
