@@ -395,6 +395,7 @@ impl UnifiedLog {
                 }
             }
         };
+        producer_state.set_partition(&dir.file_name().unwrap_or_default().to_string_lossy());
         // Leader epochs below a roll's snapshot were made durable by that roll, so a
         // rederivation reads from there too; a missing checkpoint reads everything.
         let epochs_from = if rebuild_epochs {
@@ -1602,6 +1603,7 @@ impl UnifiedLog {
     /// a truncation), and rewrites the `.txnindex` files to match.
     fn rebuild_producer_state(&mut self) -> Result<(), StorageError> {
         let mut state = ProducerStateManager::default();
+        state.set_partition(&self.dir.file_name().unwrap_or_default().to_string_lossy());
         let mut aborted = Vec::new();
         let log_start = self.log_start_offset;
         for seg in self.segments.values() {

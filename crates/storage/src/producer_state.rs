@@ -233,6 +233,8 @@ pub struct ProducerStateManager {
     verifications: HashMap<i64, VerificationEntry>,
     /// The last guard handed out (guards are never 0, so that no default matches).
     last_guard: u64,
+    /// The partition's directory name, which every log line names.
+    partition: std::sync::Arc<str>,
 }
 
 /// What a leader asked the transaction coordinator about (Kafka's
@@ -295,6 +297,11 @@ enum TxnEvent {
 }
 
 impl ProducerStateManager {
+    /// Names the partition (its directory's name) in what this state logs.
+    pub fn set_partition(&mut self, name: &str) {
+        self.partition = name.into();
+    }
+
     pub fn get(&self, producer_id: i64) -> Option<&ProducerStateEntry> {
         self.producers.get(&producer_id)
     }
@@ -478,6 +485,7 @@ impl ProducerStateManager {
         if b.producer_epoch < entry.producer_epoch {
             if origin == AppendOrigin::Replication {
                 tracing::warn!(
+                    partition = %self.partition,
                     producer_id = b.producer_id,
                     epoch = b.producer_epoch,
                     current = entry.producer_epoch,
@@ -502,6 +510,7 @@ impl ProducerStateManager {
             if marker.coordinator_epoch < entry.coordinator_epoch {
                 if origin == AppendOrigin::Replication {
                     tracing::warn!(
+                        partition = %self.partition,
                         producer_id = b.producer_id,
                         coordinator_epoch = marker.coordinator_epoch,
                         current = entry.coordinator_epoch,
@@ -855,7 +864,12 @@ impl ProducerStateManager {
         match self.validate_and_stage(&mut info, &b, h.last_offset(), AppendOrigin::Replication) {
             Ok(()) => self.apply(info).pop(),
             Err(e) => {
-                tracing::warn!(offset = h.base_offset, error = %e, "batch skipped by producer state");
+                tracing::warn!(
+                    partition = %self.partition,
+                    offset = h.base_offset,
+                    error = %e,
+                    "batch skipped by producer state"
+                );
                 None
             }
         }
