@@ -69,7 +69,11 @@ pub fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `(ApiKey::Name, lowest, highest)` entries of `SUPPORTED_APIS`.
+/// Keys whose name in Kafka 4.0's specs (which the codec is generated from) Kafka 4.1
+/// changed: the table uses 4.1's.
+const RENAMED: &[(&str, &str)] = &[("ListClientMetricsResources", "ListConfigResources")];
+
+/// `(ApiKey::Name, lowest, highest)` entries of `SUPPORTED_APIS`, by Kafka 4.1's names.
 fn rill_supported(source: &str) -> anyhow::Result<BTreeMap<String, (i16, i16)>> {
     let start = source
         .find("pub const SUPPORTED_APIS")
@@ -92,6 +96,10 @@ fn rill_supported(source: &str) -> anyhow::Result<BTreeMap<String, (i16, i16)>> 
             bail!("cannot read the SUPPORTED_APIS entry {line:?}");
         };
         let range = (low.parse()?, high.parse()?);
+        let name = RENAMED
+            .iter()
+            .find(|(old, _)| *old == name)
+            .map_or(name, |(_, new)| *new);
         if apis.insert(name.to_string(), range).is_some() {
             bail!("{name} is listed twice in SUPPORTED_APIS");
         }

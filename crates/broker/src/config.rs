@@ -107,6 +107,8 @@ pub enum ConfigSource {
     DynamicDefaultBrokerConfig = 3,
     StaticBrokerConfig = 4,
     DefaultConfig = 5,
+    /// A client metrics subscription's config (KIP-714).
+    ClientMetricsConfig = 7,
     /// A GROUP resource's own config (`kafka-configs --entity-type groups`).
     GroupConfig = 8,
 }

@@ -45,7 +45,7 @@ use rill_protocol::{ErrorCode, Uuid};
 use crate::api::*;
 use crate::image::{
     MetadataImage, PartitionRegistration, NO_LEADER, NO_LEADER_CHANGE, RESOURCE_BROKER,
-    RESOURCE_GROUP, RESOURCE_TOPIC,
+    RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC,
 };
 use crate::placement::place_replicas;
 use crate::record::MetadataRecord;
@@ -1739,6 +1739,16 @@ impl QuorumController {
                     return Err((
                         ErrorCode::INVALID_REQUEST,
                         "Group name must not be empty".to_string(),
+                    ));
+                }
+                None
+            }
+            // A telemetry subscription, likewise validated whole by the broker.
+            RESOURCE_CLIENT_METRICS => {
+                if r.resource_name.is_empty() {
+                    return Err((
+                        ErrorCode::INVALID_REQUEST,
+                        "Subscription name can't be empty".to_string(),
                     ));
                 }
                 None

@@ -39,6 +39,8 @@ pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
 /// Kafka's `ConfigResource.Type.GROUP`.
 pub const RESOURCE_GROUP: i8 = 32;
+/// Kafka's `ConfigResource.Type.CLIENT_METRICS`: a client telemetry subscription (KIP-714).
+pub const RESOURCE_CLIENT_METRICS: i8 = 16;
 
 /// One listener a broker registered.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

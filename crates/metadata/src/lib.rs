@@ -66,7 +66,7 @@ pub use error::MetadataError;
 pub use image::{
     BrokerRegistration, ConfigResource, Endpoint, LocalReplicaChanges, MetadataImage,
     PartitionRegistration, ScramCredentialImage, TopicImage, TopicPartition, NO_LEADER,
-    NO_LEADER_CHANGE, RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC,
+    NO_LEADER_CHANGE, RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC,
 };
 pub use quorum::{
     parse_voters, set_controller_stats, submit_to_voters, CommittedRecords, ControllerStats,

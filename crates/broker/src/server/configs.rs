@@ -30,13 +30,13 @@ use rill_protocol::generated::incremental_alter_configs_response as inc;
 use rill_protocol::ErrorCode;
 
 use crate::config::{self, BrokerConfig, ConfigSource, ConfigType, BROKER_DEFAULTS, TOPIC_CONFIGS};
-use crate::server::group_configs;
 use crate::server::Broker;
+use crate::server::{client_metrics, group_configs};
 
 use rill_metadata::{
     AlterConfigOp, AlterConfigsResource, ControllerEvent, ControllerResponse,
     IncrementalAlterConfigsRequest as CtlAlterConfigs, MetadataImage, RESOURCE_BROKER,
-    RESOURCE_GROUP, RESOURCE_TOPIC,
+    RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC,
 };
 
 /// IncrementalAlterConfigs operations.
@@ -85,6 +85,9 @@ impl Broker {
                         request.include_synonyms,
                         request.include_documentation,
                     ),
+                    RESOURCE_CLIENT_METRICS => {
+                        client_metrics::describe(&self.image(), &r.resource_name)
+                    }
                     other => Err((
                         ErrorCode::INVALID_REQUEST,
                         format!("unsupported resource type {other}"),
@@ -195,6 +198,31 @@ impl Broker {
             return Ok(());
         }
         self.submit_config_ops(RESOURCE_GROUP, name, ops).await
+    }
+
+    /// Replaces a client metrics subscription's configs after validating all of them;
+    /// deleting every entry deletes the subscription.
+    async fn set_client_metrics_configs(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), ConfigError>,
+        validate_only: bool,
+    ) -> Result<(), ConfigError> {
+        let image = self.image();
+        let old = image
+            .configs
+            .get(&(RESOURCE_CLIENT_METRICS, name.to_string()))
+            .cloned()
+            .unwrap_or_default();
+        let mut new = old.clone();
+        change(&mut new)?;
+        client_metrics::validate(name, &new)?;
+        let ops = diff_ops(&old, &new);
+        if validate_only || ops.is_empty() {
+            return Ok(());
+        }
+        self.submit_config_ops(RESOURCE_CLIENT_METRICS, name, ops)
+            .await
     }
 
     fn describe_broker_configs(
@@ -329,6 +357,10 @@ impl Broker {
             RESOURCE_TOPIC => self.set_topic_configs(name, change, validate_only).await,
             RESOURCE_BROKER => self.set_broker_configs(name, change, validate_only).await,
             RESOURCE_GROUP => self.set_group_configs(name, change, validate_only).await,
+            RESOURCE_CLIENT_METRICS => {
+                self.set_client_metrics_configs(name, change, validate_only)
+                    .await
+            }
             other => Err((
                 ErrorCode::INVALID_REQUEST,
                 format!("configs of resource type {other} cannot be altered"),
@@ -756,6 +788,14 @@ fn apply_incremental(
                 )
             })?;
         (false, def.default)
+    } else if resource_type == RESOURCE_CLIENT_METRICS {
+        let is_list = client_metrics::is_list(name).ok_or_else(|| {
+            (
+                ErrorCode::INVALID_REQUEST,
+                format!("Unknown client metrics configuration: {name}"),
+            )
+        })?;
+        (is_list, "")
     } else {
         let def = config::topic_config_def(name).ok_or_else(|| {
             (

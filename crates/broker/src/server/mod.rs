@@ -14,6 +14,7 @@
 mod acls;
 pub(crate) mod auth_helper;
 mod broker;
+mod client_metrics;
 mod client_quotas;
 mod configs;
 mod data;
@@ -93,6 +94,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::UpdateFeatures, 0, 2),
     (ApiKey::DescribeTopicPartitions, 0, 0),
+    // Kafka 4.1's v1 (ListConfigResources, of every resource type) needs its 4.1 spec.
+    (ApiKey::ListClientMetricsResources, 0, 0),
     // Transaction version 1 only: EndTxn v5 and TxnOffsetCommit v5 mean version 2
     // (KIP-890 part 2), which is not built.
     (ApiKey::AddPartitionsToTxn, 0, 5),
@@ -316,6 +319,9 @@ impl Broker {
             }
             RequestBody::UpdateFeatures(r) => {
                 respond!(self.handle_update_features(r, version).await)
+            }
+            RequestBody::ListClientMetricsResources(_) => {
+                respond!(client_metrics::list(&self.image()))
             }
             RequestBody::JoinGroup(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or_default();

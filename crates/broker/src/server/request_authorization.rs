@@ -290,6 +290,13 @@ impl Broker {
                 .into()
             }),
             RequestBody::AlterUserScramCredentials(r) => alter_user_scram_credentials(a, r),
+            RequestBody::ListClientMetricsResources(_) => cluster_or(a, DescribeConfigs, || {
+                ListClientMetricsResourcesResponse {
+                    error_code: CAF.code(),
+                    ..Default::default()
+                }
+                .into()
+            }),
             RequestBody::DescribeClientQuotas(_) => cluster_or(a, DescribeConfigs, || {
                 DescribeClientQuotasResponse {
                     error_code: CAF.code(),
