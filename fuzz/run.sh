@@ -32,7 +32,7 @@ if [[ "${FUZZ_PROFILE:-release}" == dev ]]; then
     profile=(--dev)
 fi
 # The targets with `required-features = ["broker"]` in Cargo.toml.
-broker_targets="sasl_server scram tls_accept"
+broker_targets="sasl_server oauthbearer scram tls_accept"
 if [[ "${FUZZ_BROKER:-1}" == 1 ]]; then
     profile+=(--features broker)
     all="$(cargo +nightly fuzz list)"

@@ -1,5 +1,6 @@
 //! The pre-authentication state machine of a SASL listener (`network::sasl`): what a
-//! client can send before it has authenticated, PLAIN and SCRAM included.
+//! client can send before it has authenticated, PLAIN and SCRAM included (OAUTHBEARER's
+//! own parsing and validation have the `oauthbearer` target).
 //!
 //! Input: a sequence of frames `[len: u16][frame…]`, fed in order to one connection's
 //! `Authenticator` as the network does: a bare token after a v0 SaslHandshake, otherwise
@@ -14,14 +15,14 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use rill_broker::network::sasl::{Authenticator, SaslConfig, Verdict, MECHANISMS};
+use rill_broker::network::sasl::{AuthTime, Authenticator, SaslConfig, Verdict, DEFAULT_MECHANISMS};
 use rill_broker::network::scram::{ScramCredential, ScramMechanism, MIN_ITERATIONS};
 use rill_protocol::decode_request_header;
 
 fn config() -> Arc<SaslConfig> {
     static CONFIG: OnceLock<Arc<SaslConfig>> = OnceLock::new();
     CONFIG
-        .get_or_init(|| Arc::new(SaslConfig::new(&MECHANISMS, &[("alice", "alice-secret")])))
+        .get_or_init(|| Arc::new(SaslConfig::new(&DEFAULT_MECHANISMS, &[("alice", "alice-secret")])))
         .clone()
 }
 
@@ -45,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
         let frame = &rest[2..2 + len];
         rest = &rest[2 + len..];
         let verdict = if auth.expects_raw_token() {
-            auth.raw_token(frame, lookup)
+            auth.raw_token(frame, AuthTime::now(), lookup)
         } else {
             let mut body = Bytes::copy_from_slice(frame);
             let Ok((header, _)) = decode_request_header(&mut body) else {
@@ -56,12 +57,14 @@ fuzz_target!(|data: &[u8]| {
                 header.request_api_version,
                 header.correlation_id,
                 &mut body,
+                AuthTime::now(),
                 lookup,
             )
         };
         match verdict {
             Verdict::Pass => {}
             Verdict::Respond(r) => assert!(r.len() <= 512 * 1024, "response of {}", r.len()),
+            Verdict::Expired => return,
             Verdict::Close { response, .. } => {
                 if let Some(r) = response {
                     assert!(r.len() <= 512 * 1024, "response of {}", r.len());

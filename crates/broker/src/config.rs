@@ -1155,6 +1155,7 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("replica.fetch.wait.max.ms", "500"),
     ("replica.lag.time.max.ms", "10000"),
     ("sasl.server.max.receive.size", "524288"),
+    ("connections.max.reauth.ms", "0"),
     ("socket.request.max.bytes", "104857600"),
     (
         "transaction.abort.timed.out.transaction.cleanup.interval.ms",
@@ -1210,6 +1211,21 @@ const KEYS_WITHOUT_DEFAULT: &[&str] = &[
     "plain.sasl.jaas.config",
     "sasl.enabled.mechanisms",
     "sasl.plain.users.file",
+    // OAUTHBEARER (see `network::oauthbearer`): the validator, its JWKS file and the
+    // claims it checks; and KIP-368's session lifetime per mechanism
+    // (`listener.name.<l>.<mechanism>.connections.max.reauth.ms`).
+    "oauthbearer.sasl.jaas.config",
+    "oauthbearer.sasl.server.callback.handler.class",
+    "sasl.oauthbearer.jwks.endpoint.url",
+    "sasl.oauthbearer.expected.audience",
+    "sasl.oauthbearer.expected.issuer",
+    "sasl.oauthbearer.clock.skew.seconds",
+    "sasl.oauthbearer.sub.claim.name",
+    "sasl.oauthbearer.scope.claim.name",
+    "plain.connections.max.reauth.ms",
+    "scram-sha-256.connections.max.reauth.ms",
+    "scram-sha-512.connections.max.reauth.ms",
+    "oauthbearer.connections.max.reauth.ms",
     // The inter-broker listener's client side (see `network::inter_broker`): the
     // mechanism (PLAIN unless set) and the broker's login, per mechanism as Kafka
     // spells it (`listener.name.<listener>.scram-sha-512.sasl.jaas.config`).

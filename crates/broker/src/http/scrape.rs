@@ -757,6 +757,20 @@ impl Collector for Page {
              (SocketServer MemoryPoolAvailable)",
             (pool.memory_pool_capacity_bytes.load(Ordering::Relaxed) - used).max(0),
         )?;
+        counter(
+            &mut e,
+            "kafka_server_socketserver_successful_reauthentication",
+            "SASL sessions renewed by a re-authentication on a live connection \
+             (successful-reauthentication-total, KIP-368)",
+            pool.successful_reauthentications.load(Ordering::Relaxed),
+        )?;
+        counter(
+            &mut e,
+            "kafka_server_socketserver_expired_connections_killed",
+            "Connections closed because their SASL session ended without a \
+             re-authentication (expired-connections-killed-count, KIP-368)",
+            pool.expired_connections_killed.load(Ordering::Relaxed),
+        )?;
         gauge_family(
             &mut e,
             "kafka_server_socketserver_connection_count",

@@ -311,11 +311,17 @@ impl ConnectionMetrics {
 }
 
 /// The request byte pool of `queued.max.request.bytes` (Kafka's `MemoryPoolAvailable` and
-/// `MemoryPoolUsed`): what the frames read and not yet handled hold.
+/// `MemoryPoolUsed`): what the frames read and not yet handled hold; and the SASL
+/// sessions that were renewed or ran out (KIP-368).
 #[derive(Debug, Default)]
 pub struct NetworkMetrics {
     pub memory_pool_capacity_bytes: AtomicI64,
     pub memory_pool_used_bytes: AtomicI64,
+    /// Re-authentications that succeeded (`successful-reauthentication-total`).
+    pub successful_reauthentications: AtomicU64,
+    /// Connections closed because their session ended without a re-authentication
+    /// (`expired-connections-killed-count`).
+    pub expired_connections_killed: AtomicU64,
 }
 
 /// Counters of the replica manager (Kafka's `ReplicaManager` metrics) and of its

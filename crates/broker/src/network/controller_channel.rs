@@ -51,7 +51,7 @@ use tokio::net::TcpStream;
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::network::inter_broker::{InterBrokerConnector, PeerEndpoint};
-use crate::network::sasl::{Authenticator, Verdict};
+use crate::network::sasl::{AuthTime, Authenticator, Verdict};
 use crate::network::scram::{ScramCredential, ScramMechanism};
 use crate::network::security::{ListenerSecurity, ANONYMOUS};
 
@@ -229,7 +229,7 @@ async fn authenticate(
             }
         };
         let verdict = if auth.expects_raw_token() {
-            auth.raw_token(&frame, &scram)
+            auth.raw_token(&frame, AuthTime::now(), &scram)
         } else {
             let mut body = frame.freeze();
             let (header, _) = decode_request_header(&mut body)
@@ -239,6 +239,7 @@ async fn authenticate(
                 header.request_api_version,
                 header.correlation_id,
                 &mut body,
+                AuthTime::now(),
                 &scram,
             )
         };
@@ -255,7 +256,8 @@ async fn authenticate(
                 }
                 return Err(denied(&reason));
             }
-            Verdict::Pass => {
+            // The controller channel authenticates once and never re-authenticates.
+            Verdict::Expired | Verdict::Pass => {
                 return Err(denied(
                     "the controller listener takes SaslHandshake and SaslAuthenticate only \
                      before authentication",

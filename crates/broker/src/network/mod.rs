@@ -92,12 +92,13 @@ use crate::metrics;
 pub mod bootstrap_scram;
 pub mod controller_channel;
 pub mod inter_broker;
+pub mod oauthbearer;
 pub mod request_slot;
 pub mod sasl;
 pub mod scram;
 pub mod security;
 
-use sasl::{Authenticator, Verdict};
+use sasl::{AuthTime, Authenticator, Verdict};
 use scram::{ScramCredential, ScramMechanism};
 use security::{ListenerSecurity, ANONYMOUS};
 
@@ -815,7 +816,11 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
         };
         // Until a SASL connection has authenticated, every frame is held to the
         // pre-authentication limit and none is charged to the pool (see the module docs).
-        let trusted = served_one && sasl.as_ref().is_none_or(|a| a.principal().is_some());
+        // A re-authentication's frames are held to it as well (KIP-368).
+        let trusted = served_one
+            && sasl
+                .as_ref()
+                .is_none_or(|a| a.principal().is_some() && !a.exchanging());
         let size = check_size(size, trusted, limits)?;
         // Back-pressure: until the byte pool has room this connection reads nothing more.
         let bytes = if trusted {
@@ -835,7 +840,9 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
         let received = Instant::now();
         if let Some(auth) = sasl.as_mut().filter(|a| a.expects_raw_token()) {
             // After a v0 SaslHandshake the tokens come as bare frames (before KIP-152).
-            let verdict = auth.raw_token(&frame, |user, m| handler.scram_credential(user, m));
+            let verdict = auth.raw_token(&frame, AuthTime::now(), |user, m| {
+                handler.scram_credential(user, m)
+            });
             match verdict {
                 Verdict::Respond(token) => {
                     let len = i32::try_from(token.len()).unwrap_or(i32::MAX);
@@ -850,6 +857,7 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
                     continue;
                 }
                 Verdict::Close { reason, .. } => return Err(ConnectionError::Protocol(reason)),
+                Verdict::Expired => return Err(expired()),
                 Verdict::Pass => {}
             }
         }
@@ -862,6 +870,7 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
                 header.request_api_version,
                 header.correlation_id,
                 &mut body,
+                AuthTime::now(),
                 |user, m| handler.scram_credential(user, m),
             ),
             // Kafka answers SaslHandshake on a listener without SASL with
@@ -905,6 +914,7 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
                 }
                 return Err(ConnectionError::Protocol(reason));
             }
+            Verdict::Expired => return Err(expired()),
         }
         let slot = tokio::select! {
             slot = pools.requests.clone().acquire_owned() => {
@@ -1003,6 +1013,20 @@ fn frame_complete(buf: &[u8]) -> bool {
 }
 
 /// Checks a size prefix against the cap that applies to this connection now.
+/// A SASL session past its end whose client sent something other than a
+/// re-authentication (KIP-368): closed without an answer, as Kafka closes it.
+fn expired() -> ConnectionError {
+    crate::metrics::global()
+        .network
+        .expired_connections_killed
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ConnectionError::Protocol(
+        "the SASL session ended (connections.max.reauth.ms or the token's expiry) and the \
+         client did not re-authenticate"
+            .into(),
+    )
+}
+
 fn check_size(
     size: i32,
     trusted: bool,

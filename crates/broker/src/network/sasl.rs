@@ -18,6 +18,7 @@
 //! [`RequestHandler`](super::RequestHandler) for them.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use rill_protocol::generated::{
     SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
@@ -27,10 +28,16 @@ use subtle::ConstantTimeEq;
 
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
+use crate::network::oauthbearer::{ClientInitialResponse, OAuthBearerValidator};
 use crate::network::scram::{ScramCredential, ScramMechanism, ScramServer, ScramStep};
 
 /// The mechanisms Rill's server speaks.
-pub const MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+pub const MECHANISMS: [&str; 4] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
+
+/// The mechanisms a SASL listener enables when `sasl.enabled.mechanisms` is not set:
+/// OAUTHBEARER only when named, since its default validator (Kafka's unsecured one)
+/// proves nothing about who a client is.
+pub const DEFAULT_MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
 /// A SASL listener's settings.
 pub struct SaslConfig {
@@ -38,6 +45,10 @@ pub struct SaslConfig {
     pub mechanisms: Vec<String>,
     /// PLAIN's users and passwords.
     plain_users: HashMap<String, String>,
+    /// OAUTHBEARER's token validator, when the mechanism is enabled.
+    oauthbearer: Option<OAuthBearerValidator>,
+    /// `connections.max.reauth.ms` per mechanism, where positive (KIP-368).
+    max_reauth_ms: HashMap<String, i64>,
 }
 
 impl std::fmt::Debug for SaslConfig {
@@ -45,6 +56,8 @@ impl std::fmt::Debug for SaslConfig {
         f.debug_struct("SaslConfig")
             .field("mechanisms", &self.mechanisms)
             .field("plain_users", &self.plain_users.len())
+            .field("oauthbearer", &self.oauthbearer)
+            .field("max_reauth_ms", &self.max_reauth_ms)
             .finish()
     }
 }
@@ -57,7 +70,26 @@ impl SaslConfig {
                 .iter()
                 .map(|(u, p)| (u.to_string(), p.to_string()))
                 .collect(),
+            oauthbearer: None,
+            max_reauth_ms: HashMap::new(),
         }
+    }
+
+    /// With sessions of `mechanism` ending `ms` after their authentication (KIP-368).
+    pub fn with_max_reauth_ms(mut self, mechanism: &str, ms: i64) -> Self {
+        self.max_reauth_ms.insert(mechanism.to_string(), ms);
+        self
+    }
+
+    /// With OAUTHBEARER's tokens checked by `validator`.
+    pub fn with_oauthbearer(mut self, validator: OAuthBearerValidator) -> Self {
+        self.oauthbearer = Some(validator);
+        self
+    }
+
+    /// `connections.max.reauth.ms` for a mechanism, when its sessions end.
+    fn max_reauth_ms(&self, mechanism: &str) -> Option<i64> {
+        self.max_reauth_ms.get(mechanism).copied()
     }
 
     /// The listener's `sasl.enabled.mechanisms` (all of [`MECHANISMS`] unless set) and
@@ -70,7 +102,7 @@ impl SaslConfig {
                     .map(|m| m.trim().to_ascii_uppercase())
                     .filter(|m| !m.is_empty())
                     .collect(),
-                None => MECHANISMS.iter().map(|m| m.to_string()).collect(),
+                None => DEFAULT_MECHANISMS.iter().map(|m| m.to_string()).collect(),
             };
         for m in &mechanisms {
             if !MECHANISMS.contains(&m.as_str()) {
@@ -112,9 +144,39 @@ impl SaslConfig {
                 plain_users.insert(user.trim().to_string(), password.to_string());
             }
         }
+        let oauthbearer = if mechanisms.iter().any(|m| m == "OAUTHBEARER") {
+            Some(OAuthBearerValidator::from_config(config, listener)?)
+        } else {
+            None
+        };
+        // Kafka's `connections.max.reauth.ms`: the listener's value for the mechanism
+        // (`listener.name.<l>.<mechanism>.connections.max.reauth.ms`), else the
+        // listener's, else the broker's; 0 (the default) means sessions never end.
+        let mut max_reauth_ms = HashMap::new();
+        for m in &mechanisms {
+            let scoped = format!(
+                "listener.name.{}.{}.connections.max.reauth.ms",
+                listener.to_ascii_lowercase(),
+                m.to_ascii_lowercase()
+            );
+            let raw = config
+                .get(&scoped)
+                .or_else(|| config.listener_value(listener, "connections.max.reauth.ms"));
+            let Some(raw) = raw else { continue };
+            let ms: i64 = raw.trim().parse().map_err(|_| {
+                BrokerError::Config(format!(
+                    "connections.max.reauth.ms (listener {listener}, {m}): not a number: {raw}"
+                ))
+            })?;
+            if ms > 0 {
+                max_reauth_ms.insert(m.clone(), ms);
+            }
+        }
         Ok(Self {
             mechanisms,
             plain_users,
+            oauthbearer,
+            max_reauth_ms,
         })
     }
 
@@ -164,6 +226,11 @@ fn parse_jaas_users(jaas: &str) -> Result<Vec<(String, String)>, String> {
 enum Exchange {
     Plain,
     Scram(Box<ScramServer>),
+    /// OAUTHBEARER: one initial response; after a refused token the server has sent its
+    /// JSON error and waits for the client's ^A, then fails (RFC 7628 §3.2.3).
+    OAuthBearer {
+        refused: Option<String>,
+    },
 }
 
 /// Where a connection is in authentication.
@@ -171,9 +238,45 @@ enum State {
     /// Waiting for SaslHandshake.
     Handshake,
     /// The mechanism's tokens, wrapped in SaslAuthenticate (`raw == false`) or bare.
-    Authenticate { exchange: Exchange, raw: bool },
-    /// Done: the principal.
-    Authenticated(String),
+    Authenticate {
+        exchange: Exchange,
+        mechanism: String,
+        raw: bool,
+    },
+    /// A re-authentication's handshake named a mechanism other than the session's: its
+    /// next token fails the connection (Kafka's `REAUTH_BAD_MECHANISM`).
+    BadMechanism { reason: String, raw: bool },
+    /// Done: the session says who.
+    Authenticated,
+}
+
+/// The outcome of the last successful (re-)authentication (Kafka's `ReauthInfo`).
+struct AuthSession {
+    principal: String,
+    mechanism: String,
+    /// When the session ends (KIP-368): `connections.max.reauth.ms` after the
+    /// authentication, or the token's expiry if sooner; `None`, never.
+    expires: Option<Instant>,
+}
+
+/// The time a step of authentication happens at: the monotonic clock for session expiry,
+/// the wall clock for a token's `exp`. The connection reads both; tests pass their own.
+#[derive(Debug, Clone, Copy)]
+pub struct AuthTime {
+    pub instant: Instant,
+    pub unix_ms: i64,
+}
+
+impl AuthTime {
+    pub fn now() -> Self {
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        Self {
+            instant: Instant::now(),
+            unix_ms,
+        }
+    }
 }
 
 /// What the connection does with a request or a token, decided by [`Authenticator`].
@@ -188,12 +291,46 @@ pub enum Verdict {
         response: Option<Vec<u8>>,
         reason: String,
     },
+    /// The session's lifetime is over and this request is no re-authentication: close the
+    /// connection without an answer (Kafka's expired-connections-killed-count).
+    Expired,
 }
 
 /// The per-connection SASL state machine of a SASL listener (none on other listeners).
+///
+/// # Re-authentication (KIP-368)
+///
+/// 1. A successful authentication ends the session at `connections.max.reauth.ms` (per
+///    mechanism and listener) after it, or at the OAUTHBEARER token's `exp` if sooner;
+///    SaslAuthenticate v1+ tells the client that lifetime (`session_lifetime_ms`), 0 when
+///    the session does not expire.
+/// 2. While the session lasts, requests pass as after any authentication.
+/// 3. A SaslHandshake on an authenticated connection whose session has an end, and whose
+///    last re-authentication began a second or more ago, starts a re-authentication, even
+///    after the end: the mechanism must be the session's (another one is accepted by the
+///    handshake and fails the connection at its next token, as Kafka does), the exchange
+///    runs as the first one did, with its frames held to the pre-authentication limit,
+///    and at its end the principal must be the session's, or the connection fails. The
+///    new session replaces the old one with a lifetime of its own.
+/// 4. Any other request after the end closes the connection ([`Verdict::Expired`]): a
+///    client that cannot re-authenticate (SaslAuthenticate v0, or a v0 handshake) is
+///    closed at its first request after the end and has to connect again.
+/// 5. A SaslHandshake or SaslAuthenticate that starts no re-authentication is answered
+///    ILLEGAL_SASL_STATE, and the connection stays, as Kafka's `KafkaApis` answers it.
+///
+/// Why requests in flight are safe: the connection reads and answers one request at a
+/// time, in order, so every request a client sent before its re-authentication's
+/// SaslHandshake has been answered under the old session before the handshake is read,
+/// and the client sends nothing else until its re-authentication ends (it is Kafka's
+/// rule for clients, and a request in the middle of the exchange fails it). The session's
+/// principal never changes, so nothing a request was authorized for changes either.
 pub struct Authenticator {
     config: std::sync::Arc<SaslConfig>,
     state: State,
+    session: Option<AuthSession>,
+    /// When the last re-authentication began: one a second at most (Kafka's
+    /// `MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS`).
+    last_reauthentication: Option<Instant>,
 }
 
 /// Kafka's SaslHandshake/SaslAuthenticate api keys.
@@ -201,64 +338,171 @@ const SASL_HANDSHAKE: i16 = 17;
 const SASL_AUTHENTICATE: i16 = 36;
 const API_VERSIONS: i16 = 18;
 
-/// The user-facing reason of every failed authentication (Kafka's wording).
+/// The user-facing reason of every failed PLAIN or SCRAM authentication (Kafka's wording).
 const FAILED: &str = "Authentication failed: Invalid username or password";
+
+/// How often a connection may start a re-authentication.
+const MIN_REAUTHENTICATION_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Why an exchange failed: what the client is told, and what the log says.
+struct Failure {
+    message: String,
+    reason: String,
+}
+
+impl Failure {
+    fn new(message: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// What an exchange step produced: the token to answer with, and when the exchange ended
+/// with it, the session's lifetime in milliseconds for SaslAuthenticate v1+.
+struct Step {
+    reply: Vec<u8>,
+    session_lifetime_ms: i64,
+}
 
 impl Authenticator {
     pub fn new(config: std::sync::Arc<SaslConfig>) -> Self {
         Self {
             config,
             state: State::Handshake,
+            session: None,
+            last_reauthentication: None,
         }
     }
 
-    /// The authenticated principal (`User:alice`), once there is one.
+    /// The authenticated principal (`User:alice`), once there is one; during a
+    /// re-authentication, the session's.
     pub fn principal(&self) -> Option<&str> {
-        match &self.state {
-            State::Authenticated(p) => Some(p),
-            _ => None,
-        }
+        self.session.as_ref().map(|s| s.principal.as_str())
+    }
+
+    /// Whether an authentication or a re-authentication is under way: its frames are held
+    /// to the pre-authentication limit.
+    pub fn exchanging(&self) -> bool {
+        matches!(
+            self.state,
+            State::Authenticate { .. } | State::BadMechanism { .. }
+        )
     }
 
     /// Whether the next frame is a bare token (after a v0 handshake), not a request.
     pub fn expects_raw_token(&self) -> bool {
-        matches!(self.state, State::Authenticate { raw: true, .. })
+        matches!(
+            self.state,
+            State::Authenticate { raw: true, .. } | State::BadMechanism { raw: true, .. }
+        )
+    }
+
+    /// Whether this connection has been re-authenticated at least once.
+    pub fn reauthenticating(&self) -> bool {
+        self.last_reauthentication.is_some()
     }
 
     /// A bare token after a v0 handshake; the answer is sent as a bare frame too.
     pub fn raw_token(
         &mut self,
         token: &[u8],
+        now: AuthTime,
         scram: impl FnOnce(&str, ScramMechanism) -> Option<ScramCredential>,
     ) -> Verdict {
-        match self.exchange(token, scram) {
-            Ok(reply) => Verdict::Respond(reply),
-            Err(reason) => Verdict::Close {
+        match self.exchange(token, now, scram) {
+            Ok(step) => Verdict::Respond(step.reply),
+            Err(failure) => Verdict::Close {
                 response: None,
-                reason,
+                reason: failure.reason,
             },
         }
     }
 
-    /// Looks at one request: SASL requests are answered here, ApiVersions passes, and
-    /// before authentication anything else closes the connection.
+    /// Looks at one request: SASL requests are answered here, ApiVersions passes, before
+    /// authentication anything else closes the connection, and after the session's end
+    /// anything but a re-authentication does (see the type's docs).
     pub fn request(
         &mut self,
         api_key: i16,
         version: i16,
         correlation_id: i32,
         body: &mut bytes::Bytes,
+        now: AuthTime,
         scram: impl FnOnce(&str, ScramMechanism) -> Option<ScramCredential>,
     ) -> Verdict {
-        match api_key {
-            SASL_HANDSHAKE => self.handshake(version, correlation_id, body),
-            SASL_AUTHENTICATE => self.authenticate(version, correlation_id, body, scram),
-            API_VERSIONS => Verdict::Pass,
-            _ if self.principal().is_some() => Verdict::Pass,
-            other => Verdict::Close {
-                response: None,
-                reason: format!("request of api key {other} before SASL authentication"),
+        match self.state {
+            State::Authenticated => {
+                self.authenticated_request(api_key, version, correlation_id, body, now)
+            }
+            State::Handshake => match api_key {
+                SASL_HANDSHAKE => self.handshake(version, correlation_id, body),
+                SASL_AUTHENTICATE => illegal_authenticate(
+                    version,
+                    correlation_id,
+                    body,
+                    "SaslAuthenticate without a SaslHandshake v1",
+                    true,
+                ),
+                API_VERSIONS => Verdict::Pass,
+                other => close(format!(
+                    "request of api key {other} before SASL authentication"
+                )),
             },
+            State::Authenticate { .. } | State::BadMechanism { .. } => match api_key {
+                SASL_AUTHENTICATE => self.authenticate(version, correlation_id, body, now, scram),
+                // A client may ask for versions before its first authentication ends, not
+                // in the middle of a re-authentication.
+                API_VERSIONS if self.session.is_none() => Verdict::Pass,
+                SASL_HANDSHAKE => illegal_handshake(
+                    version,
+                    correlation_id,
+                    body,
+                    self.config.mechanisms.clone(),
+                    true,
+                ),
+                other => close(format!(
+                    "request of api key {other} during SASL authentication"
+                )),
+            },
+        }
+    }
+
+    fn authenticated_request(
+        &mut self,
+        api_key: i16,
+        version: i16,
+        correlation_id: i32,
+        body: &mut bytes::Bytes,
+        now: AuthTime,
+    ) -> Verdict {
+        let Some(session) = &self.session else {
+            return close("authenticated without a session".into());
+        };
+        let expires = session.expires;
+        if api_key == SASL_HANDSHAKE
+            && expires.is_some()
+            && self.last_reauthentication.is_none_or(|t| {
+                now.instant.saturating_duration_since(t) >= MIN_REAUTHENTICATION_INTERVAL
+            })
+        {
+            self.last_reauthentication = Some(now.instant);
+            return self.handshake(version, correlation_id, body);
+        }
+        if expires.is_some_and(|end| now.instant > end) {
+            return Verdict::Expired;
+        }
+        match api_key {
+            SASL_HANDSHAKE => illegal_handshake(version, correlation_id, body, Vec::new(), false),
+            SASL_AUTHENTICATE => illegal_authenticate(
+                version,
+                correlation_id,
+                body,
+                "SaslAuthenticate request received after successful authentication",
+                false,
+            ),
+            _ => Verdict::Pass,
         }
     }
 
@@ -274,22 +518,13 @@ impl Authenticator {
             error_code: ErrorCode::NONE.code(),
             mechanisms: self.config.mechanisms.clone(),
         };
-        if !matches!(self.state, State::Handshake) {
-            // Re-authentication (KIP-368) is not offered: a second handshake is illegal.
-            response.error_code = ErrorCode::ILLEGAL_SASL_STATE.code();
-            return match encode(correlation_id, SASL_HANDSHAKE, version, &response) {
-                Ok(b) => Verdict::Close {
-                    response: Some(b),
-                    reason: "SaslHandshake after the handshake".into(),
-                },
-                Err(e) => close(e),
-            };
-        }
         let mechanism = request.mechanism;
         let exchange = if !self.config.enabled(&mechanism) {
             None
         } else if mechanism == "PLAIN" {
             Some(Exchange::Plain)
+        } else if mechanism == "OAUTHBEARER" {
+            Some(Exchange::OAuthBearer { refused: None })
         } else {
             ScramMechanism::from_name(&mechanism)
                 .map(|m| Exchange::Scram(Box::new(ScramServer::new(m))))
@@ -304,9 +539,21 @@ impl Authenticator {
                 Err(e) => close(e),
             };
         };
-        self.state = State::Authenticate {
-            exchange,
-            raw: version == 0,
+        let raw = version == 0;
+        self.state = match &self.session {
+            Some(session) if session.mechanism != mechanism => State::BadMechanism {
+                reason: format!(
+                    "SASL mechanism '{mechanism}' requested by client is not supported for \
+                     re-authentication of mechanism '{}'",
+                    session.mechanism
+                ),
+                raw,
+            },
+            _ => State::Authenticate {
+                exchange,
+                mechanism,
+                raw,
+            },
         };
         match encode(correlation_id, SASL_HANDSHAKE, version, &response) {
             Ok(b) => Verdict::Respond(b),
@@ -319,6 +566,7 @@ impl Authenticator {
         version: i16,
         correlation_id: i32,
         body: &mut bytes::Bytes,
+        now: AuthTime,
         scram: impl FnOnce(&str, ScramMechanism) -> Option<ScramCredential>,
     ) -> Verdict {
         if !(0..=2).contains(&version) {
@@ -328,27 +576,21 @@ impl Authenticator {
             Ok(r) => r,
             Err(e) => return close(format!("SaslAuthenticate: {e}")),
         };
-        if !matches!(self.state, State::Authenticate { raw: false, .. }) {
-            let response = SaslAuthenticateResponse {
-                error_code: ErrorCode::ILLEGAL_SASL_STATE.code(),
-                error_message: Some("SaslAuthenticate without a SaslHandshake v1".into()),
-                ..Default::default()
-            };
-            return match encode(correlation_id, SASL_AUTHENTICATE, version, &response) {
-                Ok(b) => Verdict::Close {
-                    response: Some(b),
-                    reason: "SaslAuthenticate out of order".into(),
-                },
-                Err(e) => close(e),
-            };
+        if self.expects_raw_token() {
+            return illegal_authenticate(
+                version,
+                correlation_id,
+                body,
+                "SaslAuthenticate after a SaslHandshake v0",
+                true,
+            );
         }
-        match self.exchange(&request.auth_bytes, scram) {
-            Ok(reply) => {
+        match self.exchange(&request.auth_bytes, now, scram) {
+            Ok(step) => {
                 let response = SaslAuthenticateResponse {
                     error_code: ErrorCode::NONE.code(),
-                    auth_bytes: bytes::Bytes::from(reply),
-                    // No re-authentication: the session does not expire (KIP-368's 0).
-                    session_lifetime_ms: 0,
+                    auth_bytes: bytes::Bytes::from(step.reply),
+                    session_lifetime_ms: step.session_lifetime_ms,
                     ..Default::default()
                 };
                 match encode(correlation_id, SASL_AUTHENTICATE, version, &response) {
@@ -356,10 +598,15 @@ impl Authenticator {
                     Err(e) => close(e),
                 }
             }
-            Err(reason) => {
+            Err(Failure { message, reason }) => {
+                if matches!(self.state, State::BadMechanism { .. }) {
+                    // Kafka fails a re-authentication with the wrong mechanism without an
+                    // answer.
+                    return close(reason);
+                }
                 let response = SaslAuthenticateResponse {
                     error_code: ErrorCode::SASL_AUTHENTICATION_FAILED.code(),
-                    error_message: Some(FAILED.into()),
+                    error_message: Some(message),
                     ..Default::default()
                 };
                 match encode(correlation_id, SASL_AUTHENTICATE, version, &response) {
@@ -374,39 +621,226 @@ impl Authenticator {
     }
 
     /// One token of the chosen mechanism: the reply token, or why authentication failed.
-    /// On success of the last step the state becomes `Authenticated`.
+    /// On success of the last step the session begins (or is renewed).
     fn exchange(
         &mut self,
         token: &[u8],
+        now: AuthTime,
         scram: impl FnOnce(&str, ScramMechanism) -> Option<ScramCredential>,
-    ) -> Result<Vec<u8>, String> {
-        let State::Authenticate { exchange, .. } = &mut self.state else {
-            return Err("a SASL token outside an exchange".into());
+    ) -> Result<Step, Failure> {
+        let (exchange, mechanism) = match &mut self.state {
+            State::Authenticate {
+                exchange,
+                mechanism,
+                ..
+            } => (exchange, mechanism.clone()),
+            State::BadMechanism { reason, .. } => {
+                return Err(Failure::new(reason.clone(), reason.clone()))
+            }
+            _ => {
+                return Err(Failure::new(
+                    "a SASL token outside an exchange",
+                    "a SASL token outside an exchange",
+                ))
+            }
         };
-        match exchange {
+        // (principal, the credential's own expiry in ms since the epoch, reply)
+        let (user, credential_expiry_ms, reply) = match exchange {
             Exchange::Plain => {
-                let (user, password) = parse_plain(token).ok_or("malformed PLAIN message")?;
+                let (user, password) = parse_plain(token)
+                    .ok_or_else(|| Failure::new(FAILED, "malformed PLAIN message"))?;
                 if !self.config.check_plain(&user, &password) {
-                    return Err(format!("PLAIN: invalid credentials for {user:?}"));
+                    return Err(Failure::new(
+                        FAILED,
+                        format!("PLAIN: invalid credentials for {user:?}"),
+                    ));
                 }
-                tracing::debug!(user, "authenticated with PLAIN");
-                self.state = State::Authenticated(format!("User:{user}"));
-                Ok(Vec::new())
+                (user, None, Vec::new())
             }
             Exchange::Scram(server) => {
                 let mechanism = server.mechanism();
-                let step = server.step(token, |user| scram(user, mechanism));
-                match step {
-                    Ok(ScramStep::Continue(reply)) => Ok(reply),
-                    Ok(ScramStep::Done { user, response }) => {
-                        tracing::debug!(user, "authenticated with SCRAM");
-                        self.state = State::Authenticated(format!("User:{user}"));
-                        Ok(response)
+                match server.step(token, |user| scram(user, mechanism)) {
+                    Ok(ScramStep::Continue(reply)) => {
+                        return Ok(Step {
+                            reply,
+                            session_lifetime_ms: 0,
+                        })
                     }
-                    Err(e) => Err(format!("SCRAM: {e}")),
+                    Ok(ScramStep::Done { user, response }) => (user, None, response),
+                    Err(e) => return Err(Failure::new(FAILED, format!("SCRAM: {e}"))),
                 }
             }
+            Exchange::OAuthBearer { refused } => {
+                if let Some(json) = refused {
+                    // The client's answer to our error (normally a lone ^A).
+                    return Err(Failure::new(
+                        json.clone(),
+                        format!("OAUTHBEARER: token refused: {json}"),
+                    ));
+                }
+                let generic = "Authentication failed during authentication due to invalid \
+                               credentials with SASL mechanism OAUTHBEARER";
+                let initial = ClientInitialResponse::parse(token)
+                    .map_err(|e| Failure::new(generic, format!("OAUTHBEARER: {e}")))?;
+                let validator = self
+                    .config
+                    .oauthbearer
+                    .as_ref()
+                    .ok_or_else(|| Failure::new(generic, "OAUTHBEARER without a validator"))?;
+                match validator.validate(&initial.token, now.unix_ms) {
+                    Ok(t) => {
+                        if !initial.authorization_id.is_empty()
+                            && initial.authorization_id != t.principal_name
+                        {
+                            let m = format!(
+                                "Authentication failed: Client requested an authorization id ({}) \
+                                 that is different from the token's principal name ({})",
+                                initial.authorization_id, t.principal_name
+                            );
+                            return Err(Failure::new(m.clone(), m));
+                        }
+                        (t.principal_name, Some(t.lifetime_ms), Vec::new())
+                    }
+                    Err(rejected) => {
+                        tracing::debug!(reason = rejected.reason, "OAUTHBEARER token refused");
+                        let json = rejected.json();
+                        *refused = Some(json.clone());
+                        return Ok(Step {
+                            reply: json.into_bytes(),
+                            session_lifetime_ms: 0,
+                        });
+                    }
+                }
+            }
+        };
+        let principal = format!("User:{user}");
+        if let Some(previous) = &self.session {
+            if previous.principal != principal {
+                let m = format!(
+                    "Cannot change principals during re-authentication from {}: {principal}",
+                    previous.principal
+                );
+                return Err(Failure::new(m.clone(), m));
+            }
         }
+        let lifetime_ms = self.session_lifetime_ms(&mechanism, credential_expiry_ms, now);
+        tracing::debug!(
+            user,
+            mechanism,
+            lifetime_ms,
+            reauthentication = self.session.is_some(),
+            "authenticated"
+        );
+        if self.session.is_some() {
+            crate::metrics::global()
+                .network
+                .successful_reauthentications
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.session = Some(AuthSession {
+            principal,
+            mechanism,
+            expires: lifetime_ms
+                .map(|ms| now.instant + Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        });
+        self.state = State::Authenticated;
+        Ok(Step {
+            reply,
+            session_lifetime_ms: lifetime_ms.unwrap_or(0),
+        })
+    }
+
+    /// Kafka's `calcCompletionTimesAndReturnSessionLifetimeMs`: the lesser of the
+    /// mechanism's `connections.max.reauth.ms` and the time left to the credential's
+    /// expiry, never negative; `None` when neither applies (the session does not end).
+    fn session_lifetime_ms(
+        &self,
+        mechanism: &str,
+        credential_expiry_ms: Option<i64>,
+        now: AuthTime,
+    ) -> Option<i64> {
+        let max = self.config.max_reauth_ms(mechanism);
+        let left = credential_expiry_ms.map(|exp| exp.saturating_sub(now.unix_ms));
+        let lifetime = match (max, left) {
+            (None, None) => return None,
+            (Some(max), None) => max,
+            (None, Some(left)) => left,
+            (Some(max), Some(left)) => max.min(left),
+        };
+        Some(lifetime.max(0))
+    }
+}
+
+/// ILLEGAL_SASL_STATE for a SaslHandshake: with the connection closed when `fatal`
+/// (mid-exchange), kept otherwise (after authentication, as Kafka's `KafkaApis` answers).
+fn illegal_handshake(
+    version: i16,
+    correlation_id: i32,
+    body: &mut bytes::Bytes,
+    mechanisms: Vec<String>,
+    fatal: bool,
+) -> Verdict {
+    if !(0..=1).contains(&version) || SaslHandshakeRequest::decode(body, version).is_err() {
+        return close(format!("SaslHandshake v{version} out of order"));
+    }
+    let response = SaslHandshakeResponse {
+        error_code: ErrorCode::ILLEGAL_SASL_STATE.code(),
+        mechanisms,
+    };
+    answer(
+        correlation_id,
+        SASL_HANDSHAKE,
+        version,
+        &response,
+        fatal,
+        "SaslHandshake out of order",
+    )
+}
+
+/// ILLEGAL_SASL_STATE for a SaslAuthenticate (see [`illegal_handshake`]).
+fn illegal_authenticate(
+    version: i16,
+    correlation_id: i32,
+    body: &mut bytes::Bytes,
+    message: &str,
+    fatal: bool,
+) -> Verdict {
+    if !(0..=2).contains(&version) {
+        return close(format!("SaslAuthenticate v{version} is not supported"));
+    }
+    if !body.is_empty() && SaslAuthenticateRequest::decode(body, version).is_err() {
+        return close(format!("SaslAuthenticate v{version} out of order"));
+    }
+    let response = SaslAuthenticateResponse {
+        error_code: ErrorCode::ILLEGAL_SASL_STATE.code(),
+        error_message: Some(message.into()),
+        ..Default::default()
+    };
+    answer(
+        correlation_id,
+        SASL_AUTHENTICATE,
+        version,
+        &response,
+        fatal,
+        message,
+    )
+}
+
+fn answer<T: Encodable>(
+    correlation_id: i32,
+    api_key: i16,
+    version: i16,
+    response: &T,
+    fatal: bool,
+    reason: &str,
+) -> Verdict {
+    match encode(correlation_id, api_key, version, response) {
+        Ok(b) if fatal => Verdict::Close {
+            response: Some(b),
+            reason: reason.into(),
+        },
+        Ok(b) => Verdict::Respond(b),
+        Err(e) => close(e),
     }
 }
 
@@ -502,24 +936,29 @@ mod tests {
         None
     }
 
+    /// A fixed moment: the tests that need time pass later ones of their own.
+    fn t0() -> AuthTime {
+        AuthTime::now()
+    }
+
     #[test]
     fn before_authentication_only_api_versions_and_sasl_pass() {
         let mut a = authenticator();
         assert_eq!(
-            a.request(18, 3, 1, &mut Bytes::new(), no_scram),
+            a.request(18, 3, 1, &mut Bytes::new(), t0(), no_scram),
             Verdict::Pass
         );
         for api in [0, 1, 3, 8, 9, 10, 19, 32] {
             assert!(
                 matches!(
-                    authenticator().request(api, 0, 1, &mut Bytes::new(), no_scram),
+                    authenticator().request(api, 0, 1, &mut Bytes::new(), t0(), no_scram),
                     Verdict::Close { response: None, .. }
                 ),
                 "api {api}"
             );
         }
         // SaslAuthenticate before the handshake: ILLEGAL_SASL_STATE, then closed.
-        let v = authenticator().request(36, 1, 1, &mut authenticate(b"x", 1), no_scram);
+        let v = authenticator().request(36, 1, 1, &mut authenticate(b"x", 1), t0(), no_scram);
         let Verdict::Close {
             response: Some(r), ..
         } = v
@@ -533,7 +972,8 @@ mod tests {
     #[test]
     fn plain_authenticates_then_everything_passes() {
         let mut a = authenticator();
-        let Verdict::Respond(r) = a.request(17, 1, 1, &mut handshake("PLAIN", 1), no_scram) else {
+        let Verdict::Respond(r) = a.request(17, 1, 1, &mut handshake("PLAIN", 1), t0(), no_scram)
+        else {
             panic!()
         };
         assert_eq!(error_code(&r), 0);
@@ -542,26 +982,217 @@ mod tests {
             2,
             2,
             &mut authenticate(b"\0alice\0alice-secret", 2),
+            t0(),
             no_scram,
         );
         assert!(matches!(v, Verdict::Respond(_)), "{v:?}");
         assert_eq!(a.principal(), Some("User:alice"));
         assert_eq!(
-            a.request(0, 9, 3, &mut Bytes::new(), no_scram),
+            a.request(0, 9, 3, &mut Bytes::new(), t0(), no_scram),
             Verdict::Pass
         );
-        // No re-authentication: a second handshake is illegal.
-        let v = a.request(17, 1, 4, &mut handshake("PLAIN", 1), no_scram);
+        // Sessions do not end here, so there is no re-authentication: a second handshake
+        // is answered ILLEGAL_SASL_STATE and the connection stays, as in Kafka.
+        let v = a.request(17, 1, 4, &mut handshake("PLAIN", 1), t0(), no_scram);
+        let Verdict::Respond(r) = v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(error_code(&r), ErrorCode::ILLEGAL_SASL_STATE.code());
+        assert_eq!(a.principal(), Some("User:alice"));
+    }
+
+    /// `t0()` moved on by `ms`, on both clocks.
+    fn later(base: AuthTime, ms: u64) -> AuthTime {
+        AuthTime {
+            instant: base.instant + Duration::from_millis(ms),
+            unix_ms: base.unix_ms + i64::try_from(ms).unwrap_or(0),
+        }
+    }
+
+    /// PLAIN as `user` at `at`; the SaslAuthenticate v1 answer's error code and session
+    /// lifetime, or the verdict when it is no answer.
+    fn plain_at(
+        a: &mut Authenticator,
+        user: &str,
+        password: &str,
+        at: AuthTime,
+    ) -> Result<(i16, i64), Verdict> {
+        let v = a.request(17, 1, 1, &mut handshake("PLAIN", 1), at, no_scram);
+        if !matches!(v, Verdict::Respond(_)) {
+            return Err(v);
+        }
+        let token = format!("\0{user}\0{password}");
+        match a.request(
+            36,
+            1,
+            2,
+            &mut authenticate(token.as_bytes(), 1),
+            at,
+            no_scram,
+        ) {
+            Verdict::Respond(r) => {
+                let mut r = Bytes::from(r[4..].to_vec());
+                let decoded = SaslAuthenticateResponse::decode(&mut r, 1).unwrap();
+                Ok((decoded.error_code, decoded.session_lifetime_ms))
+            }
+            other => Err(other),
+        }
+    }
+
+    fn reauthenticating_authenticator(ms: i64) -> Authenticator {
+        Authenticator::new(Arc::new(
+            SaslConfig::new(&MECHANISMS, &[("alice", "a"), ("bob", "b")])
+                .with_max_reauth_ms("PLAIN", ms),
+        ))
+    }
+
+    #[test]
+    fn a_session_ends_at_its_lifetime_unless_renewed() {
+        let start = t0();
+        let mut a = reauthenticating_authenticator(1000);
+        assert_eq!(plain_at(&mut a, "alice", "a", start), Ok((0, 1000)));
+        let fetch =
+            |a: &mut Authenticator, at| a.request(1, 12, 9, &mut Bytes::new(), at, no_scram);
+        assert_eq!(fetch(&mut a, later(start, 999)), Verdict::Pass);
+        // Re-authenticated before the end, the session lasts its lifetime again.
+        assert_eq!(
+            plain_at(&mut a, "alice", "a", later(start, 800)),
+            Ok((0, 1000))
+        );
+        assert!(a.reauthenticating());
+        assert_eq!(fetch(&mut a, later(start, 1500)), Verdict::Pass);
+        assert_eq!(fetch(&mut a, later(start, 1801)), Verdict::Expired);
+        // A handshake after the end still re-authenticates (Kafka lets a late client in).
+        assert_eq!(
+            plain_at(&mut a, "alice", "a", later(start, 2500)),
+            Ok((0, 1000))
+        );
+        assert_eq!(fetch(&mut a, later(start, 3000)), Verdict::Pass);
+        assert_eq!(a.principal(), Some("User:alice"));
+    }
+
+    #[test]
+    fn a_reauthentication_keeps_its_principal_and_mechanism() {
+        let start = t0();
+        let mut a = reauthenticating_authenticator(1000);
+        assert_eq!(plain_at(&mut a, "alice", "a", start), Ok((0, 1000)));
+        // Another user's credentials fail the connection.
+        let v = plain_at(&mut a, "bob", "b", later(start, 500));
         assert!(
             matches!(
                 v,
-                Verdict::Close {
+                Err(Verdict::Close {
                     response: Some(_),
                     ..
-                }
+                })
             ),
             "{v:?}"
         );
+
+        let mut a = reauthenticating_authenticator(1000);
+        assert_eq!(plain_at(&mut a, "alice", "a", start), Ok((0, 1000)));
+        // Another mechanism: the handshake is answered, its first token fails the
+        // connection without an answer.
+        let v = a.request(
+            17,
+            1,
+            3,
+            &mut handshake("SCRAM-SHA-256", 1),
+            later(start, 500),
+            no_scram,
+        );
+        assert!(matches!(v, Verdict::Respond(_)), "{v:?}");
+        let v = a.request(
+            36,
+            1,
+            4,
+            &mut authenticate(b"n,,n=alice,r=x", 1),
+            later(start, 500),
+            no_scram,
+        );
+        assert!(matches!(v, Verdict::Close { response: None, .. }), "{v:?}");
+    }
+
+    #[test]
+    fn one_reauthentication_a_second_and_no_other_request_in_the_middle() {
+        let start = t0();
+        let mut a = reauthenticating_authenticator(60_000);
+        assert_eq!(plain_at(&mut a, "alice", "a", start), Ok((0, 60_000)));
+        assert_eq!(
+            plain_at(&mut a, "alice", "a", later(start, 1000)),
+            Ok((0, 60_000))
+        );
+        // Within a second of the last: not a re-authentication, ILLEGAL_SASL_STATE.
+        let v = a.request(
+            17,
+            1,
+            5,
+            &mut handshake("PLAIN", 1),
+            later(start, 1500),
+            no_scram,
+        );
+        let Verdict::Respond(r) = v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(error_code(&r), ErrorCode::ILLEGAL_SASL_STATE.code());
+        // A request in the middle of an exchange closes the connection.
+        let v = a.request(
+            17,
+            1,
+            6,
+            &mut handshake("PLAIN", 1),
+            later(start, 2500),
+            no_scram,
+        );
+        assert!(matches!(v, Verdict::Respond(_)), "{v:?}");
+        assert!(a.exchanging());
+        let v = a.request(0, 9, 7, &mut Bytes::new(), later(start, 2500), no_scram);
+        assert!(matches!(v, Verdict::Close { .. }), "{v:?}");
+    }
+
+    #[test]
+    fn an_oauthbearer_tokens_expiry_bounds_the_session() {
+        use base64::Engine;
+        let b64 = |v: &serde_json::Value| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+        };
+        let start = t0();
+        let now_s = start.unix_ms / 1000;
+        let token = format!(
+            "{}.{}.",
+            b64(&serde_json::json!({"alg": "none"})),
+            b64(&serde_json::json!({"sub": "carol", "iat": now_s, "exp": now_s + 5}))
+        );
+        let validator = crate::network::oauthbearer::OAuthBearerValidator::Unsecured(
+            crate::network::oauthbearer::UnsecuredValidator::from_jaas("").unwrap(),
+        );
+        let config = SaslConfig::new(&["OAUTHBEARER"], &[])
+            .with_oauthbearer(validator)
+            .with_max_reauth_ms("OAUTHBEARER", 3_600_000);
+        let mut a = Authenticator::new(Arc::new(config));
+        let v = a.request(17, 1, 1, &mut handshake("OAUTHBEARER", 1), start, no_scram);
+        assert!(matches!(v, Verdict::Respond(_)), "{v:?}");
+        let initial = format!("n,,\u{1}auth=Bearer {token}\u{1}\u{1}");
+        let Verdict::Respond(r) = a.request(
+            36,
+            1,
+            2,
+            &mut authenticate(initial.as_bytes(), 1),
+            start,
+            no_scram,
+        ) else {
+            panic!()
+        };
+        let decoded =
+            SaslAuthenticateResponse::decode(&mut Bytes::from(r[4..].to_vec()), 1).unwrap();
+        assert_eq!(decoded.error_code, 0);
+        let lifetime = decoded.session_lifetime_ms;
+        assert!((4_000..=5_000).contains(&lifetime), "{lifetime}");
+        assert_eq!(a.principal(), Some("User:carol"));
+        let fetch =
+            |a: &mut Authenticator, at| a.request(1, 12, 9, &mut Bytes::new(), at, no_scram);
+        assert_eq!(fetch(&mut a, later(start, 3_000)), Verdict::Pass);
+        assert_eq!(fetch(&mut a, later(start, 5_001)), Verdict::Expired);
     }
 
     #[test]
@@ -575,8 +1206,8 @@ mod tests {
             b"\xff\0alice\0alice-secret",
         ] {
             let mut a = authenticator();
-            a.request(17, 1, 1, &mut handshake("PLAIN", 1), no_scram);
-            let v = a.request(36, 1, 2, &mut authenticate(token, 1), no_scram);
+            a.request(17, 1, 1, &mut handshake("PLAIN", 1), t0(), no_scram);
+            let v = a.request(36, 1, 2, &mut authenticate(token, 1), t0(), no_scram);
             let Verdict::Close {
                 response: Some(r), ..
             } = v
@@ -595,7 +1226,7 @@ mod tests {
     #[test]
     fn a_mechanism_not_enabled_is_refused_with_the_list() {
         let mut a = Authenticator::new(Arc::new(SaslConfig::new(&["SCRAM-SHA-512"], &[])));
-        let v = a.request(17, 1, 1, &mut handshake("PLAIN", 1), no_scram);
+        let v = a.request(17, 1, 1, &mut handshake("PLAIN", 1), t0(), no_scram);
         let Verdict::Close {
             response: Some(r), ..
         } = v
@@ -616,16 +1247,16 @@ mod tests {
             |u: &str, mech: ScramMechanism| (u == "user" && mech == m).then(|| credential.clone());
         let mut a = authenticator();
         assert!(matches!(
-            a.request(17, 0, 1, &mut handshake("SCRAM-SHA-256", 0), no_scram),
+            a.request(17, 0, 1, &mut handshake("SCRAM-SHA-256", 0), t0(), no_scram),
             Verdict::Respond(_)
         ));
         assert!(a.expects_raw_token());
         let mut client = Client::new(m, "user", "pencil");
-        let Verdict::Respond(first) = a.raw_token(&client.first(), lookup) else {
+        let Verdict::Respond(first) = a.raw_token(&client.first(), t0(), lookup) else {
             panic!()
         };
         let last = client.final_message(&first);
-        let Verdict::Respond(signature) = a.raw_token(&last, lookup) else {
+        let Verdict::Respond(signature) = a.raw_token(&last, t0(), lookup) else {
             panic!()
         };
         assert_eq!(signature, client.server_signature());
@@ -670,13 +1301,13 @@ mod tests {
             let lookup = |_: &str, _: ScramMechanism| Some(credential.clone());
             let mut a = authenticator();
             let mut h = handshake(MECHANISMS[mechanism], 1);
-            a.request(17, 1, 0, &mut h, lookup);
+            a.request(17, 1, 0, &mut h, t0(), lookup);
             for (api, version, raw) in steps {
                 let mut body = Bytes::from(raw.clone());
                 let verdict = if a.expects_raw_token() {
-                    a.raw_token(&raw, lookup)
+                    a.raw_token(&raw, t0(), lookup)
                 } else {
-                    a.request(api, version, 1, &mut body, lookup)
+                    a.request(api, version, 1, &mut body, t0(), lookup)
                 };
                 if let Verdict::Close { .. } = verdict {
                     break;
