@@ -629,3 +629,103 @@ def test_pre_authentication_flood_of_large_frames_leaves_memory_bounded(secure):
     assert len(confluent_roundtrip(plain, topic, count=5)) == 5
     got = [r.value for r in read_all(s.bootstrap("PLAINTEXT"), topic, partitions=1)[0].values()]
     assert len(got) == 25 and set(during) <= set(got), got
+
+
+# --- rill's own client (the CLI) on secured listeners --------------------------------------
+
+
+def rill_on(bootstrap: str, *args: str, config: dict[str, str] | None = None,
+            properties: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`rill ARGS` against `bootstrap`, its settings as `-X` (`config`) and/or a
+    `--command-config` file (`properties`); the completed process, exit status unchecked."""
+    cmd = [str(rill_binary()), *args, "-b", bootstrap]
+    for key, value in (config or {}).items():
+        cmd += ["-X", f"{key}={value}"]
+    if properties is not None:
+        cmd += ["--command-config", str(properties)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, input=stdin)
+
+
+def ok(out: subprocess.CompletedProcess) -> str:
+    assert out.returncode == 0, out.stderr + out.stdout
+    return out.stdout
+
+
+def test_the_rill_cli_speaks_tls_mtls_sasl_plain_and_scram(secure, pki, tmp_path):
+    s = secure(
+        {
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS;User:alice",
+            "listener.name.ssl.ssl.client.auth": "required",
+            # The client certificate's CN=alice is alice, the super user, on SSL.
+            "listener.name.ssl.ssl.principal.mapping.rules": "RULE:^CN=([a-z]+)(,.*)?$/$1/,DEFAULT",
+        }
+    )
+    ca = str(pki.ca_path)
+    # alice (a super user) over SASL_SSL from a properties file, as the Kafka tools take it.
+    alice = tmp_path / "alice.properties"
+    alice.write_text(
+        "# alice\nsecurity.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+        f"sasl.username=alice\nsasl.password=alice-secret\nssl.ca.location={ca}\n"
+    )
+    sasl_ssl = s.bootstrap("SASL_SSL")
+    topic = unique_topic("cli-sec")
+    ok(rill_on(sasl_ssl, "topic", "create", topic, "--partitions", "2", properties=alice))
+    lines = [f"line-{i}" for i in range(40)]
+    ok(rill_on(sasl_ssl, "produce", topic, properties=alice, stdin="\n".join(lines) + "\n"))
+    got = ok(rill_on(sasl_ssl, "consume", topic, "--group", "alice-g", "--from-beginning",
+                     "--max-messages", "40", properties=alice)).splitlines()
+    assert sorted(got) == sorted(lines)
+    # The records went through TLS and SASL into the log every client reads.
+    assert values_of_all(s.bootstrap("PLAINTEXT"), topic, 2) == sorted(line.encode() for line in lines)
+
+    # bob may write the topic but not read it: alice grants it over SASL_SSL, bob comes in
+    # on SASL_PLAINTEXT with -X settings.
+    ok(rill_on(sasl_ssl, "acl", "add", "--allow-principal", "User:bob", "--operation", "Write",
+               "--operation", "Describe", "--topic", topic, properties=alice))
+    bob = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+           "sasl.username": "bob", "sasl.password": "bob-secret"}
+    sasl_plain = s.bootstrap("SASL_PLAINTEXT")
+    ok(rill_on(sasl_plain, "produce", topic, config=bob, stdin="from-bob\n"))
+    denied = rill_on(sasl_plain, "consume", topic, "--partition", "0", "--from-beginning",
+                     "--max-messages", "1", config=bob)
+    assert denied.returncode != 0 and "authoriz" in denied.stderr.lower(), denied.stderr
+    assert b"from-bob" in values_of_all(s.bootstrap("PLAINTEXT"), topic, 2)
+
+    # A wrong password is refused with the broker's reason, and nothing is done.
+    wrong = rill_on(sasl_plain, "topic", "delete", topic, config={**bob, "sasl.password": "nope"})
+    assert wrong.returncode != 0 and "authentication" in wrong.stderr.lower(), wrong.stderr
+    assert topic in ok(rill_on(sasl_ssl, "topic", "list", properties=alice))
+
+    # SCRAM users the CLI itself created, over SASL_SSL.
+    ok(rill_on(sasl_ssl, "user", "create", "erin", "--password", "erin-pw",
+               "--mechanism", "SCRAM-SHA-256", "--mechanism", "SCRAM-SHA-512", properties=alice))
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        erin = {"security.protocol": "SASL_SSL", "ssl.ca.location": ca, "sasl.mechanism": mechanism,
+                "sasl.username": "erin", "sasl.password": "erin-pw"}
+        ok(rill_on(sasl_ssl, "cluster", "describe", config=erin))
+        refused = rill_on(sasl_ssl, "cluster", "describe", config={**erin, "sasl.password": "x"})
+        assert refused.returncode != 0 and "authentication" in refused.stderr.lower(), refused.stderr
+
+    # SSL with mutual TLS: the client certificate is needed, and the CA must be the right one.
+    ssl_conf = {"security.protocol": "SSL", "ssl.ca.location": ca,
+                "ssl.certificate.location": str(pki.client_cert), "ssl.key.location": str(pki.client_key)}
+    ssl = s.bootstrap("SSL")
+    assert topic in ok(rill_on(ssl, "topic", "list", config=ssl_conf))
+    no_cert = rill_on(ssl, "topic", "list", config={"security.protocol": "SSL", "ssl.ca.location": ca})
+    assert no_cert.returncode != 0
+    other_ca = tmp_path / "other-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(other_ca))
+    untrusted = rill_on(ssl, "topic", "list", config={**ssl_conf, "ssl.ca.location": str(other_ca)})
+    assert untrusted.returncode != 0 and "tls" in untrusted.stderr.lower(), untrusted.stderr
+    # Plaintext against a TLS port does not hang or pass: it fails within the timeout.
+    confused = rill_on(ssl, "topic", "list", "--request-timeout-ms", "3000")
+    assert confused.returncode != 0
+    # Settings the client does not know are refused before anything is sent.
+    unknown = rill_on(ssl, "topic", "list", config={"sasl.mechanism": "GSSAPI"})
+    assert unknown.returncode != 0 and "GSSAPI" in unknown.stderr, unknown.stderr
+
+
+def values_of_all(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
+    stored = read_all(bootstrap, topic, partitions)
+    return sorted(r.value for records in stored.values() for r in records.values())

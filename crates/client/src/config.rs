@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use crate::security::Security;
+
 /// How to reach the cluster and how long to wait for it.
 ///
 /// ```
@@ -33,6 +35,8 @@ pub struct ClientConfig {
     /// `allow.auto.create.topics`: ask the broker to create unknown topics on metadata
     /// requests (the broker's own `auto.create.topics.enable` decides).
     pub allow_auto_create_topics: bool,
+    /// TLS and SASL (`security.protocol`, `ssl.*`, `sasl.*`; see [`crate::security`]).
+    pub security: Security,
 }
 
 impl Default for ClientConfig {
@@ -45,6 +49,7 @@ impl Default for ClientConfig {
             retry_backoff: Duration::from_millis(100),
             metadata_max_age: Duration::from_secs(300),
             allow_auto_create_topics: true,
+            security: Security::new(),
         }
     }
 }
@@ -81,5 +86,36 @@ impl ClientConfig {
     pub fn metadata_max_age(mut self, age: Duration) -> Self {
         self.metadata_max_age = age;
         self
+    }
+
+    /// Sets a config by its Kafka/librdkafka name: the security keys
+    /// ([`crate::security`]), `client.id`, `request.timeout.ms`, `retry.backoff.ms`,
+    /// `metadata.max.age.ms`, `socket.connection.setup.timeout.ms`.
+    pub fn set(mut self, key: &str, value: &str) -> crate::Result<Self> {
+        if self.security.set(key, value)? {
+            return Ok(self);
+        }
+        let ms = || {
+            value
+                .trim()
+                .parse::<u64>()
+                .map(Duration::from_millis)
+                .map_err(|_| {
+                    crate::Error::InvalidConfig(format!("{key}: not milliseconds: {value}"))
+                })
+        };
+        match key {
+            "client.id" => self.client_id = value.to_string(),
+            "request.timeout.ms" => self.request_timeout = ms()?,
+            "retry.backoff.ms" => self.retry_backoff = ms()?,
+            "metadata.max.age.ms" => self.metadata_max_age = ms()?,
+            "socket.connection.setup.timeout.ms" => self.connect_timeout = ms()?,
+            other => {
+                return Err(crate::Error::InvalidConfig(format!(
+                    "{other} is not a setting this client knows"
+                )))
+            }
+        }
+        Ok(self)
     }
 }

@@ -35,13 +35,18 @@ use rill_protocol::{
     begin_frame, decode_frame, encode_request_frame, ApiKey, Decodable, Encodable, ErrorCode,
     Request,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::error::{Error, Result};
+use crate::security::{SaslClient, Security};
+
+/// A connection's byte stream: TCP, or TLS over it.
+trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+type BoxedStream = Box<dyn Stream>;
 
 /// Largest response frame accepted; a Fetch response is bounded by `fetch.max.bytes`
 /// (50 MiB by default), so this leaves room without letting a bad prefix make us buffer
@@ -85,7 +90,7 @@ impl Shared {
 /// An open connection to one broker.
 pub(crate) struct BrokerConnection {
     shared: Arc<Shared>,
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    writer: tokio::sync::Mutex<WriteHalf<BoxedStream>>,
     next_correlation_id: AtomicI32,
     client_id: String,
     request_timeout: Duration,
@@ -101,14 +106,17 @@ impl Drop for BrokerConnection {
 }
 
 impl BrokerConnection {
-    /// Opens a connection and negotiates api versions; both steps bounded by
-    /// `connect_timeout` and `request_timeout`.
+    /// Opens a connection (TLS when `security` says so), negotiates api versions and
+    /// logs in with SASL when `security` says so; bounded by `connect_timeout` (the TCP
+    /// and TLS handshakes) and `request_timeout` (each request).
     pub(crate) async fn connect(
         addr: &str,
         client_id: &str,
         connect_timeout: Duration,
         request_timeout: Duration,
+        security: &Security,
     ) -> Result<Arc<Self>> {
+        let tls = security.tls_config()?;
         let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
@@ -125,7 +133,29 @@ impl BrokerConnection {
             }
         };
         let _ = stream.set_nodelay(true);
-        let (read, write) = stream.into_split();
+        let stream: BoxedStream = match tls {
+            None => Box::new(stream),
+            Some(config) => {
+                let name = crate::security::server_name(addr)?;
+                let connector = tokio_rustls::TlsConnector::from(config);
+                match tokio::time::timeout(connect_timeout, connector.connect(name, stream)).await {
+                    Ok(Ok(s)) => Box::new(s),
+                    Ok(Err(e)) => {
+                        return Err(Error::Connect {
+                            addr: addr.to_string(),
+                            message: format!("TLS handshake: {e}"),
+                        })
+                    }
+                    Err(_) => {
+                        return Err(Error::Timeout {
+                            what: format!("the TLS handshake with {addr}"),
+                            after: connect_timeout,
+                        })
+                    }
+                }
+            }
+        };
+        let (read, write) = tokio::io::split(stream);
         let shared = Arc::new(Shared {
             addr: addr.to_string(),
             pending: Mutex::new(Pending::default()),
@@ -151,7 +181,46 @@ impl BrokerConnection {
             .map(|k| (k.api_key, (k.min_version, k.max_version)))
             .collect();
         let _ = conn.versions.set(versions);
+        if security.protocol.sasl() {
+            conn.authenticate(security).await?;
+        }
         Ok(conn)
+    }
+
+    /// The SASL login: SaslHandshake v1 naming the mechanism, then its tokens in
+    /// SaslAuthenticate requests until the exchange completes.
+    async fn authenticate(&self, security: &Security) -> Result<()> {
+        use rill_protocol::generated::{SaslAuthenticateRequest, SaslHandshakeRequest};
+        let mechanism = security.sasl_mechanism.clone();
+        let handshake = SaslHandshakeRequest {
+            mechanism: mechanism.clone(),
+        };
+        let answer = self.send_at(&handshake, 1, self.request_timeout).await?;
+        if answer.error_code != 0 {
+            return Err(Error::Authentication(format!(
+                "{} does not offer SASL mechanism {mechanism} (it offers {})",
+                self.addr(),
+                answer.mechanisms.join(", ")
+            )));
+        }
+        let mut client = SaslClient::new(security)?;
+        let mut server_token = Bytes::new();
+        while let Some(token) = client.step(&server_token)? {
+            let request = SaslAuthenticateRequest {
+                auth_bytes: Bytes::from(token),
+                ..Default::default()
+            };
+            let answer = self.send(&request, 2).await?;
+            if answer.error_code != 0 {
+                return Err(Error::Authentication(
+                    answer
+                        .error_message
+                        .unwrap_or_else(|| format!("SASL {mechanism} login refused")),
+                ));
+            }
+            server_token = answer.auth_bytes;
+        }
+        Ok(())
     }
 
     async fn api_versions(&self, version: i16) -> Result<ApiVersionsResponse> {
@@ -393,7 +462,8 @@ impl BrokerConnection {
                 }
                 IoSlice::advance_slices(&mut slices, n);
             }
-            Ok(())
+            // TLS holds records until flushed; TCP's flush does nothing.
+            w.flush().await
         })
         .await;
         match result {
@@ -519,7 +589,7 @@ fn api_key<R: Request>() -> Result<ApiKey> {
     )))
 }
 
-async fn read_loop(mut read: tokio::net::tcp::OwnedReadHalf, shared: Arc<Shared>) {
+async fn read_loop(mut read: ReadHalf<BoxedStream>, shared: Arc<Shared>) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let why = loop {
         match decode_frame(&mut buf, MAX_RESPONSE_BYTES) {

@@ -60,6 +60,10 @@ pub enum Error {
     /// A configuration value or argument the client cannot use.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// The broker refused the SASL login, or a SCRAM server proved it does not know the
+    /// password.
+    #[error("authentication failed: {0}")]
+    Authentication(String),
     /// The caller used the API in a way it does not allow (poll without subscription, ...).
     #[error("illegal state: {0}")]
     IllegalState(String),

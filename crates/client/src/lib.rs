@@ -16,7 +16,9 @@
 //! `NOT_LEADER_OR_FOLLOWER`/`UNKNOWN_TOPIC_OR_PARTITION` and after `metadata.max.age.ms`,
 //! one connection per broker with pipelined requests, api versions negotiated with
 //! `ApiVersions`, and a deadline on every request so a stopped broker is a
-//! [`Error::Timeout`], never a hang.
+//! [`Error::Timeout`], never a hang. Connections speak TLS (rustls, optionally with a
+//! client certificate) and log in with SASL PLAIN or SCRAM when [`ClientConfig::set`]
+//! names `security.protocol` and the `ssl.*`/`sasl.*` settings ([`security`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -47,6 +49,7 @@ mod network;
 mod ops;
 mod partitioner;
 mod producer;
+pub mod security;
 mod transaction;
 mod types;
 

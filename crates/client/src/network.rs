@@ -164,6 +164,7 @@ impl NetworkClient {
             &self.config.client_id,
             self.config.connect_timeout,
             self.config.request_timeout,
+            &self.config.security,
         )
         .await
         {

@@ -244,7 +244,7 @@ fn print_acls(common: &Common, acls: &[StandardAcl]) {
 }
 
 pub async fn run(common: &Common, command: AclCommand) -> anyhow::Result<()> {
-    let admin = Admin::new(common.client())?;
+    let admin = Admin::new(common.client()?)?;
     match command {
         AclCommand::Add(args) => {
             if args.resources().is_empty() {

@@ -188,7 +188,7 @@ async fn ensure_new_topic(
     common: &Common,
     new_topic: NewTopic,
 ) -> anyhow::Result<Vec<TopicPartition>> {
-    let admin = Admin::new(common.client())?;
+    let admin = Admin::new(common.client()?)?;
     let topic = new_topic.name.clone();
     let topic = topic.as_str();
     match admin.create_topics(&[new_topic]).await {
@@ -224,7 +224,7 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
     let mut workers = Vec::new();
     for w in 0..args.producers {
         let count = args.records / args.producers + u64::from(w < args.records % args.producers);
-        let config = ProducerConfig::new(common.client())
+        let config = ProducerConfig::new(common.client()?)
             .acks(acks)
             .compression(compression)
             .batch_size(args.batch_size)
@@ -331,7 +331,7 @@ async fn produce(common: &Common, args: ProduceBench) -> anyhow::Result<()> {
 }
 
 async fn consume(common: &Common, args: ConsumeBench) -> anyhow::Result<()> {
-    let admin = Admin::new(common.client())?;
+    let admin = Admin::new(common.client()?)?;
     let partitions = admin.partitions_of(&args.topic).await?;
     anyhow::ensure!(
         !partitions.is_empty(),
@@ -426,7 +426,7 @@ async fn read_records(
     partitions: &[TopicPartition],
     reader: Reader<'_>,
 ) -> anyhow::Result<Read> {
-    let mut config = ConsumerConfig::new(common.client())
+    let mut config = ConsumerConfig::new(common.client()?)
         .auto_offset_reset(AutoOffsetReset::Earliest)
         .read_committed(reader.read_committed);
     if let Some(group) = reader.group {

@@ -97,7 +97,7 @@ fn troubled(topics: &[TopicMetadata]) -> (Vec<Troubled<'_>>, Vec<Troubled<'_>>) 
 }
 
 pub async fn run(common: &Common, command: ClusterCommand) -> anyhow::Result<()> {
-    let admin = Admin::new(common.client())?;
+    let admin = Admin::new(common.client()?)?;
     match command {
         ClusterCommand::Describe => describe(common, &admin).await,
         ClusterCommand::ElectLeaders {

@@ -56,7 +56,7 @@ pub struct ConsumeArgs {
 }
 
 pub async fn run(common: &Common, args: ConsumeArgs) -> anyhow::Result<()> {
-    let mut config = ConsumerConfig::new(common.client()).enable_auto_commit(false);
+    let mut config = ConsumerConfig::new(common.client()?).enable_auto_commit(false);
     config.auto_offset_reset = if args.from_beginning {
         AutoOffsetReset::Earliest
     } else {
@@ -77,7 +77,7 @@ pub async fn run(common: &Common, args: ConsumeArgs) -> anyhow::Result<()> {
     if args.group.is_some() {
         consumer.subscribe(&[args.topic.as_str()])?;
     } else {
-        let admin = Admin::new(common.client())?;
+        let admin = Admin::new(common.client()?)?;
         let partitions = match args.partition {
             Some(p) => vec![TopicPartition::new(&args.topic, p)],
             None => admin.partitions_of(&args.topic).await?,

@@ -53,7 +53,7 @@ pub enum GroupCommand {
 }
 
 pub async fn run(common: &Common, command: GroupCommand) -> anyhow::Result<()> {
-    let admin = Admin::new(common.client())?;
+    let admin = Admin::new(common.client()?)?;
     match command {
         GroupCommand::List => {
             let groups = admin.list_groups().await?;

@@ -54,7 +54,7 @@ pub fn parse_compression(s: &str) -> anyhow::Result<CompressionType> {
 
 pub async fn run(common: &Common, args: ProduceArgs) -> anyhow::Result<()> {
     let acks: Acks = args.acks.parse()?;
-    let config = ProducerConfig::new(common.client())
+    let config = ProducerConfig::new(common.client()?)
         .compression(parse_compression(&args.compression)?)
         .acks(acks)
         .linger(Duration::from_millis(args.linger_ms))

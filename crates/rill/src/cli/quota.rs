@@ -92,7 +92,7 @@ fn describe(entity: &QuotaEntity) -> String {
 }
 
 pub async fn run(common: &Common, command: QuotaCommand) -> anyhow::Result<()> {
-    let admin = Admin::new(common.client())?;
+    let admin = Admin::new(common.client()?)?;
     let alter = |entity: QuotaEntity, ops: Vec<(String, Option<f64>)>| {
         let admin = &admin;
         async move {

@@ -243,7 +243,7 @@ async fn list_reassignments(
 }
 
 pub async fn run(common: &Common, command: TopicCommand) -> anyhow::Result<()> {
-    let admin = Admin::new(common.client())?;
+    let admin = Admin::new(common.client()?)?;
     match command {
         TopicCommand::Create {
             topic,

@@ -80,7 +80,7 @@ pub enum TransactionCommand {
 }
 
 pub async fn run(common: &Common, command: TransactionCommand) -> anyhow::Result<()> {
-    let admin = Admin::new(common.client())?;
+    let admin = Admin::new(common.client()?)?;
     match command {
         TransactionCommand::List { states } => {
             let listed = admin.list_transactions(&states).await?;

@@ -51,7 +51,7 @@ fn mechanism_name(t: i8) -> String {
 }
 
 pub async fn run(common: &Common, command: UserCommand) -> anyhow::Result<()> {
-    let admin = Admin::new(common.client())?;
+    let admin = Admin::new(common.client()?)?;
     match command {
         UserCommand::Create {
             name,

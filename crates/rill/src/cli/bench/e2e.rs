@@ -131,7 +131,7 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
     );
     // 1. The consumer starts at the end offsets, before anything is sent.
     let partitions = ensure_topic(common, &args.topic, args.partitions).await?;
-    let mut consumer = Consumer::new(ConsumerConfig::new(common.client()))?;
+    let mut consumer = Consumer::new(ConsumerConfig::new(common.client()?))?;
     consumer.assign(&partitions)?;
     consumer
         .seek_to(&partitions, OffsetSpec::Latest)
@@ -139,7 +139,7 @@ pub async fn run(common: &Common, args: E2eBench) -> anyhow::Result<()> {
         .context("seeking to the end offsets")?;
 
     let producer = Arc::new(Producer::new(
-        ProducerConfig::new(common.client())
+        ProducerConfig::new(common.client()?)
             .acks(acks)
             .batch_size(args.batch_size)
             .linger(Duration::from_millis(args.linger_ms))

@@ -256,7 +256,7 @@ async fn run_phase(
     http: &[String],
 ) -> anyhow::Result<PhaseReport> {
     let count = (phase.records_per_sec * args.duration).ceil() as u64;
-    let config = ProducerConfig::new(common.client())
+    let config = ProducerConfig::new(common.client()?)
         .acks(Acks::All)
         .idempotence(true)
         .linger(phase.linger)

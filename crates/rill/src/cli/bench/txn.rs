@@ -110,7 +110,7 @@ pub async fn run(common: &Common, args: TxnBench) -> anyhow::Result<()> {
         .await?;
     }
     let pool = random_pool((1 << 20) + args.record_size);
-    let config = ProducerConfig::new(common.client())
+    let config = ProducerConfig::new(common.client()?)
         .batch_size(args.batch_size)
         .linger(Duration::from_millis(args.linger_ms));
 
@@ -141,7 +141,7 @@ pub async fn run(common: &Common, args: TxnBench) -> anyhow::Result<()> {
     .context("the transactional producer")?;
     transactional.close().await?;
 
-    let admin = Admin::new(common.client())?;
+    let admin = Admin::new(common.client()?)?;
     let partitions = admin.partitions_of(&transactional_topic).await?;
     // Everything is committed, so the last stable offsets are the ends: both readers get
     // every record, and read_committed skips the markers as read_uncommitted does.
