@@ -652,17 +652,28 @@ impl QuorumController {
     /// leaderships away.
     pub fn tick(&mut self, image: &MetadataImage, now_ms: i64) -> ControllerResult {
         let mut s = Scratch::new(image);
-        // A new cluster's first controller finalizes metadata.version, as Kafka's
-        // bootstrap records do (`kafka-storage format`).
+        // A new cluster's first controller finalizes metadata.version and
+        // transaction.version, as Kafka's bootstrap records do (`kafka-storage format`).
         if !image
             .features
             .contains_key(crate::features::METADATA_VERSION)
         {
-            s.emit(MetadataRecord::FeatureLevel(FeatureLevelRecord {
-                name: crate::features::METADATA_VERSION.to_string(),
-                feature_level: crate::features::METADATA_VERSION_LATEST,
-                ..Default::default()
-            }));
+            for (name, level) in [
+                (
+                    crate::features::METADATA_VERSION,
+                    crate::features::METADATA_VERSION_LATEST,
+                ),
+                (
+                    crate::features::TRANSACTION_VERSION,
+                    crate::features::TRANSACTION_VERSION_LATEST,
+                ),
+            ] {
+                s.emit(MetadataRecord::FeatureLevel(FeatureLevelRecord {
+                    name: name.to_string(),
+                    feature_level: level,
+                    ..Default::default()
+                }));
+            }
         }
         let unfenced: Vec<(i32, i64)> = image
             .brokers

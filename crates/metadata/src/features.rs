@@ -2,13 +2,17 @@
 //! finalized, as FeatureLevelRecords in the metadata log. ApiVersions reports both;
 //! UpdateFeatures changes the finalized levels through the controller.
 //!
-//! Rill finalizes `metadata.version` only. Its broker behaviour is not gated on it (there
-//! are no older Rill versions to stay compatible with); the level names the Kafka release
-//! whose APIs Rill follows, for the tools and clients that read it. The other features
-//! Kafka 4.1 knows are supported at level 0 only until what they switch on is built:
-//! `group.version` 1 is the KIP-848 consumer protocol (issue #20), `transaction.version`
-//! 2 is KIP-890's second part (issue #16), and a client that saw them finalized would use
-//! them. A feature at level 0 is not finalized, as in Kafka.
+//! A new cluster finalizes `metadata.version` and `transaction.version`. The broker's
+//! behaviour is not gated on `metadata.version` (there are no older Rill versions to stay
+//! compatible with); the level names the Kafka release whose APIs Rill follows, for the
+//! tools and clients that read it. `transaction.version` 2 (Kafka 4's default) is what
+//! makes the Java client 4.x use KIP-890's second part (EndTxn v5, Produce v12,
+//! TxnOffsetCommit v5), which the broker serves whatever the level: a cluster kept at
+//! level 0 (`kafka-features.sh downgrade --feature transaction.version=0`) only has its
+//! clients stay at transaction version 1. The other features Kafka 4.1 knows are
+//! supported at level 0 only until what they switch on is built: `group.version` 1 is
+//! the KIP-848 consumer protocol (issue #20), and a client that saw it finalized would
+//! use it. A feature at level 0 is not finalized, as in Kafka.
 
 use rill_protocol::ErrorCode;
 
@@ -30,8 +34,13 @@ pub const SUPPORTED_FEATURES: &[(&str, i16, i16)] = &[
         METADATA_VERSION_MIN,
         METADATA_VERSION_LATEST,
     ),
-    ("transaction.version", 0, 0),
+    (TRANSACTION_VERSION, 0, TRANSACTION_VERSION_LATEST),
 ];
+
+pub const TRANSACTION_VERSION: &str = "transaction.version";
+/// KIP-890 part 2: the epoch bumped at every commit and abort, partitions added by their
+/// leaders. What a new cluster is finalized at, as in Kafka 4.
+pub const TRANSACTION_VERSION_LATEST: i16 = 2;
 
 /// UpgradeType of UpdateFeatures v1+.
 pub const UPGRADE: i8 = 1;

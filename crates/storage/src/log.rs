@@ -619,15 +619,22 @@ impl UnifiedLog {
     /// appended: `None` when it needs no verification (the producer's transaction is
     /// open here), else the guard to hand to
     /// [`ValidatedRecords::require_txn_verification`] once the transaction coordinator
-    /// said this partition is in the producer's transaction.
+    /// said this partition is in the producer's transaction; an epoch older than the
+    /// producer's here is refused at once (INVALID_PRODUCER_EPOCH).
+    /// `supports_epoch_bump`: the producer speaks transaction version 2 (Produce v12+).
     pub fn start_txn_verification(
         &mut self,
         producer_id: i64,
         producer_epoch: i16,
+        supports_epoch_bump: bool,
         now_ms: i64,
-    ) -> Option<u64> {
-        self.producer_state
-            .start_verification(producer_id, producer_epoch, now_ms)
+    ) -> Result<Option<u64>, AppendError> {
+        self.producer_state.start_verification(
+            producer_id,
+            producer_epoch,
+            supports_epoch_bump,
+            now_ms,
+        )
     }
 
     pub fn producer_state(&self, producer_id: i64) -> Option<&ProducerStateEntry> {

@@ -246,6 +246,10 @@ struct VerificationEntry {
     guard: u64,
     producer_epoch: i16,
     started_ms: i64,
+    /// For a transaction version 2 producer (KIP-890 part 2), whose every transaction
+    /// ends with a marker at the epoch the next one runs at: that marker leaves the
+    /// verification standing.
+    supports_epoch_bump: bool,
 }
 
 /// The producer fields of one batch, as the log hands them over.
@@ -292,8 +296,12 @@ pub(crate) struct ProducerAppendInfo {
 
 #[derive(Debug, Clone, Copy)]
 enum TxnEvent {
-    Started { producer_id: i64, first_offset: i64 },
-    Completed(CompletedTxn),
+    Started {
+        producer_id: i64,
+        first_offset: i64,
+    },
+    /// A marker ended the producer's transaction; the marker's producer epoch.
+    Completed(CompletedTxn, i16),
 }
 
 impl ProducerStateManager {
@@ -347,14 +355,27 @@ impl ProducerStateManager {
         &mut self,
         producer_id: i64,
         producer_epoch: i16,
+        supports_epoch_bump: bool,
         now_ms: i64,
-    ) -> Option<u64> {
+    ) -> Result<Option<u64>, AppendError> {
+        // An epoch older than the producer's here is fenced at once, without asking the
+        // coordinator (Kafka's `maybeStartTransactionVerification`): a late write of a
+        // transaction whose marker carried a newer epoch.
+        if let Some(e) = self.producers.get(&producer_id) {
+            if producer_epoch < e.producer_epoch {
+                return Err(AppendError::InvalidProducerEpoch {
+                    producer_id,
+                    current: e.producer_epoch,
+                    found: producer_epoch,
+                });
+            }
+        }
         if self.has_ongoing_txn(producer_id, producer_epoch) {
-            return None;
+            return Ok(None);
         }
         if let Some(e) = self.verifications.get_mut(&producer_id) {
             if e.producer_epoch >= producer_epoch {
-                return Some(e.guard);
+                return Ok(Some(e.guard));
             }
         }
         self.last_guard = self.last_guard.wrapping_add(1).max(1);
@@ -362,9 +383,10 @@ impl ProducerStateManager {
             guard: self.last_guard,
             producer_epoch,
             started_ms: now_ms,
+            supports_epoch_bump,
         };
         self.verifications.insert(producer_id, entry);
-        Some(entry.guard)
+        Ok(Some(entry.guard))
     }
 
     /// Whether batch `b` of a verified client append may be written: a data batch that
@@ -529,16 +551,37 @@ impl ProducerStateManager {
             entry.current_txn_first_offset = None;
             entry.coordinator_epoch = marker.coordinator_epoch;
             entry.last_timestamp = b.max_timestamp;
-            info.txn_events.push(TxnEvent::Completed(CompletedTxn {
-                producer_id: b.producer_id,
-                first_offset,
-                last_offset,
-                aborted: !marker.commit,
-            }));
+            info.txn_events.push(TxnEvent::Completed(
+                CompletedTxn {
+                    producer_id: b.producer_id,
+                    first_offset,
+                    last_offset,
+                    aborted: !marker.commit,
+                },
+                b.producer_epoch,
+            ));
             return Ok(());
         }
         if origin == AppendOrigin::Client {
             let first = b.base_sequence;
+            // A transaction version 2 producer starts at sequence 0 after every marker
+            // (its epoch was bumped), so without state here only 0 is in order (Kafka's
+            // `checkSequence`).
+            if first != 0
+                && entry.batches.is_empty()
+                && entry.current_txn_first_offset.is_none()
+                && self
+                    .verifications
+                    .get(&b.producer_id)
+                    .is_some_and(|v| v.supports_epoch_bump)
+            {
+                return Err(AppendError::OutOfOrderSequence {
+                    producer_id: b.producer_id,
+                    producer_epoch: b.producer_epoch,
+                    expected: 0,
+                    found: first,
+                });
+            }
             if b.producer_epoch != entry.producer_epoch {
                 if first != 0 && entry.producer_epoch != NO_PRODUCER_EPOCH {
                     return Err(AppendError::OutOfOrderSequence {
@@ -606,8 +649,17 @@ impl ProducerStateManager {
                 TxnEvent::Started { producer_id, .. } => {
                     self.verifications.remove(&producer_id);
                 }
-                TxnEvent::Completed(txn) => {
-                    self.verifications.remove(&txn.producer_id);
+                // Under transaction version 2 a verification at the marker's epoch is
+                // for the producer's next transaction, which the coordinator let start
+                // once this marker's was complete (Kafka's `isV2NextTransactionStarted`).
+                TxnEvent::Completed(txn, epoch) => {
+                    let next_started = self
+                        .verifications
+                        .get(&txn.producer_id)
+                        .is_some_and(|v| v.supports_epoch_bump && v.producer_epoch == epoch);
+                    if !next_started {
+                        self.verifications.remove(&txn.producer_id);
+                    }
                 }
             }
             match event {
@@ -617,7 +669,7 @@ impl ProducerStateManager {
                 } => {
                     self.ongoing_txns.insert(first_offset, producer_id);
                 }
-                TxnEvent::Completed(txn) => {
+                TxnEvent::Completed(txn, _) => {
                     if self.ongoing_txns.get(&txn.first_offset) == Some(&txn.producer_id) {
                         self.ongoing_txns.remove(&txn.first_offset);
                     }

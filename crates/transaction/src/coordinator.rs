@@ -24,6 +24,11 @@
 //!    markers to every partition of the transaction; when all are written the broker
 //!    calls [`TransactionCoordinator::markers_written`], and the id moves to
 //!    CompleteCommit / CompleteAbort. A retried EndTxn is answered from those states.
+//!    Under transaction version 2 (EndTxn v5+, KIP-890 part 2) the prepare also bumps
+//!    the epoch (the markers carry the new one, which fences every late write of the
+//!    ended transaction), the producer is told the epoch to go on with, an abort needs
+//!    no partitions, and a retry is known by its epoch being one behind; the bump that
+//!    spends the last epoch moves the producer to a new producer id at completion.
 //! 5. [`TransactionCoordinator::tick`] aborts the transactions that ran past their
 //!    timeout (bumping the epoch, so that the producer that let it expire is fenced) and
 //!    removes the ids idle for `transactional.id.expiration.ms` (a tombstone).
@@ -99,6 +104,9 @@ pub enum Request {
         producer_epoch: i16,
         partitions: Vec<TransactionPartition>,
         verify_only: bool,
+        /// 2 when a partition leader adds the partition for a transaction version 2
+        /// producer (AddPartitionsToTxn v4+ without `verifyOnly`), else 0.
+        client_transaction_version: i16,
     },
     AddOffsetsToTxn {
         transactional_id: String,
@@ -112,6 +120,12 @@ pub enum Request {
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
+        /// 2 for EndTxn v5+ (KIP-890 part 2: the epoch is bumped at every commit and
+        /// abort, and an abort needs no partitions), else 0.
+        client_transaction_version: i16,
+        /// A producer id the broker allocated, used if the bump spends the last epoch;
+        /// -1 when the producer's epoch is not near the end.
+        new_producer_id: i64,
     },
 }
 
@@ -150,6 +164,9 @@ pub enum Response {
     },
     EndTxn {
         error: ErrorCode,
+        /// What the producer continues with (transaction version 2), else -1.
+        producer_id: i64,
+        producer_epoch: i16,
     },
 }
 
@@ -166,7 +183,11 @@ impl Response {
                 results: partitions.iter().map(|p| (p.clone(), error)).collect(),
             },
             Request::AddOffsetsToTxn { .. } => Response::AddOffsetsToTxn { error },
-            Request::EndTxn { .. } => Response::EndTxn { error },
+            Request::EndTxn { .. } => Response::EndTxn {
+                error,
+                producer_id: -1,
+                producer_epoch: -1,
+            },
         }
     }
 }
@@ -467,12 +488,13 @@ impl TransactionCoordinator {
                 producer_epoch,
                 partitions,
                 verify_only,
+                client_transaction_version,
                 ..
             } => add_partitions(
                 current,
                 (*producer_id, *producer_epoch),
                 partitions,
-                *verify_only,
+                (*verify_only, *client_transaction_version),
                 now_ms,
             )
             .map_response(|results| Response::AddPartitionsToTxn { results }),
@@ -487,13 +509,27 @@ impl TransactionCoordinator {
                     current,
                     (*producer_id, *producer_epoch),
                     std::slice::from_ref(&partition),
-                    false,
+                    (false, 0),
                     now_ms,
                 )
                 .map_response(|results| Response::AddOffsetsToTxn {
                     error: results.first().map_or(ErrorCode::NONE, |(_, e)| *e),
                 })
             }
+            Request::EndTxn {
+                producer_id,
+                producer_epoch,
+                commit,
+                client_transaction_version,
+                new_producer_id,
+                ..
+            } if *client_transaction_version >= 2 => end_txn_v2(
+                current,
+                (*producer_id, *producer_epoch),
+                *commit,
+                *new_producer_id,
+                now_ms,
+            ),
             Request::EndTxn {
                 producer_id,
                 producer_epoch,
@@ -584,6 +620,12 @@ impl TransactionCoordinator {
         next.state = complete;
         next.partitions.clear();
         next.txn_last_update_timestamp_ms = now_ms;
+        if m.next_producer_id >= 0 {
+            // The bump spent the last epoch: the producer goes on with the next id.
+            (next.producer_id, next.producer_epoch) = m.completed_producer();
+            next.previous_producer_id = m.producer_id;
+            next.next_producer_id = -1;
+        }
         self.persist_without_reply(vec![(transactional_id.to_owned(), Some(next))])
     }
 
@@ -724,6 +766,8 @@ fn init_producer_id(
             partitions: BTreeSet::new(),
             txn_start_timestamp_ms: -1,
             txn_last_update_timestamp_ms: now_ms,
+            next_producer_id: -1,
+            client_transaction_version: 0,
         };
         return Decision::Write(Box::new(fresh), answer(ErrorCode::NONE, new_producer_id, 0));
     };
@@ -799,7 +843,7 @@ fn add_partitions(
     current: Option<&TransactionMetadata>,
     producer: (i64, i16),
     partitions: &[TransactionPartition],
-    verify_only: bool,
+    (verify_only, client_transaction_version): (bool, i16),
     now_ms: i64,
 ) -> PartitionsDecision {
     let all = |e: ErrorCode| {
@@ -860,6 +904,7 @@ fn add_partitions(
             next.state = TransactionState::Ongoing;
             next.partitions.extend(partitions.iter().cloned());
             next.txn_last_update_timestamp_ms = now_ms;
+            next.client_transaction_version = client_transaction_version;
             PartitionsDecision::Write(Box::new(next), all(ErrorCode::NONE))
         }
     }
@@ -871,7 +916,11 @@ fn end_txn(
     commit: bool,
     now_ms: i64,
 ) -> Decision {
-    let answer = |error: ErrorCode| Response::EndTxn { error };
+    let answer = |error: ErrorCode| Response::EndTxn {
+        error,
+        producer_id: -1,
+        producer_epoch: -1,
+    };
     let m = match check_producer(current, producer) {
         Ok(m) => m,
         Err(e) => return Decision::Answer(answer(e)),
@@ -898,4 +947,99 @@ fn end_txn(
         _ => ErrorCode::INVALID_TXN_STATE,
     };
     Decision::Answer(answer(error))
+}
+
+/// EndTxn under transaction version 2 (Kafka's `endTransaction` for TV2): every commit
+/// and abort bumps the epoch, so that a produce or a marker of the ended transaction can
+/// never be taken for one of the next (the leader fences the older epoch); the bump that
+/// spends the last epoch moves the producer to `new_producer_id` at epoch 0. With the same
+/// epoch meaning "the next transaction", a retry is recognised by the epoch being one
+/// behind (or the id being the previous one, after a rotation), and is answered with what
+/// the producer holds now. An abort needs no partitions: a producer may abort a
+/// transaction it never added anything to.
+fn end_txn_v2(
+    current: Option<&TransactionMetadata>,
+    (producer_id, producer_epoch): (i64, i16),
+    commit: bool,
+    new_producer_id: i64,
+    now_ms: i64,
+) -> Decision {
+    let answer = |error: ErrorCode, (producer_id, producer_epoch): (i64, i16)| {
+        Decision::Answer(Response::EndTxn {
+            error,
+            producer_id,
+            producer_epoch,
+        })
+    };
+    let fail = |error: ErrorCode| answer(error, (-1, -1));
+    let Some(m) = current else {
+        return fail(ErrorCode::INVALID_PRODUCER_ID_MAPPING);
+    };
+    let retry_on_overflow = m.previous_producer_id == producer_id
+        && producer_epoch == i16::MAX - 1
+        && m.producer_epoch == 0;
+    let retry_on_bump = m.producer_id == producer_id
+        && i32::from(m.producer_epoch) == i32::from(producer_epoch) + 1;
+    if m.producer_id != producer_id && !retry_on_overflow {
+        return fail(ErrorCode::INVALID_PRODUCER_ID_MAPPING);
+    }
+    let same_epoch = m.producer_epoch == producer_epoch;
+    let valid_epoch = match m.state {
+        TransactionState::PrepareCommit | TransactionState::PrepareAbort => retry_on_bump,
+        TransactionState::CompleteCommit | TransactionState::CompleteAbort => {
+            retry_on_bump || retry_on_overflow || same_epoch
+        }
+        _ => same_epoch,
+    };
+    if !valid_epoch {
+        return fail(ErrorCode::PRODUCER_FENCED);
+    }
+    let retry = retry_on_bump || retry_on_overflow;
+    let prepare = |commit: bool, nothing_added: bool| -> Decision {
+        let mut next = m.clone();
+        if m.epoch_exhausted() {
+            if new_producer_id < 0 {
+                return fail(ErrorCode::COORDINATOR_NOT_AVAILABLE);
+            }
+            next.next_producer_id = new_producer_id;
+        }
+        next.state = if commit {
+            TransactionState::PrepareCommit
+        } else {
+            TransactionState::PrepareAbort
+        };
+        next.last_producer_epoch = m.producer_epoch;
+        next.producer_epoch = m.producer_epoch.saturating_add(1);
+        next.client_transaction_version = 2;
+        if nothing_added {
+            next.partitions.clear();
+            next.txn_start_timestamp_ms = now_ms;
+        }
+        next.txn_last_update_timestamp_ms = now_ms;
+        let (producer_id, producer_epoch) = next.completed_producer();
+        Decision::Write(
+            Box::new(next),
+            Response::EndTxn {
+                error: ErrorCode::NONE,
+                producer_id,
+                producer_epoch,
+            },
+        )
+    };
+    match (m.state, commit) {
+        (TransactionState::Ongoing, _) => prepare(commit, false),
+        (TransactionState::CompleteCommit, true) | (TransactionState::CompleteAbort, false)
+            if retry =>
+        {
+            answer(ErrorCode::NONE, (m.producer_id, m.producer_epoch))
+        }
+        (TransactionState::CompleteCommit, false) if !retry => prepare(false, true),
+        (TransactionState::CompleteAbort, false) | (TransactionState::Empty, false) => {
+            prepare(false, true)
+        }
+        (TransactionState::PrepareCommit, true) | (TransactionState::PrepareAbort, false) => {
+            fail(ErrorCode::CONCURRENT_TRANSACTIONS)
+        }
+        _ => fail(ErrorCode::INVALID_TXN_STATE),
+    }
 }

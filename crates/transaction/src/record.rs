@@ -80,7 +80,7 @@ impl TransactionLogRecord {
         let value = TransactionLogValue {
             producer_id: m.producer_id,
             previous_producer_id: m.previous_producer_id,
-            next_producer_id: -1,
+            next_producer_id: m.next_producer_id,
             producer_epoch: m.producer_epoch,
             transaction_timeout_ms: m.txn_timeout_ms,
             transaction_status: m.state.id(),
@@ -96,7 +96,7 @@ impl TransactionLogRecord {
             ),
             transaction_last_update_timestamp_ms: m.txn_last_update_timestamp_ms,
             transaction_start_timestamp_ms: m.txn_start_timestamp_ms,
-            client_transaction_version: 0,
+            client_transaction_version: m.client_transaction_version,
             unknown_tagged_fields: Vec::new(),
         };
         let mut buf = BytesMut::with_capacity(2 + value.encoded_len(VALUE_VERSION));
@@ -149,6 +149,8 @@ impl TransactionLogRecord {
                 partitions,
                 txn_start_timestamp_ms: v.transaction_start_timestamp_ms,
                 txn_last_update_timestamp_ms: v.transaction_last_update_timestamp_ms,
+                next_producer_id: v.next_producer_id,
+                client_transaction_version: v.client_transaction_version,
             }),
         })
     }

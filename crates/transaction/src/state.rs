@@ -124,12 +124,35 @@ pub struct TransactionMetadata {
     /// When the running transaction started (its first partition was added), or -1.
     pub txn_start_timestamp_ms: i64,
     pub txn_last_update_timestamp_ms: i64,
+    /// While a transaction version 2 commit or abort spends the last epoch: the producer
+    /// id the producer continues with once the markers are written (at epoch 0), else -1.
+    pub next_producer_id: i64,
+    /// The transaction version of the client's last request that set it (0, or 2 for
+    /// KIP-890's second part), as `__transaction_state` records it.
+    pub client_transaction_version: i16,
 }
 
 impl TransactionMetadata {
     /// Whether `epoch` is the epoch this id's producer holds now.
     pub fn is_current(&self, producer_id: i64, epoch: i16) -> bool {
         self.producer_id == producer_id && self.producer_epoch == epoch
+    }
+
+    /// No epoch is left to bump to without rotating the producer id (Kafka's
+    /// `isEpochExhausted`: the last one is kept for the markers of that rotation).
+    pub fn epoch_exhausted(&self) -> bool {
+        self.producer_epoch >= i16::MAX - 1
+    }
+
+    /// The producer id and epoch the producer holds once the transaction that is
+    /// preparing completes: under transaction version 2 the bumped epoch, or the next
+    /// producer id at epoch 0 when the bump spent the last epoch.
+    pub fn completed_producer(&self) -> (i64, i16) {
+        if self.next_producer_id >= 0 {
+            (self.next_producer_id, 0)
+        } else {
+            (self.producer_id, self.producer_epoch)
+        }
     }
 
     /// The running transaction aborted under a bumped epoch, which fences the producer

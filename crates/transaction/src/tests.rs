@@ -108,17 +108,61 @@ impl Harness {
     }
 
     fn end(&mut self, pid: i64, epoch: i16, commit: bool, now_ms: i64) -> (ErrorCode, Vec<Output>) {
+        let (error, _, others) = self.end_v(0, (pid, epoch), commit, -1, now_ms);
+        (error, others)
+    }
+
+    /// EndTxn at transaction version `tv`: the error, the producer id and epoch the
+    /// answer gives, and the other outputs.
+    fn end_v(
+        &mut self,
+        tv: i16,
+        (pid, epoch): (i64, i16),
+        commit: bool,
+        new_pid: i64,
+        now_ms: i64,
+    ) -> (ErrorCode, (i64, i16), Vec<Output>) {
         let (r, others) = self.call(
             Request::EndTxn {
                 transactional_id: T.into(),
                 producer_id: pid,
                 producer_epoch: epoch,
                 commit,
+                client_transaction_version: tv,
+                new_producer_id: new_pid,
             },
             now_ms,
         );
         match r {
-            Response::EndTxn { error } => (error, others),
+            Response::EndTxn {
+                error,
+                producer_id,
+                producer_epoch,
+            } => (error, (producer_id, producer_epoch), others),
+            r => panic!("{r:?}"),
+        }
+    }
+
+    /// A partition leader's add for a transaction version 2 producer.
+    fn add_v2(
+        &mut self,
+        pid: i64,
+        epoch: i16,
+        parts: &[(&str, i32)],
+        now_ms: i64,
+    ) -> Vec<ErrorCode> {
+        let mut request = add_req(pid, epoch, parts, false);
+        if let Request::AddPartitionsToTxn {
+            client_transaction_version,
+            ..
+        } = &mut request
+        {
+            *client_transaction_version = 2;
+        }
+        match self.call(request, now_ms).0 {
+            Response::AddPartitionsToTxn { results } => {
+                results.into_iter().map(|(_, e)| e).collect()
+            }
             r => panic!("{r:?}"),
         }
     }
@@ -166,6 +210,7 @@ fn add_req(pid: i64, epoch: i16, parts: &[(&str, i32)], verify_only: bool) -> Re
         producer_epoch: epoch,
         partitions: parts.iter().map(|(t, p)| (t.to_string(), *p)).collect(),
         verify_only,
+        client_transaction_version: 0,
     }
 }
 
@@ -440,6 +485,7 @@ fn verify_only_while_the_markers_are_written_and_after_the_transaction_ended() {
             producer_epoch: 0,
             partitions: vec![("a".into(), 0)],
             verify_only: true,
+            client_transaction_version: 0,
         },
         6,
     );
@@ -616,6 +662,160 @@ fn a_new_coordinator_replays_the_log_and_finishes_a_commit_in_flight() {
 }
 
 #[test]
+fn tv2_every_commit_and_abort_bumps_the_epoch_and_markers_carry_the_new_one() {
+    let mut h = Harness::new();
+    h.init(-1, -1, 1000, 0);
+    // The leader adds the partition on the first produce; the transaction starts there.
+    assert_eq!(h.add_v2(1000, 0, &[("a", 0)], 1), vec![ErrorCode::NONE]);
+    let m = h.c.describe(T).unwrap();
+    assert_eq!(
+        (m.state, m.client_transaction_version),
+        (TransactionState::Ongoing, 2)
+    );
+    let (e, producer, out) = h.end_v(2, (1000, 0), true, -1, 2);
+    assert_eq!((e, producer), (ErrorCode::NONE, (1000, 1)));
+    // The markers fence the epoch the transaction ran at.
+    assert_eq!(markers(&out), vec![(true, 1, vec![("a".to_owned(), 0)])]);
+    // A retry while the markers are written: the epoch one behind is recognised.
+    let (e, _, _) = h.end_v(2, (1000, 0), true, -1, 3);
+    assert_eq!(e, ErrorCode::CONCURRENT_TRANSACTIONS);
+    h.write_markers(&out, 4);
+    assert_eq!(h.state(), TransactionState::CompleteCommit);
+    // A retry after completion is answered with what the producer holds now.
+    let (e, producer, out) = h.end_v(2, (1000, 0), true, -1, 5);
+    assert_eq!((e, producer), (ErrorCode::NONE, (1000, 1)));
+    assert!(markers(&out).is_empty());
+    // ... but the same retry asking for the other outcome is refused.
+    assert_eq!(
+        h.end_v(2, (1000, 0), false, -1, 5).0,
+        ErrorCode::INVALID_TXN_STATE
+    );
+    // The old epoch is fenced for anything new.
+    assert_eq!(
+        h.add_v2(1000, 0, &[("a", 0)], 6),
+        vec![ErrorCode::PRODUCER_FENCED]
+    );
+    // The next transaction runs at the bumped epoch; an abort bumps it again.
+    assert_eq!(h.add_v2(1000, 1, &[("b", 2)], 7), vec![ErrorCode::NONE]);
+    let (e, producer, out) = h.end_v(2, (1000, 1), false, -1, 8);
+    assert_eq!((e, producer), (ErrorCode::NONE, (1000, 2)));
+    assert_eq!(markers(&out), vec![(false, 2, vec![("b".to_owned(), 2)])]);
+    h.write_markers(&out, 9);
+    assert_eq!(h.state(), TransactionState::CompleteAbort);
+    assert!(h.c.describe(T).unwrap().partitions.is_empty());
+    // A commit with nothing in it is refused, as at version 1.
+    assert_eq!(
+        h.end_v(2, (1000, 2), true, -1, 10).0,
+        ErrorCode::INVALID_TXN_STATE
+    );
+}
+
+#[test]
+fn tv2_an_abort_needs_no_partitions_and_a_wrong_epoch_is_fenced() {
+    let mut h = Harness::new();
+    h.init(-1, -1, 1000, 0);
+    // Empty: abort with nothing added still bumps (and writes no markers to anyone).
+    let (e, producer, out) = h.end_v(2, (1000, 0), false, -1, 1);
+    assert_eq!((e, producer), (ErrorCode::NONE, (1000, 1)));
+    assert_eq!(markers(&out), vec![(false, 1, vec![])]);
+    h.write_markers(&out, 2);
+    assert_eq!(h.state(), TransactionState::CompleteAbort);
+    // CompleteAbort at the current epoch: another empty abort is a new one, not a retry.
+    let (e, producer, out) = h.end_v(2, (1000, 1), false, -1, 3);
+    assert_eq!((e, producer), (ErrorCode::NONE, (1000, 2)));
+    h.write_markers(&out, 4);
+    // Ongoing: only the current epoch may end it; one ahead or two behind is fenced.
+    assert_eq!(h.add_v2(1000, 2, &[("a", 0)], 5), vec![ErrorCode::NONE]);
+    assert_eq!(
+        h.end_v(2, (1000, 3), true, -1, 6).0,
+        ErrorCode::PRODUCER_FENCED
+    );
+    assert_eq!(
+        h.end_v(2, (1000, 1), true, -1, 6).0,
+        ErrorCode::PRODUCER_FENCED
+    );
+    assert_eq!(
+        h.end_v(2, (77, 2), true, -1, 6).0,
+        ErrorCode::INVALID_PRODUCER_ID_MAPPING
+    );
+    // A version-1 EndTxn of a transaction a version-2 leader added to does not bump.
+    let (e, producer, out) = h.end_v(0, (1000, 2), true, -1, 7);
+    assert_eq!((e, producer), (ErrorCode::NONE, (-1, -1)));
+    assert_eq!(markers(&out), vec![(true, 2, vec![("a".to_owned(), 0)])]);
+}
+
+#[test]
+fn tv2_the_bump_that_spends_the_last_epoch_moves_the_producer_to_a_new_id() {
+    let mut h = Harness::new();
+    h.init(-1, -1, 1000, 0);
+    // Bring the epoch to the last one a producer may hold (KIP-360 bumps).
+    let mut epoch = 0;
+    while epoch < i16::MAX - 1 {
+        let (e, _, next) = h.init(1000, epoch, -1, 1);
+        assert_eq!(e, ErrorCode::NONE);
+        epoch = next;
+    }
+    assert_eq!(h.add_v2(1000, epoch, &[("a", 0)], 2), vec![ErrorCode::NONE]);
+    // Without an id to move to, the coordinator cannot end it yet (retriable).
+    assert_eq!(
+        h.end_v(2, (1000, epoch), true, -1, 3).0,
+        ErrorCode::COORDINATOR_NOT_AVAILABLE
+    );
+    let (e, producer, out) = h.end_v(2, (1000, epoch), true, 2000, 3);
+    assert_eq!((e, producer), (ErrorCode::NONE, (2000, 0)));
+    // The markers spend the last epoch under the old id.
+    assert_eq!(
+        markers(&out),
+        vec![(true, i16::MAX, vec![("a".to_owned(), 0)])]
+    );
+    let m = h.c.describe(T).unwrap();
+    assert_eq!((m.producer_id, m.next_producer_id), (1000, 2000));
+    h.write_markers(&out, 4);
+    let m = h.c.describe(T).unwrap().clone();
+    assert_eq!(
+        (
+            m.state,
+            m.producer_id,
+            m.producer_epoch,
+            m.previous_producer_id,
+            m.next_producer_id
+        ),
+        (TransactionState::CompleteCommit, 2000, 0, 1000, -1)
+    );
+    // A retry from the old id at the old epoch is recognised and told the new one.
+    let (e, producer, _) = h.end_v(2, (1000, i16::MAX - 1), true, -1, 5);
+    assert_eq!((e, producer), (ErrorCode::NONE, (2000, 0)));
+    // The rotation survives a replay (next_producer_id and the version are recorded).
+    let last = h.log.last().unwrap().clone();
+    let back = TransactionLogRecord::decode(
+        &last.key_bytes().unwrap(),
+        last.value_bytes().unwrap().as_deref(),
+    )
+    .unwrap();
+    // (The epoch before the last bump is not recorded, as in Kafka.)
+    let mut expected = last.clone();
+    if let Some(v) = expected.value.as_mut() {
+        v.last_producer_epoch = -1;
+    }
+    assert_eq!(back, expected);
+    let preparing = h
+        .log
+        .iter()
+        .rev()
+        .find(|r| {
+            r.value
+                .as_ref()
+                .is_some_and(|v| v.state == TransactionState::PrepareCommit)
+        })
+        .unwrap();
+    let v = preparing.value.as_ref().unwrap();
+    assert_eq!(
+        (v.next_producer_id, v.client_transaction_version),
+        (2000, 2)
+    );
+}
+
+#[test]
 fn tombstones_and_later_records_win_in_replay() {
     let mut h = Harness::new();
     h.init(-1, -1, 1000, 0);
@@ -670,6 +870,8 @@ proptest! {
         parts in proptest::collection::btree_set(("[a-c]{1,3}", 0i32..50), 0..6),
         start in -1i64..1_000_000,
         update in 0i64..1_000_000,
+        next_pid in -1i64..1_000_000,
+        tv in prop_oneof![Just(0i16), Just(2i16)],
     ) {
         let m = TransactionMetadata {
             transactional_id: id.clone(),
@@ -682,6 +884,8 @@ proptest! {
             partitions: parts,
             txn_start_timestamp_ms: start,
             txn_last_update_timestamp_ms: update,
+            next_producer_id: next_pid,
+            client_transaction_version: tv,
         };
         let r = TransactionLogRecord { transactional_id: id, value: Some(m) };
         let back = TransactionLogRecord::decode(

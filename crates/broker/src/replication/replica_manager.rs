@@ -1028,16 +1028,21 @@ impl ReplicaManager {
     /// KIP-890 part 1: whether a client's transactional batch of this producer needs
     /// the transaction coordinator's word before it is appended here (`Some(guard)`, see
     /// [`rill_storage::UnifiedLog::start_txn_verification`]) or not (`None`: its
-    /// transaction is open here already).
+    /// transaction is open here already). `supports_epoch_bump`: a transaction version
+    /// 2 producer (Produce v12+).
     pub fn start_txn_verification(
         &self,
         tp: &TopicPartition,
-        producer_id: i64,
-        producer_epoch: i16,
+        (producer_id, producer_epoch): (i64, i16),
+        supports_epoch_bump: bool,
     ) -> Result<Option<u64>, ErrorCode> {
         let (partition, _) = self.leader_partition(tp)?;
         let now = self.now();
-        partition.with_log(|log| log.start_txn_verification(producer_id, producer_epoch, now))
+        partition
+            .with_log(|log| {
+                log.start_txn_verification(producer_id, producer_epoch, supports_epoch_bump, now)
+            })?
+            .map_err(|e| append_error_code(&e))
     }
 
     /// [`Self::append_deferred_detailed`]; with `txn_verification` `Some`, a batch that

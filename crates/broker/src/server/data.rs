@@ -51,6 +51,10 @@ use rill_protocol::generated::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderEpochResponse, OffsetForLeaderTopicResult,
 };
 
+/// The first Produce version of transaction version 2 clients (KIP-890 part 2): their
+/// transactional batches are added to the transaction by the leader.
+const TV2_PRODUCE_VERSION: i16 = 12;
+
 /// What KIP-890's verification decided for a produce request's partitions.
 #[derive(Default)]
 struct ProduceVerification {
@@ -148,7 +152,10 @@ impl Broker {
         let deadline = tokio::time::Instant::now()
             + Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0));
         let image = self.image();
-        let verification = if acks_valid && self.txn_verification_enabled(&image) {
+        // A transaction version 2 producer (v12+) never adds partitions itself: the
+        // leader adds them, whatever `transaction.partition.verification.enable` says.
+        let tv2 = version >= TV2_PRODUCE_VERSION;
+        let verification = if acks_valid && (tv2 || self.txn_verification_enabled(&image)) {
             Some(self.verify_txn_partitions(&request, version).await)
         } else {
             None
@@ -191,7 +198,7 @@ impl Broker {
                 let outcome = if !acks_valid {
                     Err(ErrorCode::INVALID_REQUIRED_ACKS.into())
                 } else if let Some(error) = refused_verification {
-                    let (code, message) = txn_verification::produce_error(*error);
+                    let (code, message) = txn_verification::produce_error(*error, tv2);
                     resp.error_message = message;
                     Err(code.into())
                 } else if tp.topic == OFFSETS_TOPIC {
@@ -406,12 +413,20 @@ impl Broker {
                     topic: topic.name.clone(),
                     partition: p.index,
                 };
-                // A partition this broker cannot append to is refused by the append.
-                let Ok(guard) = self
-                    .replicas
-                    .start_txn_verification(&tp, producer_id, epoch)
-                else {
-                    continue;
+                let guard = match self.replicas.start_txn_verification(
+                    &tp,
+                    (producer_id, epoch),
+                    version >= TV2_PRODUCE_VERSION,
+                ) {
+                    Ok(guard) => guard,
+                    Err(ErrorCode::INVALID_PRODUCER_EPOCH) => {
+                        verification
+                            .unverified
+                            .insert(key, ErrorCode::INVALID_PRODUCER_EPOCH);
+                        continue;
+                    }
+                    // A partition this broker cannot append to is refused by the append.
+                    Err(_) => continue,
                 };
                 verification.guards.insert(key.clone(), guard);
                 if guard.is_none() {
@@ -449,10 +464,15 @@ impl Broker {
         };
         // Waiting for the coordinator is not work: give the request slot back.
         request_slot::park();
-        let unverified = self
-            .txn_verifier
-            .verify(transactional_id, producer, &to_verify, version)
-            .await;
+        let unverified = if version >= TV2_PRODUCE_VERSION {
+            self.txn_verifier
+                .add_retrying(transactional_id, producer, to_verify, version)
+                .await
+        } else {
+            self.txn_verifier
+                .verify(transactional_id, producer, &to_verify, version, false)
+                .await
+        };
         verification.unverified.extend(unverified);
         verification
     }

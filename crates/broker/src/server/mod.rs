@@ -60,7 +60,7 @@ pub use transactions::BrokerLeaders;
 /// the specs where old versions need a record format Rill does not store (magic 0/1) or
 /// where a newer version's semantics are not implemented yet.
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 11),
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 17),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
@@ -100,8 +100,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // (KIP-890 part 2), which is not built.
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
-    (ApiKey::EndTxn, 0, 4),
-    (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
     (ApiKey::WriteTxnMarkers, 0, 1),

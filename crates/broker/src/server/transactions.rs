@@ -54,6 +54,34 @@ fn abortable_for(error: ErrorCode, version: i16) -> ErrorCode {
     }
 }
 
+/// TxnOffsetCommit refused as a whole: `error` for every partition.
+fn txn_offset_commit_error(
+    request: &txn_offset_commit_request::TxnOffsetCommitRequest,
+    error: ErrorCode,
+) -> txn_offset_commit_response::TxnOffsetCommitResponse {
+    use txn_offset_commit_response as resp;
+    resp::TxnOffsetCommitResponse {
+        topics: request
+            .topics
+            .iter()
+            .map(|t| resp::TxnOffsetCommitResponseTopic {
+                name: t.name.clone(),
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|p| resp::TxnOffsetCommitResponsePartition {
+                        partition_index: p.partition_index,
+                        error_code: error.code(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
 impl Broker {
     async fn txn_call(&self, call: TxnCall) -> Result<TxnReply, ErrorCode> {
         self.transactions.call(call).await
@@ -221,6 +249,7 @@ impl Broker {
                     producer_epoch: request.v3_and_below_producer_epoch,
                     partitions: partitions.clone(),
                     verify_only: false,
+                    client_transaction_version: 0,
                 })
                 .await;
             return resp::AddPartitionsToTxnResponse {
@@ -238,6 +267,9 @@ impl Broker {
                     producer_epoch: t.producer_epoch,
                     partitions: partitions.clone(),
                     verify_only: t.verify_only,
+                    // Kafka's `transactionVersionForAddPartitionsToTxn`: a broker's add
+                    // (v4+) is for a transaction version 2 producer.
+                    client_transaction_version: if t.verify_only { 0 } else { 2 },
                 })
                 .await;
             results_by_transaction.push(resp::AddPartitionsToTxnResult {
@@ -288,22 +320,37 @@ impl Broker {
         request: end_txn_request::EndTxnRequest,
         version: i16,
     ) -> end_txn_response::EndTxnResponse {
+        // v5+ is transaction version 2: the epoch is bumped, and the bump from the last
+        // epoch needs a producer id to move to, taken beforehand (as for InitProducerId)
+        // only when the producer is that close to the end.
+        let tv2 = version >= 5;
+        let new_producer_id = if tv2 && request.producer_epoch >= i16::MAX - 1 {
+            self.next_producer_id().await.unwrap_or(-1)
+        } else {
+            -1
+        };
         let response = self
             .txn_request(Request::EndTxn {
                 transactional_id: request.transactional_id,
                 producer_id: request.producer_id,
                 producer_epoch: request.producer_epoch,
                 commit: request.committed,
+                client_transaction_version: if tv2 { 2 } else { 0 },
+                new_producer_id,
             })
             .await;
-        let error = match response {
-            Response::EndTxn { error } => error,
-            _ => mismatched(),
+        let (error, producer_id, producer_epoch) = match response {
+            Response::EndTxn {
+                error,
+                producer_id,
+                producer_epoch,
+            } => (error, producer_id, producer_epoch),
+            _ => (mismatched(), -1, -1),
         };
         end_txn_response::EndTxnResponse {
             error_code: fenced_for(error, version, 2).code(),
-            producer_id: -1,
-            producer_epoch: -1,
+            producer_id,
+            producer_epoch,
             ..Default::default()
         }
     }
@@ -317,11 +364,38 @@ impl Broker {
         version: i16,
     ) -> txn_offset_commit_response::TxnOffsetCommitResponse {
         use txn_offset_commit_response as resp;
+        // v5+ is transaction version 2: the client sent no AddOffsetsToTxn, so the
+        // group's offsets partition is added to its transaction here, before the offsets
+        // are written (Kafka's group coordinator does so through the same manager as a
+        // produce).
+        if version >= 5 {
+            let offsets_partitions = self
+                .config
+                .group_config()
+                .map(|c| c.offsets_topic_num_partitions)
+                .unwrap_or(50);
+            let partition = (
+                rill_transaction::CONSUMER_OFFSETS_TOPIC.to_string(),
+                rill_protocol::partition_for(&request.group_id, offsets_partitions),
+            );
+            let refused = self
+                .txn_verifier
+                .add_retrying(
+                    &request.transactional_id,
+                    (request.producer_id, request.producer_epoch),
+                    vec![partition],
+                    i16::MAX,
+                )
+                .await;
+            if let Some(error) = refused.into_values().next() {
+                return txn_offset_commit_error(&request, error);
+            }
+        }
         let commit = rill_group::OffsetCommitRequest {
-            group_id: request.group_id,
+            group_id: request.group_id.clone(),
             generation_id_or_member_epoch: request.generation_id,
-            member_id: request.member_id,
-            group_instance_id: request.group_instance_id,
+            member_id: request.member_id.clone(),
+            group_instance_id: request.group_instance_id.clone(),
             retention_time_ms: -1,
             topics: request
                 .topics
@@ -370,23 +444,7 @@ impl Broker {
                     ..Default::default()
                 })
                 .collect(),
-            Err(code) => request
-                .topics
-                .into_iter()
-                .map(|t| resp::TxnOffsetCommitResponseTopic {
-                    name: t.name,
-                    partitions: t
-                        .partitions
-                        .into_iter()
-                        .map(|p| resp::TxnOffsetCommitResponsePartition {
-                            partition_index: p.partition_index,
-                            error_code: code.code(),
-                            ..Default::default()
-                        })
-                        .collect(),
-                    ..Default::default()
-                })
-                .collect(),
+            Err(code) => return txn_offset_commit_error(&request, code),
         };
         resp::TxnOffsetCommitResponse {
             topics,

@@ -49,6 +49,9 @@ use crate::server::Broker;
 
 /// The AddPartitionsToTxn version leaders send: v5 knows TRANSACTION_ABORTABLE.
 pub const VERIFY_VERSION: i16 = 5;
+/// Kafka's `add.partitions.to.txn.retry.backoff.ms` and `.max.ms` defaults.
+const ADD_RETRY_BACKOFF: Duration = Duration::from_millis(20);
+const ADD_RETRY_MAX: Duration = Duration::from_millis(100);
 /// Kafka bounds the exchange by `request.timeout.ms`.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_RESPONSE_BYTES: usize = 1 << 20;
@@ -121,6 +124,7 @@ impl TxnVerifier {
         (producer_id, producer_epoch): (i64, i16),
         partitions: &[TransactionPartition],
         produce_version: i16,
+        add: bool,
     ) -> Unverified {
         let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
         for (t, p) in partitions {
@@ -130,7 +134,7 @@ impl TxnVerifier {
             transactional_id: transactional_id.to_string(),
             producer_id,
             producer_epoch,
-            verify_only: true,
+            verify_only: !add,
             topics: topics
                 .into_iter()
                 .map(|(name, partitions)| AddPartitionsToTxnTopic {
@@ -188,6 +192,51 @@ impl TxnVerifier {
                 (tp, e)
             })
             .collect()
+    }
+
+    /// KIP-890 part 2: adds `partitions` to the producer's transaction (AddPartitionsToTxn
+    /// without `verifyOnly`), which starts the transaction if none runs. The
+    /// CONCURRENT_TRANSACTIONS a coordinator answers while the producer's previous
+    /// transaction is still writing its markers is common right after a commit, so it is
+    /// retried here (every `add.partitions.to.txn.retry.backoff.ms`, for at most
+    /// `add.partitions.to.txn.retry.backoff.max.ms`, Kafka's 20 and 100 ms) rather than
+    /// by the producer, whose retry of a whole produce costs more.
+    pub async fn add_retrying(
+        self: &Arc<Self>,
+        transactional_id: &str,
+        producer: (i64, i16),
+        mut partitions: Vec<TransactionPartition>,
+        produce_version: i16,
+    ) -> Unverified {
+        let started = tokio::time::Instant::now();
+        loop {
+            let mut unverified = self
+                .verify(
+                    transactional_id,
+                    producer,
+                    &partitions,
+                    produce_version,
+                    true,
+                )
+                .await;
+            let concurrent = unverified
+                .values()
+                .any(|e| *e == ErrorCode::CONCURRENT_TRANSACTIONS);
+            if !concurrent || started.elapsed() >= ADD_RETRY_MAX {
+                return unverified;
+            }
+            tokio::time::sleep(ADD_RETRY_BACKOFF).await;
+            // Only what was refused for now is asked again; the rest stands.
+            partitions = unverified
+                .iter()
+                .filter(|(_, e)| **e == ErrorCode::CONCURRENT_TRANSACTIONS)
+                .map(|(tp, _)| tp.clone())
+                .collect();
+            unverified.retain(|_, e| *e != ErrorCode::CONCURRENT_TRANSACTIONS);
+            if !unverified.is_empty() {
+                return unverified;
+            }
+        }
     }
 
     /// The leader of the id's `__transaction_state` partition and how to reach it.
@@ -323,10 +372,11 @@ fn unverified_of(
 /// A verification's failure as the produce response carries it (Kafka's
 /// `ReplicaManager`): the coordinator's retriable errors, which older clients would not
 /// retry on a produce, become NOT_ENOUGH_REPLICAS (retried, and no metadata refresh);
-/// CONCURRENT_TRANSACTIONS too, for the transaction version 1 clients this broker
-/// serves.
-pub fn produce_error(error: ErrorCode) -> (ErrorCode, Option<String>) {
+/// CONCURRENT_TRANSACTIONS too for transaction version 1 clients; a version 2 client
+/// (`tv2`) gets CONCURRENT_TRANSACTIONS as it is, which it retries, as Kafka does.
+pub fn produce_error(error: ErrorCode, tv2: bool) -> (ErrorCode, Option<String>) {
     match error {
+        ErrorCode::CONCURRENT_TRANSACTIONS if tv2 => (error, None),
         ErrorCode::INVALID_TXN_STATE => (
             error,
             Some("Partition was not added to the transaction".to_string()),
@@ -445,15 +495,30 @@ mod tests {
             ErrorCode::NOT_COORDINATOR,
             ErrorCode::CONCURRENT_TRANSACTIONS,
         ] {
-            assert_eq!(produce_error(e).0, ErrorCode::NOT_ENOUGH_REPLICAS, "{e:?}");
+            assert_eq!(
+                produce_error(e, false).0,
+                ErrorCode::NOT_ENOUGH_REPLICAS,
+                "{e:?}"
+            );
         }
+        // A transaction version 2 producer retries CONCURRENT_TRANSACTIONS itself.
         assert_eq!(
-            produce_error(ErrorCode::INVALID_TXN_STATE).0,
-            ErrorCode::INVALID_TXN_STATE
+            produce_error(ErrorCode::CONCURRENT_TRANSACTIONS, true).0,
+            ErrorCode::CONCURRENT_TRANSACTIONS
         );
         assert_eq!(
-            produce_error(ErrorCode::INVALID_PRODUCER_EPOCH).0,
-            ErrorCode::INVALID_PRODUCER_EPOCH
+            produce_error(ErrorCode::COORDINATOR_NOT_AVAILABLE, true).0,
+            ErrorCode::NOT_ENOUGH_REPLICAS
         );
+        for tv2 in [false, true] {
+            assert_eq!(
+                produce_error(ErrorCode::INVALID_TXN_STATE, tv2).0,
+                ErrorCode::INVALID_TXN_STATE
+            );
+            assert_eq!(
+                produce_error(ErrorCode::INVALID_PRODUCER_EPOCH, tv2).0,
+                ErrorCode::INVALID_PRODUCER_EPOCH
+            );
+        }
     }
 }

@@ -11,8 +11,8 @@ fn registration_assigns_epoch_and_starts_fenced() {
     let r = h.register(1);
     assert_eq!(r.error_code, ErrorCode::NONE);
     assert_eq!(
-        r.broker_epoch, 1,
-        "epoch is the offset of the registration record (after metadata.version's)"
+        r.broker_epoch, 2,
+        "epoch is the offset of the registration record (after the bootstrapped features')"
     );
     let b = h.image.broker(1).unwrap();
     assert!(b.fenced);
@@ -1133,20 +1133,23 @@ fn automatic_preferred_leader_election_after_a_broker_returns() {
     assert_eq!(h.partition("t", 0).leader, leader);
 }
 
-/// KIP-584: the first controller finalizes metadata.version; UpdateFeatures upgrades it
+/// KIP-584: the first controller finalizes metadata.version and transaction.version
+/// (Kafka 4's defaults); UpdateFeatures upgrades them
 /// within the supported range, refuses a downgrade, an unknown feature and a level the
 /// software does not support, all or nothing, and writes nothing when validating only.
 #[test]
 fn feature_levels_are_bootstrapped_and_updated_all_or_nothing() {
     use crate::features::{
-        FeatureUpdate, METADATA_VERSION, METADATA_VERSION_LATEST, SAFE_DOWNGRADE, UPGRADE,
+        FeatureUpdate, METADATA_VERSION, METADATA_VERSION_LATEST, SAFE_DOWNGRADE,
+        TRANSACTION_VERSION, UPGRADE,
     };
     let mut fresh = QuorumController::new(ControllerConfig::default());
     let empty = MetadataImage::new();
     let first = fresh.tick(&empty, 0);
     assert!(
-        matches!(&first.records[..], [MetadataRecord::FeatureLevel(r)]
-            if r.name == METADATA_VERSION && r.feature_level == METADATA_VERSION_LATEST),
+        matches!(&first.records[..], [MetadataRecord::FeatureLevel(m), MetadataRecord::FeatureLevel(t)]
+            if m.name == METADATA_VERSION && m.feature_level == METADATA_VERSION_LATEST
+                && t.name == TRANSACTION_VERSION && t.feature_level == 2),
         "{:?}",
         first.records
     );
@@ -1196,13 +1199,31 @@ fn feature_levels_are_bootstrapped_and_updated_all_or_nothing() {
             .all(|r| r.error_code == ErrorCode::INVALID_UPDATE_VERSION),
         "{results:?}"
     );
-    // Not supported above level 0 yet.
-    let (_, results) = run(
+    // Not supported above level 0 yet, and above what the software knows.
+    let (_, results) = run(&mut h, vec![update("group.version", 1, UPGRADE)], false);
+    assert_eq!(results[0].error_code, ErrorCode::INVALID_UPDATE_VERSION);
+    let (_, results) = run(&mut h, vec![update(TRANSACTION_VERSION, 3, UPGRADE)], false);
+    assert_eq!(results[0].error_code, ErrorCode::INVALID_UPDATE_VERSION);
+    // transaction.version goes down and back up (a downgrade must say so).
+    let (_, results) = run(&mut h, vec![update(TRANSACTION_VERSION, 0, UPGRADE)], false);
+    assert_eq!(results[0].error_code, ErrorCode::INVALID_UPDATE_VERSION);
+    let (written, results) = run(
         &mut h,
-        vec![update("transaction.version", 2, UPGRADE)],
+        vec![update(TRANSACTION_VERSION, 0, SAFE_DOWNGRADE)],
         false,
     );
-    assert_eq!(results[0].error_code, ErrorCode::INVALID_UPDATE_VERSION);
+    assert_eq!((written, results[0].error_code), (1, ErrorCode::NONE));
+    assert_eq!(
+        h.image
+            .features
+            .get(TRANSACTION_VERSION)
+            .copied()
+            .unwrap_or(0),
+        0
+    );
+    let (written, results) = run(&mut h, vec![update(TRANSACTION_VERSION, 2, UPGRADE)], false);
+    assert_eq!((written, results[0].error_code), (1, ErrorCode::NONE));
+    assert_eq!(h.image.features.get(TRANSACTION_VERSION), Some(&2));
     let (_, results) = run(
         &mut h,
         vec![update(

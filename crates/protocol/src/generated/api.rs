@@ -571,7 +571,7 @@ impl ApiKey {
     /// The request's valid versions, lowest and highest.
     pub const fn valid_versions(self) -> (i16, i16) {
         match self {
-            ApiKey::Produce => (0, 11),
+            ApiKey::Produce => (0, 12),
             ApiKey::Fetch => (0, 17),
             ApiKey::ListOffsets => (0, 10),
             ApiKey::Metadata => (0, 12),
@@ -599,7 +599,7 @@ impl ApiKey {
             ApiKey::AddOffsetsToTxn => (0, 4),
             ApiKey::EndTxn => (0, 5),
             ApiKey::WriteTxnMarkers => (0, 1),
-            ApiKey::TxnOffsetCommit => (0, 4),
+            ApiKey::TxnOffsetCommit => (0, 5),
             ApiKey::DescribeAcls => (0, 3),
             ApiKey::CreateAcls => (0, 3),
             ApiKey::DeleteAcls => (0, 3),

@@ -8,7 +8,7 @@ use crate::error::{DecodeError, EncodeError};
 #[allow(clippy::wildcard_imports, reason = "generated code calls many of them")]
 use crate::primitives::*;
 
-/// `ProduceRequest` (`request`), versions 0-11, flexible 9-11.
+/// `ProduceRequest` (`request`), versions 0-12, flexible 9-12.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProduceRequest {
     /// The transactional ID, or null if the producer is not transactional.
@@ -45,7 +45,7 @@ impl Default for ProduceRequest {
 
 impl Encodable for ProduceRequest {
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        if !(0..=11).contains(&version) {
+        if !(0..=12).contains(&version) {
             return Err(EncodeError::UnsupportedVersion {
                 message: "ProduceRequest",
                 version,
@@ -99,7 +99,7 @@ impl Encodable for ProduceRequest {
 
 impl Decodable for ProduceRequest {
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
-        if !(0..=11).contains(&version) {
+        if !(0..=12).contains(&version) {
             return Err(DecodeError::UnsupportedVersion {
                 api: "ProduceRequest",
                 version,
@@ -278,6 +278,6 @@ impl Decodable for PartitionProduceData {
 impl Request for ProduceRequest {
     const API_KEY: i16 = 0;
     const MIN_VERSION: i16 = 0;
-    const MAX_VERSION: i16 = 11;
+    const MAX_VERSION: i16 = 12;
     type Response = super::produce_response::ProduceResponse;
 }

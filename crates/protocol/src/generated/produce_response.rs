@@ -8,7 +8,7 @@ use crate::error::{DecodeError, EncodeError};
 #[allow(clippy::wildcard_imports, reason = "generated code calls many of them")]
 use crate::primitives::*;
 
-/// `ProduceResponse` (`response`), versions 0-11, flexible 9-11.
+/// `ProduceResponse` (`response`), versions 0-12, flexible 9-12.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProduceResponse {
     /// Each produce response
@@ -40,7 +40,7 @@ impl Default for ProduceResponse {
 
 impl Encodable for ProduceResponse {
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        if !(0..=11).contains(&version) {
+        if !(0..=12).contains(&version) {
             return Err(EncodeError::UnsupportedVersion {
                 message: "ProduceResponse",
                 version,
@@ -116,7 +116,7 @@ impl Encodable for ProduceResponse {
 
 impl Decodable for ProduceResponse {
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
-        if !(0..=11).contains(&version) {
+        if !(0..=12).contains(&version) {
             return Err(DecodeError::UnsupportedVersion {
                 api: "ProduceResponse",
                 version,

@@ -8,7 +8,7 @@ use crate::error::{DecodeError, EncodeError};
 #[allow(clippy::wildcard_imports, reason = "generated code calls many of them")]
 use crate::primitives::*;
 
-/// `TxnOffsetCommitRequest` (`request`), versions 0-4, flexible 3-4.
+/// `TxnOffsetCommitRequest` (`request`), versions 0-5, flexible 3-5.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TxnOffsetCommitRequest {
     /// The ID of the transaction.
@@ -65,7 +65,7 @@ impl Default for TxnOffsetCommitRequest {
 
 impl Encodable for TxnOffsetCommitRequest {
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        if !(0..=4).contains(&version) {
+        if !(0..=5).contains(&version) {
             return Err(EncodeError::UnsupportedVersion {
                 message: "TxnOffsetCommitRequest",
                 version,
@@ -135,7 +135,7 @@ impl Encodable for TxnOffsetCommitRequest {
 
 impl Decodable for TxnOffsetCommitRequest {
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
-        if !(0..=4).contains(&version) {
+        if !(0..=5).contains(&version) {
             return Err(DecodeError::UnsupportedVersion {
                 api: "TxnOffsetCommitRequest",
                 version,
@@ -350,6 +350,6 @@ impl Decodable for TxnOffsetCommitRequestPartition {
 impl Request for TxnOffsetCommitRequest {
     const API_KEY: i16 = 28;
     const MIN_VERSION: i16 = 0;
-    const MAX_VERSION: i16 = 4;
+    const MAX_VERSION: i16 = 5;
     type Response = super::txn_offset_commit_response::TxnOffsetCommitResponse;
 }

@@ -8,7 +8,7 @@ use crate::error::{DecodeError, EncodeError};
 #[allow(clippy::wildcard_imports, reason = "generated code calls many of them")]
 use crate::primitives::*;
 
-/// `TxnOffsetCommitResponse` (`response`), versions 0-4, flexible 3-4.
+/// `TxnOffsetCommitResponse` (`response`), versions 0-5, flexible 3-5.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TxnOffsetCommitResponse {
     /// The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota.
@@ -35,7 +35,7 @@ impl Default for TxnOffsetCommitResponse {
 
 impl Encodable for TxnOffsetCommitResponse {
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        if !(0..=4).contains(&version) {
+        if !(0..=5).contains(&version) {
             return Err(EncodeError::UnsupportedVersion {
                 message: "TxnOffsetCommitResponse",
                 version,
@@ -75,7 +75,7 @@ impl Encodable for TxnOffsetCommitResponse {
 
 impl Decodable for TxnOffsetCommitResponse {
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
-        if !(0..=4).contains(&version) {
+        if !(0..=5).contains(&version) {
             return Err(DecodeError::UnsupportedVersion {
                 api: "TxnOffsetCommitResponse",
                 version,

@@ -444,11 +444,20 @@ fn a_verified_append_needs_the_producers_current_guard_to_open_a_transaction() {
         Err(AppendError::InvalidTxnState { producer_id: 1, .. })
     ));
     // A guard of another producer does not do either.
-    let other = log.start_txn_verification(2, 0, T0).unwrap();
+    let other = log
+        .start_txn_verification(2, 0, false, T0)
+        .unwrap()
+        .unwrap();
     assert!(append_verified(&mut log, txn_batch(1, 0, 0, 2), Some(other)).is_err());
-    let guard = log.start_txn_verification(1, 0, T0).unwrap();
+    let guard = log
+        .start_txn_verification(1, 0, false, T0)
+        .unwrap()
+        .unwrap();
     // A second verification while the first is under way shares its guard.
-    assert_eq!(log.start_txn_verification(1, 0, T0), Some(guard));
+    assert_eq!(
+        log.start_txn_verification(1, 0, false, T0).ok(),
+        Some(Some(guard))
+    );
     assert_eq!(
         append_verified(&mut log, txn_batch(1, 0, 0, 2), Some(guard))
             .unwrap()
@@ -456,7 +465,7 @@ fn a_verified_append_needs_the_producers_current_guard_to_open_a_transaction() {
         0
     );
     // The transaction is open: nothing more to verify, any batch of it goes in.
-    assert_eq!(log.start_txn_verification(1, 0, T0), None);
+    assert_eq!(log.start_txn_verification(1, 0, false, T0).ok(), Some(None));
     assert_eq!(
         append_verified(&mut log, txn_batch(1, 0, 2, 1), None)
             .unwrap()
@@ -475,7 +484,10 @@ fn a_verified_append_needs_the_producers_current_guard_to_open_a_transaction() {
 fn a_marker_between_verification_and_append_voids_the_guard() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
-    let guard = log.start_txn_verification(1, 0, T0).unwrap();
+    let guard = log
+        .start_txn_verification(1, 0, false, T0)
+        .unwrap()
+        .unwrap();
     // The coordinator aborted the transaction meanwhile: its marker reaches the partition
     // before the verified batch does, which must not open a transaction after it.
     append(&mut log, marker(1, 0, 0, false), AppendOrigin::Coordinator);
@@ -485,7 +497,77 @@ fn a_marker_between_verification_and_append_voids_the_guard() {
     ));
     assert_eq!(log.ongoing_txns(), vec![]);
     // A verification that never led to an append expires with the producers.
-    let stale = log.start_txn_verification(2, 0, T0).unwrap();
+    let stale = log
+        .start_txn_verification(2, 0, false, T0)
+        .unwrap()
+        .unwrap();
     log.remove_expired_producers(T0 + 10, 10);
     assert!(append_verified(&mut log, txn_batch(2, 0, 0, 1), Some(stale)).is_err());
+}
+
+#[test]
+fn tv2_the_marker_at_the_next_transactions_epoch_leaves_its_verification_standing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
+    let guard = log.start_txn_verification(1, 0, true, T0).unwrap().unwrap();
+    append_verified(&mut log, txn_batch(1, 0, 0, 2), Some(guard)).unwrap();
+    // The producer was told epoch 1 at its commit and verifies its next batch at epoch 1
+    // before the commit's marker (at epoch 1) reaches the partition.
+    let next = log.start_txn_verification(1, 1, true, T0).unwrap().unwrap();
+    append(&mut log, marker(1, 1, 0, true), AppendOrigin::Coordinator);
+    assert_eq!(log.ongoing_txns(), vec![]);
+    // The marker was the last transaction's: the next one's verification still holds, and
+    // its first batch starts at sequence 0.
+    assert_eq!(
+        append_verified(&mut log, txn_batch(1, 1, 0, 1), Some(next))
+            .unwrap()
+            .first_offset,
+        3
+    );
+    // A zombie of the ended transaction, at its old epoch, is fenced before the
+    // coordinator is asked, and refused by the append too.
+    assert!(matches!(
+        log.start_txn_verification(1, 0, true, T0),
+        Err(AppendError::InvalidProducerEpoch {
+            producer_id: 1,
+            current: 1,
+            found: 0
+        })
+    ));
+    let zombie = log.append_as_leader(txn_batch(1, 0, 2, 1), 0, AppendOrigin::Client, T0);
+    assert!(
+        matches!(
+            zombie,
+            Err(AppendError::InvalidProducerEpoch { producer_id: 1, .. })
+        ),
+        "{zombie:?}"
+    );
+    // Transaction version 1 keeps voiding on any marker (as before).
+    let v1 = log
+        .start_txn_verification(5, 0, false, T0)
+        .unwrap()
+        .unwrap();
+    append(&mut log, marker(5, 0, 0, false), AppendOrigin::Coordinator);
+    assert!(append_verified(&mut log, txn_batch(5, 0, 0, 1), Some(v1)).is_err());
+}
+
+#[test]
+fn tv2_a_producer_without_state_here_must_start_at_sequence_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = UnifiedLog::open(dir.path(), config(), T0, PreviousShutdown::Unclean).unwrap();
+    let guard = log.start_txn_verification(1, 3, true, T0).unwrap().unwrap();
+    assert!(matches!(
+        append_verified(&mut log, txn_batch(1, 3, 5, 1), Some(guard)),
+        Err(AppendError::OutOfOrderSequence {
+            expected: 0,
+            found: 5,
+            ..
+        })
+    ));
+    assert_eq!(
+        append_verified(&mut log, txn_batch(1, 3, 0, 1), Some(guard))
+            .unwrap()
+            .first_offset,
+        0
+    );
 }

@@ -39,7 +39,10 @@ import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.QuorumInfo;
 import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.admin.TransactionDescription;
+import org.apache.kafka.clients.admin.TransactionState;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -314,7 +317,22 @@ public final class JavaClientSuite {
             producer.abortTransaction();
             producer.beginTransaction();
             produce(producer, topic, 20);
+            // Offsets in the transaction: under transaction version 2 (Kafka 4's default)
+            // TxnOffsetCommit v5 without AddOffsetsToTxn.
+            String group = "java-txn-group-" + run;
+            producer.sendOffsetsToTransaction(
+                    Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(17)),
+                    new ConsumerGroupMetadata(group));
             producer.commitTransaction();
+            checkEquals(17L, admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata()
+                    .get(30, TimeUnit.SECONDS).get(new TopicPartition(topic, 0)).offset(),
+                    "offset committed in the transaction");
+            // Transaction version 2 bumps the epoch at every commit and abort: from 0 at
+            // initTransactions, 2 after one abort and one commit.
+            TransactionDescription txn = admin.describeTransactions(List.of("java-txn-" + run))
+                    .description("java-txn-" + run).get(30, TimeUnit.SECONDS);
+            checkEquals(TransactionState.COMPLETE_COMMIT, txn.state(), "transaction state");
+            checkEquals(2, txn.producerEpoch(), "producer epoch after an abort and a commit");
         }
         try (KafkaConsumer<String, String> consumer = consumer(null,
                 Map.of(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed"))) {
