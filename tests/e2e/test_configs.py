@@ -537,14 +537,20 @@ def test_an_update_of_an_unknown_feature_fails_the_whole_request_as_kafka_does(r
     client = KafkaAdminClient(bootstrap_servers=rill.bootstrap)
     try:
         try:
-            client.update_features({"rill.test.unknown.feature": 1, "transaction.version": 0})
+            client.update_features(
+                {"rill.test.unknown.feature": 1, "transaction.version": ("SAFE_DOWNGRADE", 0)}
+            )
         except Exception as error:  # noqa: BLE001 - the error class is the assertion
             assert type(error).__name__ == "InvalidUpdateVersionError", repr(error)
             assert "The update failed for all features since the following feature had an error" in str(error)
         else:
             raise AssertionError("an unknown feature was accepted")
-        # Nothing was applied: transaction.version is still finalized as before.
-        assert client.update_features({"transaction.version": 0}, validate_only=True) == {"transaction.version": "OK"}
+        # Nothing was applied: transaction.version is still finalized at a new cluster's 2,
+        # though its downgrade alone is accepted.
+        assert client.describe_features()["transaction.version"]["finalized"] == (2, 2)
+        downgrade = {"transaction.version": ("SAFE_DOWNGRADE", 0)}
+        assert client.update_features(downgrade, validate_only=True) == {"transaction.version": "OK"}
+        assert client.describe_features()["transaction.version"]["finalized"] == (2, 2)
     finally:
         client.close()
 
