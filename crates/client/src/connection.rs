@@ -95,6 +95,8 @@ pub(crate) struct BrokerConnection {
     client_id: String,
     request_timeout: Duration,
     versions: OnceLock<HashMap<i16, (i16, i16)>>,
+    /// The feature levels the cluster finalized, as ApiVersions v3+ reported them.
+    finalized_features: OnceLock<HashMap<String, i16>>,
     reader: JoinHandle<()>,
 }
 
@@ -168,6 +170,7 @@ impl BrokerConnection {
             client_id: client_id.to_string(),
             request_timeout,
             versions: OnceLock::new(),
+            finalized_features: OnceLock::new(),
             reader,
         });
         let mut response = conn.api_versions(3).await?;
@@ -181,6 +184,13 @@ impl BrokerConnection {
             .map(|k| (k.api_key, (k.min_version, k.max_version)))
             .collect();
         let _ = conn.versions.set(versions);
+        let _ = conn.finalized_features.set(
+            response
+                .finalized_features
+                .iter()
+                .map(|f| (f.name.clone(), f.max_version_level))
+                .collect(),
+        );
         if security.protocol.sasl() {
             conn.authenticate(security).await?;
         }
@@ -230,6 +240,15 @@ impl BrokerConnection {
             ..Default::default()
         };
         self.send_at(&request, version, self.request_timeout).await
+    }
+
+    /// The level the cluster finalized `feature` at, as this broker said (0: not
+    /// finalized).
+    pub(crate) fn finalized_feature(&self, feature: &str) -> i16 {
+        self.finalized_features
+            .get()
+            .and_then(|f| f.get(feature).copied())
+            .unwrap_or(0)
     }
 
     /// The broker's address, as dialled.

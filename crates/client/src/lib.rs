@@ -3,7 +3,8 @@
 //! - [`Producer`]: batching (`batch.size`, `linger.ms`), compression, idempotence on by
 //!   default, the Java client's partitioner ([`murmur2`]), a [`DeliveryFuture`] per record;
 //!   with a `transactional.id`, transactions ([`Producer::init_transactions`],
-//!   `begin_transaction`, `commit_transaction`, `abort_transaction`; transaction version 1).
+//!   `begin_transaction`, `commit_transaction`, `abort_transaction`; transaction version 2
+//!   when the cluster finalizes it, as the Java client 4.x decides, else version 1).
 //! - [`Consumer`]: consumer groups (the classic protocol: FindCoordinator, JoinGroup,
 //!   SyncGroup, heartbeats, the range/roundrobin/sticky/cooperative-sticky assignors in
 //!   Kafka's embedded consumer-protocol format), auto-commit, rebalance listener, or

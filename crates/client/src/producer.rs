@@ -53,6 +53,9 @@ use crate::transaction::TransactionCoordinator;
 use crate::types::TopicPartition;
 
 const PRODUCE_VERSION: i16 = 11;
+/// Produce v12 is v11 on the wire; it tells the leader that the producer runs at
+/// transaction version 2 and adds no partitions itself (KIP-890 part 2).
+const PRODUCE_TV2_VERSION: i16 = 12;
 const INIT_PRODUCER_ID_VERSION: i16 = 4;
 
 /// `acks`: how many replicas must have a record before the broker answers.
@@ -443,6 +446,9 @@ struct Accumulator {
     pool_bytes: usize,
     /// The transaction, for a producer with a `transactional.id`.
     txn: Option<TxnPartitions>,
+    /// The transactions run at transaction version 2 (KIP-890 part 2): the leaders add
+    /// the partitions, and every commit or abort bumps the epoch.
+    tv2: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -535,6 +541,7 @@ impl Producer {
                 pool: Vec::new(),
                 pool_bytes: 0,
                 txn,
+                tv2: false,
             }),
             wake: Notify::new(),
             idle: Notify::new(),
@@ -820,9 +827,13 @@ impl Producer {
         let (producer_id, producer_epoch) = coordinator
             .init_producer_id(&self.inner.net, self.inner.config.max_block)
             .await?;
+        let tv2 = coordinator
+            .transaction_version_2(&self.inner.net, self.inner.config.max_block)
+            .await?;
         let mut s = self.inner.lock()?;
         s.producer_id = producer_id;
         s.producer_epoch = producer_epoch;
+        s.tv2 = tv2;
         for q in s.queues.values_mut() {
             q.next_sequence = 0;
         }
@@ -889,9 +900,26 @@ impl Producer {
         // A transaction that wrote nothing has nothing for the coordinator to end (the
         // Java client completes it without EndTxn too).
         if started {
-            coordinator
-                .end_txn(&self.inner.net, self.inner.config.max_block, ids, commit)
+            let tv2 = self.inner.lock()?.tv2;
+            let next = coordinator
+                .end_txn(
+                    &self.inner.net,
+                    self.inner.config.max_block,
+                    ids,
+                    commit,
+                    tv2,
+                )
                 .await?;
+            if let Some((producer_id, producer_epoch)) = next {
+                // The epoch was bumped (or the id rotated): the next transaction starts
+                // every partition at sequence 0 again.
+                let mut s = self.inner.lock()?;
+                s.producer_id = producer_id;
+                s.producer_epoch = producer_epoch;
+                for q in s.queues.values_mut() {
+                    q.next_sequence = 0;
+                }
+            }
         }
         if let Some(txn) = self.inner.lock()?.txn.as_mut() {
             *txn = TxnPartitions::default();
@@ -1217,7 +1245,14 @@ async fn add_partitions(inner: &ProducerInner, coordinator: &TransactionCoordina
     let (pending, ids) = match inner.state.lock() {
         Ok(mut s) if s.producer_id >= 0 => {
             let ids = (s.producer_id, s.producer_epoch);
+            let tv2 = s.tv2;
             match s.txn.as_mut() {
+                // Transaction version 2: the leaders add the partitions on Produce v12.
+                Some(t) if tv2 => {
+                    let pending = std::mem::take(&mut t.pending);
+                    t.added.extend(pending);
+                    return;
+                }
                 Some(t) if !t.pending.is_empty() => (
                     std::mem::take(&mut t.pending)
                         .into_iter()
@@ -1385,8 +1420,13 @@ async fn send_produce(inner: &Arc<ProducerInner>, leader: i32, batches: Vec<Prod
         i32::try_from(inner.config.client.request_timeout.as_millis()).unwrap_or(i32::MAX);
     let acks = inner.config.acks;
     let transactional_id = inner.config.transactional_id.as_deref();
+    let tv2 = inner.state.lock().map(|s| s.tv2).unwrap_or(false);
     let frame = conn
-        .begin_spliced::<ProduceRequest>(PRODUCE_VERSION)
+        .begin_spliced::<ProduceRequest>(if tv2 {
+            PRODUCE_TV2_VERSION
+        } else {
+            PRODUCE_VERSION
+        })
         .and_then(|mut frame| {
             encode_produce(
                 &mut frame,
@@ -1449,7 +1489,7 @@ fn encode_produce(
     topics: &[TopicBatches<'_>],
 ) -> Result<()> {
     let version = frame.version;
-    if !(0..=11).contains(&version) {
+    if !(0..=PRODUCE_TV2_VERSION).contains(&version) {
         return Err(Error::Encode(
             rill_protocol::EncodeError::UnsupportedVersion {
                 message: "ProduceRequest",

@@ -10,6 +10,11 @@
 //! AddPartitionsToTxn: it clears within a marker round trip, and the next transaction waits
 //! on it. Everything is bounded by `max.block.ms` in total.
 //!
+//! Transaction version 2 (KIP-890 part 2) is used when the coordinator says the cluster
+//! finalized `transaction.version` 2 and offers EndTxn v5, as the Java client decides: the
+//! producer then sends no AddPartitionsToTxn (the partition leaders add partitions on
+//! Produce v12), and every EndTxn answers with the epoch (or producer id) to go on with.
+//!
 //! The producer's own state (which partitions are in the transaction, whether one is open)
 //! lives with its accumulator in `producer.rs`; this module only speaks to the coordinator.
 
@@ -24,11 +29,15 @@ use crate::network::{BrokerMetadata, NetworkClient};
 use crate::ops;
 use crate::types::{by_topic, TopicPartition};
 
-/// Versions of transaction version 1 (KIP-890 part 2 would be EndTxn v5): AddPartitionsToTxn
-/// v3 is the last the clients send (v4 and up are the brokers' batched form).
+/// Versions of transaction version 1: AddPartitionsToTxn v3 is the last the clients send
+/// (v4 and up are the brokers' batched form), EndTxn v4 the last before version 2.
 const INIT_PRODUCER_ID_VERSION: i16 = 4;
 const ADD_PARTITIONS_TO_TXN_VERSION: i16 = 3;
-const END_TXN_VERSION: i16 = 3;
+const END_TXN_VERSION: i16 = 4;
+/// EndTxn of transaction version 2: the answer carries the producer id and epoch.
+pub(crate) const END_TXN_V2_VERSION: i16 = 5;
+/// The feature whose level 2 makes clients use transaction version 2.
+const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
 /// The wait before asking again while the previous transaction completes.
 const CONCURRENT_TRANSACTIONS_BACKOFF: Duration = Duration::from_millis(20);
 
@@ -73,6 +82,36 @@ impl TransactionCoordinator {
             )
             .await?;
         Ok((response.producer_id, response.producer_epoch))
+    }
+
+    /// Whether the producer's transactions run at transaction version 2: the
+    /// coordinator's cluster finalized it and the coordinator speaks EndTxn v5.
+    pub(crate) async fn transaction_version_2(
+        &self,
+        net: &NetworkClient,
+        max_block: Duration,
+    ) -> Result<bool> {
+        let deadline = Instant::now() + max_block;
+        loop {
+            let found = async {
+                let coordinator = self.coordinator(net).await?;
+                let conn = net.connection(&coordinator.addr()).await?;
+                Ok::<_, Error>(
+                    conn.finalized_feature(TRANSACTION_VERSION_FEATURE) >= 2
+                        && conn.version(rill_protocol::ApiKey::EndTxn, END_TXN_V2_VERSION)
+                            == Ok(END_TXN_V2_VERSION),
+                )
+            }
+            .await;
+            match found {
+                Ok(tv2) => return Ok(tv2),
+                Err(e) if e.is_retriable() && Instant::now() < deadline => {
+                    *self.coordinator.lock().await = None;
+                    tokio::time::sleep(CONCURRENT_TRANSACTIONS_BACKOFF).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// AddPartitionsToTxn: `partitions` join the open transaction, so that their
@@ -121,14 +160,16 @@ impl TransactionCoordinator {
     }
 
     /// EndTxn: commit or abort the open transaction. Answered once the coordinator has
-    /// recorded the decision (PrepareCommit or PrepareAbort); the markers follow.
+    /// recorded the decision (PrepareCommit or PrepareAbort); the markers follow. At
+    /// transaction version 2 (`tv2`), the producer id and epoch to go on with.
     pub(crate) async fn end_txn(
         &self,
         net: &NetworkClient,
         max_block: Duration,
         (producer_id, producer_epoch): (i64, i16),
         commit: bool,
-    ) -> Result<()> {
+        tv2: bool,
+    ) -> Result<Option<(i64, i16)>> {
         let request = EndTxnRequest {
             transactional_id: self.transactional_id.clone(),
             producer_id,
@@ -136,11 +177,18 @@ impl TransactionCoordinator {
             committed: commit,
             ..Default::default()
         };
-        self.call(net, &request, END_TXN_VERSION, max_block, "EndTxn", |r| {
-            r.error_code
-        })
-        .await
-        .map(|_| ())
+        let version = if tv2 {
+            END_TXN_V2_VERSION
+        } else {
+            END_TXN_VERSION
+        };
+        let response = self
+            .call(net, &request, version, max_block, "EndTxn", |r| {
+                r.error_code
+            })
+            .await?;
+        Ok((tv2 && response.producer_id >= 0)
+            .then_some((response.producer_id, response.producer_epoch)))
     }
 
     /// Sends `request` to the coordinator until it is answered without a retriable error

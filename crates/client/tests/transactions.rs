@@ -193,3 +193,73 @@ async fn transactional_calls_out_of_order_are_refused() {
         Err(Error::IllegalState(_))
     ));
 }
+
+/// The cluster finalizes `transaction.version` 2, so the producer runs at transaction
+/// version 2 (KIP-890 part 2): no AddPartitionsToTxn (the leaders add partitions on
+/// Produce v12), and every commit or abort bumps the epoch, which the coordinator shows
+/// and the next transaction's batches carry from sequence 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_transaction_version_2_every_transaction_ends_with_a_new_epoch() {
+    let Some(server) = RillServer::start() else {
+        return;
+    };
+    let topic = "txn-v2";
+    let admin = Admin::new(client(&server)).unwrap();
+    admin
+        .create_topics(&[NewTopic::new(topic, 2)])
+        .await
+        .unwrap();
+    let producer = transactional(&server, "client-v2");
+    producer.init_transactions().await.unwrap();
+    let epoch_now = || async {
+        let d = admin
+            .describe_transactions(&["client-v2".to_string()])
+            .await
+            .unwrap();
+        (d[0].state.clone(), d[0].producer_epoch)
+    };
+    assert_eq!(epoch_now().await, ("Empty".to_string(), 0));
+    let mut expected = Vec::new();
+    for (round, commit) in [(0, true), (1, false), (2, true), (3, true)] {
+        producer.begin_transaction().unwrap();
+        for i in 0..20 {
+            let value = format!("r{round}-{i}");
+            producer
+                .send(ProducerRecord::new(topic, value.clone()).partition(i % 2))
+                .await
+                .unwrap();
+            if commit {
+                expected.push(value);
+            }
+        }
+        if commit {
+            producer.commit_transaction().await.unwrap();
+        } else {
+            producer.abort_transaction().await.unwrap();
+        }
+        let (state, epoch) = epoch_now().await;
+        assert_eq!(epoch, round + 1, "after round {round}");
+        assert!(
+            state.starts_with(if commit {
+                "PrepareCommit"
+            } else {
+                "PrepareAbort"
+            }) || state
+                == if commit {
+                    "CompleteCommit"
+                } else {
+                    "CompleteAbort"
+                },
+            "{state}"
+        );
+    }
+    producer.close().await.unwrap();
+    let mut seen: Vec<String> = read_values(&server, topic, 2, true, 60)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    seen.sort();
+    expected.sort();
+    assert_eq!(seen, expected);
+}
