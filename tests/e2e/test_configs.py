@@ -651,3 +651,32 @@ def test_group_configs_are_set_checked_described_and_kept(rill):
     alter(client, ResourceType.GROUP, group, {"consumer.session.timeout.ms": None})
     session = describe(client, ResourceType.GROUP, group)["consumer.session.timeout.ms"]
     assert (session.value, session.source) == ("45000", ConfigSource.DEFAULT_CONFIG.value)
+
+
+def test_secrets_in_broker_configs_are_described_without_their_values(rill_factory):
+    """DescribeConfigs of a broker shows a secret (a JAAS config with users' passwords, a
+    key password, any key naming a password or a secret, at any listener prefix) as
+    Kafka shows a PASSWORD config: `is_sensitive`, no value, in every synonym too."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="topsecret";'
+    rill = rill_factory(overrides={
+        "plain.sasl.jaas.config": jaas,
+        "listener.name.plaintext.plain.sasl.jaas.config": jaas,
+        "ssl.key.password": "keypw",
+        "http.ssl.key.password": "httppw",
+    })
+    client = AdminClient({"bootstrap.servers": rill.bootstrap})
+    (node,) = client.list_topics(timeout=30).brokers
+    resource = ConfigResource(ResourceType.BROKER, str(node))
+    described = client.describe_configs([resource])[resource].result()
+    for key in ("plain.sasl.jaas.config", "listener.name.plaintext.plain.sasl.jaas.config",
+                "ssl.key.password", "http.ssl.key.password"):
+        entry = described[key]
+        assert entry.is_sensitive and entry.value is None, (key, entry.value)
+        assert all(s.value is None for s in entry.synonyms.values()), key
+    assert "topsecret" not in repr({k: (e.value, [s.value for s in e.synonyms.values()])
+                                    for k, e in described.items()})
+    # What is not secret is shown as before.
+    assert described["num.partitions"].value is not None
+    assert not described["num.partitions"].is_sensitive

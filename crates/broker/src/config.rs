@@ -95,6 +95,7 @@ pub enum ConfigType {
     Long = 5,
     Double = 6,
     List = 7,
+    Password = 9,
 }
 
 /// Kafka's `ConfigSource` on the wire.
@@ -356,7 +357,7 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
         ConfigType::Int => value.trim().parse::<i32>().is_ok(),
         ConfigType::Long => value.trim().parse::<i64>().is_ok(),
         ConfigType::Double => value.trim().parse::<f64>().is_ok(),
-        ConfigType::String | ConfigType::List => true,
+        ConfigType::String | ConfigType::List | ConfigType::Password => true,
     };
     if !ok {
         let expected = match d.config_type {
@@ -364,7 +365,7 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
             ConfigType::Int => "an integer from -2147483648 to 2147483647",
             ConfigType::Long => "an integer from -9223372036854775808 to 9223372036854775807",
             ConfigType::Double => "a number",
-            ConfigType::String | ConfigType::List => "text",
+            ConfigType::String | ConfigType::List | ConfigType::Password => "text",
         };
         return Err(format!(
             "invalid value {value} for configuration {name}: must be {expected}"
@@ -1303,6 +1304,25 @@ pub fn is_known_broker_key(key: &str) -> bool {
     known_broker_keys().any(|k| k == key) || IGNORED_KAFKA_KEYS.contains(&key)
 }
 
+/// Whether a broker config holds a secret, whose value DescribeConfigs must not show
+/// (Kafka's PASSWORD type: `is_sensitive`, no value). Kafka's password keys, at any
+/// listener or mechanism prefix (`listener.name.<l>.`, `plain.sasl.jaas.config`), and,
+/// as Kafka treats configs of unknown type, any key that names a password or a secret.
+pub fn is_sensitive_broker_key(key: &str) -> bool {
+    let key = listener_scoped(key).map_or(key, |(_, inner)| inner);
+    const SECRETS: &[&str] = &[
+        "ssl.keystore.key",
+        "ssl.keystore.certificate.chain",
+        "ssl.truststore.certificates",
+        "delegation.token.master.key",
+        "delegation.token.secret.key",
+    ];
+    key.ends_with("sasl.jaas.config")
+        || key.contains("password")
+        || key.contains("secret")
+        || SECRETS.iter().any(|s| key.ends_with(s))
+}
+
 /// `listener.name.<listener>.<key>` (Kafka's per-listener override) as `(listener, key)`.
 fn listener_scoped(key: &str) -> Option<(&str, &str)> {
     key.strip_prefix("listener.name.")?.split_once('.')
@@ -2152,6 +2172,34 @@ fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn secrets_are_known_at_every_prefix() {
+        use super::is_sensitive_broker_key as secret;
+        for key in [
+            "sasl.jaas.config",
+            "plain.sasl.jaas.config",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config",
+            "ssl.key.password",
+            "listener.name.ssl.ssl.keystore.password",
+            "ssl.truststore.password",
+            "ssl.keystore.key",
+            "http.ssl.key.password",
+            "password.encoder.secret",
+            "delegation.token.secret.key",
+        ] {
+            assert!(secret(key), "{key}");
+        }
+        for key in [
+            "ssl.keystore.location",
+            "sasl.enabled.mechanisms",
+            "listener.name.ssl.ssl.client.auth",
+            "num.partitions",
+            "http.bearer.tokens.file",
+        ] {
+            assert!(!secret(key), "{key}");
+        }
+    }
+
     use super::*;
 
     #[test]

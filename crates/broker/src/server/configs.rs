@@ -680,18 +680,33 @@ fn describe_broker(
                     (Some(v.clone()), *s)
                 });
             let def = config::topic_config_for_broker_key(k);
+            // A secret is described without its value, at every level (Kafka's PASSWORD
+            // configs): a JAAS config holds users' passwords, a key password the key.
+            let sensitive = config::is_sensitive_broker_key(k);
+            let hide = |v: Option<String>| if sensitive { None } else { v };
             DescribeConfigsResourceResult {
                 name: k.to_string(),
-                value,
+                value: hide(value),
                 read_only: !config::is_dynamic_broker_config(k),
                 is_default: source == ConfigSource::DefaultConfig,
                 config_source: source as i8,
+                is_sensitive: sensitive,
                 synonyms: if include_synonyms {
-                    levels.iter().map(|(v, s)| synonym(k, v, *s)).collect()
+                    levels
+                        .iter()
+                        .map(|(v, s)| DescribeConfigsSynonym {
+                            value: hide(Some(v.clone())),
+                            ..synonym(k, v, *s)
+                        })
+                        .collect()
                 } else {
                     Vec::new()
                 },
-                config_type: def.map_or(broker_only_type(k), |d| d.config_type) as i8,
+                config_type: if sensitive {
+                    ConfigType::Password
+                } else {
+                    def.map_or(broker_only_type(k), |d| d.config_type)
+                } as i8,
                 documentation: include_documentation
                     .then(|| def.map(|d| d.doc.to_string()))
                     .flatten(),
