@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 import urllib.error
@@ -494,8 +495,9 @@ def test_the_api_refuses_bad_input(node):
 
 
 def test_a_node_with_only_secured_listeners_says_so(tmp_path, browser):
-    """rill-client speaks PLAINTEXT only: with SASL listeners alone the console cannot
-    read the cluster, and its page says why instead of showing nothing."""
+    """With SASL listeners alone and no `console.listener.name` the console has no
+    listener to read the cluster through, and its page says why instead of showing
+    nothing."""
     from rill_harness import RillServer
 
     # `username`/`password`: the node's own inter-broker login, which a node whose only
@@ -528,6 +530,74 @@ def test_a_node_with_only_secured_listeners_says_so(tmp_path, browser):
         assert all("503" in e for e in errors), errors
     finally:
         problems = server.teardown()
+    assert problems == [], problems
+
+
+def test_the_console_logs_in_on_a_secured_listener_as_its_own_principal(tmp_path):
+    """With `console.listener.name` and `console.client.*` the console connects to a
+    SASL_SSL listener with its own login, and the authorizer decides what it sees: it
+    lists the topics its principal may describe and not the others, and browses their
+    records. A wrong password leaves it unavailable with the broker's reason."""
+    from rill_harness import rill_binary
+    from test_security import PLAIN_USERS, Pki, SecureServer
+
+    pki = Pki(tmp_path)
+    console_login = {
+        "console.listener.name": "SASL_SSL",
+        "console.client.sasl.mechanism": "PLAIN",
+        "console.client.sasl.username": "bob",
+        "console.client.sasl.password": PLAIN_USERS["bob"],
+    }
+    acls = {
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS",
+        # A SASL listener turns Basic authentication on for HTTP; this test is about the
+        # console's Kafka login.
+        "http.authentication": "none",
+    }
+    s = SecureServer(tmp_path / "secured", pki, {**HTTP_ON, **acls, **console_login}).start()
+    try:
+        plain = s.bootstrap("PLAINTEXT")
+        create_topic(plain, "seen-orders", partitions=1)
+        create_topic(plain, "hidden-payroll", partitions=1)
+        produce(plain, "seen-orders", [("k1", "v1"), ("k2", "v2")])
+        out = subprocess.run(
+            [str(rill_binary()), "acl", "add", "-b", plain, "--allow-principal", "User:bob",
+             "--operation", "Describe", "--operation", "Read", "--topic", "seen-",
+             "--resource-pattern-type", "prefixed"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        base = f"http://{s.server.http_address()}"
+        status, answer = api(base, "GET", "/status")
+        assert status == 200 and answer["available"] is True, answer
+        assert answer["bootstrap"] == s.bootstrap("SASL_SSL"), answer
+
+        def names() -> set[str]:
+            status, topics = api(base, "GET", "/topics")
+            assert status == 200, topics
+            return {t["name"] for t in topics}
+
+        wait_for(lambda: "seen-orders" in names(), 30, "the topic bob may describe")
+        assert "hidden-payroll" not in names()
+        status, page = api(base, "GET", "/topics/seen-orders/messages?from=offset&offset=0")
+        assert status == 200, page
+        assert [r["value"]["text"] for r in page["records"]] == ["v1", "v2"], page
+    finally:
+        problems = s.server.teardown()
+    assert problems == [], problems
+
+    wrong = SecureServer(
+        tmp_path / "wrong", pki,
+        {**HTTP_ON, **acls, **console_login, "console.client.sasl.password": "nope"},
+    ).start()
+    try:
+        base = f"http://{wrong.server.http_address()}"
+        status, answer = api(base, "GET", "/topics")
+        assert status >= 500, answer
+        assert "authentication" in json.dumps(answer).lower(), answer
+    finally:
+        problems = wrong.server.teardown()
     assert problems == [], problems
 
 

@@ -1190,6 +1190,8 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
 /// Broker keys Rill reads that have no default of their own (unset means "not given").
 const KEYS_WITHOUT_DEFAULT: &[&str] = &[
     "advertised.listeners",
+    // The listener the web console connects to (default: the first PLAINTEXT one).
+    "console.listener.name",
     // Kafka's default is null (see `DYNAMIC_BROKER_KEYS`).
     "sasl.kerberos.service.name",
     // The authorizer's own keys (Kafka passes them to it; they are no KafkaConfig).
@@ -1298,6 +1300,10 @@ impl std::fmt::Display for UnknownKey {
 /// Whether Rill reads `key` as a broker configuration (or accepts it on purpose, see
 /// [`IGNORED_KAFKA_KEYS`]).
 pub fn is_known_broker_key(key: &str) -> bool {
+    // The console's client settings (`rill-client`'s names; it checks them itself).
+    if key.starts_with("console.client.") {
+        return true;
+    }
     if let Some((_, inner)) = listener_scoped(key) {
         return known_broker_keys().any(|k| k == inner);
     }

@@ -351,16 +351,33 @@ fn server(config: BrokerConfig) -> anyhow::Result<()> {
     let data_dir = config.data_dir();
     let lock = std::sync::Arc::new(rill_broker::DataDirLock::acquire(&data_dir)?);
     let node_lock = lock.clone();
-    // Which client listeners speak PLAINTEXT, for the console (a client of this node).
-    let plaintext: Vec<String> = config
+    // The console is a client of this node: its listeners' protocols, the listener it
+    // is told to use, and its client settings (`console.client.*`).
+    let protocols: Vec<(String, &'static str)> = config
         .client_listeners()
         .map(|ls| {
             ls.into_iter()
-                .filter(|l| l.protocol == rill_broker::config::SecurityProtocol::Plaintext)
-                .map(|l| l.name)
+                .map(|l| (l.name, l.protocol.name()))
                 .collect()
         })
         .unwrap_or_default();
+    let console_listener = config
+        .get("console.listener.name")
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty());
+    let mut console_settings: Vec<(String, String)> = config
+        .explicit()
+        .filter_map(|(k, v)| {
+            k.strip_prefix("console.client.")
+                .map(|k| (k.to_string(), v.to_string()))
+        })
+        .collect();
+    // A TLS listener's CA: the broker's own truststore unless the console is told.
+    if let Some(truststore) = config.get("ssl.truststore.location") {
+        if !console_settings.iter().any(|(k, _)| k == "ssl.ca.location") {
+            console_settings.insert(0, ("ssl.ca.location".into(), truststore.to_string()));
+        }
+    }
     let result = runtime.block_on(async move {
         let node = Node::start_with_lock(config, node_lock).await?;
         if let Node::Broker(server) = &node {
@@ -368,9 +385,18 @@ fn server(config: BrokerConfig) -> anyhow::Result<()> {
                 let listeners: Vec<_> = server
                     .listeners
                     .iter()
-                    .map(|(name, addr)| (name.clone(), *addr, plaintext.contains(name)))
+                    .filter_map(|(name, addr)| {
+                        let (_, protocol) = protocols.iter().find(|(n, _)| n == name)?;
+                        Some(console::ConsoleListener {
+                            name: name.clone(),
+                            addr: *addr,
+                            protocol,
+                        })
+                    })
                     .collect();
-                let routes = console::router(console::bootstrap_for(&listeners));
+                let target =
+                    console::target_for(&listeners, console_listener.as_deref(), &console_settings);
+                let routes = console::router(target);
                 server.http_routes.install(routes);
             }
         }

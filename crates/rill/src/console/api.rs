@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use rill_client::{
-    Admin, AlterConfigOp, ClientConfig, ConfigResource, Consumer, ConsumerConfig, Error,
-    NewPartitions, NewTopic, OffsetSpec, TopicPartition,
+    Admin, AlterConfigOp, ConfigResource, Consumer, ConsumerConfig, Error, NewPartitions, NewTopic,
+    OffsetSpec, TopicPartition,
 };
 use rill_protocol::ErrorCode;
 
@@ -537,10 +537,8 @@ pub async fn messages(
     let mut next = from;
     let mut timed_out = false;
     if from < log_end {
-        let config = ConsumerConfig::new(
-            ClientConfig::new(&console.bootstrap).client_id("rill-console-browser"),
-        )
-        .enable_auto_commit(false);
+        let config = ConsumerConfig::new(console.client.clone().client_id("rill-console-browser"))
+            .enable_auto_commit(false);
         let mut consumer = Consumer::new(config)?;
         consumer.assign(one)?;
         consumer.seek(&tp, from)?;

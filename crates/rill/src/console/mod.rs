@@ -5,15 +5,19 @@
 //! The console is a Kafka client of its own node, as AKHQ or kafka-ui are of a cluster,
 //! but in-process: every API call is a `rill-client` [`Admin`] request (or, for the
 //! message browser, an assigned [`rill_client::Consumer`]) sent to one of this node's
-//! PLAINTEXT client listeners. So it shows what any client would see, goes through the
+//! client listeners. So it shows what any client would see, goes through the
 //! same request handlers, authorizer and quotas, and needs nothing of the broker's
 //! internals; `rill-broker` stays free of `rill-client` (the layering test), and only
 //! takes a finished [`Router`] through `Server::http_routes`. The cost is a loopback
 //! round trip per request, which an operator's page does not notice.
 //!
-//! A node whose client listeners are all secured (TLS or SASL) cannot be reached this
-//! way — `rill-client` speaks PLAINTEXT only — and the console then answers every API
-//! call with 503 and a sentence saying so, which the page shows.
+//! The listener is `console.listener.name`, else the first PLAINTEXT one. On a secured
+//! listener the console logs in with the client settings given as `console.client.*`
+//! (`console.client.sasl.username`, `console.client.ssl.ca.location`, ...; the listener's
+//! protocol and, for TLS, the broker's `ssl.truststore.location` are the defaults), as
+//! that principal: the authorizer decides what it may see and do. A node whose client
+//! listeners are all secured and that names none for the console answers every API call
+//! with 503 and a sentence saying so, which the page shows.
 //!
 //! # Bounds
 //! Request bodies are at most 64 KiB; the message browser returns at most
@@ -53,15 +57,38 @@ const BODY_BYTES_MAX: usize = 64 * 1024;
 pub(crate) struct Console {
     /// `host:port` of the listener the console connects to.
     bootstrap: String,
+    /// How its clients connect (the listener's security settings).
+    client: ClientConfig,
     admin: Result<Admin, String>,
 }
 
-/// Where the console connects: the first PLAINTEXT client listener, by the address it
-/// bound (a wildcard address is reached on loopback); `Err` says why there is none.
-pub fn bootstrap_for(listeners: &[(String, SocketAddr, bool)]) -> Result<String, String> {
-    let plaintext = listeners.iter().find(|(_, _, plain)| *plain);
-    match plaintext {
-        Some((_, addr, _)) => {
+/// One of this node's client listeners, as the console may reach it.
+pub struct ConsoleListener {
+    pub name: String,
+    pub addr: SocketAddr,
+    /// `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`.
+    pub protocol: &'static str,
+}
+
+/// Where the console connects and how: the listener named by `listener_name`
+/// (`console.listener.name`), else the first PLAINTEXT one, by the address it bound (a
+/// wildcard address is reached on loopback), with `security.protocol` set to the
+/// listener's and `settings` (`console.client.*`, prefix removed) on top; `Err` says why
+/// there is none.
+pub fn target_for(
+    listeners: &[ConsoleListener],
+    listener_name: Option<&str>,
+    settings: &[(String, String)],
+) -> Result<(String, Vec<(String, String)>), String> {
+    let chosen = match listener_name {
+        Some(name) => Some(listeners.iter().find(|l| l.name == name).ok_or_else(|| {
+            format!("console.listener.name {name} is not one of this node's client listeners")
+        })?),
+        None => listeners.iter().find(|l| l.protocol == "PLAINTEXT"),
+    };
+    match chosen {
+        Some(l) => {
+            let addr = l.addr;
             let ip = if addr.ip().is_unspecified() {
                 match addr {
                     SocketAddr::V4(_) => "127.0.0.1".to_string(),
@@ -72,14 +99,18 @@ pub fn bootstrap_for(listeners: &[(String, SocketAddr, bool)]) -> Result<String,
             } else {
                 addr.ip().to_string()
             };
-            Ok(format!("{ip}:{}", addr.port()))
+            let mut all = vec![("security.protocol".to_string(), l.protocol.to_string())];
+            all.extend(settings.iter().cloned());
+            Ok((format!("{ip}:{}", addr.port()), all))
         }
         None => Err(format!(
-            "the console is a PLAINTEXT Kafka client of this node, and its client listeners \
-             ({}) are all secured (TLS or SASL); add a PLAINTEXT listener on loopback to use it",
+            "the console is a Kafka client of this node, and its client listeners ({}) are \
+             all secured (TLS or SASL); name one with console.listener.name and give the \
+             console's login as console.client.* settings, or add a PLAINTEXT listener on \
+             loopback",
             listeners
                 .iter()
-                .map(|(name, _, _)| name.as_str())
+                .map(|l| l.name.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
         )),
@@ -87,18 +118,29 @@ pub fn bootstrap_for(listeners: &[(String, SocketAddr, bool)]) -> Result<String,
 }
 
 /// The console's routes, for the node's HTTP listener.
-pub fn router(bootstrap: Result<String, String>) -> Router {
-    let (bootstrap, admin) = match bootstrap {
-        Ok(b) => {
-            let config = ClientConfig::new(&b)
-                .client_id("rill-console")
-                .request_timeout(std::time::Duration::from_secs(10));
-            let admin = Admin::new(config).map_err(|e| format!("admin client: {e}"));
-            (b, admin)
+pub fn router(target: Result<(String, Vec<(String, String)>), String>) -> Router {
+    let configured = target.and_then(|(b, settings)| {
+        let mut client = ClientConfig::new(&b).request_timeout(std::time::Duration::from_secs(10));
+        for (key, value) in &settings {
+            client = client
+                .set(key, value)
+                .map_err(|e| format!("console.client.{key}: {e}"))?;
         }
-        Err(reason) => (String::new(), Err(reason)),
+        Ok((b, client))
+    });
+    let (bootstrap, client, admin) = match configured {
+        Ok((b, client)) => {
+            let admin = Admin::new(client.clone().client_id("rill-console"))
+                .map_err(|e| format!("admin client: {e}"));
+            (b, client, admin)
+        }
+        Err(reason) => (String::new(), ClientConfig::new(""), Err(reason)),
     };
-    let state = Arc::new(Console { bootstrap, admin });
+    let state = Arc::new(Console {
+        bootstrap,
+        client,
+        admin,
+    });
     let api = Router::new()
         .route("/api/status", get(api::status))
         .route("/api/cluster", get(api::cluster))
@@ -169,21 +211,50 @@ async fn js() -> impl IntoResponse {
 mod tests {
     use super::*;
 
+    fn l(name: &str, addr: &str, protocol: &'static str) -> ConsoleListener {
+        ConsoleListener {
+            name: name.to_string(),
+            addr: addr.parse().unwrap(),
+            protocol,
+        }
+    }
+
     #[test]
     fn the_console_connects_to_the_first_plaintext_listener() {
-        let l = |name: &str, addr: &str, plain| (name.to_string(), addr.parse().unwrap(), plain);
+        let bootstrap = |ls: &[ConsoleListener]| target_for(ls, None, &[]).map(|(b, _)| b);
         assert_eq!(
-            bootstrap_for(&[
-                l("SSL", "127.0.0.1:9093", false),
-                l("PLAINTEXT", "0.0.0.0:9092", true)
+            bootstrap(&[
+                l("SSL", "127.0.0.1:9093", "SSL"),
+                l("PLAINTEXT", "0.0.0.0:9092", "PLAINTEXT")
             ]),
             Ok("127.0.0.1:9092".to_string())
         );
         assert_eq!(
-            bootstrap_for(&[l("PLAINTEXT", "[::]:9092", true)]),
+            bootstrap(&[l("PLAINTEXT", "[::]:9092", "PLAINTEXT")]),
             Ok("[::1]:9092".to_string())
         );
-        let secured = bootstrap_for(&[l("SASL_SSL", "127.0.0.1:9093", false)]);
-        assert!(secured.is_err_and(|e| e.contains("SASL_SSL") && e.contains("PLAINTEXT")));
+        let secured = bootstrap(&[l("SASL_SSL", "127.0.0.1:9093", "SASL_SSL")]);
+        assert!(
+            secured.is_err_and(|e| e.contains("SASL_SSL") && e.contains("console.listener.name"))
+        );
+    }
+
+    #[test]
+    fn a_named_listener_is_reached_with_its_protocol_and_the_consoles_settings() {
+        let listeners = [
+            l("PLAINTEXT", "127.0.0.1:9092", "PLAINTEXT"),
+            l("INTERNAL", "127.0.0.1:9094", "SASL_SSL"),
+        ];
+        let settings = [("sasl.username".to_string(), "console".to_string())];
+        let (bootstrap, all) = target_for(&listeners, Some("INTERNAL"), &settings).unwrap();
+        assert_eq!(bootstrap, "127.0.0.1:9094");
+        assert_eq!(
+            all,
+            vec![
+                ("security.protocol".to_string(), "SASL_SSL".to_string()),
+                ("sasl.username".to_string(), "console".to_string()),
+            ]
+        );
+        assert!(target_for(&listeners, Some("NOPE"), &[]).is_err_and(|e| e.contains("NOPE")));
     }
 }
