@@ -268,3 +268,46 @@ def test_an_oauthbearer_session_ends_with_its_token_and_a_new_token_renews_it(se
     assert len(read_back(oauth_conf(s, lambda: signer.token("svc-short")), topic, sent)) == sent
     samples = scrape(s.server.http_address())
     assert value(samples, "kafka_server_socketserver_successful_reauthentication_total") >= 1
+
+
+def test_the_rill_cli_logs_in_with_an_oauthbearer_token_file(servers, tmp_path):
+    """`rill`'s own client takes its OAUTHBEARER token from the file a `file:` token
+    endpoint URL names (KIP-768), read again for every connection: a valid token lets it
+    in, an expired or foreign one is refused with the broker's reason, and a renewed
+    file works at once."""
+    import subprocess
+
+    from rill_harness import rill_binary
+
+    s, signer = oauth_server(servers, tmp_path)
+    topic = unique_topic("oauth-cli")
+    create_topic(s.server.bootstrap, topic, partitions=1)
+    token_file = tmp_path / "token.jwt"
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(rill_binary()), *args, "-b", s.bootstrap("SASL_PLAINTEXT"),
+             "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=OAUTHBEARER",
+             "-X", f"sasl.oauthbearer.token.endpoint.url=file://{token_file}"],
+            capture_output=True, text=True, timeout=60,
+        )
+
+    token_file.write_text(signer.token("svc-cli") + "\n")
+    listed = cli("topic", "list")
+    assert listed.returncode == 0 and topic in listed.stdout, listed.stderr
+    produced = cli("produce", topic)
+    assert produced.returncode == 0, produced.stderr
+
+    token_file.write_text(signer.token("svc-cli", lifetime_s=-120))
+    expired = cli("topic", "list")
+    assert expired.returncode != 0 and "invalid_token" in expired.stderr, expired.stderr
+    token_file.write_text(signer.token("svc-cli", aud="someone-else"))
+    foreign = cli("topic", "list")
+    assert foreign.returncode != 0 and "authentication" in foreign.stderr.lower(), foreign.stderr
+
+    token_file.write_text(signer.token("svc-cli", kid="ec-1"))
+    renewed = cli("topic", "list")
+    assert renewed.returncode == 0 and topic in renewed.stdout, renewed.stderr
+    token_file.write_text("")
+    empty = cli("topic", "list")
+    assert empty.returncode != 0 and "holds no token" in empty.stderr, empty.stderr

@@ -4,7 +4,10 @@
 //! `ssl.key.location` (a client certificate, for mTLS), `ssl.endpoint.identification.algorithm`
 //! (`https`, the default, checks the broker's certificate names its host; empty or `none`
 //! checks only the chain), and `sasl.mechanism` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) with
-//! `sasl.username` and `sasl.password`.
+//! `sasl.username` and `sasl.password`, or OAUTHBEARER with a token from the file
+//! `sasl.oauthbearer.token.endpoint.url` names (`file:///path`, as KIP-768's file
+//! option; read again for every connection, so a token renewed in the file is used by
+//! the next one). Token endpoints over HTTP (client credentials) are not spoken.
 //!
 //! The SASL exchange runs on a new connection after ApiVersions, over SaslHandshake v1
 //! and SaslAuthenticate, before any other request. Sessions that the broker ends
@@ -63,6 +66,8 @@ pub struct Security {
     pub sasl_mechanism: String,
     pub sasl_username: Option<String>,
     pub sasl_password: Option<String>,
+    /// OAUTHBEARER: the file holding the token (from a `file:` URL).
+    pub sasl_oauthbearer_token_file: Option<String>,
 }
 
 impl std::fmt::Debug for Security {
@@ -78,6 +83,10 @@ impl std::fmt::Debug for Security {
             .field(
                 "sasl_password",
                 &self.sasl_password.as_ref().map(|_| "(redacted)"),
+            )
+            .field(
+                "sasl_oauthbearer_token_file",
+                &self.sasl_oauthbearer_token_file,
             )
             .finish()
     }
@@ -114,15 +123,30 @@ impl Security {
             }
             "sasl.mechanism" | "sasl.mechanisms" => {
                 let m = value.to_ascii_uppercase();
-                if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(&m.as_str()) {
+                if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"].contains(&m.as_str())
+                {
                     return Err(Error::InvalidConfig(format!(
-                        "sasl.mechanism {m:?} is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"
+                        "sasl.mechanism {m:?} is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, \
+                         OAUTHBEARER"
                     )));
                 }
                 self.sasl_mechanism = m;
             }
             "sasl.username" => self.sasl_username = some(),
             "sasl.password" => self.sasl_password = Some(value.to_string()),
+            "sasl.oauthbearer.token.endpoint.url" => {
+                let path = value
+                    .strip_prefix("file://")
+                    .or_else(|| value.strip_prefix("file:"))
+                    .filter(|p| !p.is_empty())
+                    .ok_or_else(|| {
+                        Error::InvalidConfig(format!(
+                            "sasl.oauthbearer.token.endpoint.url {value:?}: only a file: URL \
+                             holding the token is supported"
+                        ))
+                    })?;
+                self.sasl_oauthbearer_token_file = Some(path.to_string());
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -247,12 +271,44 @@ impl rustls::client::danger::ServerCertVerifier for ChainOnly {
 
 /// The client's side of a SASL exchange: the tokens to send, one at a time.
 pub(crate) enum SaslClient {
-    Plain { token: Option<Vec<u8>> },
+    Plain {
+        token: Option<Vec<u8>>,
+    },
     Scram(Box<ScramClient>),
+    /// RFC 7628: the token in a GS2 header; a server that refuses it answers with an
+    /// error challenge, which takes a lone %x01 before the broker's final refusal.
+    OAuthBearer {
+        token: Option<Vec<u8>>,
+        refused: bool,
+    },
 }
 
 impl SaslClient {
     pub(crate) fn new(security: &Security) -> Result<Self> {
+        if security.sasl_mechanism == "OAUTHBEARER" {
+            let path = security
+                .sasl_oauthbearer_token_file
+                .as_deref()
+                .ok_or_else(|| {
+                    Error::InvalidConfig(
+                        "OAUTHBEARER needs sasl.oauthbearer.token.endpoint.url (file:///path)"
+                            .into(),
+                    )
+                })?;
+            let token = std::fs::read_to_string(path).map_err(|e| {
+                Error::InvalidConfig(format!("sasl.oauthbearer.token.endpoint.url {path}: {e}"))
+            })?;
+            let token = token.trim();
+            if token.is_empty() || token.contains(['\x01', ' ', '\n']) {
+                return Err(Error::InvalidConfig(format!(
+                    "sasl.oauthbearer.token.endpoint.url {path}: holds no token"
+                )));
+            }
+            return Ok(Self::OAuthBearer {
+                token: Some(format!("n,,\x01auth=Bearer {token}\x01\x01").into_bytes()),
+                refused: false,
+            });
+        }
         let user = security
             .sasl_username
             .clone()
@@ -278,6 +334,17 @@ impl SaslClient {
         match self {
             Self::Plain { token } => Ok(token.take()),
             Self::Scram(s) => s.step(server),
+            Self::OAuthBearer { token, refused } => {
+                if let Some(first) = token.take() {
+                    return Ok(Some(first));
+                }
+                if server.is_empty() || *refused {
+                    return Ok(None);
+                }
+                // The server's error (a JSON status); the exchange must end with %x01.
+                *refused = true;
+                Ok(Some(vec![0x01]))
+            }
         }
     }
 }
@@ -500,5 +567,43 @@ mod tests {
         assert!(s.set("security.protocol", "kerberos").is_err());
         assert!(s.set("sasl.mechanism", "GSSAPI").is_err());
         assert!(s.tls_config().is_err(), "TLS without a CA file");
+    }
+
+    #[test]
+    fn oauthbearer_sends_the_token_files_jwt_and_ends_a_refusal_with_0x01() {
+        let dir = std::env::temp_dir().join(format!("rill-oauth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "eyJ.abc.def\n").unwrap();
+        let mut s = Security::new();
+        assert!(s.set("sasl.mechanism", "oauthbearer").unwrap());
+        assert!(s
+            .set(
+                "sasl.oauthbearer.token.endpoint.url",
+                "https://idp.example/token"
+            )
+            .is_err());
+        assert!(s
+            .set(
+                "sasl.oauthbearer.token.endpoint.url",
+                &format!("file://{}", file.display())
+            )
+            .unwrap());
+        let mut c = SaslClient::new(&s).unwrap();
+        assert_eq!(
+            c.step(b"").unwrap().unwrap(),
+            b"n,,\x01auth=Bearer eyJ.abc.def\x01\x01"
+        );
+        // Accepted: the server's final message is empty.
+        assert_eq!(c.step(b"").unwrap(), None);
+        let mut c = SaslClient::new(&s).unwrap();
+        c.step(b"").unwrap();
+        assert_eq!(
+            c.step(br#"{"status":"invalid_token"}"#).unwrap().unwrap(),
+            vec![0x01]
+        );
+        std::fs::write(&file, "").unwrap();
+        assert!(SaslClient::new(&s).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
