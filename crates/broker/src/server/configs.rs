@@ -171,58 +171,30 @@ impl Broker {
             .collect())
     }
 
-    /// Replaces a group's config overrides after validating all of them.
-    async fn set_group_configs(
+    /// Replaces a group's or a client metrics subscription's configs after validating
+    /// all of them (`validate`); for a subscription, deleting every entry deletes it.
+    async fn set_validated_configs(
         &self,
+        resource_type: i8,
         name: &str,
         change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), ConfigError>,
-        validate_only: bool,
-    ) -> Result<(), ConfigError> {
-        if name.is_empty() {
-            return Err((
-                ErrorCode::INVALID_REQUEST,
-                "Group name must not be empty".to_string(),
-            ));
-        }
-        let image = self.image();
-        let old = image
-            .configs
-            .get(&(RESOURCE_GROUP, name.to_string()))
-            .cloned()
-            .unwrap_or_default();
-        let mut new = old.clone();
-        change(&mut new)?;
-        group_configs::validate(&new, &self.config, &image, self.node_id)?;
-        let ops = diff_ops(&old, &new);
-        if validate_only || ops.is_empty() {
-            return Ok(());
-        }
-        self.submit_config_ops(RESOURCE_GROUP, name, ops).await
-    }
-
-    /// Replaces a client metrics subscription's configs after validating all of them;
-    /// deleting every entry deletes the subscription.
-    async fn set_client_metrics_configs(
-        &self,
-        name: &str,
-        change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), ConfigError>,
+        validate: impl FnOnce(&BTreeMap<String, String>, &MetadataImage) -> Result<(), ConfigError>,
         validate_only: bool,
     ) -> Result<(), ConfigError> {
         let image = self.image();
         let old = image
             .configs
-            .get(&(RESOURCE_CLIENT_METRICS, name.to_string()))
+            .get(&(resource_type, name.to_string()))
             .cloned()
             .unwrap_or_default();
         let mut new = old.clone();
         change(&mut new)?;
-        client_metrics::validate(name, &new)?;
+        validate(&new, &image)?;
         let ops = diff_ops(&old, &new);
         if validate_only || ops.is_empty() {
             return Ok(());
         }
-        self.submit_config_ops(RESOURCE_CLIENT_METRICS, name, ops)
-            .await
+        self.submit_config_ops(resource_type, name, ops).await
     }
 
     fn describe_broker_configs(
@@ -356,10 +328,29 @@ impl Broker {
         let outcome = match resource_type {
             RESOURCE_TOPIC => self.set_topic_configs(name, change, validate_only).await,
             RESOURCE_BROKER => self.set_broker_configs(name, change, validate_only).await,
-            RESOURCE_GROUP => self.set_group_configs(name, change, validate_only).await,
-            RESOURCE_CLIENT_METRICS => {
-                self.set_client_metrics_configs(name, change, validate_only)
+            RESOURCE_GROUP if name.is_empty() => Err((
+                ErrorCode::INVALID_REQUEST,
+                "Group name must not be empty".to_string(),
+            )),
+            RESOURCE_GROUP => {
+                let validate = |new: &BTreeMap<String, String>, image: &MetadataImage| {
+                    group_configs::validate(new, &self.config, image, self.node_id)
+                };
+                self.set_validated_configs(RESOURCE_GROUP, name, change, validate, validate_only)
                     .await
+            }
+            RESOURCE_CLIENT_METRICS => {
+                let validate = |new: &BTreeMap<String, String>, _: &MetadataImage| {
+                    client_metrics::validate(name, new)
+                };
+                self.set_validated_configs(
+                    RESOURCE_CLIENT_METRICS,
+                    name,
+                    change,
+                    validate,
+                    validate_only,
+                )
+                .await
             }
             other => Err((
                 ErrorCode::INVALID_REQUEST,
