@@ -2075,6 +2075,7 @@ impl BrokerConfig {
             transaction_abort_timed_out_transaction_cleanup_interval_ms: positive(
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms",
             )?,
+            concurrent_wait_ms: rill_transaction::DEFAULT_CONCURRENT_WAIT_MS,
         })
     }
 

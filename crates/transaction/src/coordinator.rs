@@ -35,6 +35,15 @@
 //! 6. [`TransactionCoordinator::load`] replays a partition's records when this node
 //!    becomes its leader; a transaction found preparing has its markers sent again, so a
 //!    coordinator that fails over in the middle of a commit finishes it.
+//! 7. An AddPartitionsToTxn or AddOffsetsToTxn that finds its id's previous transaction
+//!    still ending (its markers being written, or a record of the id being replicated)
+//!    is held, for at most `concurrent_wait_ms`, and decided again as soon as the id
+//!    settles; only one still waiting at the deadline ([`TransactionCoordinator::next_deadline`],
+//!    [`TransactionCoordinator::expire_held`]) gets CONCURRENT_TRANSACTIONS. Kafka answers
+//!    at once, and the partition leader (transaction version 2) or the producer
+//!    (version 1) retries after 20 ms; the markers of a commit take about a millisecond
+//!    on one node, so a transaction that starts right after a commit would otherwise
+//!    lose 20 ms on every partition it writes first.
 //!
 //! # Why reads see only replicated state
 //! The map of ids holds only states whose records were replicated; pending changes sit
@@ -66,7 +75,15 @@ pub struct TransactionConfig {
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often the
     /// broker should call [`TransactionCoordinator::tick`].
     pub transaction_abort_timed_out_transaction_cleanup_interval_ms: i64,
+    /// How long an add that finds the id's previous transaction ending is held for it
+    /// (protocol step 7); 0 answers CONCURRENT_TRANSACTIONS at once, as Kafka does.
+    pub concurrent_wait_ms: i64,
 }
+
+/// The default of [`TransactionConfig::concurrent_wait_ms`]: the retry backoff of the
+/// callers it saves a retry (Kafka's `add.partitions.to.txn.retry.backoff.ms`), so that a
+/// held add is never answered later than its retry would have been sent.
+pub const DEFAULT_CONCURRENT_WAIT_MS: i64 = 20;
 
 impl Default for TransactionConfig {
     fn default() -> Self {
@@ -75,6 +92,7 @@ impl Default for TransactionConfig {
             transaction_max_timeout_ms: 900_000,
             transactional_id_expiration_ms: 604_800_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            concurrent_wait_ms: DEFAULT_CONCURRENT_WAIT_MS,
         }
     }
 }
@@ -244,6 +262,15 @@ struct Pending {
     reply: Option<(ResponderId, Request, Response)>,
 }
 
+/// An add held while its id's previous transaction ends (protocol step 7).
+#[derive(Debug, Clone)]
+struct Held {
+    responder: ResponderId,
+    request: Request,
+    /// When it is answered CONCURRENT_TRANSACTIONS if the id has not settled.
+    deadline_ms: i64,
+}
+
 /// The transaction coordinator's state machine.
 #[derive(Debug)]
 pub struct TransactionCoordinator {
@@ -252,6 +279,8 @@ pub struct TransactionCoordinator {
     /// Committed state of every id of the active partitions.
     transactions: BTreeMap<String, TransactionMetadata>,
     pending: BTreeMap<String, Pending>,
+    /// Adds held per id, in arrival order.
+    held: BTreeMap<String, Vec<Held>>,
     /// The ids each write in flight holds pending.
     writes: BTreeMap<WriteId, Vec<String>>,
     next_write: u64,
@@ -264,6 +293,7 @@ impl TransactionCoordinator {
             partitions: BTreeMap::new(),
             transactions: BTreeMap::new(),
             pending: BTreeMap::new(),
+            held: BTreeMap::new(),
             writes: BTreeMap::new(),
             next_write: 0,
         }
@@ -345,7 +375,7 @@ impl TransactionCoordinator {
             .filter(|id| partition_for(id, n) == partition)
             .cloned()
             .collect();
-        let mut out = Vec::new();
+        let mut out = self.release_held(|id| partition_for(id, n) == partition, error);
         for id in dropped {
             if let Some(p) = self.pending.remove(&id) {
                 self.forget_write(p.write, &id);
@@ -407,9 +437,28 @@ impl TransactionCoordinator {
 
     /// Handles one request at `now_ms`.
     pub fn handle(&mut self, responder: ResponderId, request: Request, now_ms: i64) -> Vec<Output> {
+        let deadline_ms = now_ms.saturating_add(self.config.concurrent_wait_ms);
+        self.decide_or_hold(responder, request, now_ms, deadline_ms)
+    }
+
+    fn decide_or_hold(
+        &mut self,
+        responder: ResponderId,
+        request: Request,
+        now_ms: i64,
+        deadline_ms: i64,
+    ) -> Vec<Output> {
         let id = request.transactional_id().to_owned();
         let decision = self.decide(&request, now_ms);
         match decision {
+            Decision::Answer(response) if now_ms < deadline_ms && waits_for_end(&response) => {
+                self.held.entry(id).or_default().push(Held {
+                    responder,
+                    request,
+                    deadline_ms,
+                });
+                Vec::new()
+            }
             Decision::Answer(response) => vec![Output::Respond {
                 responder,
                 response,
@@ -539,11 +588,14 @@ impl TransactionCoordinator {
         }
     }
 
-    /// The write `write` is replicated: its changes take effect, their requests are
-    /// answered, and the transactions that now end get their markers.
-    pub fn write_completed(&mut self, write: WriteId) -> Vec<Output> {
+    /// The write `write` is replicated at `now_ms`: its changes take effect, their
+    /// requests are answered, the transactions that now end get their markers, and the
+    /// adds held for ids that settled are decided again.
+    pub fn write_completed(&mut self, write: WriteId, now_ms: i64) -> Vec<Output> {
         let mut out = Vec::new();
-        for id in self.writes.remove(&write).unwrap_or_default() {
+        let ids = self.writes.remove(&write).unwrap_or_default();
+        for id in &ids {
+            let id = id.clone();
             let Some(p) = self.pending.remove(&id) else {
                 continue;
             };
@@ -570,18 +622,72 @@ impl TransactionCoordinator {
                 });
             }
         }
+        for id in &ids {
+            out.extend(self.decide_held(id, now_ms));
+        }
+        out
+    }
+
+    /// Decides again the adds held for `id`, in arrival order; those that still find the
+    /// transaction ending are held again until their own deadline.
+    fn decide_held(&mut self, id: &str, now_ms: i64) -> Vec<Output> {
+        let mut out = Vec::new();
+        for h in self.held.remove(id).unwrap_or_default() {
+            out.extend(self.decide_or_hold(h.responder, h.request, now_ms, h.deadline_ms));
+        }
+        out
+    }
+
+    /// Answers `error` to every add held for an id that `which` picks.
+    fn release_held(&mut self, which: impl Fn(&str) -> bool, error: ErrorCode) -> Vec<Output> {
+        let ids: Vec<String> = self.held.keys().filter(|id| which(id)).cloned().collect();
+        ids.into_iter()
+            .flat_map(|id| self.held.remove(&id).unwrap_or_default())
+            .map(|h| Output::Respond {
+                responder: h.responder,
+                response: Response::error(&h.request, error),
+            })
+            .collect()
+    }
+
+    /// When the first held add reaches its deadline, for the broker to call
+    /// [`TransactionCoordinator::expire_held`] then.
+    pub fn next_deadline(&self) -> Option<i64> {
+        self.held.values().flatten().map(|h| h.deadline_ms).min()
+    }
+
+    /// Answers CONCURRENT_TRANSACTIONS to the held adds whose deadline has come, as Kafka
+    /// would have answered them when they arrived; the caller retries.
+    pub fn expire_held(&mut self, now_ms: i64) -> Vec<Output> {
+        let mut out = Vec::new();
+        self.held.retain(|_, held| {
+            held.retain(|h| {
+                if h.deadline_ms > now_ms {
+                    return true;
+                }
+                out.push(Output::Respond {
+                    responder: h.responder,
+                    response: Response::error(&h.request, ErrorCode::CONCURRENT_TRANSACTIONS),
+                });
+                false
+            });
+            !held.is_empty()
+        });
         out
     }
 
     /// The write `write` failed (not replicated in time, or this node lost the
-    /// partition): its changes are dropped and their requests answered `error`.
+    /// partition): its changes are dropped and their requests answered `error`; the adds
+    /// held for its ids get CONCURRENT_TRANSACTIONS, and their callers retry against
+    /// what the log decides.
     pub fn write_failed(&mut self, write: WriteId, error: ErrorCode) -> Vec<Output> {
         let mut out = Vec::new();
-        for id in self.writes.remove(&write).unwrap_or_default() {
+        let ids = self.writes.remove(&write).unwrap_or_default();
+        for id in &ids {
             if let Some(Pending {
                 reply: Some((responder, request, _)),
                 ..
-            }) = self.pending.remove(&id)
+            }) = self.pending.remove(id)
             {
                 out.push(Output::Respond {
                     responder,
@@ -589,6 +695,10 @@ impl TransactionCoordinator {
                 });
             }
         }
+        out.extend(self.release_held(
+            |id| ids.iter().any(|i| i == id),
+            ErrorCode::CONCURRENT_TRANSACTIONS,
+        ));
         out
     }
 
@@ -705,6 +815,22 @@ impl TransactionCoordinator {
             coordinator_epoch,
             partitions: m.partitions.iter().cloned().collect(),
         }
+    }
+}
+
+/// Whether `response` is an add's CONCURRENT_TRANSACTIONS, which only an id whose
+/// transaction is ending gets (a record being replicated, or markers being written), so
+/// that it can be held for the end (protocol step 7).
+fn waits_for_end(response: &Response) -> bool {
+    match response {
+        Response::AddPartitionsToTxn { results } => {
+            !results.is_empty()
+                && results
+                    .iter()
+                    .all(|(_, e)| *e == ErrorCode::CONCURRENT_TRANSACTIONS)
+        }
+        Response::AddOffsetsToTxn { error } => *error == ErrorCode::CONCURRENT_TRANSACTIONS,
+        Response::InitProducerId { .. } | Response::EndTxn { .. } => false,
     }
 }
 

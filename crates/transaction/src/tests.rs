@@ -17,6 +17,8 @@ struct Harness {
     /// Writes persisted but not yet reported replicated.
     held: Vec<WriteId>,
     next_responder: ResponderId,
+    /// The clock of the last call, at which held writes are reported replicated.
+    now_ms: i64,
 }
 
 impl Harness {
@@ -30,6 +32,7 @@ impl Harness {
             log: Vec::new(),
             held: Vec::new(),
             next_responder: 0,
+            now_ms: 0,
         }
     }
 
@@ -55,24 +58,34 @@ impl Harness {
         rest
     }
 
-    /// Reports every held write replicated.
+    /// Reports every held write replicated, and those they lead to.
     fn replicate(&mut self) -> Vec<Output> {
         let mut out = Vec::new();
-        for w in std::mem::take(&mut self.held) {
-            let o = self.c.write_completed(w);
-            out.extend(self.absorb(o));
+        while !self.held.is_empty() {
+            for w in std::mem::take(&mut self.held) {
+                let o = self.c.write_completed(w, self.now_ms);
+                out.extend(self.absorb(o));
+            }
         }
         out
+    }
+
+    /// Sends a request and replicates every write; returns its responder and every
+    /// output but the writes (answers, markers), for a request that may be held.
+    fn send(&mut self, request: Request, now_ms: i64) -> (ResponderId, Vec<Output>) {
+        self.next_responder += 1;
+        let me = self.next_responder;
+        self.now_ms = now_ms;
+        let out = self.c.handle(me, request, now_ms);
+        let mut rest = self.absorb(out);
+        rest.extend(self.replicate());
+        (me, rest)
     }
 
     /// Sends a request; returns its answer once every write is replicated, with the
     /// other outputs (markers).
     fn call(&mut self, request: Request, now_ms: i64) -> (Response, Vec<Output>) {
-        self.next_responder += 1;
-        let me = self.next_responder;
-        let out = self.c.handle(me, request, now_ms);
-        let mut rest = self.absorb(out);
-        rest.extend(self.replicate());
+        let (me, rest) = self.send(request, now_ms);
         let mut response = None;
         let mut others = Vec::new();
         for o in rest {
@@ -173,6 +186,15 @@ impl Harness {
 
     /// Reports the markers of `out` written.
     fn write_markers(&mut self, out: &[Output], now_ms: i64) {
+        let rest = self.markers_done(out, now_ms);
+        assert!(rest.is_empty(), "{rest:?}");
+    }
+
+    /// Reports the markers of `out` written and replicates what follows; returns the
+    /// answers that come out (held adds decided).
+    fn markers_done(&mut self, out: &[Output], now_ms: i64) -> Vec<Output> {
+        self.now_ms = now_ms;
+        let mut answers = Vec::new();
         for o in out {
             if let Output::WriteMarkers {
                 transactional_id,
@@ -186,11 +208,22 @@ impl Harness {
                         .markers_written(transactional_id, *producer_id, *producer_epoch, now_ms);
                 let rest = self.absorb(done);
                 assert!(rest.is_empty(), "{rest:?}");
-                let rest = self.replicate();
-                assert!(rest.is_empty(), "{rest:?}");
+                answers.extend(self.replicate());
             }
         }
+        answers
     }
+}
+
+/// The answer to `responder` among `out`, if there is one.
+fn answer_to(out: &[Output], responder: ResponderId) -> Option<Response> {
+    out.iter().find_map(|o| match o {
+        Output::Respond {
+            responder: r,
+            response,
+        } if *r == responder => Some(response.clone()),
+        _ => None,
+    })
 }
 
 fn init_req(pid: i64, epoch: i16, new_pid: i64) -> Request {
@@ -287,15 +320,23 @@ fn commit_and_abort_go_through_prepare_markers_and_complete() {
         markers(&out),
         vec![(true, 0, vec![("a".into(), 0), ("b".into(), 1)])]
     );
-    // A retry while the markers are out, and a request of the next transaction, wait.
+    // A retry while the markers are out waits; a request of the next transaction is held
+    // until the commit completes, or for 20 ms, then waits too.
     assert_eq!(
         h.end(1000, 0, true, 31).0,
         ErrorCode::CONCURRENT_TRANSACTIONS
     );
+    let (held, out_now) = h.send(add_req(1000, 0, &[("a", 0)], false), 31);
+    assert!(out_now.is_empty(), "{out_now:?}");
+    assert_eq!(h.c.next_deadline(), Some(51));
+    assert!(h.c.expire_held(50).is_empty());
     assert_eq!(
-        h.add(1000, 0, &[("a", 0)], 31),
-        vec![ErrorCode::CONCURRENT_TRANSACTIONS]
+        answer_to(&h.c.expire_held(51), held),
+        Some(Response::AddPartitionsToTxn {
+            results: vec![(("a".into(), 0), ErrorCode::CONCURRENT_TRANSACTIONS)]
+        })
     );
+    assert_eq!(h.c.next_deadline(), None);
     assert_eq!(h.end(1000, 0, false, 31).0, ErrorCode::INVALID_TXN_STATE);
     h.write_markers(&out, 40);
     assert_eq!(h.state(), TransactionState::CompleteCommit);
@@ -467,14 +508,16 @@ fn verify_only_while_the_markers_are_written_and_after_the_transaction_ended() {
     let (error, out) = h.end(1000, 0, false, 2);
     assert_eq!(error, ErrorCode::NONE);
     assert_eq!(h.state(), TransactionState::PrepareAbort);
-    // The leader's produce is to be retried: the transaction is ending.
-    assert_eq!(
-        verify(&mut h, 3),
-        answer(ErrorCode::CONCURRENT_TRANSACTIONS)
-    );
-    h.write_markers(&out, 4);
-    h.replicate();
+    // The transaction is ending: the leader's check is held until it has ended, and
+    // then finds the partition no longer in a transaction.
+    let (held, now) = h.send(add_req(1000, 0, &[("a", 0)], true), 3);
+    assert!(now.is_empty(), "{now:?}");
+    let answers = h.markers_done(&out, 4);
     assert_eq!(h.state(), TransactionState::CompleteAbort);
+    assert_eq!(
+        answer_to(&answers, held),
+        Some(answer(ErrorCode::TRANSACTION_ABORTABLE))
+    );
     // A late batch of the aborted transaction: no longer part of any.
     assert_eq!(verify(&mut h, 5), answer(ErrorCode::TRANSACTION_ABORTABLE));
     // An id the coordinator does not know.
@@ -642,7 +685,7 @@ fn a_new_coordinator_replays_the_log_and_finishes_a_commit_in_flight() {
     let Output::Persist { write, .. } = out[0] else {
         panic!()
     };
-    assert!(other.write_completed(write).is_empty());
+    assert!(other.write_completed(write, 0).is_empty());
     assert_eq!(
         other.describe(T).unwrap().state,
         TransactionState::CompleteCommit
@@ -895,4 +938,123 @@ proptest! {
         .unwrap();
         prop_assert_eq!(back, r);
     }
+}
+
+#[test]
+fn tv2_the_next_transactions_add_is_held_while_the_commit_ends() {
+    let mut h = Harness::new();
+    h.init(-1, -1, 1000, 0);
+    assert_eq!(h.add_v2(1000, 0, &[("a", 0)], 1), vec![ErrorCode::NONE]);
+    let (e, producer, out) = h.end_v(2, (1000, 0), true, -1, 2);
+    assert_eq!((e, producer), (ErrorCode::NONE, (1000, 1)));
+    // The producer goes on at once with the bumped epoch; the leader's add for it finds
+    // the markers being written and is held, with an AddOffsetsToTxn of the same id.
+    let mut add = add_req(1000, 1, &[("b", 1)], false);
+    if let Request::AddPartitionsToTxn {
+        client_transaction_version,
+        ..
+    } = &mut add
+    {
+        *client_transaction_version = 2;
+    }
+    let (held_add, now) = h.send(add, 3);
+    assert!(now.is_empty(), "{now:?}");
+    let offsets = Request::AddOffsetsToTxn {
+        transactional_id: T.into(),
+        producer_id: 1000,
+        producer_epoch: 1,
+        offsets_partition: 4,
+    };
+    let (held_offsets, now) = h.send(offsets, 4);
+    assert!(now.is_empty(), "{now:?}");
+    assert_eq!(h.c.next_deadline(), Some(23));
+    // The markers are written at 6: both are decided in arrival order, and the next
+    // transaction starts then.
+    let answers = h.markers_done(&out, 6);
+    assert_eq!(
+        answer_to(&answers, held_add),
+        Some(Response::AddPartitionsToTxn {
+            results: vec![(("b".into(), 1), ErrorCode::NONE)]
+        })
+    );
+    assert_eq!(
+        answer_to(&answers, held_offsets),
+        Some(Response::AddOffsetsToTxn {
+            error: ErrorCode::NONE
+        })
+    );
+    let m = h.c.describe(T).unwrap();
+    assert_eq!(m.state, TransactionState::Ongoing);
+    assert_eq!(m.txn_start_timestamp_ms, 6);
+    assert_eq!(
+        m.partitions.iter().cloned().collect::<Vec<_>>(),
+        vec![("__consumer_offsets".to_owned(), 4), ("b".to_owned(), 1)]
+    );
+    assert_eq!(h.c.next_deadline(), None);
+
+    // A held add goes when its partition does, answered NOT_COORDINATOR.
+    let (e, _, out) = h.end_v(2, (1000, 1), true, -1, 10);
+    assert_eq!(e, ErrorCode::NONE);
+    assert!(!markers(&out).is_empty());
+    let (held, now) = h.send(add_req(1000, 2, &[("c", 0)], true), 11);
+    assert!(now.is_empty(), "{now:?}");
+    let p = h.c.partition_for(T);
+    assert_eq!(
+        answer_to(&h.c.unload(p), held),
+        Some(Response::AddPartitionsToTxn {
+            results: vec![(("c".into(), 0), ErrorCode::NOT_COORDINATOR)]
+        })
+    );
+    assert_eq!(h.c.next_deadline(), None);
+}
+
+#[test]
+fn a_held_add_is_answered_when_the_write_it_waits_for_fails() {
+    let mut h = Harness::new();
+    h.init(-1, -1, 1000, 0);
+    let out = h.c.handle(9, add_req(1000, 0, &[("a", 0)], false), 1);
+    let Output::Persist { write, .. } = out[0] else {
+        panic!("{out:?}")
+    };
+    // The first add's record is being replicated: a second add of the id is held.
+    assert!(h
+        .c
+        .handle(10, add_req(1000, 0, &[("b", 0)], false), 2)
+        .is_empty());
+    let out = h.c.write_failed(write, ErrorCode::NOT_ENOUGH_REPLICAS);
+    assert_eq!(
+        answer_to(&out, 10),
+        Some(Response::AddPartitionsToTxn {
+            results: vec![(("b".into(), 0), ErrorCode::CONCURRENT_TRANSACTIONS)]
+        })
+    );
+    assert_eq!(h.c.next_deadline(), None);
+}
+
+#[test]
+fn with_no_wait_an_add_that_finds_the_transaction_ending_is_answered_at_once() {
+    let mut c = TransactionCoordinator::new(TransactionConfig {
+        concurrent_wait_ms: 0,
+        ..TransactionConfig::default()
+    });
+    let p = c.partition_for(T);
+    assert!(c.load(p, 7, Vec::new()).is_empty());
+    let out = c.handle(1, add_req(1000, 0, &[("a", 0)], false), 1);
+    assert!(matches!(out[..], [Output::Respond { .. }]), "{out:?}");
+    let out = c.handle(2, init_req(-1, -1, 1000), 1);
+    let Output::Persist { write, .. } = out[0] else {
+        panic!("{out:?}")
+    };
+    // Kafka's answer while the id's record is replicated.
+    assert_eq!(
+        c.handle(3, add_req(1000, 0, &[("a", 0)], false), 2),
+        vec![Output::Respond {
+            responder: 3,
+            response: Response::AddPartitionsToTxn {
+                results: vec![(("a".into(), 0), ErrorCode::CONCURRENT_TRANSACTIONS)]
+            }
+        }]
+    );
+    assert_eq!(c.next_deadline(), None);
+    assert!(!c.write_completed(write, 3).is_empty());
 }

@@ -225,15 +225,23 @@ impl<S: CoordinatorShard> CoordinatorHandle<S> {
     /// Sends a call and waits for its answer. `Err` means the coordinator is gone
     /// (shutting down): clients get COORDINATOR_NOT_AVAILABLE and retry elsewhere.
     pub async fn call(&self, call: S::Call) -> Result<S::Reply, ErrorCode> {
+        let rx = self.submit(call).await?;
+        // A JoinGroup may wait here for the whole rebalance: the request that made the
+        // call gives its slot back (see `request_slot`).
+        crate::network::request_slot::park();
+        rx.await.map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)
+    }
+
+    /// Queues `call` and returns where its reply will come, so that a request of many
+    /// calls (a leader's batched AddPartitionsToTxn) has them all under way at once and
+    /// one the coordinator holds does not hold up the others.
+    pub async fn submit(&self, call: S::Call) -> Result<oneshot::Receiver<S::Reply>, ErrorCode> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Message::Call(call, reply))
             .await
             .map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)?;
-        // A JoinGroup may wait here for the whole rebalance: the request that made the
-        // call gives its slot back (see `request_slot`).
-        crate::network::request_slot::park();
-        rx.await.map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE)
+        Ok(rx)
     }
 
     async fn control(&self, make: impl FnOnce(oneshot::Sender<()>) -> Message<S>) {

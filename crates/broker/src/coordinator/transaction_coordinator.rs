@@ -21,7 +21,9 @@
 //!    [`TxnCall::MarkersWritten`]; it asks [`TxnCall::StillPreparing`] before every retry,
 //!    so that it gives up once another coordinator owns the id or the transaction ended.
 //! 5. `tick` runs every `transaction.abort.timed.out.transaction.cleanup.interval.ms`:
-//!    transactions past their timeout are aborted and idle ids expire.
+//!    transactions past their timeout are aborted and idle ids expire; and at the
+//!    deadline of an add the state machine holds while the id's previous transaction
+//!    ends, which it then answers CONCURRENT_TRANSACTIONS.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -332,18 +334,26 @@ impl CoordinatorShard for TransactionShard {
     }
 
     fn tick(&mut self, now_ms: i64) -> Outputs<Self> {
-        let interval = self
-            .coordinator
-            .config()
-            .transaction_abort_timed_out_transaction_cleanup_interval_ms
-            .max(1);
-        self.next_tick_ms = now_ms + interval;
-        let out = self.coordinator.tick(now_ms);
+        // Held adds have deadlines of their own, far sooner than the cleanup's.
+        let mut out = self.coordinator.expire_held(now_ms);
+        if now_ms >= self.next_tick_ms {
+            let interval = self
+                .coordinator
+                .config()
+                .transaction_abort_timed_out_transaction_cleanup_interval_ms
+                .max(1);
+            self.next_tick_ms = now_ms + interval;
+            out.extend(self.coordinator.tick(now_ms));
+        }
         self.outputs(out)
     }
 
     fn next_deadline(&self) -> Option<i64> {
-        (!self.served.is_empty()).then_some(self.next_tick_ms)
+        let cleanup = (!self.served.is_empty()).then_some(self.next_tick_ms);
+        match (cleanup, self.coordinator.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn load_start(&mut self, partition: i32) -> Outputs<Self> {
@@ -400,7 +410,9 @@ impl CoordinatorShard for TransactionShard {
     fn appended(&mut self, _write: u64, _partition: i32, _end_offset: i64) {}
 
     fn replicated(&mut self, write: u64, _reached: &[(i32, i64)]) -> Outputs<Self> {
-        let out = self.coordinator.write_completed(WriteId(write));
+        let out = self
+            .coordinator
+            .write_completed(WriteId(write), runtime::now_ms());
         self.outputs(out)
     }
 

@@ -82,17 +82,23 @@ fn txn_offset_commit_error(
     }
 }
 
+/// The coordinator's answer to `request` as a response, whatever came back.
+fn txn_response(request: &Request, reply: Result<TxnReply, ErrorCode>) -> Response {
+    match reply {
+        Ok(TxnReply::Response(r)) => r,
+        Ok(_) => Response::error(request, mismatched()),
+        Err(code) => Response::error(request, code),
+    }
+}
+
 impl Broker {
     async fn txn_call(&self, call: TxnCall) -> Result<TxnReply, ErrorCode> {
         self.transactions.call(call).await
     }
 
     async fn txn_request(&self, request: Request) -> Response {
-        match self.txn_call(TxnCall::Request(request.clone())).await {
-            Ok(TxnReply::Response(r)) => r,
-            Ok(_) => Response::error(&request, mismatched()),
-            Err(code) => Response::error(&request, code),
-        }
+        let reply = self.txn_call(TxnCall::Request(request.clone())).await;
+        txn_response(&request, reply)
     }
 
     pub(crate) fn transaction_state_partitions(&self) -> i32 {
@@ -257,21 +263,37 @@ impl Broker {
                 ..Default::default()
             };
         }
-        let mut results_by_transaction = Vec::with_capacity(request.transactions.len());
+        // Every transaction of the batch goes to the coordinator before any answer is
+        // awaited: it may hold one whose previous transaction is still ending.
+        let mut submitted = Vec::with_capacity(request.transactions.len());
         for t in request.transactions {
             let partitions = partitions_of(&t.topics);
-            let response = self
-                .txn_request(Request::AddPartitionsToTxn {
-                    transactional_id: t.transactional_id.clone(),
-                    producer_id: t.producer_id,
-                    producer_epoch: t.producer_epoch,
-                    partitions: partitions.clone(),
-                    verify_only: t.verify_only,
-                    // Kafka's `transactionVersionForAddPartitionsToTxn`: a broker's add
-                    // (v4+) is for a transaction version 2 producer.
-                    client_transaction_version: if t.verify_only { 0 } else { 2 },
-                })
+            let request = Request::AddPartitionsToTxn {
+                transactional_id: t.transactional_id.clone(),
+                producer_id: t.producer_id,
+                producer_epoch: t.producer_epoch,
+                partitions: partitions.clone(),
+                verify_only: t.verify_only,
+                // Kafka's `transactionVersionForAddPartitionsToTxn`: a broker's add
+                // (v4+) is for a transaction version 2 producer.
+                client_transaction_version: if t.verify_only { 0 } else { 2 },
+            };
+            let reply = self
+                .transactions
+                .submit(TxnCall::Request(request.clone()))
                 .await;
+            submitted.push((t, partitions, request, reply));
+        }
+        if !submitted.is_empty() {
+            crate::network::request_slot::park();
+        }
+        let mut results_by_transaction = Vec::with_capacity(submitted.len());
+        for (t, partitions, request, reply) in submitted {
+            let reply = match reply {
+                Ok(rx) => rx.await.map_err(|_| ErrorCode::COORDINATOR_NOT_AVAILABLE),
+                Err(e) => Err(e),
+            };
+            let response = txn_response(&request, reply);
             results_by_transaction.push(resp::AddPartitionsToTxnResult {
                 transactional_id: t.transactional_id,
                 topic_results: topic_results(added(response, &partitions)),

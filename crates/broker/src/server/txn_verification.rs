@@ -12,9 +12,11 @@
 //!    whether the batch needs verifying (no transaction of the producer open there in
 //!    its epoch) and gets a guard; then it calls [`TxnVerifier::verify`], parked (the
 //!    request slot is given back), and only this request waits.
-//! 2. Requests are batched per coordinator node: one AddPartitionsToTxn in flight per
-//!    node, and what arrives meanwhile goes out together in the next one, one entry per
-//!    transactional id. A second entry of the same id while one waits: the one with the
+//! 2. Requests are batched per coordinator node: up to [`MAX_IN_FLIGHT_PER_NODE`]
+//!    AddPartitionsToTxn in flight per node (Kafka has one; the coordinator may hold an
+//!    add while the producer's previous transaction ends, and a second request keeps the
+//!    other producers' checks from waiting behind it), and what arrives meanwhile goes
+//!    out together in the next one, one entry per transactional id. A second entry of the same id while one waits: the one with the
 //!    lower epoch gets INVALID_PRODUCER_EPOCH, and of two at the same epoch the older
 //!    gets NETWORK_EXCEPTION (a client retry), as Kafka does.
 //! 3. The coordinator's per-partition answers become the produce's: PRODUCER_FENCED is
@@ -70,10 +72,14 @@ struct Waiter {
 
 #[derive(Default)]
 struct NodeQueue {
-    /// A request to the node is out; whatever arrives waits for the next.
-    in_flight: bool,
+    /// Requests to the node that are out; at the limit, whatever arrives waits for the
+    /// next.
+    in_flight: usize,
     waiting: Vec<Waiter>,
 }
+
+/// How many verification requests a leader has out to one coordinator node at once.
+const MAX_IN_FLIGHT_PER_NODE: usize = 2;
 
 /// Where a coordinator node is reached.
 #[derive(Clone)]
@@ -170,7 +176,11 @@ impl TxnVerifier {
                 let _ = older.reply.send(all_of(&older.txn, error));
             }
             queue.waiting.push(Waiter { txn, reply });
-            !std::mem::replace(&mut queue.in_flight, true)
+            let start = queue.in_flight < MAX_IN_FLIGHT_PER_NODE;
+            if start {
+                queue.in_flight += 1;
+            }
+            start
         };
         if start {
             let verifier = self.clone();
@@ -256,7 +266,8 @@ impl TxnVerifier {
         PeerEndpoint::resolve(host, port).map(|addr| (leader, Route::Remote(addr)))
     }
 
-    /// Sends the node's waiting verifications, one request at a time, until none wait.
+    /// Sends the node's waiting verifications, one request at a time, until none wait
+    /// (one of the node's requests in flight).
     async fn drain(self: Arc<Self>, node: i32, route: Route) {
         loop {
             let batch = {
@@ -265,8 +276,10 @@ impl TxnVerifier {
                     return;
                 };
                 if queue.waiting.is_empty() {
-                    queue.in_flight = false;
-                    queues.remove(&node);
+                    queue.in_flight = queue.in_flight.saturating_sub(1);
+                    if queue.in_flight == 0 {
+                        queues.remove(&node);
+                    }
                     return;
                 }
                 std::mem::take(&mut queue.waiting)

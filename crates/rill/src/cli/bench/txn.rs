@@ -6,7 +6,9 @@
 //!    `--commit-interval-ms` (Kafka Streams' `commit.interval.ms` is 100 ms under
 //!    exactly-once); each commit (the flush of what is in flight, then
 //!    `commit_transaction`'s EndTxn) goes into an HDR histogram, and its EndTxn part into
-//!    another.
+//!    another, and the time to acknowledge each transaction's first record into a third.
+//!    The two producers take turns by quarters (A B B A B A A B), so that neither always
+//!    writes into the fuller page cache.
 //! 3. The transactional topic is read back four times by a consumer each:
 //!    read_uncommitted, read_committed, read_committed, read_uncommitted; each level's two
 //!    reads are added up.
@@ -92,6 +94,10 @@ struct Sent {
     commits: Latencies,
     /// The EndTxn part of each commit alone.
     end_txns: Latencies,
+    /// From the send of each transaction's first record to its acknowledgement: the
+    /// wait a transaction version 2 producer's next transaction has for its partitions
+    /// to be added while the previous one's markers are written.
+    firsts: Latencies,
 }
 
 pub async fn run(common: &Common, args: TxnBench) -> anyhow::Result<()> {
@@ -115,11 +121,6 @@ pub async fn run(common: &Common, args: TxnBench) -> anyhow::Result<()> {
         .linger(Duration::from_millis(args.linger_ms));
 
     let idempotent = Producer::new(config.clone())?;
-    let plain = send(&idempotent, &idempotent_topic, &args, &pool, None)
-        .await
-        .context("the idempotent producer")?;
-    idempotent.close().await?;
-
     let id = args
         .transactional_id
         .clone()
@@ -130,16 +131,58 @@ pub async fn run(common: &Common, args: TxnBench) -> anyhow::Result<()> {
         .await
         .context("init_transactions")?;
     let interval = Duration::from_millis(args.commit_interval_ms);
-    let txn = send(
-        &transactional,
-        &transactional_topic,
-        &args,
-        &pool,
-        Some(interval),
-    )
-    .await
-    .context("the transactional producer")?;
+    // Each producer sends a quarter of its records four times, the two taking turns in
+    // the order A B B A B A A B, so that what the broker's disk does over the run (the
+    // page cache filling, writeback setting in after the first gigabytes, which is not
+    // a steady drift) weighs on both alike: the second producer of a plain A B would
+    // always write into the dirtier cache.
+    let quarter = |k: u64| (args.records * (k + 1)) / 4 - (args.records * k) / 4;
+    let (mut plain, mut txn): (Option<Sent>, Option<Sent>) = (None, None);
+    let (mut plain_quarters, mut txn_quarters) = (0, 0);
+    for transactional_phase in [false, true, true, false, true, false, false, true] {
+        let done = if transactional_phase {
+            &mut txn_quarters
+        } else {
+            &mut plain_quarters
+        };
+        let records = quarter(*done);
+        *done += 1;
+        let sent = if transactional_phase {
+            send(
+                &transactional,
+                &transactional_topic,
+                (records, args.record_size),
+                &pool,
+                Some(interval),
+            )
+            .await
+            .context("the transactional producer")?
+        } else {
+            send(
+                &idempotent,
+                &idempotent_topic,
+                (records, args.record_size),
+                &pool,
+                None,
+            )
+            .await
+            .context("the idempotent producer")?
+        };
+        let sum = if transactional_phase {
+            &mut txn
+        } else {
+            &mut plain
+        };
+        *sum = Some(match sum.take() {
+            None => sent,
+            Some(earlier) => earlier.and(sent)?,
+        });
+    }
+    idempotent.close().await?;
     transactional.close().await?;
+    let (Some(plain), Some(txn)) = (plain, txn) else {
+        anyhow::bail!("both producers were to send");
+    };
 
     let admin = Admin::new(common.client()?)?;
     let partitions = admin.partitions_of(&transactional_topic).await?;
@@ -180,16 +223,26 @@ pub async fn run(common: &Common, args: TxnBench) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sends `args.records` records to `topic`; with `commit_interval`, inside transactions
-/// committed that often (and once more at the end).
+impl Sent {
+    /// Two phases of one producer as one: their times and commits added up.
+    fn and(mut self, other: Sent) -> anyhow::Result<Sent> {
+        self.secs += other.secs;
+        self.commits.add(&other.commits)?;
+        self.end_txns.add(&other.end_txns)?;
+        self.firsts.add(&other.firsts)?;
+        Ok(self)
+    }
+}
+
+/// Sends `records` records of `size` bytes to `topic`; with `commit_interval`, inside
+/// transactions committed that often (and once more at the end).
 async fn send(
     producer: &Producer,
     topic: &str,
-    args: &TxnBench,
+    (records, size): (u64, usize),
     pool: &Bytes,
     commit_interval: Option<Duration>,
 ) -> anyhow::Result<Sent> {
-    let size = args.record_size;
     let progress = Arc::new(Progress::default());
     let reporter = spawn_progress(
         progress.clone(),
@@ -201,16 +254,22 @@ async fn send(
     );
     // Deliveries are awaited on their own task, in send order, so that sending never
     // waits for an answer.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<rill_client::DeliveryFuture>();
+    // A transaction's first record comes with the time it was sent.
+    let (tx, mut rx) =
+        tokio::sync::mpsc::unbounded_channel::<(rill_client::DeliveryFuture, Option<Instant>)>();
     let collector = tokio::spawn({
         let progress = progress.clone();
+        let mut firsts = Latencies::new()?;
         async move {
-            while let Some(delivery) = rx.recv().await {
+            while let Some((delivery, first)) = rx.recv().await {
                 delivery.await?;
+                if let Some(sent) = first {
+                    firsts.record(sent.elapsed());
+                }
                 progress.records.fetch_add(1, Ordering::Relaxed);
                 progress.bytes.fetch_add(size as u64, Ordering::Relaxed);
             }
-            anyhow::Ok(())
+            anyhow::Ok(firsts)
         }
     });
     let mut commits = Latencies::new()?;
@@ -230,18 +289,21 @@ async fn send(
         producer.begin_transaction()?;
     }
     let mut last_commit = Instant::now();
-    for i in 0..args.records {
+    let mut first = commit_interval.is_some();
+    for i in 0..records {
         if let Some(interval) = commit_interval {
             if last_commit.elapsed() >= interval {
                 commit(&mut commits, &mut end_txns).await?;
                 producer.begin_transaction()?;
                 last_commit = Instant::now();
+                first = true;
             }
         }
         let offset = (i as usize).wrapping_mul(7919) % (1 << 20);
         let value = pool.slice(offset..offset + size);
+        let sent = std::mem::take(&mut first).then(Instant::now);
         let delivery = producer.send(ProducerRecord::new(topic, value)).await?;
-        if tx.send(delivery).is_err() {
+        if tx.send((delivery, sent)).is_err() {
             break;
         }
     }
@@ -251,13 +313,14 @@ async fn send(
         producer.flush().await?;
     }
     drop(tx);
-    collector.await??;
+    let firsts = collector.await??;
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     reporter.abort();
     Ok(Sent {
         secs,
         commits,
         end_txns,
+        firsts,
     })
 }
 
@@ -280,6 +343,7 @@ fn report(
     let read_fraction = committed_rps / uncommitted_rps;
     let summary = txn.commits.summary();
     let end_txn = txn.end_txns.summary();
+    let first = txn.firsts.summary();
     if common.json() {
         print_json(&json!({
             "records": args.records,
@@ -292,6 +356,7 @@ fn report(
                 "latency_ms": summary.to_json(),
                 "latency_histogram": txn.commits.table_json(),
                 "end_txn_latency_ms": end_txn.to_json(),
+                "first_record_latency_ms": first.to_json(),
             },
             "transactional_fraction_of_idempotent": txn_fraction,
             "read_uncommitted": {"seconds": uncommitted.secs, "records": uncommitted.records, "records_per_sec": uncommitted_rps, "mb_per_sec": uncommitted_mbps},
@@ -306,7 +371,8 @@ fn report(
         println!(
             "transactional (commit every {} ms): {} records in {:.2} s, {txn_rps:.0} records/s, \
              {txn_mbps:.2} MB/s = {txn_fraction:.3} of idempotent; {} commits, latency avg {:.2} ms, \
-             p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (EndTxn alone p50 {:.2} ms, p99 {:.2} ms)",
+             p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (EndTxn alone p50 {:.2} ms, p99 {:.2} ms); \
+             a transaction's first record acknowledged in p50 {:.2} ms, p99 {:.2} ms",
             args.commit_interval_ms,
             args.records,
             txn.secs,
@@ -316,7 +382,9 @@ fn report(
             summary.p99,
             summary.max,
             end_txn.p50,
-            end_txn.p99
+            end_txn.p99,
+            first.p50,
+            first.p99
         );
         println!(
             "read_uncommitted: {uncommitted_rps:.0} records/s, {uncommitted_mbps:.2} MB/s; \
