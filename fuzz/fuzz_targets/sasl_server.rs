@@ -16,7 +16,9 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use rill_broker::network::sasl::{AuthTime, Authenticator, SaslConfig, Verdict, DEFAULT_MECHANISMS};
-use rill_broker::network::scram::{ScramCredential, ScramMechanism, MIN_ITERATIONS};
+use rill_broker::network::scram::{
+    ScramCredential, ScramIdentity, ScramMechanism, ScramName, TokenOwner, MIN_ITERATIONS,
+};
 use rill_protocol::decode_request_header;
 
 fn config() -> Arc<SaslConfig> {
@@ -34,8 +36,16 @@ fn credential(m: ScramMechanism) -> ScramCredential {
     creds[usize::from(m == ScramMechanism::Sha512)].clone()
 }
 
-fn lookup(user: &str, m: ScramMechanism) -> Option<ScramCredential> {
-    (user == "alice").then(|| credential(m))
+/// `alice` as a user, and as a delegation token of hers that never expires (the token
+/// path of `tokenauth=true`).
+fn lookup(n: ScramName<'_>) -> Option<ScramIdentity> {
+    (n.name == "alice").then(|| ScramIdentity {
+        credential: credential(n.mechanism),
+        token_owner: n.token.then(|| TokenOwner {
+            principal: "User:alice".into(),
+            expiry_timestamp_ms: i64::MAX,
+        }),
+    })
 }
 
 fuzz_target!(|data: &[u8]| {

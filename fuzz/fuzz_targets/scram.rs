@@ -15,7 +15,8 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use rill_broker::network::scram::{
-    ScramClient, ScramCredential, ScramMechanism, ScramServer, ScramStep, MIN_ITERATIONS,
+    ScramClient, ScramCredential, ScramIdentity, ScramMechanism, ScramName, ScramServer,
+    ScramStep, MIN_ITERATIONS,
 };
 
 fn credential(m: ScramMechanism) -> ScramCredential {
@@ -52,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
 
     // The server's side.
     let mut server = ScramServer::new(m);
-    let lookup = |_: &str| known.then(|| credential(m));
+    let lookup = |_: ScramName<'_>| known.then(|| ScramIdentity::user(credential(m)));
     if let Ok(step) = server.step(client_first, lookup) {
         let ScramStep::Continue(first) = step else {
             panic!("authenticated on client-first");

@@ -1157,6 +1157,9 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("replica.lag.time.max.ms", "10000"),
     ("sasl.server.max.receive.size", "524288"),
     ("connections.max.reauth.ms", "0"),
+    ("delegation.token.expiry.check.interval.ms", "3600000"),
+    ("delegation.token.expiry.time.ms", "86400000"),
+    ("delegation.token.max.lifetime.ms", "604800000"),
     ("socket.request.max.bytes", "104857600"),
     (
         "transaction.abort.timed.out.transaction.cleanup.interval.ms",
@@ -1190,6 +1193,10 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
 /// Broker keys Rill reads that have no default of their own (unset means "not given").
 const KEYS_WITHOUT_DEFAULT: &[&str] = &[
     "advertised.listeners",
+    // Delegation tokens are on when the key is set (see `server::delegation_tokens`);
+    // `master` is its name before Kafka 2.5, still read.
+    "delegation.token.master.key",
+    "delegation.token.secret.key",
     // The listener the web console connects to (default: the first PLAINTEXT one).
     "console.listener.name",
     // Kafka's default is null (see `DYNAMIC_BROKER_KEYS`).
@@ -1956,8 +1963,36 @@ impl BrokerConfig {
                     .first_chunk()
                     .unwrap_or(&[7; 8]),
             ),
+            delegation_tokens: rill_metadata::delegation_tokens::DelegationTokenConfig {
+                enabled: self.delegation_token_secret_key().is_some(),
+                max_lifetime_ms: self.positive_ms("delegation.token.max.lifetime.ms")?,
+                expiry_time_ms: self.positive_ms("delegation.token.expiry.time.ms")?,
+                expiry_check_interval_ms: self
+                    .positive_ms("delegation.token.expiry.check.interval.ms")?,
+            },
             ..defaults
         })
+    }
+
+    /// `delegation.token.secret.key` (or its old name `delegation.token.master.key`),
+    /// when set and not empty: delegation tokens are on, and their secrets are HMACs
+    /// under this key, so every node must have the same one (as in Kafka).
+    pub fn delegation_token_secret_key(&self) -> Option<&str> {
+        ["delegation.token.secret.key", "delegation.token.master.key"]
+            .into_iter()
+            .filter_map(|k| self.get(k))
+            .find(|v| !v.is_empty())
+    }
+
+    /// A duration in milliseconds that must be at least 1 (Kafka's `atLeast(1)`).
+    fn positive_ms(&self, key: &str) -> Result<i64, BrokerError> {
+        let ms: i64 = self.parse(key)?;
+        if ms < 1 {
+            return Err(BrokerError::Config(format!(
+                "{key}: invalid value {ms}: must be at least 1"
+            )));
+        }
+        Ok(ms)
     }
 
     pub fn data_dir(&self) -> PathBuf {

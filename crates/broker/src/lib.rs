@@ -242,6 +242,9 @@ impl Server {
             lost_lease: std::sync::atomic::AtomicBool::new(false),
             lease_losses: std::sync::atomic::AtomicU64::new(0),
             quotas: server::quotas::ClientQuotaManager::new(quota_windows, replication_windows),
+            delegation_tokens: server::delegation_tokens::DelegationTokenSecrets::new(
+                config.delegation_token_secret_key(),
+            ),
             config,
         });
         leaders.set(&broker);

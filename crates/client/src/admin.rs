@@ -7,7 +7,9 @@
 //! knows only the groups it coordinates. ACLs are in `admin/acls.rs`.
 
 mod acls;
+mod delegation_tokens;
 mod quotas;
+pub use delegation_tokens::{hmac_from_base64, DelegationToken};
 pub use quotas::{QuotaAlteration, QuotaEntity, QuotaMatch, QuotaValues};
 
 use std::collections::BTreeMap;

@@ -55,10 +55,10 @@ mod transaction;
 mod types;
 
 pub use admin::{
-    Admin, AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType, GroupDescription,
-    GroupListing, MemberDescription, NewPartitions, NewTopic, PartitionResults, QuotaAlteration,
-    QuotaEntity, QuotaMatch, QuotaValues, ScramCredentialUpsertion, TransactionDescription,
-    TransactionListing,
+    hmac_from_base64, Admin, AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType,
+    DelegationToken, GroupDescription, GroupListing, MemberDescription, NewPartitions, NewTopic,
+    PartitionResults, QuotaAlteration, QuotaEntity, QuotaMatch, QuotaValues,
+    ScramCredentialUpsertion, TransactionDescription, TransactionListing,
 };
 pub use admin_producers::{AbortTransactionSpec, ProducerState};
 pub use assignor::{Assignor, GroupSubscription, MemberSubscription};

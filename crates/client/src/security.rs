@@ -68,6 +68,10 @@ pub struct Security {
     pub sasl_password: Option<String>,
     /// OAUTHBEARER: the file holding the token (from a `file:` URL).
     pub sasl_oauthbearer_token_file: Option<String>,
+    /// SCRAM with a delegation token (KIP-48): the user name is the token's id, the
+    /// password its HMAC in base64, and client-first carries `tokenauth=true`. Set by
+    /// `tokenauth="true"` in `sasl.jaas.config`, as Kafka's `ScramLoginModule` takes it.
+    pub sasl_token_auth: bool,
 }
 
 impl std::fmt::Debug for Security {
@@ -88,6 +92,7 @@ impl std::fmt::Debug for Security {
                 "sasl_oauthbearer_token_file",
                 &self.sasl_oauthbearer_token_file,
             )
+            .field("sasl_token_auth", &self.sasl_token_auth)
             .finish()
     }
 }
@@ -134,6 +139,18 @@ impl Security {
             }
             "sasl.username" => self.sasl_username = some(),
             "sasl.password" => self.sasl_password = Some(value.to_string()),
+            "sasl.jaas.config" => {
+                let options = jaas_options(value)?;
+                for (k, v) in options {
+                    match k.as_str() {
+                        "username" => self.sasl_username = Some(v),
+                        "password" => self.sasl_password = Some(v),
+                        "tokenauth" => self.sasl_token_auth = v.eq_ignore_ascii_case("true"),
+                        // Other login module options mean nothing to this client.
+                        _ => {}
+                    }
+                }
+            }
             "sasl.oauthbearer.token.endpoint.url" => {
                 let path = value
                     .strip_prefix("file://")
@@ -269,6 +286,64 @@ impl rustls::client::danger::ServerCertVerifier for ChainOnly {
     }
 }
 
+/// The options of a JAAS line as Kafka's clients take it in `sasl.jaas.config`:
+/// `<LoginModule class> <flag> key="value" key2=value2 ... ;`. A quoted value may hold
+/// spaces and `\"`; one JAAS entry only.
+fn jaas_options(line: &str) -> Result<Vec<(String, String)>> {
+    let bad = |why: &str| Error::InvalidConfig(format!("sasl.jaas.config: {why}"));
+    let line = line.trim();
+    let line = line
+        .strip_suffix(';')
+        .ok_or_else(|| bad("must end with ';'"))?;
+    let mut rest = line.trim_start();
+    // The login module's class name, then its control flag.
+    for _ in 0..2 {
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        if end == 0 {
+            return Err(bad("needs a login module and a control flag"));
+        }
+        rest = rest[end..].trim_start();
+    }
+    let mut options = Vec::new();
+    while !rest.is_empty() {
+        let eq = rest.find('=').ok_or_else(|| bad("an option without '='"))?;
+        let key = rest[..eq].trim().to_string();
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            return Err(bad("an option without a name"));
+        }
+        rest = &rest[eq + 1..];
+        let value;
+        if let Some(quoted) = rest.strip_prefix('"') {
+            let mut v = String::new();
+            let mut chars = quoted.char_indices();
+            let mut end = None;
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => {
+                        if let Some((_, next)) = chars.next() {
+                            v.push(next);
+                        }
+                    }
+                    '"' => {
+                        end = Some(i);
+                        break;
+                    }
+                    c => v.push(c),
+                }
+            }
+            let end = end.ok_or_else(|| bad("an unterminated quoted value"))?;
+            value = v;
+            rest = quoted[end + 1..].trim_start();
+        } else {
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            value = rest[..end].to_string();
+            rest = rest[end..].trim_start();
+        }
+        options.push((key, value));
+    }
+    Ok(options)
+}
+
 /// The client's side of a SASL exchange: the tokens to send, one at a time.
 pub(crate) enum SaslClient {
     Plain {
@@ -321,10 +396,18 @@ impl SaslClient {
             "PLAIN" => Self::Plain {
                 token: Some(format!("\0{user}\0{password}").into_bytes()),
             },
-            "SCRAM-SHA-256" => {
-                Self::Scram(Box::new(ScramClient::new(Hash::Sha256, user, password)?))
-            }
-            _ => Self::Scram(Box::new(ScramClient::new(Hash::Sha512, user, password)?)),
+            "SCRAM-SHA-256" => Self::Scram(Box::new(ScramClient::new(
+                Hash::Sha256,
+                user,
+                password,
+                security.sasl_token_auth,
+            )?)),
+            _ => Self::Scram(Box::new(ScramClient::new(
+                Hash::Sha512,
+                user,
+                password,
+                security.sasl_token_auth,
+            )?)),
         })
     }
 
@@ -409,6 +492,8 @@ pub(crate) struct ScramClient {
     hash: Hash,
     user: String,
     password: String,
+    /// Send Kafka's `tokenauth=true` extension: the user is a delegation token's id.
+    token_auth: bool,
     nonce: String,
     state: ScramState,
 }
@@ -425,13 +510,14 @@ enum ScramState {
 const MAX_ITERATIONS: u32 = 16_384;
 
 impl ScramClient {
-    fn new(hash: Hash, user: String, password: String) -> Result<Self> {
+    fn new(hash: Hash, user: String, password: String, token_auth: bool) -> Result<Self> {
         let mut raw = [0u8; 24];
         getrandom::fill(&mut raw).map_err(|e| Error::InvalidConfig(format!("SCRAM nonce: {e}")))?;
         Ok(Self {
             hash,
             user,
             password,
+            token_auth,
             nonce: base64::engine::general_purpose::STANDARD_NO_PAD.encode(raw),
             state: ScramState::Start,
         })
@@ -443,7 +529,12 @@ impl ScramClient {
         match std::mem::replace(&mut self.state, ScramState::Done) {
             ScramState::Start => {
                 let name = self.user.replace('=', "=3D").replace(',', "=2C");
-                let first_bare = format!("n={name},r={}", self.nonce);
+                let extension = if self.token_auth {
+                    ",tokenauth=true"
+                } else {
+                    ""
+                };
+                let first_bare = format!("n={name},r={}{extension}", self.nonce);
                 let token = format!("n,,{first_bare}").into_bytes();
                 self.state = ScramState::SentFirst { first_bare };
                 Ok(Some(token))
@@ -516,7 +607,7 @@ mod tests {
     /// RFC 7677's SCRAM-SHA-256 example, with its nonce.
     #[test]
     fn scram_sha_256_matches_rfc_7677() {
-        let mut c = ScramClient::new(Hash::Sha256, "user".into(), "pencil".into()).unwrap();
+        let mut c = ScramClient::new(Hash::Sha256, "user".into(), "pencil".into(), false).unwrap();
         c.nonce = "rOprNGfwEbeRWgbNEkqO".into();
         let first = c.step(b"").unwrap().unwrap();
         assert_eq!(first, b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO");
@@ -537,22 +628,62 @@ mod tests {
 
     #[test]
     fn a_server_that_does_not_know_the_password_is_refused() {
-        let mut c = ScramClient::new(Hash::Sha256, "user".into(), "pencil".into()).unwrap();
+        let mut c = ScramClient::new(Hash::Sha256, "user".into(), "pencil".into(), false).unwrap();
         c.nonce = "rOprNGfwEbeRWgbNEkqO".into();
         c.step(b"").unwrap();
         c.step(b"r=rOprNGfwEbeRWgbNEkqOxyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
             .unwrap();
         assert!(c.step(b"v=AAAA").is_err());
-        let mut c = ScramClient::new(Hash::Sha512, "user".into(), "pencil".into()).unwrap();
+        let mut c = ScramClient::new(Hash::Sha512, "user".into(), "pencil".into(), false).unwrap();
         c.step(b"").unwrap();
         // A nonce that is not ours extended, and an iteration count past Kafka's cap.
         assert!(c.step(b"r=other,s=AAAA,i=4096").is_err());
-        let mut c = ScramClient::new(Hash::Sha512, "user".into(), "pencil".into()).unwrap();
+        let mut c = ScramClient::new(Hash::Sha512, "user".into(), "pencil".into(), false).unwrap();
         let nonce = c.nonce.clone();
         c.step(b"").unwrap();
         assert!(c
             .step(format!("r={nonce}x,s=AAAA,i=99999999").as_bytes())
             .is_err());
+    }
+
+    /// Kafka's JAAS line sets the login, and `tokenauth` makes the first message carry
+    /// the delegation token extension.
+    #[test]
+    fn a_jaas_line_with_tokenauth_logs_in_with_a_delegation_token() {
+        let mut s = Security::new();
+        assert!(s.set("sasl.mechanism", "SCRAM-SHA-256").unwrap());
+        assert!(s
+            .set(
+                "sasl.jaas.config",
+                r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="tok-Id_1" password="a b\"c" tokenauth=true;"#
+            )
+            .unwrap());
+        assert_eq!(s.sasl_username.as_deref(), Some("tok-Id_1"));
+        assert_eq!(s.sasl_password.as_deref(), Some("a b\"c"));
+        assert!(s.sasl_token_auth);
+        let mut c = SaslClient::new(&s).unwrap();
+        let first = String::from_utf8(c.step(b"").unwrap().unwrap()).unwrap();
+        assert!(first.starts_with("n,,n=tok-Id_1,r="), "{first}");
+        assert!(first.ends_with(",tokenauth=true"), "{first}");
+        let mut s = Security::new();
+        s.set(
+            "sasl.jaas.config",
+            r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="x";"#,
+        )
+        .unwrap();
+        assert!(!s.sasl_token_auth);
+        assert_eq!(s.sasl_username.as_deref(), Some("alice"));
+        for bad in [
+            "ScramLoginModule required username=\"x\"",
+            "ScramLoginModule;",
+            "ScramLoginModule required username=\"x;",
+            "ScramLoginModule required =x;",
+        ] {
+            assert!(
+                Security::new().set("sasl.jaas.config", bad).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

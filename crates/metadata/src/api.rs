@@ -48,6 +48,9 @@ pub enum ControllerEvent {
     DeleteAcls(DeleteAclsRequest),
     /// AlterClientQuotas: quotas to set and remove, per entity.
     AlterClientQuotas(AlterClientQuotasRequest),
+    CreateDelegationToken(crate::delegation_tokens::CreateDelegationTokenRequest),
+    RenewDelegationToken(crate::delegation_tokens::ChangeDelegationTokenRequest),
+    ExpireDelegationToken(crate::delegation_tokens::ChangeDelegationTokenRequest),
 }
 
 /// What the controller decided: records to append to the metadata log (in this order,
@@ -83,6 +86,9 @@ pub enum ControllerResponse {
     DeleteAcls(Vec<AclDeleteResult>),
     /// Per entity, in the order the request first names it.
     AlterClientQuotas(Vec<crate::client_quotas::ClientQuotaResult>),
+    CreateDelegationToken(crate::delegation_tokens::CreateDelegationTokenResponse),
+    /// A renewal's or an expiry's answer.
+    ChangeDelegationToken(crate::delegation_tokens::DelegationTokenExpiryResponse),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -74,6 +74,8 @@ pub struct ControllerConfig {
     pub leader_imbalance_check_interval_ms: i64,
     /// Seeds topic ids and placement, so tests are reproducible.
     pub seed: u64,
+    /// `delegation.token.*`.
+    pub delegation_tokens: crate::delegation_tokens::DelegationTokenConfig,
 }
 
 impl Default for ControllerConfig {
@@ -89,6 +91,7 @@ impl Default for ControllerConfig {
             auto_leader_rebalance_enable: true,
             leader_imbalance_check_interval_ms: 300_000,
             seed: 0x5eed,
+            delegation_tokens: Default::default(),
         }
     }
 }
@@ -147,6 +150,8 @@ pub struct QuorumController {
     heard_from: std::collections::BTreeSet<i32>,
     /// When [`QuorumController::tick`] last checked for leader imbalance.
     last_rebalance_ms: Option<i64>,
+    /// When [`QuorumController::tick`] last removed expired delegation tokens.
+    last_token_sweep_ms: Option<i64>,
     rng: u64,
 }
 
@@ -423,6 +428,7 @@ impl QuorumController {
             last_contact_ms: BTreeMap::new(),
             heard_from: std::collections::BTreeSet::new(),
             last_rebalance_ms: None,
+            last_token_sweep_ms: None,
             rng,
         }
     }
@@ -492,15 +498,26 @@ impl QuorumController {
                     })
                     .flatten(),
             )
+            .chain(
+                (!image.delegation_tokens.is_empty())
+                    .then(|| {
+                        self.last_token_sweep_ms
+                            .map(|t| t + self.config.delegation_tokens.expiry_check_interval_ms)
+                    })
+                    .flatten(),
+            )
             .min()
     }
 
-    /// Handles one event against `image` at `now_ms`.
+    /// Handles one event against `image` at `now_ms` (a monotonic clock, for intervals:
+    /// leases, checks) and `unix_ms` (the wall clock, for times that are recorded and
+    /// compared across nodes and with clients: delegation tokens' lifetimes).
     pub fn handle(
         &mut self,
         event: ControllerEvent,
         image: &MetadataImage,
         now_ms: i64,
+        unix_ms: i64,
     ) -> ControllerResult {
         match event {
             ControllerEvent::BrokerRegistration(r) => self.register_broker(r, image, now_ms),
@@ -524,6 +541,15 @@ impl QuorumController {
             ControllerEvent::DeleteAcls(r) => crate::acl_control::delete_acls(r, image),
             ControllerEvent::AlterClientQuotas(r) => {
                 crate::client_quotas::alter_client_quotas(r, image)
+            }
+            ControllerEvent::CreateDelegationToken(r) => {
+                crate::delegation_tokens::create(&self.config.delegation_tokens, r, image, unix_ms)
+            }
+            ControllerEvent::RenewDelegationToken(r) => {
+                crate::delegation_tokens::renew(&self.config.delegation_tokens, r, image, unix_ms)
+            }
+            ControllerEvent::ExpireDelegationToken(r) => {
+                crate::delegation_tokens::expire(&self.config.delegation_tokens, r, image, unix_ms)
             }
         }
     }
@@ -650,7 +676,8 @@ impl QuorumController {
 
     /// Fences every unfenced broker whose lease lapsed by `now_ms`, moving its
     /// leaderships away.
-    pub fn tick(&mut self, image: &MetadataImage, now_ms: i64) -> ControllerResult {
+    /// The timers, at `now_ms` and `unix_ms` (the two clocks of [`QuorumController::handle`]).
+    pub fn tick(&mut self, image: &MetadataImage, now_ms: i64, unix_ms: i64) -> ControllerResult {
         let mut s = Scratch::new(image);
         // A new cluster's first controller finalizes metadata.version and
         // transaction.version, as Kafka's bootstrap records do (`kafka-storage format`).
@@ -696,6 +723,13 @@ impl QuorumController {
                 self.last_rebalance_ms = Some(now_ms);
                 self.elect_preferred_where_possible(&mut s);
             }
+        }
+        let sweep_due = self
+            .last_token_sweep_ms
+            .is_none_or(|t| now_ms - t >= self.config.delegation_tokens.expiry_check_interval_ms);
+        if sweep_due {
+            self.last_token_sweep_ms = Some(now_ms);
+            crate::delegation_tokens::sweep(&mut s, unix_ms);
         }
         s.finish(ControllerResponse::None)
     }

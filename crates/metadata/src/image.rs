@@ -144,6 +144,8 @@ pub struct MetadataImage {
     pub acls: Arc<AclCache>,
     /// Client quotas by entity, from `ClientQuotaRecord`s.
     pub client_quotas: BTreeMap<crate::client_quotas::QuotaEntity, BTreeMap<String, f64>>,
+    /// Delegation tokens by id, from `DelegationTokenRecord`s.
+    pub delegation_tokens: crate::delegation_tokens::DelegationTokens,
 }
 
 /// What is stored of a password for SCRAM: never the password, nor its salted form.
@@ -432,6 +434,9 @@ impl MetadataImage {
             MetadataRecord::ClientQuota(r) => {
                 crate::client_quotas::apply(&mut self.client_quotas, r)
             }
+            MetadataRecord::DelegationToken(_) | MetadataRecord::RemoveDelegationToken(_) => {
+                crate::delegation_tokens::apply(&mut self.delegation_tokens, record)
+            }
         }
         Ok(())
     }
@@ -520,6 +525,7 @@ impl MetadataImage {
             out.push(MetadataRecord::AccessControlEntry(acl_record(*id, acl)));
         }
         out.extend(crate::client_quotas::records(&self.client_quotas));
+        out.extend(crate::delegation_tokens::records(&self.delegation_tokens));
         if self.next_producer_id > 0 {
             out.push(MetadataRecord::ProducerIds(ProducerIdsRecord {
                 broker_id: -1,

@@ -27,7 +27,7 @@
 //!     listeners: vec![],
 //!     rack: None,
 //! });
-//! let result = controller.handle(register, &image, 0);
+//! let result = controller.handle(register, &image, 0, 0);
 //! for record in &result.records {
 //!     image.apply(record).unwrap();
 //! }
@@ -40,6 +40,7 @@ pub mod api;
 pub mod authorizer;
 pub mod client_quotas;
 pub mod controller;
+pub mod delegation_tokens;
 pub mod error;
 pub mod features;
 pub mod image;

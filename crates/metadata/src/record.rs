@@ -21,8 +21,9 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use rill_protocol::generated::metadata::{
     AccessControlEntryRecord, BrokerRegistrationChangeRecord, ClientQuotaRecord, ConfigRecord,
-    FeatureLevelRecord, FenceBrokerRecord, NoOpRecord, PartitionChangeRecord, PartitionRecord,
-    ProducerIdsRecord, RegisterBrokerRecord, RemoveAccessControlEntryRecord, RemoveTopicRecord,
+    DelegationTokenRecord, FeatureLevelRecord, FenceBrokerRecord, NoOpRecord,
+    PartitionChangeRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord, RemoveDelegationTokenRecord, RemoveTopicRecord,
     RemoveUserScramCredentialRecord, TopicRecord, UnfenceBrokerRecord, UnregisterBrokerRecord,
     UserScramCredentialRecord,
 };
@@ -55,6 +56,8 @@ pub enum MetadataRecord {
     AccessControlEntry(AccessControlEntryRecord),
     RemoveAccessControlEntry(RemoveAccessControlEntryRecord),
     ClientQuota(ClientQuotaRecord),
+    DelegationToken(DelegationTokenRecord),
+    RemoveDelegationToken(RemoveDelegationTokenRecord),
 }
 
 /// `(apiKey, highest version)` of every record type we write, from the JSON specs.
@@ -84,6 +87,8 @@ impl MetadataRecord {
             MetadataRecord::AccessControlEntry(_) => (18, 0),
             MetadataRecord::RemoveAccessControlEntry(_) => (19, 0),
             MetadataRecord::ClientQuota(_) => (14, 0),
+            MetadataRecord::DelegationToken(_) => (10, 0),
+            MetadataRecord::RemoveDelegationToken(_) => (26, 0),
         }
     }
 
@@ -112,6 +117,8 @@ impl MetadataRecord {
             MetadataRecord::AccessControlEntry(r) => r.encode(buf, version)?,
             MetadataRecord::RemoveAccessControlEntry(r) => r.encode(buf, version)?,
             MetadataRecord::ClientQuota(r) => r.encode(buf, version)?,
+            MetadataRecord::DelegationToken(r) => r.encode(buf, version)?,
+            MetadataRecord::RemoveDelegationToken(r) => r.encode(buf, version)?,
         }
         Ok(())
     }
@@ -143,7 +150,7 @@ impl MetadataRecord {
         })?;
         let max = match api_key {
             0 => 3,
-            1 | 2 | 4 | 7 | 8 | 9 | 11 | 12 | 14 | 15 | 18 | 19 | 20 | 22 => 0,
+            1 | 2 | 4 | 7 | 8 | 9 | 10 | 11 | 12 | 14 | 15 | 18 | 19 | 20 | 22 | 26 => 0,
             3 | 5 | 17 => 2,
             _ => return Err(unknown),
         };
@@ -178,6 +185,10 @@ impl MetadataRecord {
                 b, version,
             )?),
             14 => MetadataRecord::ClientQuota(ClientQuotaRecord::decode(b, version)?),
+            10 => MetadataRecord::DelegationToken(DelegationTokenRecord::decode(b, version)?),
+            26 => MetadataRecord::RemoveDelegationToken(RemoveDelegationTokenRecord::decode(
+                b, version,
+            )?),
             _ => return Err(unknown),
         };
         if !frame.is_empty() {

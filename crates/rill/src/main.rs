@@ -79,6 +79,13 @@ enum Command {
         #[command(subcommand)]
         command: cli::user::UserCommand,
     },
+    /// Create, renew, expire and describe delegation tokens (kafka-delegation-tokens.sh).
+    Token {
+        #[command(flatten)]
+        common: cli::Common,
+        #[command(subcommand)]
+        command: cli::token::TokenCommand,
+    },
     /// Set, remove and list client quotas (users, client ids, addresses).
     Quota {
         #[command(flatten)]
@@ -212,6 +219,7 @@ fn main() -> anyhow::Result<()> {
             }
             Command::Cluster { common, command } => cli::cluster::run(&common, command).await,
             Command::User { common, command } => cli::user::run(&common, command).await,
+            Command::Token { common, command } => cli::token::run(&common, command).await,
             Command::Quota { common, command } => cli::quota::run(&common, command).await,
             Command::Acl { common, command } => cli::acl::run(&common, command).await,
             Command::Bench { common, command } => cli::bench::run(&common, command).await,

@@ -52,7 +52,7 @@ use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::network::inter_broker::{InterBrokerConnector, PeerEndpoint};
 use crate::network::sasl::{AuthTime, Authenticator, Verdict};
-use crate::network::scram::{ScramCredential, ScramMechanism};
+use crate::network::scram::{ScramCredential, ScramIdentity, ScramMechanism, ScramName};
 use crate::network::security::{ListenerSecurity, ANONYMOUS};
 
 /// The SASL client id this node's quorum dials send.
@@ -129,9 +129,14 @@ impl ControllerTransport {
         };
         if let Some(sasl) = &security.sasl {
             let auth = Authenticator::new(sasl.clone());
-            let scram = |user: &str, m: ScramMechanism| {
-                crate::network::scram::image_credential(&image(), user, m)
-                    .or_else(|| self.bootstrap_credential(user, m))
+            // Brokers and controllers log in as users; a delegation token is a client's.
+            let scram = |n: ScramName<'_>| {
+                if n.token {
+                    return None;
+                }
+                crate::network::scram::image_credential(&image(), n.name, n.mechanism)
+                    .or_else(|| self.bootstrap_credential(n.name, n.mechanism))
+                    .map(ScramIdentity::user)
             };
             principal = authenticate(&mut stream, auth, scram, self.max_sasl_frame).await?;
         }
@@ -210,7 +215,7 @@ fn denied(what: &str) -> io::Error {
 async fn authenticate(
     stream: &mut QuorumStream,
     mut auth: Authenticator,
-    scram: impl Fn(&str, ScramMechanism) -> Option<ScramCredential>,
+    scram: impl Fn(ScramName<'_>) -> Option<ScramIdentity>,
     max_frame: usize,
 ) -> io::Result<String> {
     let mut buf = BytesMut::with_capacity(1024);

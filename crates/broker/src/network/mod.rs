@@ -99,7 +99,7 @@ pub mod scram;
 pub mod security;
 
 use sasl::{AuthTime, Authenticator, Verdict};
-use scram::{ScramCredential, ScramMechanism};
+use scram::{ScramIdentity, ScramName};
 use security::{ListenerSecurity, ANONYMOUS};
 
 /// Who is on the other end of a connection, as the server sees each of its requests.
@@ -112,6 +112,9 @@ pub struct Session {
     pub security_protocol: SecurityProtocol,
     /// `User:ANONYMOUS`, `User:<sasl user>`, or `User:<certificate subject>`.
     pub principal: Arc<str>,
+    /// The principal authenticated with a delegation token (KIP-48): it may not ask for
+    /// delegation tokens.
+    pub token_authenticated: bool,
 }
 
 /// A bound client listener and what it demands of its connections.
@@ -156,8 +159,9 @@ pub trait RequestHandler: Send + Sync + 'static {
         None
     }
 
-    /// A user's SCRAM credential for one mechanism, for SASL/SCRAM authentication.
-    fn scram_credential(&self, _user: &str, _mechanism: ScramMechanism) -> Option<ScramCredential> {
+    /// The SCRAM credential of a user, or of a delegation token, for one mechanism, for
+    /// SASL/SCRAM authentication.
+    fn scram_credential(&self, _name: ScramName<'_>) -> Option<ScramIdentity> {
         None
     }
 }
@@ -708,6 +712,7 @@ async fn connection<H: RequestHandler>(
         listener: Arc::from(security.name.as_str()),
         security_protocol: security.protocol,
         principal: Arc::from(ANONYMOUS),
+        token_authenticated: false,
     };
     let Some(tls) = &security.tls else {
         let (reader, writer) = stream.into_split();
@@ -840,8 +845,8 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
         let received = Instant::now();
         if let Some(auth) = sasl.as_mut().filter(|a| a.expects_raw_token()) {
             // After a v0 SaslHandshake the tokens come as bare frames (before KIP-152).
-            let verdict = auth.raw_token(&frame, AuthTime::now(), |user, m| {
-                handler.scram_credential(user, m)
+            let verdict = auth.raw_token(&frame, AuthTime::now(), |name| {
+                handler.scram_credential(name)
             });
             match verdict {
                 Verdict::Respond(token) => {
@@ -852,6 +857,7 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
                     flush_within(&mut writer, limits.connections_max_idle).await?;
                     if let Some(p) = auth.principal() {
                         session.principal = Arc::from(p);
+                        session.token_authenticated = auth.token_authenticated();
                     }
                     served_one = true;
                     continue;
@@ -871,7 +877,7 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
                 header.correlation_id,
                 &mut body,
                 AuthTime::now(),
-                |user, m| handler.scram_credential(user, m),
+                |name| handler.scram_credential(name),
             ),
             // Kafka answers SaslHandshake on a listener without SASL with
             // ILLEGAL_SASL_STATE; closing says as much to a client and costs less.
@@ -894,8 +900,11 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
                 write_within(&mut writer, &len.to_be_bytes(), limits.connections_max_idle).await?;
                 write_within(&mut writer, &body, limits.connections_max_idle).await?;
                 flush_within(&mut writer, limits.connections_max_idle).await?;
-                if let Some(p) = sasl.as_ref().and_then(|a| a.principal()) {
-                    session.principal = Arc::from(p);
+                if let Some(auth) = sasl.as_ref() {
+                    if let Some(p) = auth.principal() {
+                        session.principal = Arc::from(p);
+                        session.token_authenticated = auth.token_authenticated();
+                    }
                 }
                 served_one = true;
                 continue;

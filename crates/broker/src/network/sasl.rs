@@ -29,7 +29,7 @@ use subtle::ConstantTimeEq;
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::network::oauthbearer::{ClientInitialResponse, OAuthBearerValidator};
-use crate::network::scram::{ScramCredential, ScramMechanism, ScramServer, ScramStep};
+use crate::network::scram::{ScramIdentity, ScramMechanism, ScramName, ScramServer, ScramStep};
 
 /// The mechanisms Rill's server speaks.
 pub const MECHANISMS: [&str; 4] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
@@ -254,6 +254,9 @@ enum State {
 struct AuthSession {
     principal: String,
     mechanism: String,
+    /// Authenticated with a delegation token (SCRAM with `tokenauth`), which may not ask
+    /// for delegation tokens itself (Kafka's `KafkaPrincipal.tokenAuthenticated`).
+    token_authenticated: bool,
     /// When the session ends (KIP-368): `connections.max.reauth.ms` after the
     /// authentication, or the token's expiry if sooner; `None`, never.
     expires: Option<Instant>,
@@ -382,6 +385,11 @@ impl Authenticator {
         self.session.as_ref().map(|s| s.principal.as_str())
     }
 
+    /// Whether the session was authenticated with a delegation token.
+    pub fn token_authenticated(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| s.token_authenticated)
+    }
+
     /// Whether an authentication or a re-authentication is under way: its frames are held
     /// to the pre-authentication limit.
     pub fn exchanging(&self) -> bool {
@@ -409,7 +417,7 @@ impl Authenticator {
         &mut self,
         token: &[u8],
         now: AuthTime,
-        scram: impl FnOnce(&str, ScramMechanism) -> Option<ScramCredential>,
+        scram: impl FnOnce(ScramName<'_>) -> Option<ScramIdentity>,
     ) -> Verdict {
         match self.exchange(token, now, scram) {
             Ok(step) => Verdict::Respond(step.reply),
@@ -430,7 +438,7 @@ impl Authenticator {
         correlation_id: i32,
         body: &mut bytes::Bytes,
         now: AuthTime,
-        scram: impl FnOnce(&str, ScramMechanism) -> Option<ScramCredential>,
+        scram: impl FnOnce(ScramName<'_>) -> Option<ScramIdentity>,
     ) -> Verdict {
         match self.state {
             State::Authenticated => {
@@ -567,7 +575,7 @@ impl Authenticator {
         correlation_id: i32,
         body: &mut bytes::Bytes,
         now: AuthTime,
-        scram: impl FnOnce(&str, ScramMechanism) -> Option<ScramCredential>,
+        scram: impl FnOnce(ScramName<'_>) -> Option<ScramIdentity>,
     ) -> Verdict {
         if !(0..=2).contains(&version) {
             return close(format!("SaslAuthenticate v{version} is not supported"));
@@ -626,7 +634,7 @@ impl Authenticator {
         &mut self,
         token: &[u8],
         now: AuthTime,
-        scram: impl FnOnce(&str, ScramMechanism) -> Option<ScramCredential>,
+        scram: impl FnOnce(ScramName<'_>) -> Option<ScramIdentity>,
     ) -> Result<Step, Failure> {
         let (exchange, mechanism) = match &mut self.state {
             State::Authenticate {
@@ -645,6 +653,7 @@ impl Authenticator {
             }
         };
         // (principal, the credential's own expiry in ms since the epoch, reply)
+        let mut token_authenticated = false;
         let (user, credential_expiry_ms, reply) = match exchange {
             Exchange::Plain => {
                 let (user, password) = parse_plain(token)
@@ -658,15 +667,39 @@ impl Authenticator {
                 (user, None, Vec::new())
             }
             Exchange::Scram(server) => {
-                let mechanism = server.mechanism();
-                match server.step(token, |user| scram(user, mechanism)) {
+                match server.step(token, scram) {
                     Ok(ScramStep::Continue(reply)) => {
                         return Ok(Step {
                             reply,
                             session_lifetime_ms: 0,
                         })
                     }
-                    Ok(ScramStep::Done { user, response }) => (user, None, response),
+                    Ok(ScramStep::Done {
+                        user,
+                        token_owner: None,
+                        response,
+                    }) => (user, None, response),
+                    Ok(ScramStep::Done {
+                        user: token_id,
+                        token_owner: Some(owner),
+                        response,
+                    }) => {
+                        // Kafka's principal builder makes a token's session its owner's,
+                        // `User:` whatever type the owner was named with.
+                        let name = owner
+                            .principal
+                            .split_once(':')
+                            .map_or(owner.principal.as_str(), |(_, n)| n)
+                            .to_string();
+                        if owner.expiry_timestamp_ms < now.unix_ms {
+                            return Err(Failure::new(
+                                FAILED,
+                                format!("SCRAM: delegation token {token_id} has expired"),
+                            ));
+                        }
+                        token_authenticated = true;
+                        (name, Some(owner.expiry_timestamp_ms), response)
+                    }
                     Err(e) => return Err(Failure::new(FAILED, format!("SCRAM: {e}"))),
                 }
             }
@@ -740,6 +773,7 @@ impl Authenticator {
         self.session = Some(AuthSession {
             principal,
             mechanism,
+            token_authenticated,
             expires: lifetime_ms
                 .map(|ms| now.instant + Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
         });
@@ -932,7 +966,7 @@ mod tests {
         i16::from_be_bytes([response[4], response[5]])
     }
 
-    fn no_scram(_: &str, _: ScramMechanism) -> Option<ScramCredential> {
+    fn no_scram(_: ScramName<'_>) -> Option<ScramIdentity> {
         None
     }
 
@@ -1243,8 +1277,10 @@ mod tests {
     fn scram_over_v0_raw_tokens_authenticates() {
         let m = ScramMechanism::Sha256;
         let credential = stored(m, "pencil");
-        let lookup =
-            |u: &str, mech: ScramMechanism| (u == "user" && mech == m).then(|| credential.clone());
+        let lookup = |n: ScramName<'_>| {
+            (n.name == "user" && n.mechanism == m && !n.token)
+                .then(|| ScramIdentity::user(credential.clone()))
+        };
         let mut a = authenticator();
         assert!(matches!(
             a.request(17, 0, 1, &mut handshake("SCRAM-SHA-256", 0), t0(), no_scram),
@@ -1262,6 +1298,60 @@ mod tests {
         assert_eq!(signature, client.server_signature());
         assert_eq!(a.principal(), Some("User:user"));
         assert!(!a.expects_raw_token());
+    }
+
+    /// A client with Kafka's `tokenauth=true` extension authenticates as the token's
+    /// owner, for no longer than the token lives; an expired token is refused, and the
+    /// token's id is no user name.
+    #[test]
+    fn a_delegation_token_authenticates_as_its_owner_until_it_expires() {
+        let m = ScramMechanism::Sha512;
+        let credential = stored(m, "hmac-as-base64");
+        let owner = |expiry| crate::network::scram::TokenOwner {
+            principal: "User:alice".into(),
+            expiry_timestamp_ms: expiry,
+        };
+        let at = t0();
+        let run = |expiry: i64, extension: &str| {
+            let lookup = |n: ScramName<'_>| {
+                (n.name == "tok-1" && n.token).then(|| ScramIdentity {
+                    credential: credential.clone(),
+                    token_owner: Some(owner(expiry)),
+                })
+            };
+            let mut a = authenticator();
+            a.request(17, 1, 1, &mut handshake("SCRAM-SHA-512", 1), at, no_scram);
+            let mut client = Client::new(m, "tok-1", "hmac-as-base64");
+            let first = client.first_with(extension);
+            let Verdict::Respond(r) = a.request(36, 1, 2, &mut authenticate(&first, 1), at, lookup)
+            else {
+                panic!()
+            };
+            let r = SaslAuthenticateResponse::decode(&mut Bytes::from(r[4..].to_vec()), 1).unwrap();
+            let last = client.final_message(&r.auth_bytes);
+            let v = a.request(36, 1, 3, &mut authenticate(&last, 1), at, lookup);
+            (a, v)
+        };
+        let now = at.unix_ms;
+        let (a, v) = run(now + 60_000, ",tokenauth=true");
+        let Verdict::Respond(r) = v else {
+            panic!("{v:?}")
+        };
+        let r = SaslAuthenticateResponse::decode(&mut Bytes::from(r[4..].to_vec()), 1).unwrap();
+        assert_eq!(r.error_code, 0);
+        assert_eq!(
+            r.session_lifetime_ms, 60_000,
+            "the session ends with the token"
+        );
+        assert_eq!(a.principal(), Some("User:alice"));
+        assert!(a.token_authenticated());
+        let (a, v) = run(now - 1, ",tokenauth=true");
+        assert!(matches!(v, Verdict::Close { .. }), "expired: {v:?}");
+        assert_eq!(a.principal(), None);
+        // Without the extension the name is looked up as a user, which it is not.
+        let (a, v) = run(now + 60_000, "");
+        assert!(matches!(v, Verdict::Close { .. }), "{v:?}");
+        assert!(!a.token_authenticated());
     }
 
     #[test]
@@ -1298,7 +1388,7 @@ mod tests {
             mechanism in 0usize..3,
         ) {
             let credential = stored(ScramMechanism::Sha512, "pw");
-            let lookup = |_: &str, _: ScramMechanism| Some(credential.clone());
+            let lookup = |_: ScramName<'_>| Some(ScramIdentity::user(credential.clone()));
             let mut a = authenticator();
             let mut h = handshake(MECHANISMS[mechanism], 1);
             a.request(17, 1, 0, &mut h, t0(), lookup);

@@ -151,6 +151,43 @@ impl std::fmt::Debug for ScramCredential {
     }
 }
 
+/// What an exchange asks its credential store for: the user name of client-first, and
+/// whether the client sent Kafka's `tokenauth=true` extension, which makes the name a
+/// delegation token's id (KIP-48).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScramName<'a> {
+    pub name: &'a str,
+    pub mechanism: ScramMechanism,
+    pub token: bool,
+}
+
+/// What the store answers: the credential to check the proof against, and for a
+/// delegation token, whom it stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScramIdentity {
+    pub credential: ScramCredential,
+    pub token_owner: Option<TokenOwner>,
+}
+
+impl ScramIdentity {
+    /// A user's own credential.
+    pub fn user(credential: ScramCredential) -> Self {
+        Self {
+            credential,
+            token_owner: None,
+        }
+    }
+}
+
+/// The owner of the delegation token an exchange authenticated with, and when the token
+/// expires (which ends the session, as an OAUTHBEARER token's `exp` does).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenOwner {
+    /// The owner's principal (`User:alice`): the session's principal.
+    pub principal: String,
+    pub expiry_timestamp_ms: i64,
+}
+
 /// Random bytes from the operating system, base64 (no `,`, so safe in SCRAM messages).
 pub fn random_base64(len: usize) -> Result<String, String> {
     let mut bytes = vec![0u8; len];
@@ -195,6 +232,7 @@ enum State {
 struct Pending {
     user: String,
     credential: ScramCredential,
+    token_owner: Option<TokenOwner>,
     known: bool,
     gs2_header: String,
     client_first_bare: String,
@@ -207,8 +245,13 @@ struct Pending {
 pub enum ScramStep {
     /// Send this and wait for the client's next message.
     Continue(Vec<u8>),
-    /// Authenticated as `user`; send this last message.
-    Done { user: String, response: Vec<u8> },
+    /// Authenticated as `user` (for a delegation token, its id, and `token_owner` says
+    /// whose it is); send this last message.
+    Done {
+        user: String,
+        token_owner: Option<TokenOwner>,
+        response: Vec<u8>,
+    },
 }
 
 /// The server side of one SCRAM exchange.
@@ -229,12 +272,12 @@ impl ScramServer {
         self.mechanism
     }
 
-    /// Takes the client's next message; `lookup` finds a user's stored credential for
-    /// this mechanism.
+    /// Takes the client's next message; `lookup` finds the stored credential of the
+    /// name client-first gives, for this mechanism.
     pub fn step(
         &mut self,
         message: &[u8],
-        lookup: impl FnOnce(&str) -> Option<ScramCredential>,
+        lookup: impl FnOnce(ScramName<'_>) -> Option<ScramIdentity>,
     ) -> Result<ScramStep, ScramError> {
         let message = std::str::from_utf8(message).map_err(|_| ScramError::Malformed("message"))?;
         match std::mem::replace(&mut self.state, State::Finished) {
@@ -243,6 +286,7 @@ impl ScramServer {
                 let Pending {
                     user,
                     credential,
+                    token_owner,
                     known,
                     gs2_header,
                     client_first_bare,
@@ -294,6 +338,7 @@ impl ScramServer {
                 let server_signature = m.hmac(&credential.server_key, auth_message.as_bytes());
                 Ok(ScramStep::Done {
                     user,
+                    token_owner,
                     response: format!("v={}", BASE64.encode(server_signature)).into_bytes(),
                 })
             }
@@ -304,7 +349,7 @@ impl ScramServer {
     fn client_first(
         &mut self,
         message: &str,
-        lookup: impl FnOnce(&str) -> Option<ScramCredential>,
+        lookup: impl FnOnce(ScramName<'_>) -> Option<ScramIdentity>,
     ) -> Result<ScramStep, ScramError> {
         // gs2-header: "n," or "y," (no channel binding), then an optional authzid.
         let mut parts = message.splitn(3, ',');
@@ -318,12 +363,16 @@ impl ScramServer {
         }
         let mut user = None;
         let mut client_nonce = None;
+        let mut token = false;
         for attr in bare.split(',') {
             match attr.split_once('=') {
                 Some(("n", v)) => user = Some(decode_saslname(v)?),
                 Some(("r", v)) => client_nonce = Some(v),
                 Some(("m", _)) => return Err(ScramError::Malformed("mandatory extension")),
-                // Other extensions (Kafka's `tokenauth`) are ignored.
+                // Kafka's one extension (`ScramLoginModule.TOKEN_AUTH_CONFIG`), read as its
+                // `ScramExtensions.tokenAuthenticated` reads it.
+                Some(("tokenauth", v)) => token = v.eq_ignore_ascii_case("true"),
+                // Other extensions are ignored, as Kafka ignores them.
                 Some(_) => {}
                 None => return Err(ScramError::Malformed("client-first attribute")),
             }
@@ -341,14 +390,20 @@ impl ScramServer {
         } else if !authzid.is_empty() {
             return Err(ScramError::Malformed("authzid"));
         }
-        let (credential, known) = match lookup(&user) {
-            Some(c) => (c, true),
+        let found = lookup(ScramName {
+            name: &user,
+            mechanism: self.mechanism,
+            token,
+        });
+        let (credential, token_owner, known) = match found {
+            Some(identity) => (identity.credential, identity.token_owner, true),
             None => {
                 // A made-up credential, so that the client learns only at the end.
                 let salt = random_bytes(32).map_err(ScramError::Internal)?;
                 let fake = random_bytes(32).map_err(ScramError::Internal)?;
                 (
                     self.mechanism.credential(&salt, &fake, MIN_ITERATIONS),
+                    None,
                     false,
                 )
             }
@@ -366,6 +421,7 @@ impl ScramServer {
         self.state = State::ClientFinal(Box::new(Pending {
             user,
             credential,
+            token_owner,
             known,
             gs2_header: format!("{cbind},{authzid},"),
             client_first_bare: bare.to_string(),
@@ -558,8 +614,13 @@ pub(crate) mod tests {
         }
 
         pub(crate) fn first(&mut self) -> Vec<u8> {
+            self.first_with("")
+        }
+
+        /// client-first with `extensions` (`,tokenauth=true`) after the nonce.
+        pub(crate) fn first_with(&mut self, extensions: &str) -> Vec<u8> {
             self.first_bare = format!(
-                "n={},r={}",
+                "n={},r={}{extensions}",
                 self.user.replace('=', "=3D").replace(',', "=2C"),
                 self.nonce
             );
@@ -618,8 +679,8 @@ pub(crate) mod tests {
             let mut client = Client::new(m, "user", "pencil");
             let mut server = ScramServer::new(m);
             let ScramStep::Continue(first) = server
-                .step(&client.first(), |u| {
-                    (u == "user").then(|| credential.clone())
+                .step(&client.first(), |n| {
+                    (n.name == "user" && !n.token).then(|| ScramIdentity::user(credential.clone()))
                 })
                 .unwrap()
             else {
@@ -635,6 +696,7 @@ pub(crate) mod tests {
                 done,
                 ScramStep::Done {
                     user: "user".into(),
+                    token_owner: None,
                     response: client.server_signature()
                 }
             );
@@ -676,8 +738,8 @@ pub(crate) mod tests {
             let mut client = Client::new(m, user, password);
             let mut server = ScramServer::new(m);
             let ScramStep::Continue(first) = server
-                .step(&client.first(), |u| {
-                    (u == "alice").then(|| credential.clone())
+                .step(&client.first(), |n| {
+                    (n.name == "alice").then(|| ScramIdentity::user(credential.clone()))
                 })
                 .unwrap()
             else {
@@ -696,7 +758,7 @@ pub(crate) mod tests {
     fn nonce_channel_binding_and_malformed_messages_are_refused() {
         let m = ScramMechanism::Sha256;
         let credential = stored(m, "pw");
-        let lookup = |_: &str| Some(credential.clone());
+        let lookup = |_: ScramName<'_>| Some(ScramIdentity::user(credential.clone()));
         for bad in [
             &b"p=tls-unique,,n=u,r=abc"[..],
             b"n,,r=abc",
@@ -743,16 +805,16 @@ pub(crate) mod tests {
             let mut client = ScramClient::new(m, "us=er,1", "pencil").unwrap();
             let mut server = ScramServer::new(m);
             let ScramStep::Continue(server_first) = server
-                .step(&client.client_first(), |u| {
-                    assert_eq!(u, "us=er,1");
-                    Some(stored.clone())
+                .step(&client.client_first(), |n| {
+                    assert_eq!(n.name, "us=er,1");
+                    Some(ScramIdentity::user(stored.clone()))
                 })
                 .unwrap()
             else {
                 panic!("server-first expected")
             };
             let client_final = client.client_final(&server_first).unwrap();
-            let ScramStep::Done { user, response } =
+            let ScramStep::Done { user, response, .. } =
                 server.step(&client_final, |_| unreachable!()).unwrap()
             else {
                 panic!("server-final expected")
@@ -763,7 +825,9 @@ pub(crate) mod tests {
             let mut wrong = ScramClient::new(m, "user", "pen").unwrap();
             let mut server = ScramServer::new(m);
             let ScramStep::Continue(server_first) = server
-                .step(&wrong.client_first(), |_| Some(stored.clone()))
+                .step(&wrong.client_first(), |_| {
+                    Some(ScramIdentity::user(stored.clone()))
+                })
                 .unwrap()
             else {
                 panic!("server-first expected")

@@ -301,7 +301,9 @@ impl Sim {
     }
 
     fn run(&mut self, event: ControllerEvent) -> ControllerResponse {
-        let result = self.controller.handle(event, &self.image, self.now());
+        let result = self
+            .controller
+            .handle(event, &self.image, self.now(), self.now());
         self.commit(result.records);
         result.response
     }
@@ -864,7 +866,7 @@ impl Sim {
 
     fn advance(&mut self, ms: i64) {
         self.now.fetch_add(ms, Ordering::SeqCst);
-        let result = self.controller.tick(&self.image, self.now());
+        let result = self.controller.tick(&self.image, self.now(), self.now());
         self.commit(result.records);
     }
 

@@ -77,6 +77,8 @@ pub struct Broker {
     pub(crate) lease_losses: std::sync::atomic::AtomicU64,
     /// The rates of the clients that quotas govern (see `server::quotas`).
     pub(crate) quotas: crate::server::quotas::ClientQuotaManager,
+    /// `delegation.token.secret.key` and the SCRAM credentials of tokens.
+    pub(crate) delegation_tokens: crate::server::delegation_tokens::DelegationTokenSecrets,
 }
 
 /// The block of producer ids the controller gave this broker.

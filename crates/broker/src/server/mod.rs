@@ -18,6 +18,7 @@ mod client_metrics;
 mod client_quotas;
 mod configs;
 mod data;
+pub(crate) mod delegation_tokens;
 mod describe_topic_partitions;
 mod features;
 mod group_configs;
@@ -47,7 +48,7 @@ use rill_protocol::generated::{ApiKey, RequestBody, ResponseBody};
 use rill_protocol::primitives::Encodable;
 use rill_protocol::ErrorCode;
 
-use crate::network::scram::{ScramCredential, ScramMechanism};
+use crate::network::scram::{ScramIdentity, ScramName};
 use crate::network::{Reply, RequestHandler, ResponseChunk, Session};
 use crate::replication::alter_partition::ControllerChannel;
 pub(crate) use broker::ProducerIdBlock;
@@ -110,6 +111,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
+    // Kafka 4.1's ranges: KIP-896 removed version 0.
+    (ApiKey::CreateDelegationToken, 1, 3),
+    (ApiKey::RenewDelegationToken, 1, 2),
+    (ApiKey::ExpireDelegationToken, 1, 2),
+    (ApiKey::DescribeDelegationToken, 1, 3),
     (ApiKey::AlterUserScramCredentials, 0, 0),
     // Kafka 4.1's ranges: KIP-896 removed version 0.
     (ApiKey::DescribeAcls, 1, 3),
@@ -360,6 +366,21 @@ impl Broker {
             RequestBody::AlterUserScramCredentials(r) => {
                 respond!(self.handle_alter_user_scram_credentials(r).await)
             }
+            RequestBody::CreateDelegationToken(r) => {
+                respond!(
+                    self.handle_create_delegation_token(r, session, &authz)
+                        .await
+                )
+            }
+            RequestBody::RenewDelegationToken(r) => {
+                respond!(self.handle_renew_delegation_token(r, session).await)
+            }
+            RequestBody::ExpireDelegationToken(r) => {
+                respond!(self.handle_expire_delegation_token(r, session).await)
+            }
+            RequestBody::DescribeDelegationToken(r) => {
+                respond!(self.handle_describe_delegation_token(r, session, &authz))
+            }
             RequestBody::DescribeAcls(r) => respond!(self.handle_describe_acls(r)),
             RequestBody::CreateAcls(r) => respond!(self.handle_create_acls(r).await),
             RequestBody::DeleteAcls(r) => respond!(self.handle_delete_acls(r).await),
@@ -433,8 +454,14 @@ impl RequestHandler for Broker {
         self.lease_losses.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    fn scram_credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
-        sasl::scram_credential(&self.image(), user, mechanism)
+    fn scram_credential(&self, name: ScramName<'_>) -> Option<ScramIdentity> {
+        let image = self.image();
+        if name.token {
+            return self
+                .delegation_tokens
+                .identity(&image, name.name, name.mechanism);
+        }
+        sasl::scram_credential(&image, name.name, name.mechanism).map(ScramIdentity::user)
     }
 
     fn connection_creation_rate(&self, ip: std::net::IpAddr) -> Option<f64> {

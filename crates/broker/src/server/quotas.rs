@@ -525,7 +525,7 @@ mod tests {
             validate_only: false,
         });
         let mut controller = rill_metadata::QuorumController::new(Default::default());
-        let result = controller.handle(event, &image, 0);
+        let result = controller.handle(event, &image, 0, 0);
         for r in &result.records {
             image.apply(r).unwrap();
         }

@@ -46,6 +46,8 @@
 //! The loop reads a monotonic clock (milliseconds since it started), not the wall
 //! clock: the controller only measures intervals with it (leases, the rebalance check),
 //! and a wall clock stepped by NTP would fence every broker at once, or none for hours.
+//! The wall clock is read too, and passed beside it, only for times the controller
+//! records for others to compare with their own clocks (a delegation token's expiry).
 //! A fresh controller per term means no time is carried between loops.
 //!
 //! # Why at most one controller acts per term
@@ -350,7 +352,9 @@ impl EventLoop {
             }
             _ => None,
         };
-        let result = active.controller.handle(event, &active.image, now_ms);
+        let result = active
+            .controller
+            .handle(event, &active.image, now_ms, unix_ms());
         let next_offset = self.commit(result.records).await?;
         if let (Some(id), ControllerResponse::UnregisterBroker(r)) =
             (departing_observer, &result.response)
@@ -408,7 +412,7 @@ impl EventLoop {
         let Some(active) = self.active.as_mut() else {
             return Ok(());
         };
-        let result = active.controller.tick(&active.image, now_ms);
+        let result = active.controller.tick(&active.image, now_ms, unix_ms());
         self.commit(result.records).await.map(|_| ())
     }
 
@@ -460,4 +464,12 @@ impl EventLoop {
             }
         }
     }
+}
+
+/// The wall clock in milliseconds since the epoch, for the times the controller records
+/// (delegation tokens); intervals use the monotonic clock ([`EventLoop::now_ms`]).
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -1145,7 +1145,7 @@ fn feature_levels_are_bootstrapped_and_updated_all_or_nothing() {
     };
     let mut fresh = QuorumController::new(ControllerConfig::default());
     let empty = MetadataImage::new();
-    let first = fresh.tick(&empty, 0);
+    let first = fresh.tick(&empty, 0, 0);
     assert!(
         matches!(&first.records[..], [MetadataRecord::FeatureLevel(m), MetadataRecord::FeatureLevel(t)]
             if m.name == METADATA_VERSION && m.feature_level == METADATA_VERSION_LATEST

@@ -3,6 +3,7 @@
 //! (checking the invariants every time), and keeps the clock.
 
 mod controller;
+mod delegation_tokens;
 mod image;
 mod observer;
 mod quorum;
@@ -39,7 +40,7 @@ impl Harness {
             log: Vec::new(),
             epochs: Default::default(),
         };
-        let bootstrap = QuorumController::new(ControllerConfig::default()).tick(&h.image, 0);
+        let bootstrap = QuorumController::new(ControllerConfig::default()).tick(&h.image, 0, 0);
         h.commit(&bootstrap);
         h
     }
@@ -59,13 +60,15 @@ impl Harness {
     }
 
     pub fn run(&mut self, event: ControllerEvent) -> ControllerResult {
-        let result = self.controller.handle(event, &self.image, self.now);
+        let result = self
+            .controller
+            .handle(event, &self.image, self.now, self.now);
         self.commit(&result);
         result
     }
 
     pub fn tick(&mut self) -> ControllerResult {
-        let result = self.controller.tick(&self.image, self.now);
+        let result = self.controller.tick(&self.image, self.now, self.now);
         self.commit(&result);
         result
     }

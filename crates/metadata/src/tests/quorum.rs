@@ -68,7 +68,7 @@ async fn decide(
     event: ControllerEvent,
 ) -> ControllerResult {
     let image = leader.leader_image().await.unwrap();
-    let result = controller.handle(event, &image, 0);
+    let result = controller.handle(event, &image, 0, 0);
     if !result.records.is_empty() {
         let offset = leader.propose(result.records.clone()).await.unwrap();
         assert_eq!(offset, image.next_offset);

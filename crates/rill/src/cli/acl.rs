@@ -1,6 +1,7 @@
 //! `rill acl add|list|remove`: ACLs in `kafka-acls.sh`'s vocabulary (`--allow-principal`,
 //! `--deny-principal`, `--allow-host`, `--deny-host`, `--operation`, `--topic`, `--group`,
-//! `--cluster`, `--transactional-id`, `--resource-pattern-type`, `--producer`,
+//! `--cluster`, `--transactional-id`, `--delegation-token`, `--user-principal`,
+//! `--resource-pattern-type`, `--producer`,
 //! `--consumer`), through CreateAcls, DescribeAcls and DeleteAcls.
 //!
 //! As in Kafka's `AclCommand`: `add` needs a principal and a resource, the operation is
@@ -58,6 +59,13 @@ pub struct AclArgs {
     /// A transactional id (`*` for every one); repeatable.
     #[arg(long = "transactional-id")]
     transactional_ids: Vec<String>,
+    /// A delegation token's id (`*` for every token); repeatable.
+    #[arg(long = "delegation-token")]
+    delegation_tokens: Vec<String>,
+    /// A user principal, as the resource of CreateTokens and DescribeTokens
+    /// (`User:alice`); repeatable.
+    #[arg(long = "user-principal")]
+    user_principals: Vec<String>,
     /// literal or prefixed (add, remove); any or match also for list and remove. Kafka's
     /// default: literal, and any for list.
     #[arg(long = "resource-pattern-type")]
@@ -94,6 +102,16 @@ impl AclArgs {
             self.transactional_ids
                 .iter()
                 .map(|t| (ResourceType::TransactionalId, t.clone())),
+        );
+        out.extend(
+            self.delegation_tokens
+                .iter()
+                .map(|t| (ResourceType::DelegationToken, t.clone())),
+        );
+        out.extend(
+            self.user_principals
+                .iter()
+                .map(|u| (ResourceType::User, u.clone())),
         );
         if self.cluster || (self.producer && self.idempotent) {
             out.push((ResourceType::Cluster, CLUSTER_NAME.to_string()));

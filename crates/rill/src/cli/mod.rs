@@ -14,6 +14,7 @@ pub mod group;
 pub mod produce;
 pub mod quota;
 pub mod table;
+pub mod token;
 pub mod topic;
 pub mod transaction;
 pub mod user;
