@@ -24,7 +24,7 @@ from pathlib import Path
 COMPAT_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(COMPAT_DIR.parent / "e2e"))
 
-from rill_harness import RillServer  # noqa: E402
+from rill_harness import RillServer, free_port  # noqa: E402
 
 
 def mode() -> str:
@@ -58,6 +58,33 @@ OPEN_AUTHORIZER = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     "allow.everyone.if.no.acl.found": "true",
 }
+
+# Delegation tokens on, and the SCRAM mechanisms a token logs in with (Kafka's server side
+# of SCRAM needs its JAAS line per listener and mechanism; Rill's ignores it).
+TOKENS = {
+    "delegation.token.secret.key": "compat-delegation-token-secret",
+    "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+    "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config":
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+    "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config":
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+}
+
+
+def with_sasl_listener(overrides: dict[str, str], port: int,
+                       controller_port: int | None = None) -> str:
+    """Adds a SASL_PLAINTEXT listener beside the PLAINTEXT one on `port` to a broker's
+    `overrides` (Rill's, or Kafka's with its controller listener); returns its address."""
+    sasl_port = free_port()
+    listeners = f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+    if controller_port is not None:
+        overrides["advertised.listeners"] = listeners
+        listeners += f",CONTROLLER://127.0.0.1:{controller_port}"
+        overrides["listener.security.protocol.map"] = (
+            "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT"
+        )
+    overrides["listeners"] = listeners
+    return f"127.0.0.1:{sasl_port}"
 
 
 @contextmanager

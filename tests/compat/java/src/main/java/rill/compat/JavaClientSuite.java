@@ -28,6 +28,12 @@ import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
+import org.apache.kafka.clients.admin.CreateDelegationTokenOptions;
+import org.apache.kafka.clients.admin.ExpireDelegationTokenOptions;
+import org.apache.kafka.clients.admin.RenewDelegationTokenOptions;
+import org.apache.kafka.clients.admin.ScramCredentialInfo;
+import org.apache.kafka.clients.admin.ScramMechanism;
+import org.apache.kafka.clients.admin.UserScramCredentialUpsertion;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.FeatureMetadata;
 import org.apache.kafka.clients.admin.GroupListing;
@@ -63,6 +69,10 @@ import org.apache.kafka.common.acl.AclOperation;
 import org.apache.kafka.common.acl.AclPermissionType;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.InvalidRequestException;
+import org.apache.kafka.common.errors.SaslAuthenticationException;
+import org.apache.kafka.common.errors.UnsupportedByAuthenticationException;
+import org.apache.kafka.common.security.auth.KafkaPrincipal;
+import org.apache.kafka.common.security.token.delegation.DelegationToken;
 import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 import org.apache.kafka.common.resource.PatternType;
 import org.apache.kafka.common.resource.ResourcePattern;
@@ -112,6 +122,7 @@ public final class JavaClientSuite {
         checks.add("admin_describe_metadata_quorum", suite::adminDescribeQuorum);
         checks.add("admin_describe_producers", suite::adminDescribeProducers);
         checks.add("admin_acls_create_describe_delete", suite::adminAcls);
+        checks.add("delegation_token_login_renew_expire", suite::delegationTokens);
         int failed = checks.runAll(Arrays.asList(args).subList(1, args.length));
         suite.admin.close(Duration.ofSeconds(5));
         System.exit(Math.min(failed, 100));
@@ -615,5 +626,109 @@ public final class JavaClientSuite {
         checkEquals(Set.of(read, deny), new HashSet<>(deleted), "deleted");
         checkEquals(0, admin.describeAcls(byPrincipal).values().get(30, TimeUnit.SECONDS).size(),
                 "ACLs left after the delete");
+    }
+
+    /** SCRAM client settings for the broker's SASL_PLAINTEXT listener. */
+    private static Properties saslProps(String sasl, String user, String password, boolean token) {
+        Properties props = new Properties();
+        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, sasl);
+        props.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "30000");
+        props.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
+        props.put("security.protocol", "SASL_PLAINTEXT");
+        props.put("sasl.mechanism", "SCRAM-SHA-256");
+        props.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
+                + user + "\" password=\"" + password + "\"" + (token ? " tokenauth=\"true\"" : "") + ";");
+        return props;
+    }
+
+    private static Map<String, String> asMap(Properties props) {
+        Map<String, String> map = new HashMap<>();
+        props.forEach((k, v) -> map.put((String) k, (String) v));
+        return map;
+    }
+
+    /**
+     * Delegation tokens (KIP-48) on the broker's SASL_PLAINTEXT listener (its address in
+     * COMPAT_SASL_BOOTSTRAP; the broker has SCRAM and delegation.token.secret.key): a SCRAM
+     * user made through the admin client asks for a token, the token logs a producer and a
+     * consumer in, may not ask for tokens itself, and is described, renewed and expired.
+     */
+    private void delegationTokens() throws Exception {
+        String sasl = System.getenv("COMPAT_SASL_BOOTSTRAP");
+        check(sasl != null && !sasl.isEmpty(), "COMPAT_SASL_BOOTSTRAP names no SASL listener for this check");
+        String user = "dt-" + run;
+        String password = "pw-" + run;
+        admin.alterUserScramCredentials(List.of(new UserScramCredentialUpsertion(
+                user, new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), password)))
+                .all().get(30, TimeUnit.SECONDS);
+        String topic = topic("token");
+        createTopic(topic, 1);
+        try (Admin owner = Admin.create(saslProps(sasl, user, password, false))) {
+            DelegationToken token = owner.createDelegationToken(new CreateDelegationTokenOptions()
+                    .renewers(List.of(new KafkaPrincipal("User", "renewer-" + run))))
+                    .delegationToken().get(30, TimeUnit.SECONDS);
+            checkEquals(new KafkaPrincipal("User", user), token.tokenInfo().owner(), "the token's owner");
+            check(token.tokenInfo().expiryTimestamp() > System.currentTimeMillis() - 60_000,
+                    "the expiry is a wall-clock time in the future: " + token.tokenInfo().expiryTimestamp());
+            check(token.tokenInfo().maxTimestamp() >= token.tokenInfo().expiryTimestamp(), "max >= expiry");
+            Properties asToken = saslProps(sasl, token.tokenInfo().tokenId(), token.hmacAsBase64String(), true);
+            // A broker learns of the token from the metadata log a moment after the
+            // controller answered (Kafka's token cache lags it): log in until it works.
+            long deadline = System.currentTimeMillis() + WAIT_MS;
+            while (true) {
+                try (Admin byToken = Admin.create(asToken)) {
+                    byToken.describeCluster().nodes().get(30, TimeUnit.SECONDS);
+                    break;
+                } catch (ExecutionException e) {
+                    check(e.getCause() instanceof SaslAuthenticationException
+                            && System.currentTimeMillis() < deadline, "the token never logged in: " + e.getCause());
+                    Thread.sleep(200);
+                }
+            }
+            Map<String, String> tokenClient = asMap(asToken);
+            tokenClient.remove(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG);
+            try (KafkaProducer<String, String> producer = producer(tokenClient)) {
+                produce(producer, topic, 10);
+            }
+            try (KafkaConsumer<String, String> consumer = consumer(null, tokenClient)) {
+                consumer.assign(List.of(new TopicPartition(topic, 0)));
+                consumer.seekToBeginning(List.of(new TopicPartition(topic, 0)));
+                pollExactly(consumer, 10);
+            }
+            try (Admin byToken = Admin.create(asToken)) {
+                try {
+                    byToken.createDelegationToken().delegationToken().get(30, TimeUnit.SECONDS);
+                    check(false, "a token-authenticated client was given a token");
+                } catch (ExecutionException e) {
+                    check(e.getCause() instanceof UnsupportedByAuthenticationException,
+                            "expected DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, got " + e.getCause());
+                }
+            }
+            List<DelegationToken> described = owner.describeDelegationToken().delegationTokens()
+                    .get(30, TimeUnit.SECONDS);
+            checkEquals(List.of(token.tokenInfo().tokenId()),
+                    described.stream().map(t -> t.tokenInfo().tokenId()).collect(Collectors.toList()),
+                    "the owner's tokens");
+            checkEquals(token.hmacAsBase64String(), described.get(0).hmacAsBase64String(), "the described HMAC");
+            long before = System.currentTimeMillis();
+            long renewed = owner.renewDelegationToken(token.hmac(),
+                    new RenewDelegationTokenOptions().renewTimePeriodMs(60_000))
+                    .expiryTimestamp().get(30, TimeUnit.SECONDS);
+            check(renewed > before - 5_000 && renewed <= System.currentTimeMillis() + 60_000,
+                    "renewed for a minute: " + renewed);
+            owner.expireDelegationToken(token.hmac(), new ExpireDelegationTokenOptions().expiryTimePeriodMs(-1))
+                    .expiryTimestamp().get(30, TimeUnit.SECONDS);
+            checkEquals(0, owner.describeDelegationToken().delegationTokens().get(30, TimeUnit.SECONDS).size(),
+                    "tokens left after the expiry");
+            try (Admin byToken = Admin.create(asToken)) {
+                try {
+                    byToken.describeTopics(List.of(topic)).allTopicNames().get(30, TimeUnit.SECONDS);
+                    check(false, "an expired token logged in");
+                } catch (ExecutionException e) {
+                    check(e.getCause() instanceof SaslAuthenticationException,
+                            "expected an authentication failure, got " + e.getCause());
+                }
+            }
+        }
     }
 }
