@@ -247,8 +247,8 @@ pub(crate) fn create(
     ))
 }
 
-/// The checks renewal and expiry share, in Kafka's order: tokens on, the token known,
-/// the principal its owner or a renewer.
+/// The checks renewal and expiry begin with, in Kafka's order: tokens on, the token
+/// known. (Each then checks expiry and the principal in its own order, as Kafka does.)
 fn changeable<'i>(
     config: &DelegationTokenConfig,
     req: &ChangeDelegationTokenRequest,
@@ -272,7 +272,7 @@ pub(crate) fn renew(
     image: &MetadataImage,
     now_ms: i64,
 ) -> ControllerResult {
-    let mut s = Scratch::new(image);
+    let s = Scratch::new(image);
     let answer = |s: Scratch<'_>, r| s.finish(ControllerResponse::ChangeDelegationToken(r));
     let token = match changeable(config, &req, image) {
         Ok(t) => t.clone(),
@@ -296,20 +296,7 @@ pub(crate) fn renew(
         config.expiry_time_ms
     };
     let expiry_timestamp_ms = token.max_timestamp_ms.min(later(now_ms, period));
-    s.emit(token_record(
-        &req.token_id,
-        &DelegationTokenData {
-            expiry_timestamp_ms,
-            ..token
-        },
-    ));
-    answer(
-        s,
-        DelegationTokenExpiryResponse {
-            error_code: ErrorCode::NONE,
-            expiry_timestamp_ms,
-        },
-    )
+    set_expiry(s, &req.token_id, token, expiry_timestamp_ms)
 }
 
 /// ExpireDelegationToken: a negative period removes the token now; otherwise its expiry
@@ -350,20 +337,29 @@ pub(crate) fn expire(
         );
     }
     let expiry_timestamp_ms = token.max_timestamp_ms.min(later(now_ms, req.period_ms));
+    set_expiry(s, &req.token_id, token, expiry_timestamp_ms)
+}
+
+/// The token with its new expiry, recorded, and the answer that names it.
+fn set_expiry(
+    mut s: Scratch<'_>,
+    token_id: &str,
+    token: DelegationTokenData,
+    expiry_timestamp_ms: i64,
+) -> ControllerResult {
     s.emit(token_record(
-        &req.token_id,
+        token_id,
         &DelegationTokenData {
             expiry_timestamp_ms,
             ..token
         },
     ));
-    answer(
-        s,
+    s.finish(ControllerResponse::ChangeDelegationToken(
         DelegationTokenExpiryResponse {
             error_code: ErrorCode::NONE,
             expiry_timestamp_ms,
         },
-    )
+    ))
 }
 
 /// The removal of every token expired at `now_ms` (the controller's periodic sweep).
