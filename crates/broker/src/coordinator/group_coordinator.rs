@@ -365,7 +365,9 @@ impl CoordinatorShard for GroupShard {
         for (partition, offset) in reached {
             self.coordinator.commit_up_to(*partition, *offset);
         }
-        Vec::new()
+        // Answers that waited for this write (a consumer group heartbeat that wrote
+        // nothing) go out with it.
+        outputs(self.coordinator.take_released())
     }
 
     fn write_failed(&mut self, _write: u64, _failure: WriteFailure) -> Outputs<Self> {
@@ -391,7 +393,7 @@ impl CoordinatorShard for GroupShard {
 
     fn commit_up_to(&mut self, partition: i32, offset: i64) -> Outputs<Self> {
         self.coordinator.commit_up_to(partition, offset);
-        Vec::new()
+        outputs(self.coordinator.take_released())
     }
 }
 
@@ -420,7 +422,7 @@ const OFFSET_COMMIT_VALUE_VERSION: i16 = 3;
 const OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY: i16 = 1;
 const GROUP_METADATA_VALUE_VERSION: i16 = 3;
 
-fn encode_versioned<T: Encodable>(version: i16, body: &T) -> Result<Vec<u8>, String> {
+pub(crate) fn encode_versioned<T: Encodable>(version: i16, body: &T) -> Result<Vec<u8>, String> {
     let mut buf = BytesMut::with_capacity(2 + body.encoded_len(version));
     buf.put_i16(version);
     body.encode(&mut buf, version).map_err(|e| e.to_string())?;
@@ -494,6 +496,7 @@ pub fn encode_record(record: &Record) -> Result<(Vec<u8>, Option<Vec<u8>>), Stri
             };
             Ok((key, value))
         }
+        Record::ConsumerGroup(r) => super::consumer_group_codec::encode(r),
     }
 }
 
@@ -507,7 +510,7 @@ fn split_version(bytes: &[u8]) -> Option<(i16, Bytes)> {
 }
 
 /// Decodes a `__consumer_offsets` record; `None` for records this coordinator does not
-/// own (the new consumer protocol's, share groups') or cannot read.
+/// own (share groups') or cannot read.
 pub fn decode_record(key: Option<&[u8]>, value: Option<&[u8]>) -> Option<Record> {
     let (key_version, mut key) = split_version(key?)?;
     let value = match value {
@@ -573,6 +576,9 @@ pub fn decode_record(key: Option<&[u8]>, value: Option<&[u8]>) -> Option<Record>
                 value,
             }))
         }
+        v if super::consumer_group_codec::is_consumer_group_key(v) => Some(Record::ConsumerGroup(
+            super::consumer_group_codec::decode(v, key, value)?,
+        )),
         _ => None,
     }
 }
@@ -647,6 +653,127 @@ mod tests {
         ];
         for r in records {
             let (k, v) = encode_record(&r).unwrap();
+            assert_eq!(decode_record(Some(&k), v.as_deref()), Some(r));
+        }
+    }
+
+    #[test]
+    fn consumer_group_records_round_trip_through_kafka_formats() {
+        use rill_group::*;
+        use rill_protocol::Uuid;
+        let g = || "g".to_owned();
+        let m = || "member-1".to_owned();
+        let tps = vec![TopicPartitions {
+            topic_id: Uuid([7; 16]),
+            partitions: vec![0, 2, 5],
+        }];
+        let records = vec![
+            ConsumerGroupRecord::Metadata {
+                group_id: g(),
+                value: Some(ConsumerGroupMetadataValue { epoch: 12 }),
+            },
+            ConsumerGroupRecord::PartitionMetadata {
+                group_id: g(),
+                value: Some(ConsumerGroupPartitionMetadataValue {
+                    topics: vec![ConsumerGroupTopicMetadata {
+                        topic_id: Uuid([7; 16]),
+                        topic_name: "orders".into(),
+                        num_partitions: 6,
+                    }],
+                }),
+            },
+            ConsumerGroupRecord::MemberMetadata {
+                group_id: g(),
+                member_id: m(),
+                value: Some(ConsumerGroupMemberMetadataValue {
+                    instance_id: Some("i-1".into()),
+                    rack_id: None,
+                    client_id: "rdkafka".into(),
+                    client_host: "/127.0.0.1".into(),
+                    subscribed_topic_names: vec!["orders".into()],
+                    subscribed_topic_regex: Some("orders-.*".into()),
+                    rebalance_timeout_ms: 300_000,
+                    server_assignor: Some("range".into()),
+                }),
+            },
+            ConsumerGroupRecord::TargetAssignmentMetadata {
+                group_id: g(),
+                value: Some(ConsumerGroupTargetAssignmentMetadataValue {
+                    assignment_epoch: 12,
+                }),
+            },
+            ConsumerGroupRecord::TargetAssignmentMember {
+                group_id: g(),
+                member_id: m(),
+                value: Some(ConsumerGroupTargetAssignmentMemberValue {
+                    topic_partitions: tps.clone(),
+                }),
+            },
+            ConsumerGroupRecord::CurrentMemberAssignment {
+                group_id: g(),
+                member_id: m(),
+                value: Some(ConsumerGroupCurrentMemberAssignmentValue {
+                    member_epoch: 12,
+                    previous_member_epoch: 11,
+                    state: 1,
+                    assigned_partitions: tps.clone(),
+                    partitions_pending_revocation: tps,
+                }),
+            },
+        ];
+        let tombstones: Vec<ConsumerGroupRecord> = records
+            .iter()
+            .map(|r| match r.clone() {
+                ConsumerGroupRecord::Metadata { group_id, .. } => ConsumerGroupRecord::Metadata {
+                    group_id,
+                    value: None,
+                },
+                ConsumerGroupRecord::PartitionMetadata { group_id, .. } => {
+                    ConsumerGroupRecord::PartitionMetadata {
+                        group_id,
+                        value: None,
+                    }
+                }
+                ConsumerGroupRecord::MemberMetadata {
+                    group_id,
+                    member_id,
+                    ..
+                } => ConsumerGroupRecord::MemberMetadata {
+                    group_id,
+                    member_id,
+                    value: None,
+                },
+                ConsumerGroupRecord::TargetAssignmentMetadata { group_id, .. } => {
+                    ConsumerGroupRecord::TargetAssignmentMetadata {
+                        group_id,
+                        value: None,
+                    }
+                }
+                ConsumerGroupRecord::TargetAssignmentMember {
+                    group_id,
+                    member_id,
+                    ..
+                } => ConsumerGroupRecord::TargetAssignmentMember {
+                    group_id,
+                    member_id,
+                    value: None,
+                },
+                ConsumerGroupRecord::CurrentMemberAssignment {
+                    group_id,
+                    member_id,
+                    ..
+                } => ConsumerGroupRecord::CurrentMemberAssignment {
+                    group_id,
+                    member_id,
+                    value: None,
+                },
+            })
+            .collect();
+        for (i, r) in records.into_iter().chain(tombstones).enumerate() {
+            let r = Record::ConsumerGroup(r);
+            let (k, v) = encode_record(&r).unwrap();
+            // The key's version is the record type, as Kafka numbers them (3..=8).
+            assert_eq!(i16::from_be_bytes([k[0], k[1]]), 3 + (i % 6) as i16);
             assert_eq!(decode_record(Some(&k), v.as_deref()), Some(r));
         }
     }

@@ -1,5 +1,6 @@
 //! Deterministic tests of the coordinator with an injected clock.
 
+mod consumer;
 mod harness;
 mod offsets;
 mod rebalance;
