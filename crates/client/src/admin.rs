@@ -7,7 +7,9 @@
 //! knows only the groups it coordinates. ACLs are in `admin/acls.rs`.
 
 mod acls;
+mod consumer_groups;
 mod quotas;
+pub use consumer_groups::{ConsumerGroupDescription, ConsumerGroupMemberDescription};
 pub use quotas::{QuotaAlteration, QuotaEntity, QuotaMatch, QuotaValues};
 
 use std::collections::BTreeMap;
@@ -49,7 +51,7 @@ const DESCRIBE_CONFIGS_VERSION: i16 = 4;
 const INCREMENTAL_ALTER_CONFIGS_VERSION: i16 = 1;
 const DESCRIBE_CLUSTER_VERSION: i16 = 1;
 const DESCRIBE_LOG_DIRS_VERSION: i16 = 4;
-const LIST_GROUPS_VERSION: i16 = 4;
+const LIST_GROUPS_VERSION: i16 = 5;
 const DESCRIBE_GROUPS_VERSION: i16 = 5;
 const DELETE_GROUPS_VERSION: i16 = 2;
 const ELECT_LEADERS_VERSION: i16 = 2;
@@ -237,6 +239,8 @@ pub struct GroupListing {
     pub group_id: String,
     pub protocol_type: String,
     pub state: String,
+    /// `classic` or `consumer` (KIP-848), as ListGroups v5 tells it (KIP-1043).
+    pub group_type: String,
     pub coordinator: i32,
 }
 
@@ -605,6 +609,7 @@ impl Admin {
                 group_id: g.group_id,
                 protocol_type: g.protocol_type,
                 state: g.group_state,
+                group_type: g.group_type,
                 coordinator: *id,
             }));
         }

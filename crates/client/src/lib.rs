@@ -55,10 +55,10 @@ mod transaction;
 mod types;
 
 pub use admin::{
-    Admin, AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType, GroupDescription,
-    GroupListing, MemberDescription, NewPartitions, NewTopic, PartitionResults, QuotaAlteration,
-    QuotaEntity, QuotaMatch, QuotaValues, ScramCredentialUpsertion, TransactionDescription,
-    TransactionListing,
+    Admin, AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType,
+    ConsumerGroupDescription, ConsumerGroupMemberDescription, GroupDescription, GroupListing,
+    MemberDescription, NewPartitions, NewTopic, PartitionResults, QuotaAlteration, QuotaEntity,
+    QuotaMatch, QuotaValues, ScramCredentialUpsertion, TransactionDescription, TransactionListing,
 };
 pub use admin_producers::{AbortTransactionSpec, ProducerState};
 pub use assignor::{Assignor, GroupSubscription, MemberSubscription};

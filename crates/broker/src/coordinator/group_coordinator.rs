@@ -62,6 +62,11 @@ pub enum GroupCall {
     DescribeGroups(rill_group::DescribeGroupsRequest),
     ListGroups(rill_group::ListGroupsRequest),
     TxnOffsetCommit(rill_group::TxnOffsetCommitRequest),
+    ConsumerGroupHeartbeat(rill_group::ConsumerGroupHeartbeatRequest),
+    ConsumerGroupDescribe(rill_group::ConsumerGroupDescribeRequest),
+    /// The cluster's topics changed (the metadata publisher): consumer groups resolve
+    /// their subscriptions against them.
+    UpdateTopics(rill_group::TopicsImage),
     /// What `/metrics` shows of the groups: states and committed offsets.
     Snapshot,
     /// The marker of `producer_id`'s transaction is on `partition` and replicated.
@@ -79,6 +84,9 @@ pub enum GroupReply {
     OffsetFetch(Vec<rill_group::OffsetFetchResponse>),
     DescribeGroups(rill_group::DescribeGroupsResponse),
     ListGroups(rill_group::ListGroupsResponse),
+    ConsumerGroupDescribe(rill_group::ConsumerGroupDescribeResponse),
+    /// The topics were taken.
+    TopicsUpdated,
     /// How many pending transactional offsets a marker made visible.
     Completed(usize),
     Snapshot(GroupSnapshot),
@@ -245,6 +253,16 @@ impl CoordinatorShard for GroupShard {
             GroupCall::ListGroups(r) => {
                 return Handled::Reply(GroupReply::ListGroups(c.handle_list_groups(&r)))
             }
+            GroupCall::ConsumerGroupDescribe(r) => {
+                return Handled::Reply(GroupReply::ConsumerGroupDescribe(
+                    c.handle_consumer_group_describe(&r),
+                ))
+            }
+            GroupCall::UpdateTopics(topics) => {
+                c.update_topics(topics);
+                return Handled::Reply(GroupReply::TopicsUpdated);
+            }
+            GroupCall::ConsumerGroupHeartbeat(r) => c.handle_consumer_group_heartbeat(r, now, id),
             GroupCall::Snapshot => {
                 let overview = c.group_overview();
                 // Groups gone from here (deleted, or their partition moved away) leave
@@ -258,16 +276,23 @@ impl CoordinatorShard for GroupShard {
                     .into_iter()
                     .map(|(k, v)| (k.group, k.topic, k.partition, v.offset))
                     .collect();
+                let consumer = c.consumer_group_overview();
                 return Handled::Reply(GroupReply::Snapshot(GroupSnapshot {
                     groups: overview
                         .into_iter()
                         .map(|(id, state, _)| (id, state.to_string()))
+                        .chain(
+                            consumer
+                                .iter()
+                                .map(|(id, s, _, _)| (id.clone(), s.to_string())),
+                        )
                         .collect(),
                     offsets,
                     members: c
                         .group_sizes()
                         .into_iter()
                         .map(|(id, n)| (id, n as u64))
+                        .chain(consumer.iter().map(|(id, _, _, n)| (id.clone(), *n as u64)))
                         .collect(),
                 }));
             }
