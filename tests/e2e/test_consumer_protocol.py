@@ -5,7 +5,8 @@ assigned and keep being read); a member killed with SIGKILL loses its partitions
 the session timeout the broker decides; committed offsets survive a coordinator
 failover on three nodes with no record read twice but those read and not yet committed;
 a regular expression subscription picks up a topic created later; `rill group describe`
-shows the group's protocol, epochs and assignments.
+shows the group's protocol, epochs and assignments; a rolling switch of a group from the
+classic protocol to the consumer protocol (KIP-848's online upgrade) loses nothing.
 
 The broker's consumer group session and heartbeat interval are shortened
 (`group.consumer.*`) so that each test takes seconds."""
@@ -21,6 +22,7 @@ import threading
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_helpers import create_topic, unique_topic, wait_for
 from kafka_wire import find_on_any
@@ -333,6 +335,74 @@ def test_describe_shows_the_protocol_epochs_and_assignments(rill_factory):
         [row] = [g for g in json.loads(listed.stdout) if g["group"] == group]
         assert (row["type"], row["protocol_type"], row["state"]) == ("consumer", "consumer", "Stable")
     finally:
+        for m in members:
+            m.close()
+
+
+CLASSIC = {
+    "group.protocol": "classic",
+    "partition.assignment.strategy": "cooperative-sticky",
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 500,
+}
+
+
+def group_type(rill, group: str) -> str:
+    listed = subprocess.run([str(rill_binary()), "group", "list", "-b", rill.bootstrap, "--output", "json"],
+                            capture_output=True, text=True, timeout=30)
+    return next((g["type"] for g in json.loads(listed.stdout) if g["group"] == group), "")
+
+
+@pytest.mark.parametrize("assignor", ["cooperative-sticky", "range"])
+def test_a_rolling_switch_from_classic_to_consumer_loses_nothing(rill_factory, assignor):
+    """KIP-848's online migration: three classic members (cooperative or eager) are
+    replaced one at a time by `group.protocol=consumer` members while a producer writes;
+    the first new member turns the group into a consumer group that serves the remaining
+    classic members, and every record is read and committed."""
+    rill = rill_factory(overrides=CONSUMER_OVERRIDES)
+    classic = {**CLASSIC, "partition.assignment.strategy": assignor}
+    partitions = 6
+    topic = unique_topic("kip848-switch")
+    create_topic(rill.bootstrap, topic, partitions)
+    producer = SteadyProducer(rill.bootstrap, topic, partitions)
+    group = f"g848-{uuid.uuid4().hex[:8]}"
+    members = [Member(rill.bootstrap, group, [topic], **classic) for _ in range(3)]
+    gone = []
+    try:
+        wait_for(lambda: settled(members, topic, partitions, [2, 2, 2]), 60, "a classic 2/2/2")
+        assert group_type(rill, group) == "classic"
+        for step in range(3):
+            old = members.pop(0)
+            old.close()
+            gone.append(old)
+            wait_for(lambda: settled(members, topic, partitions, [3, 3]), 60, f"step {step}: 3/3 after a leave")
+            members.append(Member(rill.bootstrap, group, [topic]))
+            wait_for(lambda: settled(members, topic, partitions, [2, 2, 2]), 60, f"step {step}: 2/2/2 again")
+            assert group_type(rill, group) == "consumer", f"step {step}"
+            print(f"\nstep {step}: {3 - step - 1} classic and {step + 1} consumer members, 2/2/2")
+        delivered = producer.stop()
+
+        def all_read():
+            seen = set()
+            for m in members + gone:
+                seen |= {(p, o) for t, p, o in m.seen() if t == topic}
+            return seen >= delivered
+
+        wait_for(all_read, 60, "every record read by the group")
+        ends: dict[int, int] = {}
+        for p, o in delivered:
+            ends[p] = max(ends.get(p, 0), o + 1)
+
+        def committed_to_the_end():
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            got = members[0].consumer.committed(tps, timeout=10)
+            return all(tp.offset == ends.get(tp.partition, 0) for tp in got)
+
+        wait_for(committed_to_the_end, 30, "commits at the end of every partition")
+        for m in members + gone:
+            assert m.errors == [], m.errors
+    finally:
+        producer.stop()
         for m in members:
             m.close()
 

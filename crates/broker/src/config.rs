@@ -1126,6 +1126,8 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
         "org.apache.kafka.coordinator.group.assignor.UniformAssignor,org.apache.kafka.coordinator.group.assignor.RangeAssignor",
     ),
     ("group.consumer.max.size", "2147483647"),
+    // KIP-848's online migration: `disabled`, `upgrade`, `downgrade` or `bidirectional`.
+    ("group.consumer.migration.policy", "bidirectional"),
     ("group.share.session.timeout.ms", "45000"),
     ("group.share.min.session.timeout.ms", "45000"),
     ("group.share.max.session.timeout.ms", "60000"),
@@ -2055,6 +2057,17 @@ impl BrokerConfig {
             offsets_commit_timeout_ms: self.parse("offsets.commit.timeout.ms")?,
             consumer_group_assignors: self.consumer_group_assignors()?,
             consumer_group_max_size: self.parse("group.consumer.max.size")?,
+            consumer_group_migration_policy: {
+                let raw = self
+                    .get("group.consumer.migration.policy")
+                    .unwrap_or_default();
+                raw.parse().map_err(|_| {
+                    BrokerError::Config(format!(
+                        "group.consumer.migration.policy: invalid value {raw:?}: must be one of \
+                         disabled, upgrade, downgrade, bidirectional"
+                    ))
+                })?
+            },
             consumer_group_session_timeout_ms: self.parse("group.consumer.session.timeout.ms")?,
             ..defaults
         })

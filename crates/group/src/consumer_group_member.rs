@@ -4,7 +4,7 @@
 //! `ConsumerGroupCurrentMemberAssignment` for the epochs and partitions).
 
 use crate::consumer_group_record::{
-    from_topic_partitions, to_topic_partitions, Assignment,
+    from_topic_partitions, to_topic_partitions, Assignment, ClassicMemberMetadata,
     ConsumerGroupCurrentMemberAssignmentValue, ConsumerGroupMemberMetadataValue,
 };
 
@@ -73,6 +73,9 @@ pub struct ConsumerGroupMember {
     /// -1 until the member sends one.
     pub rebalance_timeout_ms: i32,
     pub server_assignor: Option<String>,
+    /// Set while the member uses the classic protocol (JoinGroup, SyncGroup, Heartbeat)
+    /// in a consumer group: KIP-848's online migration.
+    pub classic: Option<ClassicMemberMetadata>,
     pub member_epoch: i32,
     pub previous_member_epoch: i32,
     pub state: MemberState,
@@ -105,6 +108,7 @@ impl ConsumerGroupMember {
             subscribed_topic_regex: self.subscribed_topic_regex.clone(),
             rebalance_timeout_ms: self.rebalance_timeout_ms,
             server_assignor: self.server_assignor.clone(),
+            classic_member_metadata: self.classic.clone(),
         }
     }
 
@@ -127,6 +131,7 @@ impl ConsumerGroupMember {
         self.subscribed_topic_regex = v.subscribed_topic_regex.clone();
         self.rebalance_timeout_ms = v.rebalance_timeout_ms;
         self.server_assignor = v.server_assignor.clone();
+        self.classic = v.classic_member_metadata.clone();
     }
 
     pub(crate) fn apply_current_assignment(
@@ -152,6 +157,11 @@ impl ConsumerGroupMember {
     pub(crate) fn update_member_epoch(&mut self, epoch: i32) {
         self.previous_member_epoch = self.member_epoch;
         self.member_epoch = epoch;
+    }
+
+    /// Whether the member uses the classic protocol.
+    pub fn uses_classic_protocol(&self) -> bool {
+        self.classic.is_some()
     }
 
     /// Number of partitions the member owns now.

@@ -70,6 +70,16 @@ pub struct ConsumerGroupPartitionMetadataValue {
     pub topics: Vec<ConsumerGroupTopicMetadata>,
 }
 
+/// `ConsumerGroupMemberMetadataValue.ClassicMemberMetadata`: what a member that joined
+/// with the classic protocol (JoinGroup) sent, kept while it is in a consumer group
+/// (KIP-848's online migration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicMemberMetadata {
+    pub session_timeout_ms: i32,
+    /// (protocol name, metadata) in the member's order of preference.
+    pub supported_protocols: Vec<(String, bytes::Bytes)>,
+}
+
 /// `ConsumerGroupMemberMetadataValue`: a member's subscription and identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerGroupMemberMetadataValue {
@@ -81,6 +91,8 @@ pub struct ConsumerGroupMemberMetadataValue {
     pub subscribed_topic_regex: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub server_assignor: Option<String>,
+    /// Set for a member that uses the classic protocol (a tagged field).
+    pub classic_member_metadata: Option<ClassicMemberMetadata>,
 }
 
 /// `ConsumerGroupTargetAssignmentMetadataValue`: the epoch of the target assignment.

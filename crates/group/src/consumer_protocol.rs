@@ -12,8 +12,9 @@
 //!    its session ends or its instance id comes back).
 //! 2. The group is found, or made by a join (epoch 0). An Empty classic group of the same
 //!    id is replaced (its metadata gets a tombstone, its offsets carry over); a classic
-//!    group with members makes the heartbeat fail with GROUP_ID_NOT_FOUND, as Kafka
-//!    answers without an online migration.
+//!    group with members is converted when `group.consumer.migration.policy` allows the
+//!    upgrade (`consumer_group_migration.rs`), else the heartbeat fails with
+//!    GROUP_ID_NOT_FOUND, as Kafka answers.
 //! 3. The member is found or made: a dynamic one by member id, a static one by
 //!    `group.instance.id` (a rejoin after a static leave takes over the old member's
 //!    partitions and target under the new member id; an instance id another member
@@ -60,18 +61,23 @@ use crate::record::{GroupMetadataKey, GroupMetadataRecord, Record};
 use crate::timer::TimerKey;
 use crate::topics_image::TopicsImage;
 
-type HeartbeatError = (i16, String);
+pub(crate) type HeartbeatError = (i16, String);
 
 /// What a heartbeat changes, decided before anything changes.
-struct HeartbeatPlan {
-    /// The tombstone of an Empty classic group the consumer group replaces.
-    classic_records: Vec<Record>,
-    consumer_records: Vec<ConsumerGroupRecord>,
+pub(crate) struct HeartbeatPlan {
+    /// The tombstone of the classic group the consumer group replaces.
+    pub(crate) classic_records: Vec<Record>,
+    pub(crate) consumer_records: Vec<ConsumerGroupRecord>,
     /// The static member this one replaces.
-    replaced: Option<String>,
+    pub(crate) replaced: Option<String>,
     /// (epoch, rebalance timeout) while the member must revoke partitions.
-    revoking: Option<(i32, i32)>,
-    response: ConsumerGroupHeartbeatResponse,
+    pub(crate) revoking: Option<(i32, i32)>,
+    /// The members of a classic group converted to the consumer group: (member id,
+    /// session timeout) and the requests they had parked, answered REBALANCE_IN_PROGRESS.
+    pub(crate) converted_from_classic: Vec<(String, i32, Vec<Respond>)>,
+    /// A classic member's protocol (its first), for its JoinGroup response.
+    pub(crate) protocol_name: Option<String>,
+    pub(crate) response: ConsumerGroupHeartbeatResponse,
 }
 
 /// The assignor most members asked for (ties to the first name), else `default`.
@@ -91,11 +97,11 @@ fn preferred_assignor<'a>(
         .map_or(default, |(name, _)| name)
 }
 
-fn err<T>(code: i16, message: impl Into<String>) -> Result<T, HeartbeatError> {
+pub(crate) fn err<T>(code: i16, message: impl Into<String>) -> Result<T, HeartbeatError> {
     Err((code, message.into()))
 }
 
-fn session_key(group_id: &str, member_id: &str) -> TimerKey {
+pub(crate) fn session_key(group_id: &str, member_id: &str) -> TimerKey {
     TimerKey::ConsumerSession {
         group_id: group_id.to_owned(),
         member_id: member_id.to_owned(),
@@ -151,7 +157,7 @@ fn check_member_epoch(
 }
 
 /// A 16-byte random id in Kafka's `Uuid.toString()` form (URL-safe base64).
-fn new_member_id(rng: &mut u64) -> String {
+pub(crate) fn new_member_id(rng: &mut u64) -> String {
     let hi = crate::coordinator::next_u64(rng);
     let lo = crate::coordinator::next_u64(rng);
     rill_protocol::Uuid::from_u64_pair(hi, lo).to_string()
@@ -219,7 +225,7 @@ impl GroupCoordinator {
         }
     }
 
-    fn apply_consumer_records(
+    pub(crate) fn apply_consumer_records(
         &mut self,
         partition: i32,
         records: &[ConsumerGroupRecord],
@@ -242,6 +248,10 @@ impl GroupCoordinator {
             }
             g.metadata_refresh = true;
             for m in g.members.values() {
+                let session = m
+                    .classic
+                    .as_ref()
+                    .map_or(session, |c| i64::from(c.session_timeout_ms));
                 timers.push((session_key(&g.group_id, &m.member_id), now_ms + session));
                 if m.state == MemberState::UnrevokedPartitions {
                     g.rebalance_timeout_epochs
@@ -292,7 +302,7 @@ impl GroupCoordinator {
             Some(code) => err(code, "This node cannot serve the group now."),
             None => self.consumer_heartbeat(&req, now_ms),
         };
-        let (records, response) = match outcome {
+        let (records, response, parked) = match outcome {
             Ok(done) => done,
             Err((code, message)) => {
                 return vec![Output::Respond(Respond {
@@ -317,6 +327,7 @@ impl GroupCoordinator {
         for r in records {
             fx.record(partition, r);
         }
+        fx.responses.extend(parked);
         fx.responses.push(respond);
         self.finish(fx)
     }
@@ -394,7 +405,7 @@ impl GroupCoordinator {
         &mut self,
         req: &ConsumerGroupHeartbeatRequest,
         now_ms: i64,
-    ) -> Result<(Vec<Record>, ConsumerGroupHeartbeatResponse), HeartbeatError> {
+    ) -> Result<(Vec<Record>, ConsumerGroupHeartbeatResponse, Vec<Respond>), HeartbeatError> {
         self.validate_heartbeat(req)?;
         if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH
             || req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH
@@ -407,10 +418,33 @@ impl GroupCoordinator {
         } else {
             req.member_id.clone()
         };
-        let plan = self.plan_heartbeat(req, member_id, partition)?;
+        let plan = self.plan_heartbeat(req, member_id, partition, None)?;
+        Ok(self.apply_plan(req, plan, now_ms))
+    }
 
-        // 7. Apply, arm the timers, answer.
+    /// Step 7 of the design note: the plan's records replayed, its timers armed; returns
+    /// the records to write, the answer, and the answers of a converted classic group's
+    /// parked requests.
+    pub(crate) fn apply_plan(
+        &mut self,
+        req: &ConsumerGroupHeartbeatRequest,
+        plan: HeartbeatPlan,
+        now_ms: i64,
+    ) -> (Vec<Record>, ConsumerGroupHeartbeatResponse, Vec<Respond>) {
+        let partition = self.partition_for(&req.group_id);
+        let mut parked = Vec::new();
+        if !plan.converted_from_classic.is_empty() {
+            // The classic group's deadlines (sessions, join and sync phases) end with it.
+            self.timer.cancel_group(&req.group_id);
+        }
         self.apply_consumer_records(partition, &plan.consumer_records, now_ms);
+        for (member_id, session_ms, responses) in plan.converted_from_classic {
+            self.timer.schedule(
+                session_key(&req.group_id, &member_id),
+                now_ms + i64::from(session_ms.max(0)),
+            );
+            parked.extend(responses);
+        }
         if let Some(g) = self.consumer_groups.get_mut(&req.group_id) {
             g.metadata_refresh = false;
         }
@@ -448,32 +482,54 @@ impl GroupCoordinator {
         }
         let mut records = plan.classic_records;
         records.extend(plan.consumer_records.into_iter().map(Record::ConsumerGroup));
-        Ok((records, plan.response))
+        (records, plan.response, parked)
     }
 
     /// Steps 2-6 of the design note: what the heartbeat changes, as records, without
     /// changing anything.
-    fn plan_heartbeat(
+    /// `classic`: the member joins with the classic protocol (JoinGroup to a consumer
+    /// group, KIP-848's online migration): it is created or updated whatever its epoch,
+    /// and keeps what it says it owns.
+    pub(crate) fn plan_heartbeat(
         &self,
         req: &ConsumerGroupHeartbeatRequest,
         member_id: String,
         partition: i32,
+        classic: Option<&ClassicMemberMetadata>,
     ) -> Result<HeartbeatPlan, HeartbeatError> {
-        let join = req.member_epoch == 0;
+        let join = req.member_epoch == 0 || classic.is_some();
         let mut classic_records: Vec<Record> = Vec::new();
+        let mut consumer_records: Vec<ConsumerGroupRecord> = Vec::new();
+        let mut converted_from_classic = Vec::new();
+        let mut converted = None;
 
         // 2. The group.
-        if let Some(classic) = self.groups.get(&req.group_id) {
-            let empty = classic.members.is_empty() && classic.pending_join_members.is_empty();
-            if !(join && empty) {
+        if let Some(classic_group) = self.groups.get(&req.group_id) {
+            let empty =
+                classic_group.members.is_empty() && classic_group.pending_join_members.is_empty();
+            if join
+                && !empty
+                && self
+                    .config
+                    .consumer_group_migration_policy
+                    .upgrade_enabled()
+            {
+                // KIP-848's online upgrade: the classic group becomes a consumer group
+                // whose members keep their generation as epoch and their assignment.
+                let (group, records, parked) = self.convert_classic_group(classic_group)?;
+                consumer_records.extend(records);
+                converted_from_classic = parked;
+                converted = Some(group);
+            } else if !(join && empty) {
                 return err(
                     error_code::GROUP_ID_NOT_FOUND,
                     format!("Group {} is not a consumer group.", req.group_id),
                 );
             }
-            // Kafka's `maybeDeleteEmptyClassicGroup`: the classic group's metadata goes,
-            // its offsets stay with the consumer group that takes the id (creating the
-            // consumer group takes both, as replaying the two records does).
+            // Kafka's `maybeDeleteEmptyClassicGroup` (and its conversion): the classic
+            // group's metadata goes, its offsets stay with the consumer group that takes
+            // the id (creating the consumer group takes both, as replaying the records
+            // does).
             classic_records.push(Record::GroupMetadata(GroupMetadataRecord {
                 key: GroupMetadataKey {
                     group: req.group_id.clone(),
@@ -482,22 +538,24 @@ impl GroupCoordinator {
             }));
         }
         let fresh;
-        let group: &ConsumerGroup = match self.consumer_groups.get(&req.group_id) {
-            Some(g) => g,
-            None if join => {
-                fresh = ConsumerGroup::new(&req.group_id, partition);
-                &fresh
-            }
-            None => {
-                return err(
-                    error_code::GROUP_ID_NOT_FOUND,
-                    format!("Consumer group {} not found.", req.group_id),
-                )
-            }
-        };
+        let group: &ConsumerGroup =
+            match (converted.as_ref(), self.consumer_groups.get(&req.group_id)) {
+                (Some(g), _) => g,
+                (None, Some(g)) => g,
+                (None, None) if join => {
+                    fresh = ConsumerGroup::new(&req.group_id, partition);
+                    &fresh
+                }
+                (None, None) => {
+                    return err(
+                        error_code::GROUP_ID_NOT_FOUND,
+                        format!("Consumer group {} not found.", req.group_id),
+                    )
+                }
+            };
         let max = usize::try_from(self.config.consumer_group_max_size).unwrap_or(0);
         if group.members.len() >= max
-            && (req.member_id.is_empty() || !group.members.contains_key(&req.member_id))
+            && (req.member_id.is_empty() || !group.members.contains_key(&member_id))
         {
             return err(
                 error_code::GROUP_MAX_SIZE_REACHED,
@@ -507,10 +565,19 @@ impl GroupCoordinator {
 
         // 3. The member.
         let owned = req.topic_partitions.as_deref();
-        let mut consumer_records: Vec<ConsumerGroupRecord> = Vec::new();
         // The member this one replaces (a static member back under a new member id).
         let mut replaced: Option<String> = None;
         let member = match &req.instance_id {
+            // A classic member is created or updated whatever it sends (its generation
+            // is checked by SyncGroup, Heartbeat and OffsetCommit).
+            None if classic.is_some() => group
+                .members
+                .get(&member_id)
+                .cloned()
+                .unwrap_or_else(|| ConsumerGroupMember::new(&member_id)),
+            Some(instance_id) if classic.is_some() && group.static_member(instance_id).is_some_and(|m| m.member_id == member_id) => {
+                group.static_member(instance_id).cloned().unwrap_or_else(|| ConsumerGroupMember::new(&member_id))
+            }
             None => match group.members.get(&member_id) {
                 None if join => ConsumerGroupMember::new(&member_id),
                 None => {
@@ -538,7 +605,11 @@ impl GroupCoordinator {
                 }
                 Some(old) if join && old.member_id == member_id => rejoined(old),
                 Some(old) if join => {
-                    if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH {
+                    // Kafka checks the release only between two consumer protocol members.
+                    if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
+                        && classic.is_none()
+                        && !old.uses_classic_protocol()
+                    {
                         return err(
                             error_code::UNRELEASED_INSTANCE_ID,
                             format!(
@@ -603,6 +674,13 @@ impl GroupCoordinator {
         }
         if let Some(a) = &req.server_assignor {
             updated.server_assignor = Some(a.clone());
+        }
+        match classic {
+            Some(c) => {
+                updated.classic = Some(c.clone());
+                updated.server_assignor = None;
+            }
+            None => updated.classic = None,
         }
         if let Some(names) = &req.subscribed_topic_names {
             let mut names = names.clone();
@@ -764,13 +842,17 @@ impl GroupCoordinator {
                 && req.topic_partitions.is_some());
         let assignment = (full || next.assigned_partitions != member.assigned_partitions)
             .then(|| to_topic_partitions(&next.assigned_partitions));
-        let revoking = (next.state == MemberState::UnrevokedPartitions)
+        let revoking = (next.state == MemberState::UnrevokedPartitions && classic.is_none())
             .then_some((next.member_epoch, next.rebalance_timeout_ms));
         Ok(HeartbeatPlan {
             classic_records,
             consumer_records,
             replaced,
             revoking,
+            converted_from_classic,
+            protocol_name: classic
+                .and_then(|c| c.supported_protocols.first())
+                .map(|(name, _)| name.clone()),
             response: ConsumerGroupHeartbeatResponse {
                 error_code: error_code::NONE,
                 error_message: None,
@@ -787,7 +869,7 @@ impl GroupCoordinator {
         &mut self,
         req: &ConsumerGroupHeartbeatRequest,
         now_ms: i64,
-    ) -> Result<(Vec<Record>, ConsumerGroupHeartbeatResponse), HeartbeatError> {
+    ) -> Result<(Vec<Record>, ConsumerGroupHeartbeatResponse, Vec<Respond>), HeartbeatError> {
         let partition = self.partition_for(&req.group_id);
         let Some(group) = self.consumer_groups.get(&req.group_id) else {
             return err(
@@ -853,13 +935,18 @@ impl GroupCoordinator {
                 heartbeat_interval_ms: 0,
                 assignment: None,
             },
+            Vec::new(),
         ))
     }
 
     /// Kafka's `consumerGroupFenceMember`: the member's records get tombstones, the
     /// subscription metadata is computed without it, and the group epoch goes up so that
     /// the next heartbeat assigns its partitions to the others.
-    fn fence_records(&self, group_id: &str, member_id: &str) -> Vec<ConsumerGroupRecord> {
+    pub(crate) fn fence_records(
+        &self,
+        group_id: &str,
+        member_id: &str,
+    ) -> Vec<ConsumerGroupRecord> {
         let Some(group) = self.consumer_groups.get(group_id) else {
             return Vec::new();
         };
@@ -991,6 +1078,14 @@ impl GroupCoordinator {
         let Some(member) = g.members.get(&req.member_id) else {
             return Err(error_code::UNKNOWN_MEMBER_ID);
         };
+        if member.uses_classic_protocol() {
+            // A classic member in a consumer group commits with its generation.
+            return if epoch == member.member_epoch {
+                Ok(())
+            } else {
+                Err(error_code::ILLEGAL_GENERATION)
+            };
+        }
         if !transactional && req.api_version < 9 {
             return Err(error_code::UNSUPPORTED_VERSION);
         }

@@ -22,6 +22,7 @@ use crate::api::*;
 use crate::committed_consumer_groups::CommittedConsumerGroups;
 use crate::committed_offsets::{CommittedOffsets, WriteId};
 use crate::consumer_group::ConsumerGroup;
+use crate::consumer_group_migration::ConsumerGroupMigrationPolicy;
 use crate::consumer_group_record::ConsumerGroupRecord;
 use crate::error::{error_code, GroupError};
 use crate::group::{ClassicGroup, ClassicGroupMember, ClassicGroupState, JoinTimer};
@@ -69,6 +70,9 @@ pub struct GroupConfig {
     pub consumer_group_assignors: Vec<String>,
     /// `group.consumer.max.size`.
     pub consumer_group_max_size: i32,
+    /// `group.consumer.migration.policy`: whether a classic group becomes a consumer group
+    /// when a member of the consumer protocol joins it (KIP-848's online upgrade).
+    pub consumer_group_migration_policy: ConsumerGroupMigrationPolicy,
     /// `group.consumer.session.timeout.ms`: the session a consumer group member gets
     /// when a load makes this node its coordinator, until its first heartbeat here
     /// brings the group's own value.
@@ -90,6 +94,7 @@ impl Default for GroupConfig {
             offsets_commit_timeout_ms: 5_000,
             consumer_group_assignors: vec!["uniform".to_owned(), "range".to_owned()],
             consumer_group_max_size: i32::MAX,
+            consumer_group_migration_policy: ConsumerGroupMigrationPolicy::Bidirectional,
             consumer_group_session_timeout_ms: 45_000,
         }
     }
@@ -1246,14 +1251,6 @@ impl GroupCoordinator {
             || req.session_timeout_ms > self.config.group_max_session_timeout_ms
         {
             Some(error_code::INVALID_SESSION_TIMEOUT)
-        } else if self
-            .consumer_groups
-            .get(&req.group_id)
-            .is_some_and(|g| !g.members.is_empty())
-        {
-            // A consumer group (KIP-848) with members: a classic member cannot join it
-            // (no online migration).
-            Some(error_code::INCONSISTENT_GROUP_PROTOCOL)
         } else if !self.groups.contains_key(&req.group_id)
             && !self.consumer_groups.contains_key(&req.group_id)
             && !req.member_id.is_empty()
@@ -1269,6 +1266,15 @@ impl GroupCoordinator {
                 Response::JoinGroup(JoinGroupResponse::error(&req.member_id, code)),
             );
             return self.finish(fx);
+        }
+        if self
+            .consumer_groups
+            .get(&req.group_id)
+            .is_some_and(|g| !g.members.is_empty())
+        {
+            // A consumer group (KIP-848) with members serves classic members too: the
+            // online migration (`consumer_group_migration.rs`).
+            return self.classic_join_to_consumer_group(req, now_ms, responder);
         }
         if self.consumer_groups.contains_key(&req.group_id) {
             // Kafka's `maybeDeleteEmptyConsumerGroup`: an Empty consumer group gives its
@@ -1319,6 +1325,11 @@ impl GroupCoordinator {
             None
         };
         if let Some(code) = early {
+            if code == error_code::UNKNOWN_MEMBER_ID
+                && self.consumer_groups.contains_key(&req.group_id)
+            {
+                return self.classic_sync_to_consumer_group(req, now_ms, responder);
+            }
             fx.respond(
                 responder,
                 Response::SyncGroup(SyncGroupResponse::error(code)),
@@ -1340,6 +1351,11 @@ impl GroupCoordinator {
         } else if let Some(code) = self.coordinator_error(&req.group_id) {
             code
         } else {
+            if self.consumer_groups.contains_key(&req.group_id) {
+                return HeartbeatResponse {
+                    error_code: self.classic_heartbeat_to_consumer_group(&req, now_ms),
+                };
+            }
             let mut fx = Effects::default();
             let (groups, mut cx) = self.split(now_ms, &mut fx);
             match groups.get_mut(&req.group_id) {
@@ -1368,6 +1384,11 @@ impl GroupCoordinator {
             None
         };
         let response = match early {
+            Some(error_code::UNKNOWN_MEMBER_ID)
+                if self.consumer_groups.contains_key(&req.group_id) =>
+            {
+                self.classic_leave_to_consumer_group(req, now_ms, &mut fx)
+            }
             Some(code) => LeaveGroupResponse {
                 error_code: code,
                 members: Vec::new(),

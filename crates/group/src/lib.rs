@@ -98,6 +98,7 @@ mod committed_consumer_groups;
 mod committed_offsets;
 mod consumer_group;
 mod consumer_group_member;
+mod consumer_group_migration;
 mod consumer_group_record;
 mod consumer_protocol;
 mod coordinator;
@@ -120,12 +121,16 @@ pub use consumer_group::ConsumerGroupState;
 pub use consumer_group_member::{
     ConsumerGroupMember, MemberState, LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH,
 };
+pub use consumer_group_migration::ConsumerGroupMigrationPolicy;
 pub use consumer_group_record::*;
 pub use coordinator::{GroupConfig, GroupCoordinator};
 pub use error::{error_code, GroupError};
 pub use group::{ClassicGroupState, UnknownGroupState};
 pub use record::*;
-pub use subscription::{decode_subscribed_topics, encode_subscription, CONSUMER_PROTOCOL_TYPE};
+pub use subscription::{
+    decode_classic_assignment, decode_classic_subscription, decode_subscribed_topics,
+    encode_classic_assignment, encode_subscription, ClassicSubscription, CONSUMER_PROTOCOL_TYPE,
+};
 pub use topics_image::{TopicImage, TopicsImage};
 
 /// Where a group lives: `partition_for(group_id, offsets.topic.num.partitions)`.

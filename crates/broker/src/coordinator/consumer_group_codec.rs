@@ -116,6 +116,21 @@ pub fn encode(record: &ConsumerGroupRecord) -> Result<(Vec<u8>, Option<Vec<u8>>)
                 subscribed_topic_regex: v.subscribed_topic_regex.clone(),
                 rebalance_timeout_ms: v.rebalance_timeout_ms,
                 server_assignor: v.server_assignor.clone(),
+                classic_member_metadata: v.classic_member_metadata.as_ref().map(|c| {
+                    mmv::ClassicMemberMetadata {
+                        session_timeout_ms: c.session_timeout_ms,
+                        supported_protocols: c
+                            .supported_protocols
+                            .iter()
+                            .map(|(name, metadata)| mmv::ClassicProtocol {
+                                name: name.clone(),
+                                metadata: metadata.clone(),
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    }
+                }),
                 ..Default::default()
             }))?,
         )),
@@ -247,6 +262,16 @@ pub fn decode(
                     subscribed_topic_regex: v.subscribed_topic_regex,
                     rebalance_timeout_ms: v.rebalance_timeout_ms,
                     server_assignor: v.server_assignor,
+                    classic_member_metadata: v.classic_member_metadata.map(|c| {
+                        ClassicMemberMetadata {
+                            session_timeout_ms: c.session_timeout_ms,
+                            supported_protocols: c
+                                .supported_protocols
+                                .into_iter()
+                                .map(|p| (p.name, p.metadata))
+                                .collect(),
+                        }
+                    }),
                 }),
             }
         }

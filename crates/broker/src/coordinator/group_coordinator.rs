@@ -719,6 +719,10 @@ mod tests {
                     subscribed_topic_regex: Some("orders-.*".into()),
                     rebalance_timeout_ms: 300_000,
                     server_assignor: Some("range".into()),
+                    classic_member_metadata: Some(ClassicMemberMetadata {
+                        session_timeout_ms: 10_000,
+                        supported_protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
+                    }),
                 }),
             },
             ConsumerGroupRecord::TargetAssignmentMetadata {

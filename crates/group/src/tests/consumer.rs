@@ -782,19 +782,30 @@ fn offset_commits_check_the_member_epoch() {
 #[test]
 fn classic_and_consumer_groups_share_one_id_space() {
     let mut h = consumer_h();
-    // A classic group with members: the consumer protocol cannot take it.
+    // A classic group with members whose assignments are not the consumer protocol's:
+    // the consumer protocol cannot take it over (the upgrade is `migration.rs`'s).
     let (_, _gen) = h.stable_group("classic", 1);
     let c = Client::new("classic", &["orders"]);
     let resp = h.hb(c.request());
     assert_eq!(resp.error_code, error_code::GROUP_ID_NOT_FOUND);
-    // A consumer group with members: a classic JoinGroup cannot take it.
+    assert!(resp.error_message.unwrap().contains("malformed"));
+    assert_eq!(h.c.group_state("classic"), Some(ClassicGroupState::Stable));
+    // A consumer group with members: a classic JoinGroup of another protocol type is
+    // refused; one of the consumer protocol type joins it (MEMBER_ID_REQUIRED first).
     let mut clients = vec![Client::new("modern", &["orders"])];
     settle(&mut h, &mut clients);
-    let join = h.join_req("modern", "", consumer_protocols(&["orders"]));
+    let mut join = h.join_req("modern", "", consumer_protocols(&["orders"]));
+    join.protocol_type = "connect".into();
     let (r, sent) = h.join_with(join);
     assert_eq!(
         join_resp(&sent, r).unwrap().error_code,
         error_code::INCONSISTENT_GROUP_PROTOCOL
+    );
+    let join = h.join_req("modern", "", consumer_protocols(&["orders"]));
+    let (r, sent) = h.join_with(join);
+    assert_eq!(
+        join_resp(&sent, r).unwrap().error_code,
+        error_code::MEMBER_ID_REQUIRED
     );
     // An Empty classic group (offsets only) is taken over, its offsets kept.
     h.commit("simple", "", -1, "orders", 3, 99);

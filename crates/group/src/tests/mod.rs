@@ -2,6 +2,7 @@
 
 mod consumer;
 mod harness;
+mod migration;
 mod offsets;
 mod rebalance;
 mod replay;
