@@ -268,6 +268,32 @@ pub struct GroupDescription {
     pub coordinator: BrokerMetadata,
 }
 
+impl From<ConsumerGroupDescription> for GroupDescription {
+    /// A consumer group (KIP-848) in DescribeGroups' shape: the assignor as the protocol,
+    /// each member's current assignment.
+    fn from(cg: ConsumerGroupDescription) -> Self {
+        GroupDescription {
+            group_id: cg.group_id,
+            state: cg.state,
+            protocol_type: "consumer".into(),
+            protocol: cg.assignor,
+            members: cg
+                .members
+                .into_iter()
+                .map(|m| MemberDescription {
+                    member_id: m.member_id,
+                    group_instance_id: m.instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    subscribed_topics: m.subscribed_topic_names,
+                    assignment: m.assignment,
+                })
+                .collect(),
+            coordinator: cg.coordinator,
+        }
+    }
+}
+
 /// Cluster administration.
 ///
 /// ```no_run
@@ -721,7 +747,7 @@ impl Admin {
             for g in response.groups {
                 check(g.error_code, || format!("describing group {}", g.group_id))?;
                 let consumer = g.protocol_type == "consumer";
-                let members = g
+                let members: Vec<MemberDescription> = g
                     .members
                     .into_iter()
                     .map(|m| {
@@ -745,6 +771,15 @@ impl Admin {
                         }
                     })
                     .collect();
+                if g.group_state == "Dead" && members.is_empty() {
+                    // DescribeGroups shows a consumer group of KIP-848's protocol as no
+                    // group (Kafka does too); ConsumerGroupDescribe shows it, as Kafka's
+                    // `Admin.describeConsumerGroups` falls back between the two.
+                    if let Some(cg) = self.describe_consumer_group(group).await? {
+                        out.push(GroupDescription::from(cg));
+                        continue;
+                    }
+                }
                 out.push(GroupDescription {
                     group_id: g.group_id,
                     state: g.group_state,

@@ -95,8 +95,10 @@ pub enum GroupReply {
 /// The groups this coordinator holds, for `/metrics`.
 #[derive(Debug, Default, Clone)]
 pub struct GroupSnapshot {
-    /// (group id, state as Kafka names it).
+    /// Classic groups: (group id, state as Kafka names it).
     pub groups: Vec<(String, String)>,
+    /// Consumer groups of KIP-848's protocol: (group id, state as Kafka names it).
+    pub consumer_groups: Vec<(String, String)>,
     /// (group, topic, partition, committed offset): what OffsetFetch would serve.
     pub offsets: Vec<(String, String, i32, i64)>,
     /// (group id, members).
@@ -281,11 +283,10 @@ impl CoordinatorShard for GroupShard {
                     groups: overview
                         .into_iter()
                         .map(|(id, state, _)| (id, state.to_string()))
-                        .chain(
-                            consumer
-                                .iter()
-                                .map(|(id, s, _, _)| (id.clone(), s.to_string())),
-                        )
+                        .collect(),
+                    consumer_groups: consumer
+                        .iter()
+                        .map(|(id, s, _, _)| (id.clone(), s.to_string()))
                         .collect(),
                     offsets,
                     members: c
