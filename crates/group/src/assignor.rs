@@ -92,50 +92,68 @@ fn uniform(
     members: &[MemberSpec<'_>],
     topics: &BTreeMap<Uuid, i32>,
 ) -> BTreeMap<String, Assignment> {
+    const FREE: u32 = u32::MAX;
     let n = members.len();
+    // Topics by index, and each partition's owner (a member's index, or FREE).
+    let topic_ids: Vec<Uuid> = topics.keys().copied().collect();
+    let topic_index: BTreeMap<Uuid, usize> =
+        topic_ids.iter().enumerate().map(|(i, t)| (*t, i)).collect();
+    let mut owner: Vec<Vec<u32>> = topic_ids
+        .iter()
+        .map(|t| vec![FREE; usize::try_from(partitions_of(topics, t)).unwrap_or(0)])
+        .collect();
     let mut load = vec![0usize; n];
-    // Per member, the partitions it holds, by topic.
-    let mut held: Vec<BTreeMap<Uuid, BTreeSet<i32>>> = vec![BTreeMap::new(); n];
-    let mut owner: BTreeMap<(Uuid, i32), usize> = BTreeMap::new();
-    // Each topic's subscribers.
-    let mut subscribers: BTreeMap<Uuid, Vec<usize>> = BTreeMap::new();
+    // Per member, the partitions it holds, by topic index.
+    let mut held: Vec<BTreeMap<usize, Vec<i32>>> = vec![BTreeMap::new(); n];
+    let mut subscribers: Vec<Vec<usize>> = vec![Vec::new(); topic_ids.len()];
     for (i, m) in members.iter().enumerate() {
         for t in &m.subscribed {
-            if topics.contains_key(t) {
-                subscribers.entry(*t).or_default().push(i);
+            if let Some(ti) = topic_index.get(t) {
+                subscribers[*ti].push(i);
             }
         }
     }
     // 1. Stickiness.
     for (i, m) in members.iter().enumerate() {
         let Some(previous) = m.previous else { continue };
+        let Ok(index) = u32::try_from(i) else {
+            continue;
+        };
         for (t, partitions) in previous {
+            let Some(ti) = topic_index.get(t).copied() else {
+                continue;
+            };
             if !m.subscribed.contains(t) {
                 continue;
             }
-            let count = partitions_of(topics, t);
             for p in partitions {
-                if *p >= 0 && *p < count && !owner.contains_key(&(*t, *p)) {
-                    owner.insert((*t, *p), i);
-                    held[i].entry(*t).or_default().insert(*p);
+                let Some(slot) = usize::try_from(*p).ok().and_then(|p| owner[ti].get_mut(p)) else {
+                    continue;
+                };
+                if *slot == FREE {
+                    *slot = index;
+                    held[i].entry(ti).or_default().push(*p);
                     load[i] += 1;
                 }
             }
         }
     }
     // 2. The rest to the least loaded subscriber.
-    for (t, subs) in &subscribers {
+    for (ti, subs) in subscribers.iter().enumerate() {
         let mut heap: BinaryHeap<Reverse<(usize, usize)>> =
             subs.iter().map(|i| Reverse((load[*i], *i))).collect();
-        for p in 0..partitions_of(topics, t) {
-            if owner.contains_key(&(*t, p)) {
+        for (p, slot) in owner[ti].iter_mut().enumerate() {
+            if *slot != FREE {
                 continue;
             }
             let Some(Reverse((_, i))) = heap.pop() else {
                 break;
             };
-            owner.insert((*t, p), i);
-            held[i].entry(*t).or_default().insert(p);
+            let (Ok(index), Ok(p)) = (u32::try_from(i), i32::try_from(p)) else {
+                continue;
+            };
+            *slot = index;
+            held[i].entry(ti).or_default().push(p);
             load[i] += 1;
             heap.push(Reverse((load[i], i)));
         }
@@ -143,12 +161,12 @@ fn uniform(
     // 3. Balance within each topic's subscribers, until nothing moves.
     for _pass in 0..64 {
         let mut moved = false;
-        for (t, subs) in &subscribers {
+        for (ti, subs) in subscribers.iter().enumerate() {
             loop {
                 let from = subs
                     .iter()
                     .copied()
-                    .filter(|i| held[*i].get(t).is_some_and(|s| !s.is_empty()))
+                    .filter(|i| held[*i].get(&ti).is_some_and(|s| !s.is_empty()))
                     .max_by_key(|i| (load[*i], Reverse(*i)));
                 let to = subs.iter().copied().min_by_key(|i| (load[*i], *i));
                 let (Some(from), Some(to)) = (from, to) else {
@@ -157,10 +175,10 @@ fn uniform(
                 if load[from] <= load[to] + 1 {
                     break;
                 }
-                let Some(p) = held[from].get_mut(t).and_then(|s| s.pop_last()) else {
+                let Some(p) = held[from].get_mut(&ti).and_then(|s| s.pop()) else {
                     break;
                 };
-                held[to].entry(*t).or_default().insert(p);
+                held[to].entry(ti).or_default().push(p);
                 load[from] -= 1;
                 load[to] += 1;
                 moved = true;
@@ -174,7 +192,11 @@ fn uniform(
         .iter()
         .zip(held)
         .map(|(m, h)| {
-            let assignment: Assignment = h.into_iter().filter(|(_, s)| !s.is_empty()).collect();
+            let assignment: Assignment = h
+                .into_iter()
+                .filter(|(_, s)| !s.is_empty())
+                .map(|(ti, s)| (topic_ids[ti], s.into_iter().collect()))
+                .collect();
             (m.member_id.to_owned(), assignment)
         })
         .collect()
