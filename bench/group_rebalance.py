@@ -4,7 +4,8 @@ server in one sitting (issue #20's figures).
 
 For each protocol a group of three confluent-kafka members subscribes to a topic of 12
 partitions that a producer writes to all along (a record every 4 ms, round robin), and
-settles at 4/4/4; then a fourth member subscribes and the group settles at 3/3/3/3.
+settles at 4/4/4 (the three subscribe 170 ms apart, so that their heartbeats do not line
+up); then a fourth member subscribes and the group settles at 3/3/3/3.
 Reported per run:
 
 - join to stable: from the three members' subscribe to 4/4/4, and from the fourth's
@@ -52,6 +53,8 @@ PROTOCOLS = {
     "consumer": {"group.protocol": "consumer"},
 }
 CLASSIC_TIMING = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+# Between the three members' subscribes.
+STAGGER_S = 0.17
 
 
 def one_run(bootstrap: str, protocol: str) -> dict:
@@ -65,14 +68,17 @@ def one_run(bootstrap: str, protocol: str) -> dict:
     members = []
     try:
         started = time.monotonic()
-        members = [Member(bootstrap, group, [topic], **extra) for _ in range(3)]
-        wait_for(lambda: settled(members, topic, PARTITIONS, [4, 4, 4]), 120, "4/4/4")
+        for _ in range(3):
+            # Started apart, as processes are: their heartbeats do not line up.
+            members.append(Member(bootstrap, group, [topic], **extra))
+            time.sleep(STAGGER_S)
+        wait_for(lambda: settled(members, topic, PARTITIONS, [4, 4, 4]), 120, "4/4/4", interval_s=0.01)
         first = time.monotonic() - started
         time.sleep(2.0)
         before = [m.assignment() for m in members]
         joined = time.monotonic()
         members.append(Member(bootstrap, group, [topic], **extra))
-        wait_for(lambda: settled(members, topic, PARTITIONS, [3, 3, 3, 3]), 120, "3/3/3/3")
+        wait_for(lambda: settled(members, topic, PARTITIONS, [3, 3, 3, 3]), 120, "3/3/3/3", interval_s=0.01)
         stable = time.monotonic()
         time.sleep(1.0)
         end = stable + 1.0
