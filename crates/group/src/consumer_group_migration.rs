@@ -24,7 +24,8 @@
 //!    bytes.
 //! 3. A classic member's Heartbeat answers REBALANCE_IN_PROGRESS when it must join again
 //!    to move on: the group epoch is ahead of its epoch, it must revoke, or a partition it
-//!    waits for has been released. LeaveGroup removes it as a leaving consumer member is
+//!    waits for has been released; one that has not rejoined within its rebalance timeout
+//!    is fenced. LeaveGroup removes it as a leaving consumer member is
 //!    removed (tombstones, a new group epoch).
 //! 4. Its generation is checked as a classic group checks it (ILLEGAL_GENERATION) on
 //!    SyncGroup, Heartbeat and OffsetCommit.
@@ -46,7 +47,7 @@ use crate::api::*;
 use crate::consumer_group::ConsumerGroup;
 use crate::consumer_group_member::{ConsumerGroupMember, MemberState};
 use crate::consumer_group_record::*;
-use crate::consumer_protocol::{err, new_member_id, session_key, HeartbeatError};
+use crate::consumer_protocol::{err, new_member_id, rebalance_key, session_key, HeartbeatError};
 use crate::coordinator::{Effects, GroupCoordinator};
 use crate::error::error_code;
 use crate::group::ClassicGroup;
@@ -524,13 +525,27 @@ impl GroupCoordinator {
             || member.state == MemberState::UnrevokedPartitions
             || released;
         let session = member.classic.as_ref().map_or(0, |c| c.session_timeout_ms);
-        let key = session_key(&req.group_id, &member.member_id);
+        let (member_id, epoch, rebalance_timeout_ms) = (
+            member.member_id.clone(),
+            member.member_epoch,
+            member.rebalance_timeout_ms,
+        );
+        let key = session_key(&req.group_id, &member_id);
         self.timer.schedule(key, now_ms + i64::from(session.max(0)));
-        if rejoin {
-            error_code::REBALANCE_IN_PROGRESS
-        } else {
-            error_code::NONE
+        if !rejoin {
+            return error_code::NONE;
         }
+        // Kafka's join timeout: a member told to rejoin that has not within its rebalance
+        // timeout is fenced (its JoinGroup cancels the timer).
+        let key = rebalance_key(&req.group_id, &member_id);
+        if !self.timer.is_scheduled(&key) {
+            if let Some(g) = self.consumer_groups.get_mut(&req.group_id) {
+                g.rebalance_timeout_epochs.insert(member_id, epoch);
+            }
+            self.timer
+                .schedule(key, now_ms + i64::from(rebalance_timeout_ms.max(0)));
+        }
+        error_code::REBALANCE_IN_PROGRESS
     }
 
     /// LeaveGroup to a consumer group: each classic member named leaves as a fenced one.

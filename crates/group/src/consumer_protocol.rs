@@ -108,7 +108,7 @@ pub(crate) fn session_key(group_id: &str, member_id: &str) -> TimerKey {
     }
 }
 
-fn rebalance_key(group_id: &str, member_id: &str) -> TimerKey {
+pub(crate) fn rebalance_key(group_id: &str, member_id: &str) -> TimerKey {
     TimerKey::ConsumerRebalance {
         group_id: group_id.to_owned(),
         member_id: member_id.to_owned(),

@@ -343,3 +343,29 @@ fn a_classic_member_joins_a_consumer_group_and_gets_its_share() {
         error_code::INCONSISTENT_GROUP_PROTOCOL
     );
 }
+
+#[test]
+fn a_classic_member_that_never_rejoins_is_fenced_after_its_rebalance_timeout() {
+    let mut h = H::new();
+    h.c.update_topics(topics());
+    let (ids, generation) = classic_group(&mut h, "g");
+    hb(&mut h, consumer_join("g"));
+    // The first classic member rejoins as told (twice: it revokes, then moves on); the
+    // second only heartbeats.
+    let (_, kept) = classic_rejoin(&mut h, "g", &ids[0], &(0..6).collect::<Vec<_>>());
+    let (epoch, _) = classic_rejoin(&mut h, "g", &ids[0], &kept.into_iter().collect::<Vec<_>>());
+    let mut fenced_after = None;
+    for step in 1..=20 {
+        h.advance(5_000);
+        classic_heartbeat(&mut h, "g", &ids[0], epoch);
+        let code = classic_heartbeat(&mut h, "g", &ids[1], generation);
+        if code == error_code::UNKNOWN_MEMBER_ID {
+            fenced_after = Some(step * 5_000);
+            break;
+        }
+        assert_eq!(code, error_code::REBALANCE_IN_PROGRESS);
+    }
+    // Its rebalance timeout (the harness's 60 s), not its session (10 s), ended it.
+    assert_eq!(fenced_after, Some(65_000));
+    assert!(h.c.consumer_group_member("g", &ids[0]).is_some());
+}
