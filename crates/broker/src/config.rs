@@ -1119,6 +1119,15 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("group.consumer.heartbeat.interval.ms", "5000"),
     ("group.consumer.min.heartbeat.interval.ms", "5000"),
     ("group.consumer.max.heartbeat.interval.ms", "15000"),
+    // KIP-848's server-side assignors, by Kafka's class names (or their short names,
+    // `uniform` and `range`); the first is the default.
+    (
+        "group.consumer.assignors",
+        "org.apache.kafka.coordinator.group.assignor.UniformAssignor,org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+    ),
+    ("group.consumer.max.size", "2147483647"),
+    // KIP-848's online migration: `disabled`, `upgrade`, `downgrade` or `bidirectional`.
+    ("group.consumer.migration.policy", "bidirectional"),
     ("group.share.session.timeout.ms", "45000"),
     ("group.share.min.session.timeout.ms", "45000"),
     ("group.share.max.session.timeout.ms", "60000"),
@@ -2081,8 +2090,52 @@ impl BrokerConfig {
             group_max_size: self.parse("group.max.size")?,
             offsets_retention_minutes: self.parse("offsets.retention.minutes")?,
             offsets_commit_timeout_ms: self.parse("offsets.commit.timeout.ms")?,
+            consumer_group_assignors: self.consumer_group_assignors()?,
+            consumer_group_max_size: self.parse("group.consumer.max.size")?,
+            consumer_group_migration_policy: {
+                let raw = self
+                    .get("group.consumer.migration.policy")
+                    .unwrap_or_default();
+                raw.parse().map_err(|_| {
+                    BrokerError::Config(format!(
+                        "group.consumer.migration.policy: invalid value {raw:?}: must be one of \
+                         disabled, upgrade, downgrade, bidirectional"
+                    ))
+                })?
+            },
+            consumer_group_session_timeout_ms: self.parse("group.consumer.session.timeout.ms")?,
             ..defaults
         })
+    }
+
+    /// `group.consumer.assignors` as the assignors' names: Kafka's class names
+    /// (`org.apache.kafka.coordinator.group.assignor.UniformAssignor`) or the names
+    /// clients ask for with `group.remote.assignor` (`uniform`, `range`).
+    fn consumer_group_assignors(&self) -> Result<Vec<String>, BrokerError> {
+        let raw = self.get("group.consumer.assignors").unwrap_or_default();
+        let mut names = Vec::new();
+        for item in raw.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let short = item.rsplit('.').next().unwrap_or(item);
+            let name = match short {
+                "UniformAssignor" | "uniform" => "uniform",
+                "RangeAssignor" | "range" => "range",
+                other => {
+                    return Err(BrokerError::Config(format!(
+                        "group.consumer.assignors: unknown assignor {other:?}: Rill has \
+                         uniform (UniformAssignor) and range (RangeAssignor)"
+                    )))
+                }
+            };
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_owned());
+            }
+        }
+        if names.is_empty() {
+            return Err(BrokerError::Config(
+                "group.consumer.assignors: at least one assignor is needed".into(),
+            ));
+        }
+        Ok(names)
     }
 
     /// The transaction coordinator's settings from `transaction.*` keys.

@@ -10,7 +10,8 @@
 //!    it now leads become leaders, those it follows become followers, those it no longer
 //!    hosts are deleted; topics whose configs changed are reconfigured; the group
 //!    coordinator loads the `__consumer_offsets` partitions this broker now leads and drops
-//!    those it lost.
+//!    those it lost, after it has heard of the topics that changed (consumer groups
+//!    resolve their subscriptions against them).
 //! 3. Only then is the new image published to request handlers, and its offset to
 //!    waiters ([`crate::server::Broker::wait_published`]): a client that learns from this broker
 //!    that it leads a partition finds the partition's log open.
@@ -99,6 +100,18 @@ fn install(broker: &Broker, new: &MetadataImage) {
 }
 
 async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
+    if crate::server::consumer_groups::topics_changed(old, new) {
+        // Consumer groups (KIP-848) follow topic creation, deletion and new partitions;
+        // the coordinator hears of them before it loads any partition of this image.
+        let topics = crate::server::consumer_groups::topics_image(new);
+        if let Ok(answer) = broker
+            .groups
+            .submit(crate::coordinator::group_coordinator::GroupCall::UpdateTopics(topics))
+            .await
+        {
+            let _ = answer.await;
+        }
+    }
     broker.replicas.set_broker_statuses(
         new.brokers
             .values()

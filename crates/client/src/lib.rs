@@ -56,9 +56,10 @@ mod types;
 
 pub use admin::{
     hmac_from_base64, Admin, AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType,
-    DelegationToken, GroupDescription, GroupListing, MemberDescription, NewPartitions, NewTopic,
-    PartitionResults, QuotaAlteration, QuotaEntity, QuotaMatch, QuotaValues,
-    ScramCredentialUpsertion, TransactionDescription, TransactionListing,
+    ConsumerGroupDescription, ConsumerGroupMemberDescription, DelegationToken, GroupDescription,
+    GroupListing, MemberDescription, NewPartitions, NewTopic, PartitionResults, QuotaAlteration,
+    QuotaEntity, QuotaMatch, QuotaValues, ScramCredentialUpsertion, TransactionDescription,
+    TransactionListing,
 };
 pub use admin_producers::{AbortTransactionSpec, ProducerState};
 pub use assignor::{Assignor, GroupSubscription, MemberSubscription};

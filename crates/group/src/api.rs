@@ -5,6 +5,7 @@
 use bytes::Bytes;
 
 use crate::committed_offsets::WriteId;
+use crate::consumer_group_record::TopicPartitions;
 use crate::error::error_code;
 use crate::record::Record;
 
@@ -215,6 +216,10 @@ pub struct OffsetFetchRequest {
     /// Partitions with a pending transactional commit answer UNSTABLE_OFFSET_COMMIT
     /// (KIP-447), so that a read_committed consumer waits for the transaction's end.
     pub require_stable: bool,
+    /// v9+: the member of a consumer group asking, checked against its epoch
+    /// (`None` with a negative epoch: a fetch from outside the group).
+    pub member_id: Option<String>,
+    pub member_epoch: i32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -308,7 +313,7 @@ pub struct DescribeGroupsResponse {
 pub struct ListGroupsRequest {
     /// Case-insensitive state names; empty means all.
     pub states_filter: Vec<String>,
-    /// Case-insensitive group types; empty means all (every group here is `classic`).
+    /// Case-insensitive group types (`classic`, `consumer`); empty means all.
     pub types_filter: Vec<String>,
 }
 
@@ -342,9 +347,126 @@ pub struct DeleteGroupsResponse {
     pub results: Vec<DeletableGroupResult>,
 }
 
+/// ConsumerGroupHeartbeat (KIP-848), with the session timeout and heartbeat interval the
+/// broker resolved for the group (its GROUP config overrides, else the broker's
+/// `group.consumer.*` settings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupHeartbeatRequest {
+    pub group_id: String,
+    /// Empty on a first join: the coordinator then makes one up (clients of KIP-1082
+    /// make their own).
+    pub member_id: String,
+    /// 0 to join, -1 to leave, -2 for a static member leaving for now.
+    pub member_epoch: i32,
+    /// `None`: unchanged since the last heartbeat (or not a static member).
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    /// -1: unchanged.
+    pub rebalance_timeout_ms: i32,
+    /// `None`: unchanged.
+    pub subscribed_topic_names: Option<Vec<String>>,
+    /// v1+; `None`: unchanged.
+    pub subscribed_topic_regex: Option<String>,
+    /// `group.remote.assignor`; `None`: unchanged or not chosen.
+    pub server_assignor: Option<String>,
+    /// The partitions the member owns; `None`: unchanged.
+    pub topic_partitions: Option<Vec<TopicPartitions>>,
+    pub client_id: String,
+    pub client_host: String,
+    /// `group.consumer.session.timeout.ms` (or the group's override).
+    pub session_timeout_ms: i32,
+    /// `group.consumer.heartbeat.interval.ms` (or the group's override).
+    pub heartbeat_interval_ms: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupHeartbeatResponse {
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub member_id: Option<String>,
+    pub member_epoch: i32,
+    pub heartbeat_interval_ms: i32,
+    /// `None`: unchanged since the last response.
+    pub assignment: Option<Vec<TopicPartitions>>,
+}
+
+impl ConsumerGroupHeartbeatResponse {
+    pub fn error(error_code: i16, message: impl Into<String>) -> Self {
+        ConsumerGroupHeartbeatResponse {
+            error_code,
+            error_message: Some(message.into()),
+            member_id: None,
+            member_epoch: 0,
+            heartbeat_interval_ms: 0,
+            assignment: None,
+        }
+    }
+}
+
+/// ConsumerGroupDescribe; answered from replicated state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupDescribeRequest {
+    pub group_ids: Vec<String>,
+}
+
+/// A topic's partitions, with the topic's name, in a described assignment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedTopicPartitions {
+    pub topic_id: rill_protocol::Uuid,
+    pub topic_name: String,
+    pub partitions: Vec<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedConsumerGroupMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub member_epoch: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub assignment: Vec<DescribedTopicPartitions>,
+    pub target_assignment: Vec<DescribedTopicPartitions>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedConsumerGroup {
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub group_id: String,
+    pub group_state: String,
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor_name: String,
+    pub members: Vec<DescribedConsumerGroupMember>,
+}
+
+impl DescribedConsumerGroup {
+    pub fn error(group_id: &str, error_code: i16, message: Option<String>) -> Self {
+        DescribedConsumerGroup {
+            error_code,
+            error_message: message,
+            group_id: group_id.to_owned(),
+            group_state: String::new(),
+            group_epoch: 0,
+            assignment_epoch: 0,
+            assignor_name: String::new(),
+            members: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupDescribeResponse {
+    pub groups: Vec<DescribedConsumerGroup>,
+}
+
 /// A response for the broker to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Response {
+    ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse),
     JoinGroup(JoinGroupResponse),
     SyncGroup(SyncGroupResponse),
     LeaveGroup(LeaveGroupResponse),
@@ -360,6 +482,12 @@ impl Response {
     /// COORDINATOR_NOT_AVAILABLE).
     pub fn failed(self, error_code: i16) -> Response {
         match self {
+            Response::ConsumerGroupHeartbeat(_) => {
+                Response::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse::error(
+                    error_code,
+                    "the group's records could not be written",
+                ))
+            }
             Response::JoinGroup(r) => {
                 Response::JoinGroup(JoinGroupResponse::error(&r.member_id, error_code))
             }

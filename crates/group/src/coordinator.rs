@@ -14,17 +14,23 @@
 //! revert to the last committed snapshot).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::api::*;
+use crate::committed_consumer_groups::CommittedConsumerGroups;
 use crate::committed_offsets::{CommittedOffsets, WriteId};
+use crate::consumer_group::ConsumerGroup;
+use crate::consumer_group_migration::ConsumerGroupMigrationPolicy;
+use crate::consumer_group_record::ConsumerGroupRecord;
 use crate::error::{error_code, GroupError};
 use crate::group::{ClassicGroup, ClassicGroupMember, ClassicGroupState, JoinTimer};
 use crate::partition_for;
 use crate::record::*;
 use crate::subscription::CONSUMER_PROTOCOL_TYPE;
 use crate::timer::{Timer, TimerKey};
+use crate::topics_image::TopicsImage;
 use crate::txn_offsets::PendingTxnOffsets;
 
 use ClassicGroupState::{CompletingRebalance, Dead, Empty, PreparingRebalance, Stable};
@@ -59,6 +65,18 @@ pub struct GroupConfig {
     /// commit (or an assignment) to reach every in-sync replica before answering with an
     /// error. The state machine itself does not read it.
     pub offsets_commit_timeout_ms: i32,
+    /// `group.consumer.assignors`: the server-side assignors of consumer groups (KIP-848)
+    /// by name, the first the default.
+    pub consumer_group_assignors: Vec<String>,
+    /// `group.consumer.max.size`.
+    pub consumer_group_max_size: i32,
+    /// `group.consumer.migration.policy`: whether a classic group becomes a consumer group
+    /// when a member of the consumer protocol joins it (KIP-848's online upgrade).
+    pub consumer_group_migration_policy: ConsumerGroupMigrationPolicy,
+    /// `group.consumer.session.timeout.ms`: the session a consumer group member gets
+    /// when a load makes this node its coordinator, until its first heartbeat here
+    /// brings the group's own value.
+    pub consumer_group_session_timeout_ms: i32,
 }
 
 impl Default for GroupConfig {
@@ -74,6 +92,10 @@ impl Default for GroupConfig {
             offsets_retention_check_interval_ms: 600_000,
             offset_metadata_max_bytes: 4096,
             offsets_commit_timeout_ms: 5_000,
+            consumer_group_assignors: vec!["uniform".to_owned(), "range".to_owned()],
+            consumer_group_max_size: i32::MAX,
+            consumer_group_migration_policy: ConsumerGroupMigrationPolicy::Bidirectional,
+            consumer_group_session_timeout_ms: 45_000,
         }
     }
 }
@@ -92,20 +114,20 @@ enum PartitionState {
 
 /// What one call produced, turned into outputs at its end.
 #[derive(Debug, Default)]
-struct Effects {
-    records: Vec<(i32, Record)>,
-    responses: Vec<Respond>,
+pub(crate) struct Effects {
+    pub(crate) records: Vec<(i32, Record)>,
+    pub(crate) responses: Vec<Respond>,
 }
 
 impl Effects {
-    fn respond(&mut self, responder: ResponderId, response: Response) {
+    pub(crate) fn respond(&mut self, responder: ResponderId, response: Response) {
         self.responses.push(Respond {
             responder,
             response,
         });
     }
 
-    fn record(&mut self, partition: i32, record: Record) {
+    pub(crate) fn record(&mut self, partition: i32, record: Record) {
         self.records.push((partition, record));
     }
 
@@ -135,13 +157,13 @@ impl Effects {
 /// The group coordinator's state machine for the classic group protocol.
 #[derive(Debug)]
 pub struct GroupCoordinator {
-    config: GroupConfig,
+    pub(crate) config: GroupConfig,
     pub(crate) groups: BTreeMap<String, ClassicGroup>,
     partitions: BTreeMap<i32, PartitionState>,
-    timer: Timer,
+    pub(crate) timer: Timer,
     /// SplitMix64 state for member ids; seeded by the broker so that ids differ across
     /// coordinators and restarts while tests stay deterministic.
-    rng: u64,
+    pub(crate) rng: u64,
     join_seq: u64,
     /// What OffsetFetch serves: offsets as of each partition's high watermark.
     read: CommittedOffsets,
@@ -154,6 +176,15 @@ pub struct GroupCoordinator {
     unsettled_tail: BTreeMap<i32, i64>,
     /// Offsets of open transactions (TxnOffsetCommit), served only after their COMMIT.
     txn_offsets: PendingTxnOffsets,
+    /// Consumer groups (KIP-848), with the newest state; a group id is a key of
+    /// `groups` or of this map, never of both.
+    pub(crate) consumer_groups: BTreeMap<String, ConsumerGroup>,
+    /// The consumer groups as of the high watermark, and the writes above it.
+    pub(crate) committed_consumer: CommittedConsumerGroups,
+    /// Answers released by `commit_up_to`, for [`GroupCoordinator::take_released`].
+    released: Vec<Respond>,
+    /// The cluster's topics, as the broker last said.
+    pub(crate) topics: Arc<TopicsImage>,
 }
 
 /// Everything a group transition may touch besides the group itself.
@@ -173,7 +204,7 @@ fn heartbeat_key(g: &ClassicGroup, member_id: &str) -> TimerKey {
     }
 }
 
-fn next_u64(state: &mut u64) -> u64 {
+pub(crate) fn next_u64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -1076,14 +1107,30 @@ impl GroupCoordinator {
             next_write: 0,
             unsettled_tail: BTreeMap::new(),
             txn_offsets: PendingTxnOffsets::default(),
+            consumer_groups: BTreeMap::new(),
+            committed_consumer: CommittedConsumerGroups::default(),
+            released: Vec::new(),
+            topics: Arc::new(TopicsImage::default()),
         }
     }
 
-    /// Turns a call's effects into its outputs, naming its write if it has one.
-    fn finish(&mut self, fx: Effects) -> Vec<Output> {
+    /// Turns a call's effects into its outputs, naming its write if it has one. Every
+    /// write is queued per partition for the consumer groups' committed view, with its
+    /// consumer group records, so that reads can wait for it.
+    pub(crate) fn finish(&mut self, fx: Effects) -> Vec<Output> {
         let write = WriteId(self.next_write);
         if !fx.records.is_empty() {
             self.next_write += 1;
+            let mut by_partition: BTreeMap<i32, Vec<ConsumerGroupRecord>> = BTreeMap::new();
+            for (p, r) in &fx.records {
+                let list = by_partition.entry(*p).or_default();
+                if let Record::ConsumerGroup(r) = r {
+                    list.push(r.clone());
+                }
+            }
+            for (p, records) in by_partition {
+                self.committed_consumer.written(p, write, None, records);
+            }
         }
         fx.into_outputs(write, &mut self.read)
     }
@@ -1092,6 +1139,18 @@ impl GroupCoordinator {
     /// its batch ended before `end_offset` (its last offset + 1).
     pub fn appended(&mut self, write: WriteId, partition: i32, end_offset: i64) {
         self.read.appended(partition, write, end_offset);
+        self.committed_consumer
+            .appended(partition, write, end_offset);
+    }
+
+    /// Answers that waited for writes `commit_up_to` found replicated (a consumer group
+    /// heartbeat that wrote nothing after one that did): the broker sends them after the
+    /// call to `commit_up_to` that released them.
+    pub fn take_released(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.released)
+            .into_iter()
+            .map(Output::Respond)
+            .collect()
     }
 
     /// The high watermark of `partition` reached `offset`: the offset records written
@@ -1107,6 +1166,8 @@ impl GroupCoordinator {
         {
             self.unsettled_tail.remove(&partition);
         }
+        let released = self.committed_consumer.commit_up_to(partition, offset);
+        self.released.extend(released);
         self.read.commit_up_to(partition, offset)
     }
 
@@ -1117,6 +1178,7 @@ impl GroupCoordinator {
         // A loaded tail may end in records that are not offsets (group metadata): its
         // partition is watched until the mark passes it too.
         partitions.extend(self.unsettled_tail.keys().copied());
+        partitions.extend(self.committed_consumer.pending_partitions());
         partitions.sort_unstable();
         partitions.dedup();
         partitions
@@ -1164,7 +1226,7 @@ impl GroupCoordinator {
 
     /// NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS when this node cannot answer for
     /// the group now.
-    fn coordinator_error(&self, group_id: &str) -> Option<i16> {
+    pub(crate) fn coordinator_error(&self, group_id: &str) -> Option<i16> {
         match self.partitions.get(&self.partition_for(group_id)) {
             None => Some(error_code::NOT_COORDINATOR),
             Some(PartitionState::Loading) => Some(error_code::COORDINATOR_LOAD_IN_PROGRESS),
@@ -1189,7 +1251,10 @@ impl GroupCoordinator {
             || req.session_timeout_ms > self.config.group_max_session_timeout_ms
         {
             Some(error_code::INVALID_SESSION_TIMEOUT)
-        } else if !self.groups.contains_key(&req.group_id) && !req.member_id.is_empty() {
+        } else if !self.groups.contains_key(&req.group_id)
+            && !self.consumer_groups.contains_key(&req.group_id)
+            && !req.member_id.is_empty()
+        {
             // A known member id for a group that does not exist: the member must reset.
             Some(error_code::UNKNOWN_MEMBER_ID)
         } else {
@@ -1201,6 +1266,34 @@ impl GroupCoordinator {
                 Response::JoinGroup(JoinGroupResponse::error(&req.member_id, code)),
             );
             return self.finish(fx);
+        }
+        if self
+            .consumer_groups
+            .get(&req.group_id)
+            .is_some_and(|g| !g.members.is_empty())
+        {
+            // A consumer group (KIP-848) with members serves classic members too: the
+            // online migration (`consumer_group_migration.rs`).
+            return self.classic_join_to_consumer_group(req, now_ms, responder);
+        }
+        if self.consumer_groups.contains_key(&req.group_id) {
+            // Kafka's `maybeDeleteEmptyConsumerGroup`: an Empty consumer group gives its
+            // id (and its offsets) to the classic group.
+            let partition = self.partition_for(&req.group_id);
+            let offsets = self
+                .consumer_groups
+                .get(&req.group_id)
+                .map(|g| g.offsets.clone())
+                .unwrap_or_default();
+            if let Some(g) = self.consumer_groups.remove(&req.group_id) {
+                for r in g.tombstones() {
+                    fx.record(partition, Record::ConsumerGroup(r));
+                }
+                self.timer.cancel_group(&req.group_id);
+            }
+            let mut classic = ClassicGroup::new(req.group_id.clone(), partition, Some(now_ms));
+            classic.offsets = offsets;
+            self.groups.insert(req.group_id.clone(), classic);
         }
         let partition = self.partition_for(&req.group_id);
         self.groups
@@ -1232,6 +1325,11 @@ impl GroupCoordinator {
             None
         };
         if let Some(code) = early {
+            if code == error_code::UNKNOWN_MEMBER_ID
+                && self.consumer_groups.contains_key(&req.group_id)
+            {
+                return self.classic_sync_to_consumer_group(req, now_ms, responder);
+            }
             fx.respond(
                 responder,
                 Response::SyncGroup(SyncGroupResponse::error(code)),
@@ -1253,6 +1351,11 @@ impl GroupCoordinator {
         } else if let Some(code) = self.coordinator_error(&req.group_id) {
             code
         } else {
+            if self.consumer_groups.contains_key(&req.group_id) {
+                return HeartbeatResponse {
+                    error_code: self.classic_heartbeat_to_consumer_group(&req, now_ms),
+                };
+            }
             let mut fx = Effects::default();
             let (groups, mut cx) = self.split(now_ms, &mut fx);
             match groups.get_mut(&req.group_id) {
@@ -1281,6 +1384,11 @@ impl GroupCoordinator {
             None
         };
         let response = match early {
+            Some(error_code::UNKNOWN_MEMBER_ID)
+                if self.consumer_groups.contains_key(&req.group_id) =>
+            {
+                self.classic_leave_to_consumer_group(req, now_ms, &mut fx)
+            }
             Some(code) => LeaveGroupResponse {
                 error_code: code,
                 members: Vec::new(),
@@ -1309,6 +1417,13 @@ impl GroupCoordinator {
         responder: ResponderId,
     ) -> Vec<Output> {
         let mut fx = Effects::default();
+        if self.coordinator_error(&req.group_id).is_none()
+            && self.consumer_groups.contains_key(&req.group_id)
+        {
+            let response = self.consumer_offset_commit(&req, now_ms, &mut fx);
+            fx.respond(responder, Response::OffsetCommit(response));
+            return self.finish(fx);
+        }
         let early = if let Some(code) = self.coordinator_error(&req.group_id) {
             Some(code)
         } else if !self.groups.contains_key(&req.group_id) {
@@ -1342,6 +1457,56 @@ impl GroupCoordinator {
         self.finish(fx)
     }
 
+    /// OffsetCommit to a consumer group: the member epoch is checked (STALE_MEMBER_EPOCH,
+    /// UNKNOWN_MEMBER_ID), then the offsets are written as for a classic group.
+    fn consumer_offset_commit(
+        &mut self,
+        req: &OffsetCommitRequest,
+        now_ms: i64,
+        fx: &mut Effects,
+    ) -> OffsetCommitResponse {
+        let max_metadata = usize::try_from(self.config.offset_metadata_max_bytes).unwrap_or(0);
+        let Some(g) = self.consumer_groups.get_mut(&req.group_id) else {
+            return commit_response(req, error_code::GROUP_ID_NOT_FOUND);
+        };
+        if let Err(code) = Self::validate_consumer_offset_commit(g, req, false) {
+            return commit_response(req, code);
+        }
+        let expire_timestamp = if req.retention_time_ms >= 0 {
+            now_ms.saturating_add(req.retention_time_ms)
+        } else {
+            -1
+        };
+        let mut response = commit_response(req, error_code::NONE);
+        for (t, rt) in req.topics.iter().zip(response.topics.iter_mut()) {
+            for (p, rp) in t.partitions.iter().zip(rt.partitions.iter_mut()) {
+                let metadata = p.committed_metadata.clone().unwrap_or_default();
+                if metadata.len() > max_metadata {
+                    rp.error_code = error_code::OFFSET_METADATA_TOO_LARGE;
+                    continue;
+                }
+                let value = OffsetCommitValue {
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata,
+                    commit_timestamp: now_ms,
+                    expire_timestamp,
+                };
+                fx.record(
+                    g.partition,
+                    offset_commit_record(
+                        &g.group_id,
+                        &t.name,
+                        p.partition_index,
+                        Some(value.clone()),
+                    ),
+                );
+                g.offsets.insert((t.name.clone(), p.partition_index), value);
+            }
+        }
+        response
+    }
+
     /// TxnOffsetCommit: the offsets are written in the producer's transactional batch
     /// and kept pending, apart from the group's offsets, until
     /// [`GroupCoordinator::complete_transaction`]; the response waits for the records
@@ -1359,6 +1524,15 @@ impl GroupCoordinator {
             Err(code)
         } else {
             match self.groups.get(&commit.group_id) {
+                _ if commit.generation_id_or_member_epoch < 0 && commit.member_id.is_empty() => {
+                    Ok(())
+                }
+                None if self.consumer_groups.contains_key(&commit.group_id) => self
+                    .consumer_groups
+                    .get(&commit.group_id)
+                    .map_or(Ok(()), |g| {
+                        Self::validate_consumer_offset_commit(g, commit, true)
+                    }),
                 Some(g) if g.is(Dead) => Err(error_code::COORDINATOR_NOT_AVAILABLE),
                 Some(_) | None
                     if commit.generation_id_or_member_epoch < 0 && commit.member_id.is_empty() =>
@@ -1438,6 +1612,14 @@ impl GroupCoordinator {
         }
         for r in &records {
             let group_id = r.key.group.clone();
+            if let Some(g) = self.consumer_groups.get_mut(&group_id) {
+                if let Some(value) = &r.value {
+                    g.offsets
+                        .insert((r.key.topic.clone(), r.key.partition), value.clone());
+                }
+                self.read.apply(r);
+                continue;
+            }
             let g = self
                 .groups
                 .entry(group_id.clone())
@@ -1463,6 +1645,12 @@ impl GroupCoordinator {
             .contains_key(&self.partition_for(&req.group_id))
             .then_some(error_code::COORDINATOR_LOAD_IN_PROGRESS);
         if let Some(code) = self.coordinator_error(&req.group_id).or(unsettled) {
+            return OffsetFetchResponse {
+                error_code: code,
+                topics: Vec::new(),
+            };
+        }
+        if let Err(code) = self.validate_consumer_offset_fetch(req) {
             return OffsetFetchResponse {
                 error_code: code,
                 topics: Vec::new(),
@@ -1552,6 +1740,37 @@ impl GroupCoordinator {
         };
         let response = if let Some(code) = self.coordinator_error(&req.group_id) {
             top(code)
+        } else if let Some(g) = self.consumer_groups.get_mut(&req.group_id) {
+            let mut topics = Vec::with_capacity(req.topics.len());
+            for t in &req.topics {
+                let subscribed = g.is_subscribed_to_topic(&t.name);
+                let mut partitions = Vec::with_capacity(t.partitions.len());
+                for p in &t.partitions {
+                    let code = if subscribed {
+                        error_code::GROUP_SUBSCRIBED_TO_TOPIC
+                    } else {
+                        if g.offsets.remove(&(t.name.clone(), *p)).is_some() {
+                            fx.record(
+                                g.partition,
+                                offset_commit_record(&g.group_id, &t.name, *p, None),
+                            );
+                        }
+                        error_code::NONE
+                    };
+                    partitions.push(OffsetDeleteResponsePartition {
+                        partition_index: *p,
+                        error_code: code,
+                    });
+                }
+                topics.push(OffsetDeleteResponseTopic {
+                    name: t.name.clone(),
+                    partitions,
+                });
+            }
+            OffsetDeleteResponse {
+                error_code: error_code::NONE,
+                topics,
+            }
         } else {
             match self.groups.get_mut(&req.group_id) {
                 None => top(error_code::GROUP_ID_NOT_FOUND),
@@ -1678,31 +1897,50 @@ impl GroupCoordinator {
                 groups: Vec::new(),
             };
         }
-        let type_ok = req.types_filter.is_empty()
-            || req
-                .types_filter
-                .iter()
-                .any(|t| t.eq_ignore_ascii_case("classic"));
-        let groups = if !type_ok {
-            Vec::new()
-        } else {
-            self.groups
-                .values()
-                .filter(|g| {
-                    req.states_filter.is_empty()
-                        || req
-                            .states_filter
-                            .iter()
-                            .any(|s| s.eq_ignore_ascii_case(&g.state.to_string()))
-                })
-                .map(|g| ListedGroup {
-                    group_id: g.group_id.clone(),
-                    protocol_type: g.protocol_type.clone().unwrap_or_default(),
-                    group_state: g.state.to_string(),
-                    group_type: "classic".to_owned(),
-                })
-                .collect()
+        let type_ok = |name: &str| {
+            req.types_filter.is_empty()
+                || req
+                    .types_filter
+                    .iter()
+                    .any(|t| t.eq_ignore_ascii_case(name))
         };
+        let state_ok = |state: &str| {
+            req.states_filter.is_empty()
+                || req
+                    .states_filter
+                    .iter()
+                    .any(|s| s.eq_ignore_ascii_case(state))
+        };
+        let mut groups: Vec<ListedGroup> = Vec::new();
+        if type_ok("classic") {
+            groups.extend(
+                self.groups
+                    .values()
+                    .filter(|g| state_ok(&g.state.to_string()))
+                    .map(|g| ListedGroup {
+                        group_id: g.group_id.clone(),
+                        protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                        group_state: g.state.to_string(),
+                        group_type: "classic".to_owned(),
+                    }),
+            );
+        }
+        if type_ok("consumer") {
+            // As of the high watermark (KIP-848's groups are read at the last committed
+            // offset), except an id the classic side has taken since.
+            groups.extend(
+                self.committed_consumer
+                    .groups()
+                    .filter(|g| !self.groups.contains_key(&g.group_id))
+                    .filter(|g| state_ok(&g.state().to_string()))
+                    .map(|g| ListedGroup {
+                        group_id: g.group_id.clone(),
+                        protocol_type: CONSUMER_PROTOCOL_TYPE.to_owned(),
+                        group_state: g.state().to_string(),
+                        group_type: "consumer".to_owned(),
+                    }),
+            );
+        }
         ListGroupsResponse {
             error_code: error_code::NONE,
             groups,
@@ -1719,8 +1957,19 @@ impl GroupCoordinator {
         let mut fx = Effects::default();
         let mut results = Vec::with_capacity(req.groups_names.len());
         for group_id in req.groups_names {
+            let consumer_empty = self
+                .consumer_groups
+                .get(&group_id)
+                .map(|g| g.members.is_empty());
             let code = if let Some(code) = self.coordinator_error(&group_id) {
                 code
+            } else if let Some(empty) = consumer_empty {
+                if empty {
+                    self.delete_consumer_group(&group_id, &mut fx);
+                    error_code::NONE
+                } else {
+                    error_code::NON_EMPTY_GROUP
+                }
             } else {
                 match self.groups.get(&group_id).map(|g| g.state) {
                     None | Some(Dead) => error_code::GROUP_ID_NOT_FOUND,
@@ -1811,6 +2060,14 @@ impl GroupCoordinator {
                     cx.on_pending_sync_expired(g);
                 }
             }
+            TimerKey::ConsumerSession {
+                group_id,
+                member_id,
+            } => self.on_consumer_member_timeout(&group_id, &member_id, false, now_ms, fx),
+            TimerKey::ConsumerRebalance {
+                group_id,
+                member_id,
+            } => self.on_consumer_member_timeout(&group_id, &member_id, true, now_ms, fx),
         }
     }
 
@@ -1863,6 +2120,41 @@ impl GroupCoordinator {
         for group_id in deleted {
             self.delete_group(&group_id, now_ms, fx);
         }
+        // Consumer groups (Kafka's `ConsumerGroup.offsetExpirationCondition`): by commit
+        // time, only for topics the group does not consume; an Empty group left with no
+        // offsets is deleted.
+        let mut deleted = Vec::new();
+        for g in self.consumer_groups.values_mut() {
+            if self.partitions.get(&g.partition) != Some(&PartitionState::Active) {
+                continue;
+            }
+            let expired: Vec<(String, i32)> = g
+                .offsets
+                .iter()
+                .filter(|((topic, _), v)| {
+                    !g.is_subscribed_to_topic(topic)
+                        && if v.expire_timestamp >= 0 {
+                            now_ms >= v.expire_timestamp
+                        } else {
+                            now_ms - v.commit_timestamp >= retention_ms
+                        }
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for (topic, partition) in expired {
+                g.offsets.remove(&(topic.clone(), partition));
+                fx.record(
+                    g.partition,
+                    offset_commit_record(&g.group_id, &topic, partition, None),
+                );
+            }
+            if g.members.is_empty() && g.offsets.is_empty() {
+                deleted.push(g.group_id.clone());
+            }
+        }
+        for group_id in deleted {
+            self.delete_consumer_group(&group_id, fx);
+        }
     }
 
     /// Starts loading a partition (this node became its coordinator): until
@@ -1878,8 +2170,10 @@ impl GroupCoordinator {
     /// the partition's high watermark (committed). Later records win; a tombstone deletes.
     pub fn replay(&mut self, partition: i32, record: &Record) -> Result<(), GroupError> {
         self.replay_into_groups(partition, record)?;
-        if let Record::OffsetCommit(r) = record {
-            self.read.apply(r);
+        match record {
+            Record::OffsetCommit(r) => self.read.apply(r),
+            Record::ConsumerGroup(r) => self.committed_consumer.apply(partition, r),
+            Record::GroupMetadata(_) => {}
         }
         Ok(())
     }
@@ -1898,9 +2192,9 @@ impl GroupCoordinator {
         let end = offset.saturating_add(1);
         let tail = self.unsettled_tail.entry(partition).or_insert(end);
         *tail = (*tail).max(end);
+        let write = WriteId(self.next_write);
+        self.next_write += 1;
         if let Record::OffsetCommit(r) = record {
-            let write = WriteId(self.next_write);
-            self.next_write += 1;
             self.read.written(
                 partition,
                 write,
@@ -1908,6 +2202,12 @@ impl GroupCoordinator {
                 vec![r.clone()],
             );
         }
+        let consumer = match record {
+            Record::ConsumerGroup(r) => vec![r.clone()],
+            _ => Vec::new(),
+        };
+        self.committed_consumer
+            .written(partition, write, Some(offset.saturating_add(1)), consumer);
         Ok(())
     }
 
@@ -1925,6 +2225,20 @@ impl GroupCoordinator {
             });
         }
         match record {
+            Record::ConsumerGroup(r) => self.replay_consumer_group_record(partition, r, None),
+            Record::OffsetCommit(r) if self.consumer_groups.contains_key(&group_id) => {
+                let key = (r.key.topic.clone(), r.key.partition);
+                if let Some(g) = self.consumer_groups.get_mut(&group_id) {
+                    match &r.value {
+                        Some(value) => {
+                            g.offsets.insert(key, value.clone());
+                        }
+                        None => {
+                            g.offsets.remove(&key);
+                        }
+                    }
+                }
+            }
             Record::GroupMetadata(r) => match &r.value {
                 Some(value) => {
                     let g = self
@@ -1993,6 +2307,7 @@ impl GroupCoordinator {
             return;
         }
         self.partitions.insert(partition, PartitionState::Active);
+        self.consumer_groups_loaded(partition, now_ms);
         for g in self.groups.values().filter(|g| g.partition == partition) {
             for m in g.members.values() {
                 self.timer.schedule(
@@ -2018,6 +2333,7 @@ impl GroupCoordinator {
         self.read.unload(partition, |group| partition_for(group, n));
         self.unsettled_tail.remove(&partition);
         self.txn_offsets.unload(partition);
+        self.unload_consumer_groups(partition, &mut fx);
         let ids: Vec<String> = self
             .groups
             .values()

@@ -49,6 +49,22 @@ pub mod error_code {
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
     /// A transactional offset commit is pending on the partition (`require_stable`).
     pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+    /// The request's version is not allowed here (an OffsetCommit below v9 from a
+    /// consumer group member).
+    pub const UNSUPPORTED_VERSION: i16 = 35;
+    /// The request is malformed (ConsumerGroupHeartbeat's checks).
+    pub const INVALID_REQUEST: i16 = 42;
+    /// A consumer group member's epoch is not the coordinator's: it must give up its
+    /// partitions and join again (KIP-848).
+    pub const FENCED_MEMBER_EPOCH: i16 = 110;
+    /// A static member's `group.instance.id` is still used by another member.
+    pub const UNRELEASED_INSTANCE_ID: i16 = 111;
+    /// The member asked for a server-side assignor the broker does not have.
+    pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
+    /// An offset commit or fetch carries a member epoch that is not the member's.
+    pub const STALE_MEMBER_EPOCH: i16 = 113;
+    /// A subscription's regular expression does not compile.
+    pub const INVALID_REGULAR_EXPRESSION: i16 = 128;
 }
 
 /// Why the coordinator refused an input that is not a client request: a record replayed

@@ -1,7 +1,8 @@
 //! The group coordinator's state machine for Kafka's classic group protocol (JoinGroup,
 //! SyncGroup, Heartbeat, LeaveGroup) and the offset store (OffsetCommit, OffsetFetch,
-//! OffsetDelete), plus DescribeGroups, ListGroups and DeleteGroups; pure and
-//! clock-injected: no I/O, no tasks, time passed in as `now_ms`.
+//! OffsetDelete), plus DescribeGroups, ListGroups and DeleteGroups, and KIP-848's consumer
+//! groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe: `consumer_protocol.rs` has their
+//! design note); pure and clock-injected: no I/O, no tasks, time passed in as `now_ms`.
 //!
 //! The broker owns the sockets and the `__consumer_offsets` log. It calls
 //! [`GroupCoordinator`] with each request, a responder token and the time; it appends
@@ -92,25 +93,45 @@
 //! session timeout), after which the members that hold it up are removed.
 
 mod api;
+mod assignor;
+mod committed_consumer_groups;
 mod committed_offsets;
+mod consumer_group;
+mod consumer_group_member;
+mod consumer_group_migration;
+mod consumer_group_record;
+mod consumer_protocol;
 mod coordinator;
+mod current_assignment_builder;
 mod error;
 mod group;
 mod record;
 mod subscription;
 mod timer;
+mod topics_image;
 mod txn_offsets;
 
 #[cfg(test)]
 mod tests;
 
 pub use api::*;
+pub use assignor::{MemberSpec, ServerAssignor};
 pub use committed_offsets::WriteId;
+pub use consumer_group::ConsumerGroupState;
+pub use consumer_group_member::{
+    ConsumerGroupMember, MemberState, LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+};
+pub use consumer_group_migration::ConsumerGroupMigrationPolicy;
+pub use consumer_group_record::*;
 pub use coordinator::{GroupConfig, GroupCoordinator};
 pub use error::{error_code, GroupError};
 pub use group::{ClassicGroupState, UnknownGroupState};
 pub use record::*;
-pub use subscription::{decode_subscribed_topics, encode_subscription, CONSUMER_PROTOCOL_TYPE};
+pub use subscription::{
+    decode_classic_assignment, decode_classic_subscription, decode_subscribed_topics,
+    encode_classic_assignment, encode_subscription, ClassicSubscription, CONSUMER_PROTOCOL_TYPE,
+};
+pub use topics_image::{TopicImage, TopicsImage};
 
 /// Where a group lives: `partition_for(group_id, offsets.topic.num.partitions)`.
 pub use rill_protocol::{java_string_hash_code, partition_for};

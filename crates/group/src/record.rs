@@ -1,9 +1,12 @@
 //! The records the group coordinator appends to `__consumer_offsets`, with the field sets
 //! of Kafka's `GroupMetadataKey`/`GroupMetadataValue` and `OffsetCommitKey`/
 //! `OffsetCommitValue` specs (group-coordinator/*.json), so that the broker can convert
-//! them one to one into the generated wire types. A `None` value is a tombstone.
+//! them one to one into the generated wire types. A `None` value is a tombstone. The
+//! consumer groups' records are in [`crate::consumer_group_record`].
 
 use bytes::Bytes;
+
+use crate::consumer_group_record::ConsumerGroupRecord;
 
 /// Key of a group's metadata record (`GroupMetadataKey`, key version 2).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -76,11 +79,13 @@ pub struct OffsetCommitRecord {
     pub value: Option<OffsetCommitValue>,
 }
 
-/// Any record of `__consumer_offsets` that the classic group coordinator writes.
+/// Any record of `__consumer_offsets` that the group coordinator writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     GroupMetadata(GroupMetadataRecord),
     OffsetCommit(OffsetCommitRecord),
+    /// A consumer group's (KIP-848).
+    ConsumerGroup(ConsumerGroupRecord),
 }
 
 impl Record {
@@ -89,6 +94,7 @@ impl Record {
         match self {
             Record::GroupMetadata(r) => &r.key.group,
             Record::OffsetCommit(r) => &r.key.group,
+            Record::ConsumerGroup(r) => r.group_id(),
         }
     }
 
@@ -97,6 +103,7 @@ impl Record {
         match self {
             Record::GroupMetadata(r) => r.value.is_none(),
             Record::OffsetCommit(r) => r.value.is_none(),
+            Record::ConsumerGroup(r) => r.is_tombstone(),
         }
     }
 }

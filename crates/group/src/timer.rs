@@ -14,6 +14,11 @@ pub(crate) enum TimerKey {
     PendingSync { group_id: String },
     /// The periodic offsets retention check (`offsets.retention.check.interval.ms`).
     OffsetExpiration,
+    /// A consumer group member's session (KIP-848).
+    ConsumerSession { group_id: String, member_id: String },
+    /// How long a consumer group member may take to revoke partitions (its rebalance
+    /// timeout), armed while it is in UnrevokedPartitions.
+    ConsumerRebalance { group_id: String, member_id: String },
 }
 
 impl TimerKey {
@@ -21,7 +26,9 @@ impl TimerKey {
         match self {
             TimerKey::Heartbeat { group_id, .. }
             | TimerKey::Join { group_id }
-            | TimerKey::PendingSync { group_id } => Some(group_id),
+            | TimerKey::PendingSync { group_id }
+            | TimerKey::ConsumerSession { group_id, .. }
+            | TimerKey::ConsumerRebalance { group_id, .. } => Some(group_id),
             TimerKey::OffsetExpiration => None,
         }
     }

@@ -27,7 +27,7 @@ pub const METADATA_VERSION_LATEST: i16 = 27;
 /// Every feature this software knows, with the levels it supports (Kafka 4.1's names).
 pub const SUPPORTED_FEATURES: &[(&str, i16, i16)] = &[
     ("eligible.leader.replicas.version", 0, 0),
-    ("group.version", 0, 0),
+    (GROUP_VERSION, 0, GROUP_VERSION_LATEST),
     ("kraft.version", 0, 0),
     (
         METADATA_VERSION,
@@ -38,6 +38,11 @@ pub const SUPPORTED_FEATURES: &[(&str, i16, i16)] = &[
 ];
 
 pub const TRANSACTION_VERSION: &str = "transaction.version";
+pub const GROUP_VERSION: &str = "group.version";
+/// Level 1 is KIP-848's consumer group protocol (`group.protocol=consumer`). Rill serves
+/// the protocol at any level (it is not gated on the feature), so a cluster is not
+/// finalized at it; `kafka-features upgrade --feature group.version=1` records it.
+pub const GROUP_VERSION_LATEST: i16 = 1;
 /// KIP-890 part 2: the epoch bumped at every commit and abort, partitions added by their
 /// leaders. What a new cluster is finalized at, as in Kafka 4.
 pub const TRANSACTION_VERSION_LATEST: i16 = 2;

@@ -62,6 +62,11 @@ pub enum GroupCall {
     DescribeGroups(rill_group::DescribeGroupsRequest),
     ListGroups(rill_group::ListGroupsRequest),
     TxnOffsetCommit(rill_group::TxnOffsetCommitRequest),
+    ConsumerGroupHeartbeat(rill_group::ConsumerGroupHeartbeatRequest),
+    ConsumerGroupDescribe(rill_group::ConsumerGroupDescribeRequest),
+    /// The cluster's topics changed (the metadata publisher): consumer groups resolve
+    /// their subscriptions against them.
+    UpdateTopics(rill_group::TopicsImage),
     /// What `/metrics` shows of the groups: states and committed offsets.
     Snapshot,
     /// The marker of `producer_id`'s transaction is on `partition` and replicated.
@@ -79,6 +84,9 @@ pub enum GroupReply {
     OffsetFetch(Vec<rill_group::OffsetFetchResponse>),
     DescribeGroups(rill_group::DescribeGroupsResponse),
     ListGroups(rill_group::ListGroupsResponse),
+    ConsumerGroupDescribe(rill_group::ConsumerGroupDescribeResponse),
+    /// The topics were taken.
+    TopicsUpdated,
     /// How many pending transactional offsets a marker made visible.
     Completed(usize),
     Snapshot(GroupSnapshot),
@@ -87,8 +95,10 @@ pub enum GroupReply {
 /// The groups this coordinator holds, for `/metrics`.
 #[derive(Debug, Default, Clone)]
 pub struct GroupSnapshot {
-    /// (group id, state as Kafka names it).
+    /// Classic groups: (group id, state as Kafka names it).
     pub groups: Vec<(String, String)>,
+    /// Consumer groups of KIP-848's protocol: (group id, state as Kafka names it).
+    pub consumer_groups: Vec<(String, String)>,
     /// (group, topic, partition, committed offset): what OffsetFetch would serve.
     pub offsets: Vec<(String, String, i32, i64)>,
     /// (group id, members).
@@ -245,6 +255,16 @@ impl CoordinatorShard for GroupShard {
             GroupCall::ListGroups(r) => {
                 return Handled::Reply(GroupReply::ListGroups(c.handle_list_groups(&r)))
             }
+            GroupCall::ConsumerGroupDescribe(r) => {
+                return Handled::Reply(GroupReply::ConsumerGroupDescribe(
+                    c.handle_consumer_group_describe(&r),
+                ))
+            }
+            GroupCall::UpdateTopics(topics) => {
+                c.update_topics(topics);
+                return Handled::Reply(GroupReply::TopicsUpdated);
+            }
+            GroupCall::ConsumerGroupHeartbeat(r) => c.handle_consumer_group_heartbeat(r, now, id),
             GroupCall::Snapshot => {
                 let overview = c.group_overview();
                 // Groups gone from here (deleted, or their partition moved away) leave
@@ -258,16 +278,22 @@ impl CoordinatorShard for GroupShard {
                     .into_iter()
                     .map(|(k, v)| (k.group, k.topic, k.partition, v.offset))
                     .collect();
+                let consumer = c.consumer_group_overview();
                 return Handled::Reply(GroupReply::Snapshot(GroupSnapshot {
                     groups: overview
                         .into_iter()
                         .map(|(id, state, _)| (id, state.to_string()))
+                        .collect(),
+                    consumer_groups: consumer
+                        .iter()
+                        .map(|(id, s, _, _)| (id.clone(), s.to_string()))
                         .collect(),
                     offsets,
                     members: c
                         .group_sizes()
                         .into_iter()
                         .map(|(id, n)| (id, n as u64))
+                        .chain(consumer.iter().map(|(id, _, _, n)| (id.clone(), *n as u64)))
                         .collect(),
                 }));
             }
@@ -365,7 +391,9 @@ impl CoordinatorShard for GroupShard {
         for (partition, offset) in reached {
             self.coordinator.commit_up_to(*partition, *offset);
         }
-        Vec::new()
+        // Answers that waited for this write (a consumer group heartbeat that wrote
+        // nothing) go out with it.
+        outputs(self.coordinator.take_released())
     }
 
     fn write_failed(&mut self, _write: u64, _failure: WriteFailure) -> Outputs<Self> {
@@ -391,7 +419,7 @@ impl CoordinatorShard for GroupShard {
 
     fn commit_up_to(&mut self, partition: i32, offset: i64) -> Outputs<Self> {
         self.coordinator.commit_up_to(partition, offset);
-        Vec::new()
+        outputs(self.coordinator.take_released())
     }
 }
 
@@ -420,7 +448,7 @@ const OFFSET_COMMIT_VALUE_VERSION: i16 = 3;
 const OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY: i16 = 1;
 const GROUP_METADATA_VALUE_VERSION: i16 = 3;
 
-fn encode_versioned<T: Encodable>(version: i16, body: &T) -> Result<Vec<u8>, String> {
+pub(crate) fn encode_versioned<T: Encodable>(version: i16, body: &T) -> Result<Vec<u8>, String> {
     let mut buf = BytesMut::with_capacity(2 + body.encoded_len(version));
     buf.put_i16(version);
     body.encode(&mut buf, version).map_err(|e| e.to_string())?;
@@ -494,6 +522,7 @@ pub fn encode_record(record: &Record) -> Result<(Vec<u8>, Option<Vec<u8>>), Stri
             };
             Ok((key, value))
         }
+        Record::ConsumerGroup(r) => super::consumer_group_codec::encode(r),
     }
 }
 
@@ -507,7 +536,7 @@ fn split_version(bytes: &[u8]) -> Option<(i16, Bytes)> {
 }
 
 /// Decodes a `__consumer_offsets` record; `None` for records this coordinator does not
-/// own (the new consumer protocol's, share groups') or cannot read.
+/// own (share groups') or cannot read.
 pub fn decode_record(key: Option<&[u8]>, value: Option<&[u8]>) -> Option<Record> {
     let (key_version, mut key) = split_version(key?)?;
     let value = match value {
@@ -573,6 +602,9 @@ pub fn decode_record(key: Option<&[u8]>, value: Option<&[u8]>) -> Option<Record>
                 value,
             }))
         }
+        v if super::consumer_group_codec::is_consumer_group_key(v) => Some(Record::ConsumerGroup(
+            super::consumer_group_codec::decode(v, key, value)?,
+        )),
         _ => None,
     }
 }
@@ -647,6 +679,131 @@ mod tests {
         ];
         for r in records {
             let (k, v) = encode_record(&r).unwrap();
+            assert_eq!(decode_record(Some(&k), v.as_deref()), Some(r));
+        }
+    }
+
+    #[test]
+    fn consumer_group_records_round_trip_through_kafka_formats() {
+        use rill_group::*;
+        use rill_protocol::Uuid;
+        let g = || "g".to_owned();
+        let m = || "member-1".to_owned();
+        let tps = vec![TopicPartitions {
+            topic_id: Uuid([7; 16]),
+            partitions: vec![0, 2, 5],
+        }];
+        let records = vec![
+            ConsumerGroupRecord::Metadata {
+                group_id: g(),
+                value: Some(ConsumerGroupMetadataValue { epoch: 12 }),
+            },
+            ConsumerGroupRecord::PartitionMetadata {
+                group_id: g(),
+                value: Some(ConsumerGroupPartitionMetadataValue {
+                    topics: vec![ConsumerGroupTopicMetadata {
+                        topic_id: Uuid([7; 16]),
+                        topic_name: "orders".into(),
+                        num_partitions: 6,
+                    }],
+                }),
+            },
+            ConsumerGroupRecord::MemberMetadata {
+                group_id: g(),
+                member_id: m(),
+                value: Some(ConsumerGroupMemberMetadataValue {
+                    instance_id: Some("i-1".into()),
+                    rack_id: None,
+                    client_id: "rdkafka".into(),
+                    client_host: "/127.0.0.1".into(),
+                    subscribed_topic_names: vec!["orders".into()],
+                    subscribed_topic_regex: Some("orders-.*".into()),
+                    rebalance_timeout_ms: 300_000,
+                    server_assignor: Some("range".into()),
+                    classic_member_metadata: Some(ClassicMemberMetadata {
+                        session_timeout_ms: 10_000,
+                        supported_protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
+                    }),
+                }),
+            },
+            ConsumerGroupRecord::TargetAssignmentMetadata {
+                group_id: g(),
+                value: Some(ConsumerGroupTargetAssignmentMetadataValue {
+                    assignment_epoch: 12,
+                }),
+            },
+            ConsumerGroupRecord::TargetAssignmentMember {
+                group_id: g(),
+                member_id: m(),
+                value: Some(ConsumerGroupTargetAssignmentMemberValue {
+                    topic_partitions: tps.clone(),
+                }),
+            },
+            ConsumerGroupRecord::CurrentMemberAssignment {
+                group_id: g(),
+                member_id: m(),
+                value: Some(ConsumerGroupCurrentMemberAssignmentValue {
+                    member_epoch: 12,
+                    previous_member_epoch: 11,
+                    state: 1,
+                    assigned_partitions: tps.clone(),
+                    partitions_pending_revocation: tps,
+                }),
+            },
+        ];
+        let tombstones: Vec<ConsumerGroupRecord> = records
+            .iter()
+            .map(|r| match r.clone() {
+                ConsumerGroupRecord::Metadata { group_id, .. } => ConsumerGroupRecord::Metadata {
+                    group_id,
+                    value: None,
+                },
+                ConsumerGroupRecord::PartitionMetadata { group_id, .. } => {
+                    ConsumerGroupRecord::PartitionMetadata {
+                        group_id,
+                        value: None,
+                    }
+                }
+                ConsumerGroupRecord::MemberMetadata {
+                    group_id,
+                    member_id,
+                    ..
+                } => ConsumerGroupRecord::MemberMetadata {
+                    group_id,
+                    member_id,
+                    value: None,
+                },
+                ConsumerGroupRecord::TargetAssignmentMetadata { group_id, .. } => {
+                    ConsumerGroupRecord::TargetAssignmentMetadata {
+                        group_id,
+                        value: None,
+                    }
+                }
+                ConsumerGroupRecord::TargetAssignmentMember {
+                    group_id,
+                    member_id,
+                    ..
+                } => ConsumerGroupRecord::TargetAssignmentMember {
+                    group_id,
+                    member_id,
+                    value: None,
+                },
+                ConsumerGroupRecord::CurrentMemberAssignment {
+                    group_id,
+                    member_id,
+                    ..
+                } => ConsumerGroupRecord::CurrentMemberAssignment {
+                    group_id,
+                    member_id,
+                    value: None,
+                },
+            })
+            .collect();
+        for (i, r) in records.into_iter().chain(tombstones).enumerate() {
+            let r = Record::ConsumerGroup(r);
+            let (k, v) = encode_record(&r).unwrap();
+            // The key's version is the record type, as Kafka numbers them (3..=8).
+            assert_eq!(i16::from_be_bytes([k[0], k[1]]), 3 + (i % 6) as i16);
             assert_eq!(decode_record(Some(&k), v.as_deref()), Some(r));
         }
     }

@@ -6,7 +6,8 @@
 //! leadership moves away.
 //!
 //! - [`runtime`]: the runtime, generic over a [`runtime::CoordinatorShard`].
-//! - [`group_coordinator`]: the `rill-group` state machine on `__consumer_offsets`.
+//! - [`group_coordinator`]: the `rill-group` state machine on `__consumer_offsets`, with
+//!   [`consumer_group_codec`] for the records of KIP-848's consumer groups.
 //! - [`transaction_coordinator`]: the `rill-transaction` state machine on
 //!   `__transaction_state`, and [`transaction_marker`], the sender of its markers.
 //!
@@ -14,6 +15,7 @@
 //! high watermarks) and the network's request slots, nothing above: the metadata
 //! publisher and the lifecycle tell it to load or drop partitions through its handle.
 
+pub mod consumer_group_codec;
 pub mod group_coordinator;
 pub mod runtime;
 pub mod transaction_coordinator;

@@ -1096,6 +1096,23 @@ impl Collector for Page {
                     )
                 }),
             )?;
+            let mut by_state: BTreeMap<&str, i64> =
+                ["Empty", "Assigning", "Reconciling", "Stable", "Dead"]
+                    .into_iter()
+                    .map(|s| (s, 0))
+                    .collect();
+            for (_, state) in &self.groups.consumer_groups {
+                *by_state.entry(state.as_str()).or_insert(0) += 1;
+            }
+            gauge_family(
+                &mut e,
+                "kafka_server_group_coordinator_metrics_consumer_group_count",
+                "Consumer groups (KIP-848) this broker coordinates, by state \
+                 (consumer-group-count)",
+                by_state
+                    .into_iter()
+                    .map(|(s, n)| (vec![("state", s.to_string())], n)),
+            )?;
             counter(
                 &mut e,
                 "kafka_server_group_coordinator_metrics_classic_group_completed_rebalance",
@@ -1241,6 +1258,7 @@ mod tests {
         let views = [view("t", 0, true, 3, 300), view("t", 1, true, 3, 200)];
         let snapshot = GroupSnapshot {
             groups: vec![("g".into(), "Empty".into())],
+            consumer_groups: Vec::new(),
             offsets: vec![
                 ("g".into(), "t".into(), 0, 120),
                 // Committed past the high watermark (a truncated log): no negative lag.
@@ -1286,6 +1304,7 @@ mod tests {
         ];
         let groups = GroupSnapshot {
             groups: vec![("g".into(), "Stable".into())],
+            consumer_groups: vec![("c".into(), "Reconciling".into())],
             offsets: vec![("g".into(), "t".into(), 0, 100)],
             members: vec![("g".into(), 3)],
         };
@@ -1379,6 +1398,8 @@ mod tests {
             "kafka_consumergroup_members{group=\"g\"} 3",
             "kafka_server_group_coordinator_metrics_classic_group_count{state=\"Stable\"} 1",
             "kafka_server_group_coordinator_metrics_classic_group_count{state=\"Empty\"} 0",
+            "kafka_server_group_coordinator_metrics_consumer_group_count{state=\"Reconciling\"} 1",
+            "kafka_server_group_coordinator_metrics_consumer_group_count{state=\"Stable\"} 0",
             "process_cpu_seconds_total 1.5",
             "kafka_server_replicamanager_follower_max_lag_records 42",
             "kafka_controller_kafkacontroller_active_controller_count 1",

@@ -345,6 +345,9 @@ impl Broker {
                 .into_iter()
                 .map(|grp| g::OffsetFetchRequest {
                     group_id: grp.group_id,
+                    // v9+: a consumer group member's id and epoch, checked (KIP-848).
+                    member_id: grp.member_id,
+                    member_epoch: grp.member_epoch,
                     topics: grp.topics.map(|ts| {
                         ts.into_iter()
                             .map(|t| g::OffsetFetchRequestTopic {
@@ -359,6 +362,8 @@ impl Broker {
         } else {
             vec![g::OffsetFetchRequest {
                 group_id: r.group_id,
+                member_id: None,
+                member_epoch: -1,
                 topics: r.topics.map(|ts| {
                     ts.into_iter()
                         .map(|t| g::OffsetFetchRequestTopic {

@@ -17,6 +17,7 @@ mod broker;
 mod client_metrics;
 mod client_quotas;
 mod configs;
+pub(crate) mod consumer_groups;
 mod data;
 pub(crate) mod delegation_tokens;
 mod describe_topic_partitions;
@@ -74,6 +75,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 5),
+    // KIP-848's consumer groups (`group.protocol=consumer`); v1 adds the regular
+    // expression subscription.
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 0),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
@@ -344,6 +349,16 @@ impl Broker {
             }
             RequestBody::ListGroups(r) => respond!(self.handle_list_groups(r).await),
             RequestBody::DeleteGroups(r) => respond!(self.handle_delete_groups(r).await),
+            RequestBody::ConsumerGroupHeartbeat(r) => {
+                let client_id = header.client_id.as_deref().unwrap_or_default();
+                respond!(
+                    self.handle_consumer_group_heartbeat(r, client_id, peer)
+                        .await
+                )
+            }
+            RequestBody::ConsumerGroupDescribe(r) => {
+                respond!(self.handle_consumer_group_describe(r).await)
+            }
             RequestBody::AddPartitionsToTxn(r) => {
                 respond!(self.handle_add_partitions_to_txn(r, version).await)
             }

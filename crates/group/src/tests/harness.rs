@@ -108,6 +108,7 @@ impl H {
                             self.c.commit_up_to(p, end);
                         }
                         out.extend(responses);
+                        out.extend(self.released());
                     }
                 }
             }
@@ -125,7 +126,7 @@ impl H {
         *hw = (*hw).max(offset.min(end));
         let hw = *hw;
         self.c.commit_up_to(partition, hw);
-        let mut out = Vec::new();
+        let mut out = self.released();
         let held = std::mem::take(&mut self.held);
         for (ends, responses) in held {
             if ends
@@ -139,6 +140,18 @@ impl H {
         }
         self.sent.extend(out.iter().cloned());
         out
+    }
+
+    /// Answers the coordinator released at the last `commit_up_to`.
+    fn released(&mut self) -> Vec<Respond> {
+        self.c
+            .take_released()
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Respond(r) => Some(r),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The log end offset of `partition`.
@@ -362,6 +375,8 @@ impl H {
                 partition_indexes: vec![partition],
             }]),
             require_stable: false,
+            member_id: None,
+            member_epoch: -1,
         });
         assert_eq!(resp.error_code, error_code::NONE);
         let p = &resp.topics[0].partitions[0];

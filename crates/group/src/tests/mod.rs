@@ -1,6 +1,8 @@
 //! Deterministic tests of the coordinator with an injected clock.
 
+mod consumer;
 mod harness;
+mod migration;
 mod offsets;
 mod rebalance;
 mod replay;

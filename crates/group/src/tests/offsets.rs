@@ -34,6 +34,8 @@ fn member_commit_and_fetch() {
         group_id: "g".into(),
         topics: None,
         require_stable: true,
+        member_id: None,
+        member_epoch: -1,
     });
     let names: Vec<_> = all.topics.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, vec!["t", "u"]);
@@ -337,6 +339,8 @@ fn offset_fetch_while_loading_and_elsewhere() {
         group_id: "g".into(),
         topics: None,
         require_stable: false,
+        member_id: None,
+        member_epoch: -1,
     };
     assert_eq!(
         c.handle_offset_fetch(&req).error_code,

@@ -49,6 +49,8 @@ fn fetch_stable(h: &H, group: &str) -> (i64, i16) {
             partition_indexes: vec![0],
         }]),
         require_stable: true,
+        member_id: None,
+        member_epoch: -1,
     });
     let p = &resp.topics[0].partitions[0];
     (p.committed_offset, p.error_code)

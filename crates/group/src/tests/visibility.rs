@@ -67,6 +67,8 @@ fn a_commit_never_replicated_is_never_served_here_or_after_failover() {
             group_id: "g".into(),
             topics: None,
             require_stable: false,
+            member_id: None,
+            member_epoch: -1,
         })
         .topics[0]
             .partitions[0]
@@ -116,6 +118,8 @@ fn replayed_tail_above_the_high_watermark_waits_for_it() {
             group_id: "g".into(),
             topics: None,
             require_stable: false,
+            member_id: None,
+            member_epoch: -1,
         })
         .error_code
     };

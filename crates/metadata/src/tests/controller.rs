@@ -1199,9 +1199,12 @@ fn feature_levels_are_bootstrapped_and_updated_all_or_nothing() {
             .all(|r| r.error_code == ErrorCode::INVALID_UPDATE_VERSION),
         "{results:?}"
     );
-    // Not supported above level 0 yet, and above what the software knows.
-    let (_, results) = run(&mut h, vec![update("group.version", 1, UPGRADE)], false);
+    // Not above what the software knows: group.version 1 (KIP-848) is, 2 is not.
+    let (_, results) = run(&mut h, vec![update("group.version", 2, UPGRADE)], false);
     assert_eq!(results[0].error_code, ErrorCode::INVALID_UPDATE_VERSION);
+    let (written, results) = run(&mut h, vec![update("group.version", 1, UPGRADE)], false);
+    assert_eq!((written, results[0].error_code), (1, ErrorCode::NONE));
+    assert_eq!(h.image.features.get("group.version"), Some(&1));
     let (_, results) = run(&mut h, vec![update(TRANSACTION_VERSION, 3, UPGRADE)], false);
     assert_eq!(results[0].error_code, ErrorCode::INVALID_UPDATE_VERSION);
     // transaction.version goes down and back up (a downgrade must say so).

@@ -1,14 +1,19 @@
 //! `rill group list|describe|delete|reset-offsets`.
 //!
 //! `describe` joins three answers the way `kafka-consumer-groups.sh --describe` does:
-//! DescribeGroups (members and their assignments), OffsetFetch (committed offsets) and
-//! ListOffsets (log end offsets); lag is end minus committed, and a partition without a
-//! committed offset shows `-` for both.
+//! the group's members and their assignments — ConsumerGroupDescribe for a consumer group
+//! of KIP-848's protocol (with its epochs, the assignor and each member's target), else
+//! DescribeGroups —, OffsetFetch (committed offsets) and ListOffsets (log end offsets);
+//! lag is end minus committed, and a partition without a committed offset shows `-` for
+//! both.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use clap::Subcommand;
-use rill_client::{Admin, GroupDescription, OffsetSpec, TopicPartition};
+use rill_client::{
+    Admin, ConsumerGroupDescription, GroupDescription, MemberDescription, OffsetSpec,
+    TopicPartition,
+};
 use serde_json::json;
 
 use super::{print_json, table, Common};
@@ -61,7 +66,7 @@ pub async fn run(common: &Common, command: GroupCommand) -> anyhow::Result<()> {
                 print_json(&json!(groups
                     .iter()
                     .map(|g| json!({
-                        "group": g.group_id, "state": g.state,
+                        "group": g.group_id, "state": g.state, "type": g.group_type,
                         "protocol_type": g.protocol_type, "coordinator": g.coordinator,
                     }))
                     .collect::<Vec<_>>()));
@@ -72,17 +77,33 @@ pub async fn run(common: &Common, command: GroupCommand) -> anyhow::Result<()> {
                         vec![
                             g.group_id.clone(),
                             g.state.clone(),
+                            or_dash(&g.group_type).to_owned(),
                             g.protocol_type.clone(),
                             g.coordinator.to_string(),
                         ]
                     })
                     .collect();
-                table::print(&["GROUP", "STATE", "PROTOCOL-TYPE", "COORDINATOR"], &rows);
+                table::print(
+                    &["GROUP", "STATE", "TYPE", "PROTOCOL-TYPE", "COORDINATOR"],
+                    &rows,
+                );
             }
         }
         GroupCommand::Describe { groups } => {
             let mut json_out = Vec::new();
             for (i, group) in groups.iter().enumerate() {
+                if let Some(cg) = admin.describe_consumer_group(group).await? {
+                    let rows = lag_rows(&admin, group, &as_classic(&cg)).await?;
+                    if common.json() {
+                        json_out.push(consumer_group_json(&cg, &rows));
+                    } else {
+                        if i > 0 {
+                            println!();
+                        }
+                        print_consumer_group(&cg, &rows);
+                    }
+                    continue;
+                }
                 let description = admin
                     .describe_groups(std::slice::from_ref(group))
                     .await?
@@ -93,6 +114,7 @@ pub async fn run(common: &Common, command: GroupCommand) -> anyhow::Result<()> {
                 if common.json() {
                     json_out.push(json!({
                         "group": group,
+                        "type": "classic",
                         "state": description.state,
                         "protocol": description.protocol,
                         "coordinator": description.coordinator.node_id,
@@ -223,6 +245,149 @@ pub async fn run(common: &Common, command: GroupCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A consumer group's members in DescribeGroups' shape, for the lag rows.
+fn as_classic(cg: &ConsumerGroupDescription) -> GroupDescription {
+    GroupDescription {
+        group_id: cg.group_id.clone(),
+        state: cg.state.clone(),
+        protocol_type: "consumer".into(),
+        protocol: cg.assignor.clone(),
+        members: cg
+            .members
+            .iter()
+            .map(|m| MemberDescription {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                subscribed_topics: m.subscribed_topic_names.clone(),
+                assignment: m.assignment.clone(),
+            })
+            .collect(),
+        coordinator: cg.coordinator.clone(),
+    }
+}
+
+/// Partitions by topic, as `[{topic, partitions}]`.
+fn by_topic(list: &[TopicPartition]) -> serde_json::Value {
+    let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for tp in list {
+        topics.entry(&tp.topic).or_default().push(tp.partition);
+    }
+    json!(topics
+        .into_iter()
+        .map(|(topic, partitions)| json!({ "topic": topic, "partitions": partitions }))
+        .collect::<Vec<_>>())
+}
+
+/// `topic:0,1,2 other:3` for a table cell.
+fn compact(list: &[TopicPartition]) -> String {
+    let mut topics: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for tp in list {
+        topics
+            .entry(&tp.topic)
+            .or_default()
+            .push(tp.partition.to_string());
+    }
+    if topics.is_empty() {
+        return "-".into();
+    }
+    topics
+        .into_iter()
+        .map(|(t, ps)| format!("{t}:{}", ps.join(",")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn consumer_group_json(cg: &ConsumerGroupDescription, rows: &[LagRow]) -> serde_json::Value {
+    json!({
+        "group": cg.group_id,
+        "type": "consumer",
+        "protocol_type": "consumer",
+        "state": cg.state,
+        "assignor": cg.assignor,
+        "group_epoch": cg.group_epoch,
+        "assignment_epoch": cg.assignment_epoch,
+        "coordinator": cg.coordinator.node_id,
+        "members": cg.members.iter().map(|m| json!({
+            "member_id": m.member_id, "group_instance_id": m.instance_id,
+            "member_epoch": m.member_epoch, "client_id": m.client_id, "host": m.client_host,
+            "subscribed_topics": m.subscribed_topic_names,
+            "subscribed_topic_regex": m.subscribed_topic_regex,
+            "assignment": by_topic(&m.assignment),
+            "target_assignment": by_topic(&m.target_assignment),
+        })).collect::<Vec<_>>(),
+        "partitions": rows.iter().map(|r| json!({
+            "topic": r.tp.topic, "partition": r.tp.partition,
+            "committed": r.committed, "end": r.end, "lag": r.lag(),
+            "member_id": r.member,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn print_consumer_group(cg: &ConsumerGroupDescription, rows: &[LagRow]) {
+    println!(
+        "Group: {}  Type: consumer  State: {}  Assignor: {}  Group epoch: {}  Assignment epoch: {}  Members: {}  Coordinator: {}",
+        cg.group_id,
+        or_dash(&cg.state),
+        or_dash(&cg.assignor),
+        cg.group_epoch,
+        cg.assignment_epoch,
+        cg.members.len(),
+        cg.coordinator.node_id
+    );
+    let members: Vec<Vec<String>> = cg
+        .members
+        .iter()
+        .map(|m| {
+            vec![
+                m.member_id.clone(),
+                m.instance_id.clone().unwrap_or_else(|| "-".into()),
+                m.member_epoch.to_string(),
+                m.client_id.clone(),
+                compact(&m.assignment),
+                compact(&m.target_assignment),
+            ]
+        })
+        .collect();
+    table::print(
+        &[
+            "MEMBER-ID",
+            "INSTANCE-ID",
+            "EPOCH",
+            "CLIENT-ID",
+            "ASSIGNMENT",
+            "TARGET-ASSIGNMENT",
+        ],
+        &members,
+    );
+    println!();
+    let table_rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.tp.topic.clone(),
+                r.tp.partition.to_string(),
+                r.committed.map_or_else(|| "-".into(), |o| o.to_string()),
+                r.end.map_or_else(|| "-".into(), |o| o.to_string()),
+                r.lag().map_or_else(|| "-".into(), |o| o.to_string()),
+                r.member.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    table::print(
+        &[
+            "TOPIC",
+            "PARTITION",
+            "CURRENT-OFFSET",
+            "LOG-END-OFFSET",
+            "LAG",
+            "MEMBER-ID",
+        ],
+        &table_rows,
+    );
 }
 
 fn or_dash(s: &str) -> &str {

@@ -1,0 +1,340 @@
+//! The server-side assignors of consumer groups (KIP-848): `uniform` (Kafka's
+//! `UniformAssignor`, the default) and `range` (Kafka's `RangeAssignor`), chosen with the
+//! broker's `group.consumer.assignors` (the first is the default) and by the members'
+//! `group.remote.assignor`.
+//!
+//! Both are written here rather than taken from a crate: no crate implements Kafka's
+//! assignors, and they are pure functions of the members' subscriptions, the topics'
+//! partition counts and the previous target assignment.
+//!
+//! # Design note (uniform)
+//!
+//! 1. Every member keeps the partitions of its previous target that still exist and that
+//!    it still subscribes to (stickiness: a partition that stays put does not pause).
+//! 2. The partitions nobody holds go, topic by topic, each to the least loaded member
+//!    subscribed to the topic.
+//! 3. Then, topic by topic and until a pass moves nothing, a partition of the topic moves
+//!    from the most loaded member holding one to the least loaded member subscribed to it
+//!    while their loads differ by more than one.
+//!
+//! Why it is balanced and sticky: when every member subscribes to the same topics, step 3
+//! ends only with every load within one of every other (any larger gap has a partition to
+//! move), and only the excess of a member moves; with different subscriptions it is
+//! Kafka's heuristic too (balance within each topic's subscribers), not an optimum.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::fmt;
+use std::str::FromStr;
+
+use rill_protocol::Uuid;
+
+use crate::consumer_group_record::Assignment;
+
+/// A server-side assignor, by Kafka's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerAssignor {
+    Uniform,
+    Range,
+}
+
+impl FromStr for ServerAssignor {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "uniform" => Ok(ServerAssignor::Uniform),
+            "range" => Ok(ServerAssignor::Range),
+            other => Err(other.to_owned()),
+        }
+    }
+}
+
+impl fmt::Display for ServerAssignor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ServerAssignor::Uniform => "uniform",
+            ServerAssignor::Range => "range",
+        })
+    }
+}
+
+/// One member as an assignor sees it.
+#[derive(Debug, Clone)]
+pub struct MemberSpec<'a> {
+    pub member_id: &'a str,
+    pub instance_id: Option<&'a str>,
+    /// The ids of the existing topics it subscribes to.
+    pub subscribed: BTreeSet<Uuid>,
+    /// Its previous target assignment.
+    pub previous: Option<&'a Assignment>,
+}
+
+impl ServerAssignor {
+    /// Every member's new target (an empty one for members that get nothing); `topics`
+    /// gives each subscribed topic's partition count.
+    pub fn assign(
+        self,
+        members: &[MemberSpec<'_>],
+        topics: &BTreeMap<Uuid, i32>,
+    ) -> BTreeMap<String, Assignment> {
+        match self {
+            ServerAssignor::Uniform => uniform(members, topics),
+            ServerAssignor::Range => range(members, topics),
+        }
+    }
+}
+
+fn partitions_of(topics: &BTreeMap<Uuid, i32>, topic: &Uuid) -> i32 {
+    topics.get(topic).copied().unwrap_or(0).max(0)
+}
+
+fn uniform(
+    members: &[MemberSpec<'_>],
+    topics: &BTreeMap<Uuid, i32>,
+) -> BTreeMap<String, Assignment> {
+    const FREE: u32 = u32::MAX;
+    let n = members.len();
+    // Topics by index, and each partition's owner (a member's index, or FREE).
+    let topic_ids: Vec<Uuid> = topics.keys().copied().collect();
+    let topic_index: BTreeMap<Uuid, usize> =
+        topic_ids.iter().enumerate().map(|(i, t)| (*t, i)).collect();
+    let mut owner: Vec<Vec<u32>> = topic_ids
+        .iter()
+        .map(|t| vec![FREE; usize::try_from(partitions_of(topics, t)).unwrap_or(0)])
+        .collect();
+    let mut load = vec![0usize; n];
+    // Per member, the partitions it holds, by topic index.
+    let mut held: Vec<BTreeMap<usize, Vec<i32>>> = vec![BTreeMap::new(); n];
+    let mut subscribers: Vec<Vec<usize>> = vec![Vec::new(); topic_ids.len()];
+    for (i, m) in members.iter().enumerate() {
+        for t in &m.subscribed {
+            if let Some(ti) = topic_index.get(t) {
+                subscribers[*ti].push(i);
+            }
+        }
+    }
+    // 1. Stickiness.
+    for (i, m) in members.iter().enumerate() {
+        let Some(previous) = m.previous else { continue };
+        let Ok(index) = u32::try_from(i) else {
+            continue;
+        };
+        for (t, partitions) in previous {
+            let Some(ti) = topic_index.get(t).copied() else {
+                continue;
+            };
+            if !m.subscribed.contains(t) {
+                continue;
+            }
+            for p in partitions {
+                let Some(slot) = usize::try_from(*p).ok().and_then(|p| owner[ti].get_mut(p)) else {
+                    continue;
+                };
+                if *slot == FREE {
+                    *slot = index;
+                    held[i].entry(ti).or_default().push(*p);
+                    load[i] += 1;
+                }
+            }
+        }
+    }
+    // 2. The rest to the least loaded subscriber.
+    for (ti, subs) in subscribers.iter().enumerate() {
+        let mut heap: BinaryHeap<Reverse<(usize, usize)>> =
+            subs.iter().map(|i| Reverse((load[*i], *i))).collect();
+        for (p, slot) in owner[ti].iter_mut().enumerate() {
+            if *slot != FREE {
+                continue;
+            }
+            let Some(Reverse((_, i))) = heap.pop() else {
+                break;
+            };
+            let (Ok(index), Ok(p)) = (u32::try_from(i), i32::try_from(p)) else {
+                continue;
+            };
+            *slot = index;
+            held[i].entry(ti).or_default().push(p);
+            load[i] += 1;
+            heap.push(Reverse((load[i], i)));
+        }
+    }
+    // 3. Balance within each topic's subscribers, until nothing moves.
+    for _pass in 0..64 {
+        let mut moved = false;
+        for (ti, subs) in subscribers.iter().enumerate() {
+            loop {
+                let from = subs
+                    .iter()
+                    .copied()
+                    .filter(|i| held[*i].get(&ti).is_some_and(|s| !s.is_empty()))
+                    .max_by_key(|i| (load[*i], Reverse(*i)));
+                let to = subs.iter().copied().min_by_key(|i| (load[*i], *i));
+                let (Some(from), Some(to)) = (from, to) else {
+                    break;
+                };
+                if load[from] <= load[to] + 1 {
+                    break;
+                }
+                let Some(p) = held[from].get_mut(&ti).and_then(|s| s.pop()) else {
+                    break;
+                };
+                held[to].entry(ti).or_default().push(p);
+                load[from] -= 1;
+                load[to] += 1;
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    members
+        .iter()
+        .zip(held)
+        .map(|(m, h)| {
+            let assignment: Assignment = h
+                .into_iter()
+                .filter(|(_, s)| !s.is_empty())
+                .map(|(ti, s)| (topic_ids[ti], s.into_iter().collect()))
+                .collect();
+            (m.member_id.to_owned(), assignment)
+        })
+        .collect()
+}
+
+fn range(members: &[MemberSpec<'_>], topics: &BTreeMap<Uuid, i32>) -> BTreeMap<String, Assignment> {
+    let mut out: BTreeMap<String, Assignment> = members
+        .iter()
+        .map(|m| (m.member_id.to_owned(), Assignment::new()))
+        .collect();
+    for (t, count) in topics {
+        // Static members by instance id, so that a rolling restart keeps the ranges.
+        let mut subs: Vec<&MemberSpec<'_>> = members
+            .iter()
+            .filter(|m| m.subscribed.contains(t))
+            .collect();
+        if subs.is_empty() {
+            continue;
+        }
+        subs.sort_by(|a, b| {
+            (a.instance_id.unwrap_or(a.member_id), a.member_id)
+                .cmp(&(b.instance_id.unwrap_or(b.member_id), b.member_id))
+        });
+        let count = (*count).max(0) as usize;
+        let quota = count / subs.len();
+        let extra = count % subs.len();
+        let mut start = 0usize;
+        for (i, m) in subs.iter().enumerate() {
+            let len = quota + usize::from(i < extra);
+            if len > 0 {
+                let range: BTreeSet<i32> = (start..start + len)
+                    .filter_map(|p| i32::try_from(p).ok())
+                    .collect();
+                if let Some(a) = out.get_mut(m.member_id) {
+                    a.insert(*t, range);
+                }
+            }
+            start += len;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(n: u8) -> Uuid {
+        Uuid([n; 16])
+    }
+
+    fn spec<'a>(id: &'a str, topics: &[u8], previous: Option<&'a Assignment>) -> MemberSpec<'a> {
+        MemberSpec {
+            member_id: id,
+            instance_id: None,
+            subscribed: topics.iter().map(|n| t(*n)).collect(),
+            previous,
+        }
+    }
+
+    fn sizes(a: &BTreeMap<String, Assignment>) -> Vec<usize> {
+        a.values()
+            .map(|x| x.values().map(|s| s.len()).sum())
+            .collect()
+    }
+
+    fn every_partition_once(a: &BTreeMap<String, Assignment>, topics: &BTreeMap<Uuid, i32>) {
+        let mut seen = BTreeSet::new();
+        for x in a.values() {
+            for (topic, ps) in x {
+                for p in ps {
+                    assert!(seen.insert((*topic, *p)), "{topic:?}-{p} twice");
+                }
+            }
+        }
+        let total: i32 = topics.values().sum();
+        assert_eq!(seen.len(), total as usize);
+    }
+
+    #[test]
+    fn uniform_balances_and_moves_only_the_excess() {
+        let topics: BTreeMap<Uuid, i32> = [(t(1), 12)].into_iter().collect();
+        let first = ServerAssignor::Uniform.assign(
+            &[
+                spec("a", &[1], None),
+                spec("b", &[1], None),
+                spec("c", &[1], None),
+            ],
+            &topics,
+        );
+        assert_eq!(sizes(&first), vec![4, 4, 4]);
+        every_partition_once(&first, &topics);
+        let second = ServerAssignor::Uniform.assign(
+            &[
+                spec("a", &[1], first.get("a")),
+                spec("b", &[1], first.get("b")),
+                spec("c", &[1], first.get("c")),
+                spec("d", &[1], None),
+            ],
+            &topics,
+        );
+        assert_eq!(sizes(&second), vec![3, 3, 3, 3]);
+        every_partition_once(&second, &topics);
+        // Each old member keeps three of its four.
+        for id in ["a", "b", "c"] {
+            let kept = second[id][&t(1)].intersection(&first[id][&t(1)]).count();
+            assert_eq!(kept, 3, "{id}");
+        }
+    }
+
+    #[test]
+    fn uniform_with_different_subscriptions_assigns_only_subscribed_topics() {
+        let topics: BTreeMap<Uuid, i32> = [(t(1), 4), (t(2), 2)].into_iter().collect();
+        let a = ServerAssignor::Uniform
+            .assign(&[spec("a", &[1], None), spec("b", &[1, 2], None)], &topics);
+        every_partition_once(&a, &topics);
+        assert!(!a["a"].contains_key(&t(2)));
+        assert_eq!(sizes(&a), vec![3, 3]);
+    }
+
+    #[test]
+    fn range_gives_contiguous_ranges_in_member_order() {
+        let topics: BTreeMap<Uuid, i32> = [(t(1), 5), (t(2), 5)].into_iter().collect();
+        let a = ServerAssignor::Range.assign(
+            &[spec("b", &[1, 2], None), spec("a", &[1, 2], None)],
+            &topics,
+        );
+        every_partition_once(&a, &topics);
+        assert_eq!(a["a"][&t(1)], [0, 1, 2].into_iter().collect());
+        assert_eq!(a["b"][&t(1)], [3, 4].into_iter().collect());
+        assert_eq!(a["a"][&t(2)], [0, 1, 2].into_iter().collect());
+    }
+
+    #[test]
+    fn assignor_names() {
+        assert_eq!("uniform".parse(), Ok(ServerAssignor::Uniform));
+        assert_eq!("range".parse(), Ok(ServerAssignor::Range));
+        assert!("sticky".parse::<ServerAssignor>().is_err());
+        assert_eq!(ServerAssignor::Range.to_string(), "range");
+    }
+}
