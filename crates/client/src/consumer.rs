@@ -1,5 +1,6 @@
-//! The consumer: consumer groups (the classic protocol, as the seeds describe it) or
-//! manual assignment, fetching, positions and commits.
+//! The consumer: consumer groups (the classic protocol, as the seeds describe it, or
+//! KIP-848's with `group.protocol=consumer`, in `consumer_protocol`) or manual assignment,
+//! fetching, positions and commits.
 //!
 //! `poll(timeout)` follows Kafka's `KafkaConsumer.poll`, keeping one time budget across
 //! its steps:
@@ -52,7 +53,8 @@ use rill_protocol::generated::{
     SyncGroupRequest,
 };
 use rill_protocol::records::{AbortedTransactions, Header, RecordBatch};
-use rill_protocol::ErrorCode;
+use rill_protocol::{ErrorCode, Uuid};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::assignor::{
@@ -60,6 +62,7 @@ use crate::assignor::{
     GroupSubscription,
 };
 use crate::config::ClientConfig;
+use crate::consumer_protocol::{MemberState, Subscribed};
 use crate::error::{Error, Result};
 use crate::network::{BrokerMetadata, NetworkClient};
 use crate::ops;
@@ -70,6 +73,8 @@ const JOIN_GROUP_VERSION: i16 = 9;
 const SYNC_GROUP_VERSION: i16 = 5;
 const HEARTBEAT_VERSION: i16 = 4;
 const LEAVE_GROUP_VERSION: i16 = 5;
+/// How many times a commit refused with STALE_MEMBER_EPOCH is sent (see `commit_offsets`).
+const STALE_EPOCH_COMMIT_ATTEMPTS: u32 = 5;
 
 /// `auto.offset.reset`: where to start when there is no committed offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +141,35 @@ pub struct ConsumerConfig {
     /// `isolation.level=read_committed`: reads up to the last stable offset, and skips the
     /// records of aborted transactions.
     pub read_committed: bool,
+    /// `group.protocol`: the classic protocol (JoinGroup and SyncGroup, the assignment
+    /// made by a member), or KIP-848's, where the coordinator assigns.
+    pub group_protocol: GroupProtocol,
+    /// `group.remote.assignor`: with the consumer protocol, the coordinator's assignor to
+    /// use (`uniform` or `range`); the group's default when `None`.
+    pub group_remote_assignor: Option<String>,
+}
+
+/// `group.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupProtocol {
+    #[default]
+    Classic,
+    /// KIP-848's consumer group protocol (ConsumerGroupHeartbeat).
+    Consumer,
+}
+
+impl std::str::FromStr for GroupProtocol {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "classic" => Ok(Self::Classic),
+            "consumer" => Ok(Self::Consumer),
+            other => Err(Error::InvalidConfig(format!(
+                "group.protocol {other:?} is not classic or consumer"
+            ))),
+        }
+    }
 }
 
 impl ConsumerConfig {
@@ -157,6 +191,8 @@ impl ConsumerConfig {
             fetch_max_wait: Duration::from_millis(500),
             max_poll_records: 500,
             read_committed: false,
+            group_protocol: GroupProtocol::Classic,
+            group_remote_assignor: None,
         }
     }
 
@@ -198,6 +234,18 @@ impl ConsumerConfig {
 
     pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
         self.heartbeat_interval = interval;
+        self
+    }
+
+    /// `group.protocol` (see [`GroupProtocol`]).
+    pub fn group_protocol(mut self, protocol: GroupProtocol) -> Self {
+        self.group_protocol = protocol;
+        self
+    }
+
+    /// `group.remote.assignor`: the coordinator's assignor, for the consumer protocol.
+    pub fn group_remote_assignor(mut self, assignor: impl Into<String>) -> Self {
+        self.group_remote_assignor = Some(assignor.into());
         self
     }
 
@@ -276,23 +324,26 @@ struct PartitionState {
 
 /// State the heartbeat task shares with `poll`.
 #[derive(Debug)]
-struct GroupState {
-    member_id: String,
-    generation: i32,
-    coordinator: Option<BrokerMetadata>,
-    rejoin_needed: bool,
+pub(crate) struct GroupState {
+    pub(crate) member_id: String,
+    pub(crate) generation: i32,
+    pub(crate) coordinator: Option<BrokerMetadata>,
+    pub(crate) rejoin_needed: bool,
     /// The member was fenced: its partitions are lost, not revoked.
-    lost: bool,
+    pub(crate) lost: bool,
     /// Another live member took our `group.instance.id` (FENCED_INSTANCE_ID): fatal, as
     /// in Kafka. Rejoining would fence that member in turn, and the two would take the
     /// partitions from each other forever.
-    fenced: bool,
-    joining: bool,
-    last_poll: Instant,
-    closed: bool,
+    pub(crate) fenced: bool,
+    pub(crate) joining: bool,
+    pub(crate) last_poll: Instant,
+    pub(crate) closed: bool,
+    /// The consumer protocol's state (`group.protocol=consumer`); `generation` is the
+    /// member epoch then.
+    pub(crate) member: MemberState,
 }
 
-type Shared = Arc<Mutex<GroupState>>;
+pub(crate) type Shared = Arc<Mutex<GroupState>>;
 
 /// A Kafka consumer.
 ///
@@ -336,6 +387,10 @@ pub struct Consumer {
     /// Fetches sent and not yet handled, one at most per leader (see [`Self::fetch`]).
     in_flight: tokio::task::JoinSet<FetchOutcome>,
     in_flight_leaders: BTreeSet<i32>,
+    /// The consumer protocol: wakes the heartbeat task to heartbeat now (an assignment
+    /// was reconciled), and `poll` when an answer came.
+    heartbeat_wake: Arc<Notify>,
+    group_changed: Arc<Notify>,
 }
 
 /// How long past its `max_wait` a poll waits for a Fetch's answer (the round trip).
@@ -378,6 +433,7 @@ impl Consumer {
                 joining: false,
                 last_poll: Instant::now(),
                 closed: false,
+                member: MemberState::default(),
             })),
             heartbeat: None,
             listener: None,
@@ -386,6 +442,8 @@ impl Consumer {
             protocol: None,
             in_flight: tokio::task::JoinSet::new(),
             in_flight_leaders: BTreeSet::new(),
+            heartbeat_wake: Arc::new(Notify::new()),
+            group_changed: Arc::new(Notify::new()),
         })
     }
 
@@ -400,9 +458,21 @@ impl Consumer {
         let mut topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
         topics.sort();
         topics.dedup();
+        self.set_member_subscription(Subscribed::Topics(topics.clone()));
         self.subscription = Subscription::Topics(topics);
         self.request_rejoin();
         Ok(())
+    }
+
+    /// The consumer protocol: the subscription the next heartbeat carries.
+    fn set_member_subscription(&self, subscribed: Subscribed) {
+        if self.config.group_protocol != GroupProtocol::Consumer {
+            return;
+        }
+        if let Ok(mut g) = self.group.lock() {
+            g.member.subscribed = Some(subscribed);
+        }
+        self.heartbeat_wake.notify_one();
     }
 
     /// Subscribes to every topic whose whole name matches `pattern` (a regex); new
@@ -416,6 +486,9 @@ impl Consumer {
         }
         let re = regex::Regex::new(&format!("^(?:{pattern})$"))
             .map_err(|e| Error::InvalidConfig(format!("pattern: {e}")))?;
+        // The consumer protocol: the broker matches the expression (KIP-848's
+        // `subscribed_topic_regex`, a whole-name match as here).
+        self.set_member_subscription(Subscribed::Regex(pattern.to_string()));
         self.subscription = Subscription::Pattern(re);
         self.last_pattern_check = None;
         self.request_rejoin();
@@ -639,6 +712,9 @@ impl Consumer {
     /// a stable generation.
     async fn ensure_active_group(&mut self, deadline: Instant) -> Result<bool> {
         self.check_fenced()?;
+        if self.config.group_protocol == GroupProtocol::Consumer {
+            return self.ensure_consumer_member(deadline).await;
+        }
         self.check_pattern().await?;
         loop {
             let (coordinator_known, rejoin) = {
@@ -681,6 +757,145 @@ impl Consumer {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The consumer protocol's `ensureActiveGroup` (see `consumer_protocol`): the
+    /// coordinator is known, the heartbeat task runs, the member has joined (an epoch
+    /// above 0), and the latest assignment is reconciled. False when the budget ran out
+    /// first.
+    async fn ensure_consumer_member(&mut self, deadline: Instant) -> Result<bool> {
+        loop {
+            let (coordinator_known, joined, lost, fatal) = {
+                let mut g = self.group.lock().map_err(|_| Error::Closed)?;
+                (
+                    g.coordinator.is_some(),
+                    g.generation > 0,
+                    std::mem::take(&mut g.lost),
+                    g.member.fatal.clone(),
+                )
+            };
+            if let Some((code, message)) = fatal {
+                return Err(Error::kafka(code, message));
+            }
+            if lost {
+                self.lose_partitions();
+            }
+            if !coordinator_known {
+                if !self.ensure_coordinator(deadline).await? {
+                    return Ok(false);
+                }
+                self.heartbeat_wake.notify_one();
+            }
+            self.start_heartbeat();
+            if joined {
+                self.reconcile().await?;
+                return Ok(true);
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Ok(false);
+            }
+            let changed = self.group_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            // The answer may have come between the check above and the wait.
+            if self.group.lock().map(|g| g.generation > 0).unwrap_or(false) {
+                continue;
+            }
+            let _ = tokio::time::timeout(remaining, changed).await;
+        }
+    }
+
+    /// The member was fenced: its partitions are gone without a commit.
+    fn lose_partitions(&mut self) {
+        let owned = self.assignment();
+        if !owned.is_empty() {
+            if let Some(l) = self.listener.as_mut() {
+                l.on_partitions_lost(&owned);
+            }
+        }
+        self.assignment.clear();
+        self.buffered.clear();
+        if let Ok(mut g) = self.group.lock() {
+            g.member.owned.clear();
+        }
+    }
+
+    /// Step 3 of `consumer_protocol`: moves the assignment to the one the coordinator
+    /// sent last, revoking before assigning, and has the heartbeat report it at once.
+    async fn reconcile(&mut self) -> Result<()> {
+        let Some(target) = self
+            .group
+            .lock()
+            .ok()
+            .and_then(|mut g| g.member.target.take())
+        else {
+            return Ok(());
+        };
+        let mut names = topic_names(&self.net, target.keys()).await?;
+        let mut new_set = BTreeSet::new();
+        let mut unresolved = BTreeMap::new();
+        for (id, partitions) in &target {
+            match names.remove(id) {
+                Some(name) => new_set.extend(
+                    partitions
+                        .iter()
+                        .map(|p| TopicPartition::new(name.clone(), *p)),
+                ),
+                // A topic this client's metadata does not know yet: kept for a later poll.
+                None => {
+                    unresolved.insert(*id, partitions.clone());
+                }
+            }
+        }
+        let old_set: BTreeSet<TopicPartition> = self.assignment.keys().cloned().collect();
+        let revoked: Vec<TopicPartition> = old_set.difference(&new_set).cloned().collect();
+        let added: Vec<TopicPartition> = new_set.difference(&old_set).cloned().collect();
+        if !revoked.is_empty() {
+            if self.config.enable_auto_commit {
+                let offsets: BTreeMap<TopicPartition, i64> = self
+                    .positions()
+                    .into_iter()
+                    .filter(|(tp, _)| revoked.contains(tp))
+                    .collect();
+                if let Err(e) = self.commit_offsets(&offsets).await {
+                    tracing::warn!(error = %e, "commit of revoked partitions failed");
+                }
+            }
+            if let Some(l) = self.listener.as_mut() {
+                l.on_partitions_revoked(&revoked);
+            }
+            for tp in &revoked {
+                self.assignment.remove(tp);
+            }
+            let keep = &new_set;
+            self.buffered
+                .retain(|r| keep.contains(&TopicPartition::new(r.topic.clone(), r.partition)));
+        }
+        for tp in &added {
+            self.assignment.entry(tp.clone()).or_default();
+        }
+        if !revoked.is_empty() || !added.is_empty() {
+            tracing::info!(assigned = ?new_set, ?revoked, "reconciled the group's assignment");
+        }
+        if !added.is_empty() {
+            if let Some(l) = self.listener.as_mut() {
+                l.on_partitions_assigned(&added);
+            }
+        }
+        if let Ok(mut g) = self.group.lock() {
+            let mut owned = target;
+            owned.retain(|id, _| !unresolved.contains_key(id));
+            g.member.owned = owned;
+            if !unresolved.is_empty() && g.member.target.is_none() {
+                // Reconciled again once metadata names those topics.
+                let mut again = g.member.owned.clone();
+                again.extend(unresolved);
+                g.member.target = Some(again);
+            }
+        }
+        self.heartbeat_wake.notify_one();
+        Ok(())
     }
 
     /// `ensureCoordinatorReady`: FindCoordinator until found or the budget is spent.
@@ -1008,13 +1223,30 @@ impl Consumer {
         let net = self.net.clone();
         let shared = self.group.clone();
         let config = self.config.clone();
-        self.heartbeat = Some(tokio::spawn(heartbeat_loop(net, shared, group, config)));
+        self.heartbeat = Some(match config.group_protocol {
+            GroupProtocol::Classic => tokio::spawn(heartbeat_loop(net, shared, group, config)),
+            GroupProtocol::Consumer => tokio::spawn(crate::consumer_protocol::heartbeat_loop(
+                net,
+                shared,
+                group,
+                config,
+                self.heartbeat_wake.clone(),
+                self.group_changed.clone(),
+            )),
+        });
     }
 
     async fn leave_group(&mut self) {
         let Some(group) = self.config.group_id.clone() else {
             return;
         };
+        if self.config.group_protocol == GroupProtocol::Consumer {
+            if let Some(h) = self.heartbeat.take() {
+                h.abort();
+            }
+            crate::consumer_protocol::leave(&self.net, &self.group, &group, &self.config).await;
+            return;
+        }
         let (member_id, coordinator) = match self.group.lock() {
             Ok(mut g) => {
                 let m = std::mem::take(&mut g.member_id);
@@ -1185,16 +1417,33 @@ impl Consumer {
         if offsets.is_empty() {
             return Ok(());
         }
-        let (member, generation) = self.commit_identity();
-        let result = ops::commit_offsets(
-            &self.net,
-            &group,
-            generation,
-            &member,
-            self.config.group_instance_id.as_deref(),
-            offsets,
-        )
-        .await;
+        // A consumer-protocol member's epoch can move on while a commit is out; the
+        // coordinator then answers STALE_MEMBER_EPOCH and the commit goes again with the
+        // epoch the next heartbeat brought (Kafka's commitSync retries it the same way).
+        let mut attempts = 0;
+        let result = loop {
+            let (member, generation) = self.commit_identity();
+            let result = ops::commit_offsets(
+                &self.net,
+                &group,
+                generation,
+                &member,
+                self.config.group_instance_id.as_deref(),
+                offsets,
+            )
+            .await;
+            attempts += 1;
+            match &result {
+                Err(e)
+                    if e.code() == Some(ErrorCode::STALE_MEMBER_EPOCH)
+                        && attempts < STALE_EPOCH_COMMIT_ATTEMPTS =>
+                {
+                    self.heartbeat_wake.notify_one();
+                    tokio::time::sleep(self.config.client.retry_backoff).await;
+                }
+                _ => break result,
+            }
+        };
         match &result {
             Ok(()) => self.last_committed.extend(offsets.clone()),
             Err(e) if e.code().is_some_and(is_rejoin_error) => self.request_rejoin(),
@@ -1496,6 +1745,28 @@ fn is_rejoin_error(code: ErrorCode) -> bool {
             | ErrorCode::ILLEGAL_GENERATION
             | ErrorCode::MEMBER_ID_REQUIRED
     )
+}
+
+/// Names of the topics with these ids, from metadata (refreshed once when an id is
+/// unknown, as a topic created a moment ago may be).
+async fn topic_names<'a>(
+    net: &NetworkClient,
+    ids: impl Iterator<Item = &'a Uuid> + Clone,
+) -> Result<BTreeMap<Uuid, String>> {
+    let lookup = |md: &crate::network::ClusterMetadata| -> BTreeMap<Uuid, String> {
+        md.topics
+            .values()
+            .map(|t| (t.topic_id, t.name.clone()))
+            .collect()
+    };
+    let mut known = lookup(&net.metadata());
+    if ids.clone().any(|id| !known.contains_key(id)) {
+        net.refresh_metadata(None).await?;
+        known = lookup(&net.metadata());
+    }
+    Ok(ids
+        .filter_map(|id| known.get(id).map(|n| (*id, n.clone())))
+        .collect())
 }
 
 fn is_coordinator_error(code: ErrorCode) -> bool {

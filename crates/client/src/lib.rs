@@ -45,6 +45,7 @@ mod assignor;
 mod config;
 mod connection;
 mod consumer;
+mod consumer_protocol;
 mod error;
 mod network;
 mod ops;
@@ -65,7 +66,8 @@ pub use admin_producers::{AbortTransactionSpec, ProducerState};
 pub use assignor::{Assignor, GroupSubscription, MemberSubscription};
 pub use config::ClientConfig;
 pub use consumer::{
-    AutoOffsetReset, Consumer, ConsumerConfig, ConsumerRecord, RebalanceEvent, RebalanceListener,
+    AutoOffsetReset, Consumer, ConsumerConfig, ConsumerRecord, GroupProtocol, RebalanceEvent,
+    RebalanceListener,
 };
 pub use error::{Error, Result};
 pub use network::{BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata};

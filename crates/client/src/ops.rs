@@ -24,7 +24,9 @@ use crate::types::{OffsetSpec, TopicPartition};
 
 pub(crate) const FIND_COORDINATOR_VERSION: i16 = 3;
 pub(crate) const OFFSET_FETCH_VERSION: i16 = 7;
-pub(crate) const OFFSET_COMMIT_VERSION: i16 = 8;
+/// 9: the first version a consumer-protocol group takes (KIP-848: the member epoch in
+/// `generation_id_or_member_epoch`); the same fields as 8.
+pub(crate) const OFFSET_COMMIT_VERSION: i16 = 9;
 pub(crate) const LIST_OFFSETS_VERSION: i16 = 7;
 /// FindCoordinator's key type of a transactional id (a group's is 0).
 pub(crate) const COORDINATOR_TRANSACTION: i8 = 1;

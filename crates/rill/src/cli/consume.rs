@@ -53,6 +53,13 @@ pub struct ConsumeArgs {
     /// Partition assignment strategy in a group (range, roundrobin, sticky, cooperative-sticky).
     #[arg(long, default_value = "range")]
     pub assignor: String,
+    /// The group protocol: classic, or consumer (KIP-848: the coordinator assigns, with
+    /// the --remote-assignor it names, uniform or range).
+    #[arg(long, default_value = "classic")]
+    pub group_protocol: String,
+    /// With --group-protocol consumer: the coordinator's assignor (uniform or range).
+    #[arg(long)]
+    pub remote_assignor: Option<String>,
 }
 
 pub async fn run(common: &Common, args: ConsumeArgs) -> anyhow::Result<()> {
@@ -67,6 +74,8 @@ pub async fn run(common: &Common, args: ConsumeArgs) -> anyhow::Result<()> {
         .split(',')
         .map(str::parse)
         .collect::<Result<Vec<_>, _>>()?;
+    config.group_protocol = args.group_protocol.parse()?;
+    config.group_remote_assignor = args.remote_assignor.clone();
     if let Some(g) = &args.group {
         if args.partition.is_some() || args.offset.is_some() {
             anyhow::bail!("--partition and --offset read without a group; drop --group");
