@@ -110,7 +110,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
-    (ApiKey::WriteTxnMarkers, 0, 1),
+    // Kafka 4.1's range: KIP-896 removed version 0 (brokers send 1).
+    (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::DescribeProducers, 0, 0),
     // Answered by the network layer on SASL listeners (`network::sasl`).
     (ApiKey::SaslHandshake, 0, 1),
