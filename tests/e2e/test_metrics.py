@@ -637,15 +637,7 @@ def test_fetcher_failures_and_quorum_lag_show_when_a_leader_dies(rill_cluster_fa
     topic = unique_topic("fetchers")
     client = create_replicated_topic(cluster.bootstrap, topic, 3, 3)
     controller_id = client.describe_cluster().result(timeout=10).controller.id
-    leaders = {leader_of(client, topic, p) for p in range(3)}
-    victim = next(i for i in sorted(leaders) if i != controller_id)
-    # Every partition has three replicas, so every other node follows the victim.
-    follower = next(i for i in (1, 2, 3) if i not in (victim, controller_id))
     fetch = "kafka_server_fetcherstats_"
-    follower_page = cluster.node(follower).http_address()
-    before = wait_for(lambda: (s := scrape(follower_page))
-                      and value(s, f"{fetch}requests_total") > 0 and s,
-                      30, "the follower's fetchers counting their requests")
     controller_page = cluster.node(controller_id).http_address()
     lag = "kafka_server_raft_metrics_replica_lag"
 
@@ -658,6 +650,18 @@ def test_fetcher_failures_and_quorum_lag_show_when_a_leader_dies(rill_cluster_fa
     for other in (1, 2, 3):
         if other != controller_id:
             assert lag not in {name for name, _ in scrape(cluster.node(other).http_address())}
+    # The victim leads a partition and is not the controller, and is picked just before
+    # the kill: on a loaded machine leaderships can move for a moment (a late heartbeat),
+    # and a follower whose fetcher to the victim is gone has nothing that could fail.
+    victim = wait_for(lambda: next((i for i in sorted({leader_of(client, topic, p) for p in range(3)})
+                                    if i != controller_id), None),
+                      30, "a partition led by a node that is not the controller")
+    # Every partition has three replicas, so every other node follows the victim.
+    follower = next(i for i in (1, 2, 3) if i not in (victim, controller_id))
+    follower_page = cluster.node(follower).http_address()
+    before = wait_for(lambda: (s := scrape(follower_page))
+                      and value(s, f"{fetch}requests_total") > 0 and s,
+                      30, "the follower's fetchers counting their requests")
 
     cluster.node(victim).kill9()
 
