@@ -272,6 +272,10 @@ def test_cleaner_io_bound_is_dynamic_and_slows_cleaning(rill_factory):
             "segment.bytes": "65536",
             "segment.ms": "1000",
             "min.cleanable.dirty.ratio": "0.01",
+            # Nothing is cleanable until it is 5 s old, so that the first clean takes the
+            # whole 2 MB at once however slowly a loaded machine produces it (cleans
+            # that ran while it was being written each read less than the 1 MB below).
+            "min.compaction.lag.ms": "5000",
         },
     )
     # About 2 MB over 50 keys: cleaning it reads far more than one interval's allowance.
