@@ -171,6 +171,7 @@ async fn run(
                 current_metadata_offset: broker.image().last_offset(),
                 want_fence: false,
                 want_shut_down: shutting_down,
+                offline_log_dirs: vec![],
             });
             let mut fast = true;
             let mut again_now = false;
@@ -322,6 +323,7 @@ async fn register(broker: &Broker, incarnation_id: Uuid, timeout: Duration) -> R
         incarnation_id,
         listeners: broker.endpoints.clone(),
         rack: broker.config.get("broker.rack").map(str::to_string),
+        log_dirs: vec![],
     });
     let result = broker
         .quorum

@@ -92,6 +92,7 @@ pub(crate) async fn resolve_node_id(mut config: BrokerConfig) -> Result<BrokerCo
                 security_protocol: 0,
             }],
             rack: config.get("broker.rack").map(str::to_string),
+            log_dirs: vec![],
         },
     );
     let transport = crate::network::controller_channel::ControllerTransport::from_config(&config)?;

@@ -1865,6 +1865,7 @@ mod tests {
                     leader_recovery_state: 0,
                     leader_epoch,
                     partition_epoch: leader_epoch,
+                    directories: vec![],
                 },
                 config: LogConfig::default(),
             })

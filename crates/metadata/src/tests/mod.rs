@@ -3,6 +3,7 @@
 //! (checking the invariants every time), and keeps the clock.
 
 mod controller;
+mod directories;
 mod image;
 mod observer;
 mod quorum;
@@ -82,6 +83,7 @@ impl Harness {
                     security_protocol: 0,
                 }],
                 rack: None,
+                log_dirs: vec![],
             },
         ));
         let ControllerResponse::BrokerRegistration(resp) = r.response else {
@@ -110,6 +112,7 @@ impl Harness {
             current_metadata_offset: self.image.last_offset(),
             want_fence,
             want_shut_down,
+            offline_log_dirs: vec![],
         }));
         let ControllerResponse::BrokerHeartbeat(resp) = r.response else {
             panic!("{r:?}")
