@@ -1100,6 +1100,8 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("log.cleaner.dedupe.buffer.size", "134217728"),
     ("log.cleaner.io.max.bytes.per.second", CLEANER_IO_UNBOUNDED),
     ("log.dirs", "./rill-data"),
+    // Empty: the first of `log.dirs` (Kafka's default, null, means the same).
+    ("metadata.log.dir", ""),
     ("log.retention.check.interval.ms", "300000"),
     ("max.connection.creation.rate", "2147483647"),
     ("max.connections", "2147483647"),
@@ -1960,9 +1962,43 @@ impl BrokerConfig {
         })
     }
 
+    /// The node's own directory: where `meta.properties` says who it is and the metadata
+    /// log lives (Kafka's `metadata.log.dir`, by default the first of `log.dirs`).
     pub fn data_dir(&self) -> PathBuf {
+        self.metadata_log_dir()
+    }
+
+    /// `log.dirs`: the log directories partitions are placed in (JBOD), in order.
+    pub fn log_dirs(&self) -> Vec<PathBuf> {
         let raw = self.get("log.dirs").unwrap_or("./rill-data");
-        PathBuf::from(raw.split(',').next().unwrap_or(raw).trim())
+        let dirs: Vec<PathBuf> = raw
+            .split(',')
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        if dirs.is_empty() {
+            vec![PathBuf::from("./rill-data")]
+        } else {
+            dirs
+        }
+    }
+
+    /// `metadata.log.dir`, else the first of `log.dirs`.
+    pub fn metadata_log_dir(&self) -> PathBuf {
+        match self.get("metadata.log.dir").map(str::trim) {
+            Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+            _ => self.log_dirs().swap_remove(0),
+        }
+    }
+
+    /// Every directory the node writes and locks: `metadata.log.dir` first, then the
+    /// other `log.dirs` in order.
+    pub fn all_dirs(&self) -> Vec<PathBuf> {
+        let metadata = self.metadata_log_dir();
+        let mut dirs = vec![metadata.clone()];
+        dirs.extend(self.log_dirs().into_iter().filter(|d| *d != metadata));
+        dirs
     }
 
     /// The authorizer `authorizer.class.name` names, configured by `super.users` and
@@ -2093,6 +2129,15 @@ impl BrokerConfig {
             }
         }
         self.node_id()?;
+        let dirs = self.log_dirs();
+        for (i, d) in dirs.iter().enumerate() {
+            if dirs[..i].contains(d) {
+                return Err(BrokerError::Config(format!(
+                    "log.dirs names {} twice",
+                    d.display()
+                )));
+            }
+        }
         let roles = self.process_roles()?;
         // A controller-only node opens no client listener, so it needs none.
         if roles.broker {
@@ -2237,6 +2282,24 @@ mod tests {
         assert_eq!(c.listen_addr().unwrap().to_string(), "127.0.0.1:9092");
         assert_eq!(c.data_dir(), PathBuf::from("./rill-data"));
         assert_eq!(c.get("log.retention.ms"), Some("604800000"));
+    }
+
+    #[test]
+    fn several_log_dirs_and_the_metadata_log_dir() {
+        let mut c = BrokerConfig::default();
+        c.set("log.dirs", "/a, /b,/c");
+        let dirs = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        assert_eq!(c.log_dirs(), dirs(&["/a", "/b", "/c"]));
+        assert_eq!(c.metadata_log_dir(), PathBuf::from("/a"));
+        assert_eq!(c.all_dirs(), dirs(&["/a", "/b", "/c"]));
+        c.set("metadata.log.dir", "/m");
+        assert_eq!(c.data_dir(), PathBuf::from("/m"));
+        assert_eq!(c.all_dirs(), dirs(&["/m", "/a", "/b", "/c"]));
+        c.set("metadata.log.dir", "/b");
+        assert_eq!(c.all_dirs(), dirs(&["/b", "/a", "/c"]));
+        c.validate().unwrap();
+        c.set("log.dirs", "/a,/b,/a");
+        assert!(c.validate().unwrap_err().to_string().contains("twice"));
     }
 
     #[test]

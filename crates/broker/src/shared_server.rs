@@ -19,11 +19,18 @@ pub(crate) fn check_lock_is_for(
     config: &BrokerConfig,
     lock: &DataDirLock,
 ) -> Result<(), BrokerError> {
-    if lock.dir() != config.data_dir() {
+    let dirs = config.all_dirs();
+    if lock.dirs() != dirs.as_slice() {
+        let show = |d: &[std::path::PathBuf]| {
+            d.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
         return Err(BrokerError::Config(format!(
-            "the lock held is on {}, but log.dirs is {}",
-            lock.dir().display(),
-            config.data_dir().display()
+            "the locks held are on {}, but log.dirs and metadata.log.dir name {}",
+            show(lock.dirs()),
+            show(&dirs)
         )));
     }
     Ok(())
@@ -36,7 +43,12 @@ pub(crate) fn log_data_dir(
     lock: &DataDirLock,
     previous_shutdown: Option<rill_storage::PreviousShutdown>,
 ) {
-    let dir = lock.dir().display();
+    let dir = lock
+        .dirs()
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     if lock.was_new() {
         tracing::info!(%dir, "data directory is new");
     } else if let Some(previous_shutdown) = previous_shutdown {
