@@ -1,4 +1,5 @@
-"""Several log directories per broker (JBOD, `log.dirs` with several paths; KIP-858).
+"""Several log directories per broker (JBOD, `log.dirs` with several paths; KIP-858), and
+moving a replica between them (AlterReplicaLogDirs).
 
 A broker with three log directories spreads new partitions over them (the one with the
 fewest partitions first, Kafka's policy), writes a `meta.properties` in each with the same
@@ -8,19 +9,29 @@ record. On a three-node cluster, one directory of one broker filling up (a small
 mounted as that directory, then filled) takes only the partitions in it offline on that
 broker: the broker reports the directory to the controller, which moves their leaderships
 away and takes the broker out of their ISRs, while the broker keeps leading and following
-the partitions of its other directories, and nothing acknowledged is lost.
+the partitions of its other directories, and nothing acknowledged is lost. A partition
+moved to another directory while a producer and a consumer run (throttled by
+`replica.alter.log.dirs.io.max.bytes.per.second`, so that DescribeLogDirs shows the future
+replica catching up) loses no record, its consumer sees every offset once, and a kill -9
+in the middle of the move leaves it whole in its old directory.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from kafka_helpers import (
     ADMIN_TIMEOUT_S,
@@ -60,6 +71,14 @@ def describe_log_dirs(bootstrap: str, broker_id: int | None = None) -> dict[str,
                 (t["name"], p["partition_index"]): p["partition_size"]
                 for t in result["topics"]
                 for p in t["partitions"]
+                if not p["is_future_key"]
+            },
+            # (topic, partition) -> offset lag of a replica being moved here.
+            "future": {
+                (t["name"], p["partition_index"]): p["offset_lag"]
+                for t in result["topics"]
+                for p in t["partitions"]
+                if p["is_future_key"]
             },
         }
     return dirs
@@ -276,3 +295,149 @@ def run_full_log_dir(rill_cluster_factory, failing: Path) -> None:
         assert offset in stored[p] and stored[p][offset].value == value, (p, offset)
     for p, records in stored.items():
         assert sorted(records) == list(range(len(records))), f"partition {p} has gaps"
+
+
+class Load:
+    """An idempotent acks=all producer writing 0, 1, 2, ... to one partition and a
+    consumer reading it from the beginning, both until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.topic = topic
+        self.acked: dict[int, bytes] = {}  # offset -> value
+        self.seen: list[tuple[int, bytes]] = []
+        self.errors: list[str] = []
+        self._halt = threading.Event()
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+            "linger.ms": 5, "message.timeout.ms": 120000,
+        })
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        })
+        self.threads = [threading.Thread(target=self._produce, daemon=True),
+                        threading.Thread(target=self._consume, daemon=True)]
+
+    def start(self) -> "Load":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def _on_delivery(self, error, message):
+        if error is not None:
+            self.errors.append(str(error))
+        else:
+            self.acked[message.offset()] = message.value()
+
+    def _produce(self):
+        i = 0
+        while not self._halt.is_set():
+            try:
+                self.producer.produce(self.topic, value=f"{i:08d}".encode() + b"z" * 500,
+                                      partition=0, on_delivery=self._on_delivery)
+                i += 1
+            except BufferError:
+                pass
+            self.producer.poll(0.001 if i % 20 else 0.01)
+        if self.producer.flush(120):
+            self.errors.append("undelivered after flush")
+
+    def _consume(self):
+        self.consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+        while not self._halt.is_set() or self._behind():
+            message = self.consumer.poll(0.2)
+            if message is None or message.error() is not None:
+                continue
+            self.seen.append((message.offset(), message.value()))
+
+    def _behind(self) -> bool:
+        last = max(self.acked, default=-1)
+        return bool(self.seen) and self.seen[-1][0] < last or not self.seen and last >= 0
+
+    def stop(self):
+        self._halt.set()
+        for t in self.threads:
+            t.join(timeout=180)
+        self.consumer.close()
+
+
+def set_broker_config(bootstrap: str, key: str, value: str) -> None:
+    resource = ConfigResource(
+        ResourceType.BROKER, "1",
+        incremental_configs=[ConfigEntry(key, value,
+                                         incremental_operation=AlterConfigOpType.SET)],
+    )
+    client = admin(bootstrap)
+    client.incremental_alter_configs([resource])[resource].result(ADMIN_TIMEOUT_S)
+
+
+def alter_log_dir(bootstrap: str, topic: str, partition: int, broker: int, path: Path):
+    from kafka import KafkaAdminClient
+    from kafka.errors import NoError
+
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    try:
+        result = client.alter_replica_log_dirs({(topic, partition, broker): str(path)})
+    finally:
+        client.close()
+    (error,) = result.values()
+    assert error is NoError, result
+
+
+def test_alter_replica_log_dirs_moves_a_partition_under_load(rill_factory, tmp_path):
+    workdir = tmp_path / "rill0"
+    dirs = [workdir / "data", workdir / "data-b"]
+    # Throttled, so that the move takes a while and shows in DescribeLogDirs.
+    rill = rill_factory({"log.dirs": ",".join(map(str, dirs)),
+                         "replica.alter.log.dirs.io.max.bytes.per.second": "300000"})
+    topic = unique_topic("move")
+    create_topic(rill.bootstrap, topic, 1)
+    resolved = [str(d.resolve()) for d in dirs]
+
+    def where() -> tuple[str | None, dict]:
+        described = describe_log_dirs(rill.bootstrap)
+        current = [p for p, d in described.items() if (topic, 0) in d["partitions"]]
+        futures = {p: d["future"][(topic, 0)] for p, d in described.items()
+                   if (topic, 0) in d["future"]}
+        return (current[0] if len(current) == 1 else None), futures
+
+    source, _ = where()
+    dest = next(Path(d) for d in resolved if d != source)
+    load = Load(rill.bootstrap, topic).start()
+    wait_for(lambda: len(load.acked) > 8000, 60, "4 MB acknowledged before the move")
+
+    # A move cut by kill -9 leaves the partition whole where it was.
+    alter_log_dir(rill.bootstrap, topic, 0, 1, dest)
+    current, futures = wait_for(lambda: (w := where())[1] and w, 30, "a future replica")
+    assert current == source and futures[str(dest)] > 0, (current, futures)
+    rill.kill9()
+    rill.restart()
+    current, futures = where()
+    assert (current, futures) == (source, {}), (current, futures)
+    leftovers = [p.name for p in dest.iterdir() if p.name.startswith(topic)]
+    assert leftovers == [], leftovers
+
+    # Moved again, while the producer and the consumer carry on; then unthrottled.
+    alter_log_dir(rill.bootstrap, topic, 0, 1, dest)
+    lags = []
+    wait_for(lambda: (w := where())[1] and lags.append(w[1][str(dest)]) is None,
+             30, "the future replica again")
+    time.sleep(1)
+    set_broker_config(rill.bootstrap, "replica.alter.log.dirs.io.max.bytes.per.second",
+                      "9223372036854775807")
+    wait_for(lambda: where() == (str(dest), {}), 60, "the partition in its new directory")
+    assert not (Path(source) / f"{topic}-0").exists()
+    acked_at_move = max(load.acked)
+    wait_for(lambda: max(load.acked) > acked_at_move + 1000, 60, "writes after the move")
+    load.stop()
+    assert not load.errors, load.errors[:5]
+
+    # The consumer saw every offset once, each with what was acknowledged there.
+    offsets = [o for o, _ in load.seen]
+    assert offsets == list(range(len(offsets))), "offsets skipped or seen twice"
+    seen = dict(load.seen)
+    for offset, value in load.acked.items():
+        assert seen.get(offset) == value, f"acknowledged offset {offset} lost or changed"
+    stored = read_all(rill.bootstrap, topic, 1)[0]
+    for offset, value in load.acked.items():
+        assert stored[offset].value == value

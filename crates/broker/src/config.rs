@@ -627,7 +627,7 @@ pub static DYNAMIC_BROKER_KEYS: &[DynamicBrokerKey] = &[
         "replica.alter.log.dirs.io.max.bytes.per.second",
         ConfigType::Long,
         Check::AtLeast(0),
-        DynamicUse::NoEffect,
+        DynamicUse::Live,
     ),
     dynamic(
         "log.cleaner.threads",

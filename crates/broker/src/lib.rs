@@ -291,6 +291,24 @@ impl Server {
             rx.clone(),
         );
         replication::assignments::start(broker.clone(), broker.replicas.clone(), rx.clone());
+        let weak_broker = Arc::downgrade(&broker);
+        replication::replica_manager::alter_log_dirs::start(
+            broker.replicas.clone(),
+            Box::new(move || {
+                let b = weak_broker.upgrade()?;
+                config::broker_config_value(
+                    &b.config,
+                    &b.image(),
+                    b.node_id,
+                    "replica.alter.log.dirs.io.max.bytes.per.second",
+                )
+                .and_then(|(v, _)| v.trim().parse::<i64>().ok())
+                .filter(|l| (0..i64::MAX).contains(l))
+                .map(|l| l as f64)
+            }),
+            replication_windows,
+            rx.clone(),
+        );
         alter_partition::start(
             broker.clone(),
             broker.replicas.clone(),

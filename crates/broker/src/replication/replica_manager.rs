@@ -67,6 +67,8 @@ use crate::replication::append_signal::AppendSignals;
 use crate::replication::isr::{self, LeaderState};
 use crate::replication::replica_fetcher::{FetcherConfig, ReplicaFetcherManager};
 
+pub mod alter_log_dirs;
+
 /// How often a parked acks=all produce looks at its partition even without a wake-up.
 const ACKS_ALL_RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
 
@@ -153,10 +155,17 @@ impl PartitionState {
 
 pub struct Partition {
     pub topic_id: Uuid,
-    /// The index (in `log.dirs`) of the log directory the log lives in.
-    dir: usize,
+    /// The index (in `log.dirs`) of the log directory the log lives in; it changes when
+    /// AlterReplicaLogDirs swaps in the future replica (under the log's lock).
+    dir: std::sync::atomic::AtomicUsize,
     /// Whether that directory failed: the partition is offline on this broker then.
     log_dirs: Arc<LogDirFailureChannel>,
+    /// The replica being moved to another log directory (AlterReplicaLogDirs), caught
+    /// up by the alter-log-dirs task; locked after `log` when both are needed.
+    future: Mutex<Option<alter_log_dirs::FutureReplica>>,
+    /// How many times the log was truncated: a future replica begun before a
+    /// truncation copied records that may no longer be the partition's, and starts over.
+    truncations: std::sync::atomic::AtomicU64,
     /// The topic's BrokerTopicMetrics, found once here so that appends and reads add to
     /// them without a lookup.
     pub topic_metrics: metrics::TopicHandle,
@@ -189,12 +198,12 @@ impl Partition {
 
     /// The index (in `log.dirs`) of the log directory the partition's log is in.
     pub fn log_dir(&self) -> usize {
-        self.dir
+        self.dir.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether the partition's log directory failed: it is offline on this broker.
     pub fn is_offline(&self) -> bool {
-        self.log_dirs.is_offline(self.dir)
+        self.log_dirs.is_offline(self.log_dir())
     }
 
     /// Runs `f` with the log locked. A poisoned lock means an earlier holder panicked in
@@ -212,6 +221,17 @@ impl Partition {
             Ok(mut log) => Ok(f(&mut log)),
             Err(_) => Err(ErrorCode::KAFKA_STORAGE_ERROR),
         }
+    }
+
+    /// The future replica, if the partition is being moved (lock after `log`).
+    fn future_lock(&self) -> std::sync::MutexGuard<'_, Option<alter_log_dirs::FutureReplica>> {
+        self.future.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The replica being moved to another log directory, if any (AlterReplicaLogDirs):
+    /// its directory's index, its size and how far it is behind the current log.
+    pub fn future_replica(&self) -> Option<(usize, u64, i64)> {
+        alter_log_dirs::future_of(self)
     }
 
     /// Marks the partition deleted once its log's current user is done (see `deleted`).
@@ -388,6 +408,10 @@ pub struct ReplicaManager {
     /// controller (AssignReplicasToDirs): topic id and directory id by partition.
     pending_assignments: Mutex<BTreeMap<TopicPartition, (Uuid, Uuid)>>,
     assignments_added: tokio::sync::Notify,
+    /// Where AlterReplicaLogDirs asked for a partition not hosted yet to be created.
+    preferred_dirs: Mutex<HashMap<TopicPartition, usize>>,
+    /// Wakes the alter-log-dirs task when a move starts.
+    alter_log_dirs_added: tokio::sync::Notify,
     /// Liveness of the registered brokers (ISR eligibility, KIP-841).
     broker_statuses: RwLock<Arc<BTreeMap<i32, isr::BrokerStatus>>>,
     local_broker_epoch: std::sync::atomic::AtomicI64,
@@ -512,6 +536,7 @@ impl ReplicaManager {
                 }
             })
             .collect();
+        alter_log_dirs::recover_moves(&dirs.iter().map(|d| d.path.clone()).collect::<Vec<_>>());
         let (located, duplicates) = locate_logs(&log_dirs);
         let rm = Self {
             log_dirs,
@@ -519,6 +544,8 @@ impl ReplicaManager {
             duplicates,
             pending_assignments: Mutex::new(BTreeMap::new()),
             assignments_added: tokio::sync::Notify::new(),
+            preferred_dirs: Mutex::new(HashMap::new()),
+            alter_log_dirs_added: tokio::sync::Notify::new(),
             broker_statuses: RwLock::new(Arc::new(BTreeMap::new())),
             local_broker_epoch: std::sync::atomic::AtomicI64::new(-1),
             replica_lag_time_max_ms,
@@ -600,7 +627,7 @@ impl ReplicaManager {
         context: std::fmt::Arguments<'_>,
         error: &dyn std::fmt::Display,
     ) {
-        self.dir_failed(partition.dir, context, error);
+        self.dir_failed(partition.log_dir(), context, error);
     }
 
     /// A write in log directory `dir` failed: it goes offline (see `log_dir_failure`).
@@ -645,6 +672,16 @@ impl ReplicaManager {
             self.fetchers.remove_partition(&tp);
             *p.leader_state() = None;
             self.appended.notify(&tp);
+        }
+        // A move into a failed directory stops (its future replica is dropped as it is).
+        for (_, p) in self.partitions() {
+            let failed_future = p
+                .future_lock()
+                .as_ref()
+                .is_some_and(|f| self.log_dir_failure.is_offline(f.dir));
+            if failed_future {
+                *p.future_lock() = None;
+            }
         }
     }
 
@@ -713,6 +750,14 @@ impl ReplicaManager {
             }
             return Ok(Placement { dir, exists: true });
         }
+        let preferred = self
+            .preferred_dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(tp);
+        if let Some(dir) = preferred.filter(|d| !offline(*d)) {
+            return Ok(Placement { dir, exists: false });
+        }
         if let Some(dir) = self.log_dirs.iter().position(|d| d.id == assigned) {
             if !directory_id::reserved(assigned) {
                 if offline(dir) {
@@ -764,7 +809,7 @@ impl ReplicaManager {
             if p.topic_id == topic_id {
                 if p.is_offline() {
                     return Err(BrokerError::LogDirOffline(
-                        self.log_dir_path(p.dir).display().to_string(),
+                        self.log_dir_path(p.log_dir()).display().to_string(),
                     ));
                 }
                 return Ok(p);
@@ -857,8 +902,10 @@ impl ReplicaManager {
     ) -> Result<Arc<Partition>, BrokerError> {
         let partition = Arc::new(Partition {
             topic_id,
-            dir,
+            dir: std::sync::atomic::AtomicUsize::new(dir),
             log_dirs: self.log_dir_failure.clone(),
+            future: Mutex::new(None),
+            truncations: std::sync::atomic::AtomicU64::new(0),
             topic_metrics: metrics::global().topics.topic(&tp.topic),
             log: Mutex::new(log),
             deleted: std::sync::atomic::AtomicBool::new(false),
@@ -1098,6 +1145,8 @@ impl ReplicaManager {
             };
             if target < leo {
                 tracing::info!(%tp, from = leo, to = target, "truncating follower log by leader epoch");
+                p.truncations
+                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 log.truncate_to(target, self.now()).map_err(|e| {
                     self.log_dir_failed(&p, format_args!("truncation of {tp}"), &e);
                     e.to_string()
@@ -1191,6 +1240,8 @@ impl ReplicaManager {
         p.with_log(|log| {
             if leader_log_start_offset >= 0 && log.log_end_offset() < leader_log_start_offset {
                 tracing::info!(%tp, start = leader_log_start_offset, "follower behind the leader's log start; starting over");
+                p.truncations
+                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 log.truncate_fully_and_start_at(leader_log_start_offset, self.now())
                     .map(|_| true)
                     .map_err(|e| {
@@ -1311,9 +1362,10 @@ impl ReplicaManager {
             // none writes to a directory being removed (which would fail the whole log
             // directory) or to a new log made under the same name.
             partition.mark_deleted();
+            self.drop_future(&partition);
             let offline = partition.is_offline();
             let dir = self
-                .log_dir_path(partition.dir)
+                .log_dir_path(partition.log_dir())
                 .join(partition_dir_name(&tp.topic, tp.partition));
             drop(partition);
             self.located
@@ -1976,7 +2028,7 @@ impl ReplicaManager {
             .collect();
         // Each close only writes files (no fsync), several partitions at a time.
         let closed = for_each_owned(partitions, |(tp, p)| {
-            let dir = p.dir;
+            let dir = p.log_dir();
             let result = match Arc::try_unwrap(p) {
                 Ok(p) => match p.log.into_inner() {
                     Ok(log) => log.close(),
@@ -2198,7 +2250,11 @@ fn read_partition(
             // batch found by a read is not an I/O failure and stays this fetch's error.
             if let ReadError::Io(storage) = &e {
                 if storage.io_error().is_some() {
-                    failure.maybe_add_offline_log_dir(partition.dir, &format!("read of {tp}"), &e);
+                    failure.maybe_add_offline_log_dir(
+                        partition.log_dir(),
+                        &format!("read of {tp}"),
+                        &e,
+                    );
                 }
             }
             Err((ErrorCode::KAFKA_STORAGE_ERROR, Some(offsets)))
@@ -2743,5 +2799,185 @@ mod tests {
             e.contains("t-0") && e.contains("two log directories"),
             "{e}"
         );
+    }
+
+    /// Steps every move until none is left (the alter-log-dirs task's loop, inline).
+    fn finish_moves(rm: &ReplicaManager) {
+        for _ in 0..1000 {
+            let moving = rm.moving_partitions();
+            if moving.is_empty() {
+                return;
+            }
+            for (tp, p) in moving {
+                rm.alter_log_dir_step(&tp, &p);
+            }
+        }
+        panic!("moves never finished");
+    }
+
+    fn read_values(rm: &ReplicaManager, tp: &TopicPartition) -> Vec<(i64, Vec<u8>)> {
+        let mut out = Vec::new();
+        let end = rm.offsets(tp).unwrap().high_watermark;
+        let mut offset = 0;
+        while offset < end {
+            let r = rm.read(tp, offset, 1 << 20, true).unwrap();
+            assert!(!r.records.is_empty());
+            for batch in rill_protocol::records::RecordBatch::iter(r.records) {
+                let batch = batch.unwrap();
+                for rec in batch.records(1 << 20).unwrap() {
+                    out.push((rec.offset, rec.value.unwrap().to_vec()));
+                }
+                offset = batch.next_offset();
+            }
+        }
+        out
+    }
+
+    fn value_record(v: &str) -> Bytes {
+        let mut builder = RecordBatchBuilder::new(CompressionType::None, 0);
+        builder
+            .append(0, Some(b"k"), Some(v.as_bytes()), &[])
+            .unwrap();
+        builder.build().unwrap()
+    }
+
+    #[test]
+    fn a_replica_moves_to_another_log_directory_while_it_takes_writes() {
+        let root = tempfile::tempdir().unwrap();
+        let rm = jbod_manager(root.path(), 2);
+        let cs = changes(1, 3);
+        rm.open_logs(&cs);
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        let tp = &cs[0].tp;
+        let from = rm.get(tp).unwrap().log_dir();
+        let to = 1 - from;
+        for i in 0..3000 {
+            rm.append(tp, &value_record(&format!("v{i}"))).unwrap();
+        }
+        let dest = root.path().join(format!("d{to}"));
+        assert_eq!(
+            rm.alter_replica_log_dir(tp, "/nowhere"),
+            ErrorCode::LOG_DIR_NOT_FOUND
+        );
+        assert_eq!(
+            rm.alter_replica_log_dir(&TopicPartition::new("other", 0), dest.to_str().unwrap()),
+            ErrorCode::REPLICA_NOT_AVAILABLE
+        );
+        assert_eq!(
+            rm.alter_replica_log_dir(tp, dest.to_str().unwrap()),
+            ErrorCode::NONE
+        );
+        let p = rm.get(tp).unwrap();
+        // Writes go on while the future catches up, step by step.
+        let mut i = 3000;
+        for _ in 0..5 {
+            rm.alter_log_dir_step(tp, &p);
+            for _ in 0..100 {
+                rm.append(tp, &value_record(&format!("v{i}"))).unwrap();
+                i += 1;
+            }
+            if let Some((dir, size, _lag)) = p.future_replica() {
+                assert_eq!(dir, to);
+                assert!(size > 0);
+            }
+        }
+        finish_moves(&rm);
+        assert_eq!(rm.get(tp).unwrap().log_dir(), to);
+        assert!(p.future_replica().is_none());
+        let name = partition_dir_name(&tp.topic, tp.partition);
+        assert!(dest.join(&name).is_dir());
+        let source = root.path().join(format!("d{from}"));
+        let left: Vec<_> = std::fs::read_dir(&source)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("t-"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        // Every record at its offset, the epochs kept, and it takes writes there.
+        let values = read_values(&rm, tp);
+        assert_eq!(values.len(), i);
+        for (n, (offset, value)) in values.iter().enumerate() {
+            assert_eq!(
+                (*offset, value.as_slice()),
+                (n as i64, format!("v{n}").as_bytes())
+            );
+        }
+        let epoch = p.with_log(|l| l.latest_epoch()).unwrap();
+        assert_eq!(epoch, Some(3));
+        rm.append(tp, &value_record("after")).unwrap();
+        // Reported to the controller with the new directory's id.
+        let pending = rm.pending_assignments();
+        assert!(pending
+            .iter()
+            .any(|(t, _, id)| t == tp && *id == Uuid::from_u64_pair(100, to as u64 + 1)));
+        rm.shutdown();
+        let rm = jbod_manager(root.path(), 2);
+        rm.open_logs(&cs);
+        assert_eq!(rm.get(tp).unwrap().log_dir(), to);
+        // Reopened where it moved to, with everything.
+        assert_eq!(rm.offsets(tp).map(|o| o.log_end_offset), Ok(i as i64 + 1));
+    }
+
+    #[test]
+    fn a_start_settles_a_move_that_a_crash_cut_anywhere() {
+        let root = tempfile::tempdir().unwrap();
+        let setup = |current: Option<usize>, future: Option<usize>, delete: Option<usize>| {
+            let _ = std::fs::remove_dir_all(root.path());
+            for d in 0..2 {
+                std::fs::create_dir_all(root.path().join(format!("d{d}"))).unwrap();
+            }
+            let id = "0123456789abcdef0123456789abcdef";
+            let make = |dir: usize, name: String, content: &str| {
+                let path = root.path().join(format!("d{dir}")).join(name);
+                std::fs::create_dir_all(&path).unwrap();
+                std::fs::write(path.join("which"), content).unwrap();
+            };
+            if let Some(d) = current {
+                make(d, "t-0".into(), "current");
+            }
+            if let Some(d) = future {
+                make(d, format!("t-0.{id}-future"), "future");
+            }
+            if let Some(d) = delete {
+                make(d, format!("t-0.{id}-delete"), "old");
+            }
+        };
+        let which = || {
+            let mut found = Vec::new();
+            for d in 0..2 {
+                for e in std::fs::read_dir(root.path().join(format!("d{d}")))
+                    .unwrap()
+                    .flatten()
+                {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    if name.starts_with("t-0") {
+                        let content = std::fs::read_to_string(e.path().join("which")).unwrap();
+                        found.push((d, name, content));
+                    }
+                }
+            }
+            found
+        };
+        let settled = |expect_dir: usize, expect: &str| {
+            let rm = jbod_manager(root.path(), 2);
+            rm.check_log_dirs().unwrap();
+            assert_eq!(
+                which(),
+                vec![(expect_dir, "t-0".to_string(), expect.to_string())]
+            );
+        };
+        // Killed while copying: the future goes, the current log stays.
+        setup(Some(0), Some(1), None);
+        settled(0, "current");
+        // Killed between the two renames: the complete future becomes the log.
+        setup(None, Some(1), Some(0));
+        settled(1, "future");
+        // Killed after both: the old log goes.
+        setup(Some(1), None, Some(0));
+        settled(1, "current");
+        // Only the old log left (its future gone): it is the log again.
+        setup(None, None, Some(0));
+        settled(0, "old");
     }
 }

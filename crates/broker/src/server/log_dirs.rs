@@ -1,5 +1,9 @@
 //! DescribeLogDirs: the log directories of this broker (`log.dirs`), what each holds and
-//! how full its volume is (`kafka-log-dirs.sh --describe`, `Admin.describeLogDirs`).
+//! how full its volume is (`kafka-log-dirs.sh --describe`, `Admin.describeLogDirs`); a
+//! replica being moved shows in its destination as the future replica
+//! (`is_future_key`). AlterReplicaLogDirs: moving replicas between them
+//! (`kafka-reassign-partitions.sh` with `log_dirs`, `Admin.alterReplicaLogDirs`); the move
+//! itself is the replica manager's (`replica_manager::alter_log_dirs`).
 //!
 //! As in Kafka, a directory that failed is reported with KAFKA_STORAGE_ERROR and no
 //! topics;
@@ -9,6 +13,10 @@
 
 use std::collections::BTreeMap;
 
+use rill_protocol::generated::alter_replica_log_dirs_request::AlterReplicaLogDirsRequest;
+use rill_protocol::generated::alter_replica_log_dirs_response::{
+    AlterReplicaLogDirPartitionResult, AlterReplicaLogDirTopicResult, AlterReplicaLogDirsResponse,
+};
 use rill_protocol::generated::describe_log_dirs_request::DescribeLogDirsRequest;
 use rill_protocol::generated::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResponse, DescribeLogDirsResult, DescribeLogDirsTopic,
@@ -52,6 +60,22 @@ impl Broker {
                     is_future_key: false,
                     ..Default::default()
                 });
+            // A replica being moved shows in its destination too, as the future replica,
+            // its lag how far it is behind the current log (Kafka's `isFuture`).
+            if let Some((dir, size, lag)) = partition.future_replica() {
+                if let Some(topics) = by_dir.get_mut(dir) {
+                    topics
+                        .entry(tp.topic.clone())
+                        .or_default()
+                        .push(DescribeLogDirsPartition {
+                            partition_index: tp.partition,
+                            partition_size: i64::try_from(size).unwrap_or(i64::MAX),
+                            offset_lag: lag,
+                            is_future_key: true,
+                            ..Default::default()
+                        });
+                }
+            }
         }
         let failures = self.replicas.log_dir_failure();
         let results = self
@@ -107,6 +131,42 @@ impl Broker {
             })
             .collect();
         DescribeLogDirsResponse {
+            results,
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn handle_alter_replica_log_dirs(
+        &self,
+        request: AlterReplicaLogDirsRequest,
+    ) -> AlterReplicaLogDirsResponse {
+        let mut results: Vec<AlterReplicaLogDirTopicResult> = Vec::new();
+        for dir in &request.dirs {
+            for topic in &dir.topics {
+                let partitions = topic.partitions.iter().map(|&partition_index| {
+                    let tp = rill_storage::TopicPartition::new(topic.name.clone(), partition_index);
+                    let code = self.replicas.alter_replica_log_dir(&tp, &dir.path);
+                    AlterReplicaLogDirPartitionResult {
+                        partition_index,
+                        error_code: code.code(),
+                        ..Default::default()
+                    }
+                });
+                // One result per topic, as Kafka groups them.
+                match results.iter_mut().find(|r| r.topic_name == topic.name) {
+                    Some(r) => r.partitions.extend(partitions),
+                    None => {
+                        let partitions = partitions.collect();
+                        results.push(AlterReplicaLogDirTopicResult {
+                            topic_name: topic.name.clone(),
+                            partitions,
+                            ..Default::default()
+                        });
+                    }
+                }
+            }
+        }
+        AlterReplicaLogDirsResponse {
             results,
             ..Default::default()
         }

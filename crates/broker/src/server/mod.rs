@@ -90,6 +90,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::UnregisterBroker, 0, 0),
+    (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::UpdateFeatures, 0, 2),
@@ -313,6 +314,9 @@ impl Broker {
             }
             RequestBody::UnregisterBroker(r) => respond!(self.handle_unregister_broker(r).await),
             RequestBody::DescribeLogDirs(r) => respond!(self.handle_describe_log_dirs(r)),
+            RequestBody::AlterReplicaLogDirs(r) => {
+                respond!(self.handle_alter_replica_log_dirs(r))
+            }
             RequestBody::DescribeQuorum(r) => respond!(self.handle_describe_quorum(r).await),
             RequestBody::DescribeTopicPartitions(r) => {
                 respond!(self.handle_describe_topic_partitions(r))
