@@ -2289,13 +2289,16 @@ impl BrokerConfig {
                 .trim()
                 .to_string()
         };
-        if roles.controller && !listed {
+        if roles.controller && !listed && !configured {
             return Err(BrokerError::Config(format!(
                 "node.id {node_id} is not in controller.quorum.voters ({}): a node with the \
                  controller role must be one of the voters",
                 list()
             )));
         }
+        // A controller outside the voters the cluster started with joins it (KIP-853):
+        // it follows the metadata log until AddRaftVoter (`kafka-metadata-quorum
+        // add-controller`) makes it a voter; see `shared_server::start_quorum`.
         if !roles.controller {
             if !configured {
                 return Err(BrokerError::Config(
@@ -3223,13 +3226,11 @@ mod tests {
         roles_config("controller", 3, voters).validate().unwrap();
         roles_config("broker", 4, voters).validate().unwrap();
 
-        let m = config_error(&roles_config("controller", 4, voters));
-        assert!(
-            m.contains("node.id 4 is not in controller.quorum.voters"),
-            "{m}"
-        );
-        let m = config_error(&roles_config("broker,controller", 4, voters));
-        assert!(m.contains("must be one of the voters"), "{m}");
+        // A controller outside the voters joins the quorum to be added (KIP-853).
+        roles_config("controller", 4, voters).validate().unwrap();
+        roles_config("broker,controller", 4, voters)
+            .validate()
+            .unwrap();
         let m = config_error(&roles_config("broker", 2, voters));
         assert!(
             m.contains("node.id 2 is in controller.quorum.voters"),

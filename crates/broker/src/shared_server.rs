@@ -163,8 +163,25 @@ pub(crate) async fn start_quorum(
     let quorum_dir = data_dir.join(METADATA_LOG_DIR);
     rill_metadata::set_controller_stats(std::sync::Arc::new(crate::metrics::ControllerStatsSink));
     rill_storage::flush::observe_log_flushes(crate::metrics::log_flushed);
-    let quorum = if roles.controller {
+    let quorum = if roles.controller && voters.contains_key(&own_id) {
         MetadataQuorum::start_with(own_id, voters, &quorum_dir, quorum_config).await
+    } else if roles.controller {
+        // Not one of the voters the cluster started with (KIP-853): it follows the log
+        // until AddRaftVoter makes it a voter, or is one already from an earlier start.
+        let listen = config.controller_listen_addr()?.ok_or_else(|| {
+            BrokerError::Config(
+                "a controller outside controller.quorum.voters needs a controller listener \
+                 (listeners, controller.listener.names) the voters can reach"
+                    .into(),
+            )
+        })?;
+        tracing::info!(
+            node_id = own_id,
+            %listen,
+            "not among controller.quorum.voters: joining the metadata quorum to be added as a \
+             voter (kafka-metadata-quorum add-controller)"
+        );
+        MetadataQuorum::start_controller(own_id, listen, voters, &quorum_dir, quorum_config).await
     } else {
         let listen = config.observer_listen_addr()?;
         MetadataQuorum::start_observer(own_id, listen, voters, &quorum_dir, quorum_config).await

@@ -75,6 +75,6 @@ pub use image::{
 pub use quorum::{
     parse_voters, set_controller_stats, submit_to_voters, CommittedRecords, ControllerStats,
     ImageView, MetadataQuorum, Plaintext, QuorumConfig, QuorumDescription, QuorumIo, QuorumStream,
-    QuorumTransport, ReplicaProgress, TransportFuture,
+    QuorumTransport, ReplicaProgress, TransportFuture, VoterChangeError,
 };
 pub use record::{decode_batch, encode_batch, MetadataRecord};

@@ -93,6 +93,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeQuorum, 0, 2),
+    (ApiKey::AddRaftVoter, 0, 0),
+    (ApiKey::RemoveRaftVoter, 0, 0),
     (ApiKey::UpdateFeatures, 0, 2),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     // Kafka 4.1's v1 (ListConfigResources, of every resource type) needs its 4.1 spec.
@@ -318,6 +320,8 @@ impl Broker {
                 respond!(self.handle_alter_replica_log_dirs(r))
             }
             RequestBody::DescribeQuorum(r) => respond!(self.handle_describe_quorum(r).await),
+            RequestBody::AddRaftVoter(r) => respond!(self.handle_add_raft_voter(r).await),
+            RequestBody::RemoveRaftVoter(r) => respond!(self.handle_remove_raft_voter(r).await),
             RequestBody::DescribeTopicPartitions(r) => {
                 respond!(self.handle_describe_topic_partitions(r))
             }

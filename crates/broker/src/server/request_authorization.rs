@@ -240,6 +240,20 @@ impl Broker {
                 }
                 .into()
             }),
+            RequestBody::AddRaftVoter(_) => cluster_or(a, Alter, || {
+                rill_protocol::generated::add_raft_voter_response::AddRaftVoterResponse {
+                    error_code: CAF.code(),
+                    ..Default::default()
+                }
+                .into()
+            }),
+            RequestBody::RemoveRaftVoter(_) => cluster_or(a, Alter, || {
+                rill_protocol::generated::remove_raft_voter_response::RemoveRaftVoterResponse {
+                    error_code: CAF.code(),
+                    ..Default::default()
+                }
+                .into()
+            }),
             RequestBody::DescribeQuorum(_) => cluster_or(a, Describe, || {
                 DescribeQuorumResponse {
                     error_code: CAF.code(),

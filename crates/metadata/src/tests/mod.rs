@@ -9,6 +9,7 @@ mod observer;
 mod quorum;
 mod simulation;
 mod submit;
+mod voters;
 
 use rill_protocol::{ErrorCode, Uuid};
 
