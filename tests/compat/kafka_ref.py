@@ -53,7 +53,11 @@ class KafkaBroker:
         self.heap_mb = heap_mb
         self.port = free_port()
         self.controller_port = free_port()
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # Never one that starts with '-', which kafka-storage's argument parser takes for
+        # an option (Kafka's own Uuid.randomUuid avoids them too).
+        self.cluster_id = "-"
+        while self.cluster_id.startswith("-"):
+            self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.process: subprocess.Popen | None = None
 
     @property

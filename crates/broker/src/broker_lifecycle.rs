@@ -43,6 +43,10 @@
 //!    OUT_OF_ORDER_SEQUENCE, which librdkafka reads as "the refused batches were not
 //!    written" and answers by re-sending them under a bumped epoch, storing twice any
 //!    batch that was written after all.
+//! 7. Log directories (KIP-858): the registration names the ids of the broker's online
+//!    log directories, and every heartbeat the ids of those that failed
+//!    (`offline_log_dirs`); a directory failure sends a heartbeat at once, so that the
+//!    controller moves the leaderships of its partitions away within a round trip.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -107,6 +111,7 @@ pub fn start(broker: Arc<Broker>, shutdown: watch::Receiver<bool>) -> LifecycleH
         .config
         .duration_ms("broker.session.timeout.ms")
         .unwrap_or(Duration::from_secs(9));
+    tokio::spawn(take_failed_dirs_offline(broker.clone(), shutdown.clone()));
     tokio::spawn(run(broker, shutdown, unfenced_tx, want_rx, ok_tx));
     LifecycleHandle {
         unfenced,
@@ -138,6 +143,7 @@ async fn run(
     // it holds none.
     let mut lease_until: Option<Instant> = None;
     let mut strays_removed = false;
+    let mut dir_failures = broker.replicas.log_dir_failure().changed();
     'register: loop {
         let epoch = loop {
             if *shutdown.borrow() {
@@ -171,6 +177,7 @@ async fn run(
                 current_metadata_offset: broker.image().last_offset(),
                 want_fence: false,
                 want_shut_down: shutting_down,
+                offline_log_dirs: broker.replicas.offline_log_dir_ids(),
             });
             let mut fast = true;
             let mut again_now = false;
@@ -263,6 +270,9 @@ async fn run(
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = want.changed() => {}
+                // A log directory failed: tell the controller now (KIP-858), so that it
+                // moves the leaderships of the partitions in it away.
+                _ = dir_failures.changed() => {}
                 _ = shutdown.changed() => return,
                 _ = lapse(lease_until) => {
                     lease_until = None;
@@ -271,6 +281,19 @@ async fn run(
                 }
             }
         }
+    }
+}
+
+/// Stops the work on the partitions of each log directory that fails (their fetchers,
+/// their leader state); the heartbeat reports the directory (design note, point 7).
+async fn take_failed_dirs_offline(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let mut failures = broker.replicas.log_dir_failure().changed();
+    loop {
+        tokio::select! {
+            changed = failures.changed() => if changed.is_err() { return },
+            _ = shutdown.changed() => return,
+        }
+        broker.replicas.handle_log_dir_failure();
     }
 }
 
@@ -322,6 +345,7 @@ async fn register(broker: &Broker, incarnation_id: Uuid, timeout: Duration) -> R
         incarnation_id,
         listeners: broker.endpoints.clone(),
         rack: broker.config.get("broker.rack").map(str::to_string),
+        log_dirs: broker.replicas.online_log_dir_ids(),
     });
     let result = broker
         .quorum

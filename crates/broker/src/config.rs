@@ -518,6 +518,18 @@ enum Check {
     Text,
     /// `true` or `false`, in any case (Java's `Boolean` config parsing).
     Boolean,
+    /// One of Kafka's `SslConfigs.RECONFIGURABLE_CONFIGS` without a listener prefix:
+    /// Kafka takes them per listener only (`listener.name.<l>.<key>`), and so does Rill.
+    /// Checked only when set dynamically (the static config's own key is the broker's
+    /// TLS setting).
+    ListenerPrefixOnly,
+    /// A Java class name: Rill loads no class, so only the classes Kafka ships that Rill
+    /// does the work of (its default) are taken, when set dynamically; any other is "not
+    /// found", as Kafka answers for a class it cannot load.
+    KafkaClasses(&'static [&'static str]),
+    /// Dynamic in Kafka, refused here with the reason (checked only when set
+    /// dynamically).
+    Refused(&'static str),
 }
 
 /// A broker key that is no topic's default yet changes at run time, as Kafka lists it.
@@ -627,7 +639,7 @@ pub static DYNAMIC_BROKER_KEYS: &[DynamicBrokerKey] = &[
         "replica.alter.log.dirs.io.max.bytes.per.second",
         ConfigType::Long,
         Check::AtLeast(0),
-        DynamicUse::NoEffect,
+        DynamicUse::Live,
     ),
     dynamic(
         "log.cleaner.threads",
@@ -737,6 +749,344 @@ pub static DYNAMIC_BROKER_KEYS: &[DynamicBrokerKey] = &[
         Check::Number,
         DynamicUse::NoEffect,
     ),
+    // The rest of Kafka 4.1's dynamic broker keys (`KAFKA_DYNAMIC_BROKER_KEYS`). Listener
+    // security keys without a listener prefix (Kafka's `DynamicListenerConfig`): Kafka
+    // takes them and applies them to listeners added later, never to the running ones;
+    // Rill adds no listener at run time, so they change nothing here either.
+    dynamic(
+        "sasl.enabled.mechanisms",
+        ConfigType::List,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "sasl.jaas.config",
+        ConfigType::Password,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "sasl.mechanism.inter.broker.protocol",
+        ConfigType::String,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.cipher.suites",
+        ConfigType::List,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.client.auth",
+        ConfigType::String,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.enabled.protocols",
+        ConfigType::List,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.endpoint.identification.algorithm",
+        ConfigType::String,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.keymanager.algorithm",
+        ConfigType::String,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.protocol",
+        ConfigType::String,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.provider",
+        ConfigType::String,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.secure.random.implementation",
+        ConfigType::String,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.trustmanager.algorithm",
+        ConfigType::String,
+        Check::Text,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.engine.factory.class",
+        ConfigType::String,
+        Check::KafkaClasses(&[]),
+        DynamicUse::NoEffect,
+    ),
+    // Kafka's `SslConfigs.RECONFIGURABLE_CONFIGS`: per listener only.
+    dynamic(
+        "ssl.key.password",
+        ConfigType::Password,
+        Check::ListenerPrefixOnly,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.keystore.certificate.chain",
+        ConfigType::Password,
+        Check::ListenerPrefixOnly,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.keystore.key",
+        ConfigType::Password,
+        Check::ListenerPrefixOnly,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.keystore.location",
+        ConfigType::String,
+        Check::ListenerPrefixOnly,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.keystore.password",
+        ConfigType::Password,
+        Check::ListenerPrefixOnly,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.keystore.type",
+        ConfigType::String,
+        Check::ListenerPrefixOnly,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.truststore.certificates",
+        ConfigType::Password,
+        Check::ListenerPrefixOnly,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.truststore.location",
+        ConfigType::String,
+        Check::ListenerPrefixOnly,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.truststore.password",
+        ConfigType::Password,
+        Check::ListenerPrefixOnly,
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "ssl.truststore.type",
+        ConfigType::String,
+        Check::ListenerPrefixOnly,
+        DynamicUse::NoEffect,
+    ),
+    // Kafka adds and removes listeners at run time; Rill binds its listeners at start.
+    dynamic(
+        "listeners",
+        ConfigType::List,
+        Check::Refused(LISTENERS_AT_START),
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "listener.security.protocol.map",
+        ConfigType::String,
+        Check::Refused(LISTENERS_AT_START),
+        DynamicUse::NoEffect,
+    ),
+    // Classes: Rill's own metrics (`/metrics`) and principals stand where Kafka's
+    // defaults would.
+    dynamic(
+        "metric.reporters",
+        ConfigType::List,
+        Check::KafkaClasses(&["org.apache.kafka.common.metrics.JmxReporter"]),
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "principal.builder.class",
+        ConfigType::String,
+        Check::KafkaClasses(&[
+            "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+        ]),
+        DynamicUse::NoEffect,
+    ),
+    // Tiered storage's (issue #22): Kafka takes them whether remote storage is on or
+    // not; Rill has none yet.
+    dynamic(
+        "log.local.retention.bytes",
+        ConfigType::Long,
+        Check::AtLeast(-2),
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "log.local.retention.ms",
+        ConfigType::Long,
+        Check::AtLeast(-2),
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "remote.fetch.max.wait.ms",
+        ConfigType::Int,
+        Check::AtLeast(1),
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "remote.list.offsets.request.timeout.ms",
+        ConfigType::Long,
+        Check::AtLeast(1),
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "remote.log.index.file.cache.total.size.bytes",
+        ConfigType::Long,
+        Check::AtLeast(1),
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "remote.log.manager.copier.thread.pool.size",
+        ConfigType::Int,
+        Check::AtLeast(1),
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "remote.log.manager.copy.max.bytes.per.second",
+        ConfigType::Long,
+        Check::AtLeast(1),
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "remote.log.manager.expiration.thread.pool.size",
+        ConfigType::Int,
+        Check::AtLeast(1),
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "remote.log.manager.fetch.max.bytes.per.second",
+        ConfigType::Long,
+        Check::AtLeast(1),
+        DynamicUse::NoEffect,
+    ),
+    dynamic(
+        "remote.log.reader.threads",
+        ConfigType::Int,
+        Check::AtLeast(1),
+        DynamicUse::NoEffect,
+    ),
+];
+
+/// Why `listeners` and `listener.security.protocol.map` are refused at run time.
+const LISTENERS_AT_START: &str = "Rill opens its listeners at start only: change them in \
+     the broker's config file and restart it";
+
+/// Every broker key Kafka 4.1.2 describes as changeable at run time (`read_only` false in
+/// its DescribeConfigs of a broker; `DynamicBrokerConfig.AllDynamicConfigs`), from the
+/// reference broker of `tests/compat` (its kafka-diff scenario `broker_configs` compares
+/// the two brokers' flags for these keys). Each is dynamic in Rill too
+/// ([`is_dynamic_broker_config`], a test checks): applied live, or taken and described as
+/// Kafka describes it where it tunes something Rill does not have (`DynamicUse`), or —
+/// `listeners` and `listener.security.protocol.map` alone — refused with the reason.
+pub const KAFKA_DYNAMIC_BROKER_KEYS: &[&str] = &[
+    "background.threads",
+    "compression.gzip.level",
+    "compression.lz4.level",
+    "compression.type",
+    "compression.zstd.level",
+    "listener.security.protocol.map",
+    "listeners",
+    "log.cleaner.backoff.ms",
+    "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.delete.retention.ms",
+    "log.cleaner.io.buffer.load.factor",
+    "log.cleaner.io.buffer.size",
+    "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.max.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.min.compaction.lag.ms",
+    "log.cleaner.threads",
+    "log.cleanup.policy",
+    "log.flush.interval.messages",
+    "log.flush.interval.ms",
+    "log.index.interval.bytes",
+    "log.index.size.max.bytes",
+    "log.local.retention.bytes",
+    "log.local.retention.ms",
+    "log.message.timestamp.after.max.ms",
+    "log.message.timestamp.before.max.ms",
+    "log.message.timestamp.type",
+    "log.preallocate",
+    "log.retention.bytes",
+    "log.retention.ms",
+    "log.roll.jitter.ms",
+    "log.roll.ms",
+    "log.segment.bytes",
+    "log.segment.delete.delay.ms",
+    "max.connection.creation.rate",
+    "max.connections",
+    "max.connections.per.ip",
+    "max.connections.per.ip.overrides",
+    "message.max.bytes",
+    "metric.reporters",
+    "min.insync.replicas",
+    "num.io.threads",
+    "num.network.threads",
+    "num.recovery.threads.per.data.dir",
+    "num.replica.fetchers",
+    "principal.builder.class",
+    "producer.id.expiration.ms",
+    "remote.fetch.max.wait.ms",
+    "remote.list.offsets.request.timeout.ms",
+    "remote.log.index.file.cache.total.size.bytes",
+    "remote.log.manager.copier.thread.pool.size",
+    "remote.log.manager.copy.max.bytes.per.second",
+    "remote.log.manager.expiration.thread.pool.size",
+    "remote.log.manager.fetch.max.bytes.per.second",
+    "remote.log.reader.threads",
+    "sasl.enabled.mechanisms",
+    "sasl.jaas.config",
+    "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.principal.to.local.rules",
+    "sasl.kerberos.service.name",
+    "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.ticket.renew.window.factor",
+    "sasl.login.refresh.buffer.seconds",
+    "sasl.login.refresh.min.period.seconds",
+    "sasl.login.refresh.window.factor",
+    "sasl.login.refresh.window.jitter",
+    "sasl.mechanism.inter.broker.protocol",
+    "ssl.cipher.suites",
+    "ssl.client.auth",
+    "ssl.enabled.protocols",
+    "ssl.endpoint.identification.algorithm",
+    "ssl.engine.factory.class",
+    "ssl.key.password",
+    "ssl.keymanager.algorithm",
+    "ssl.keystore.certificate.chain",
+    "ssl.keystore.key",
+    "ssl.keystore.location",
+    "ssl.keystore.password",
+    "ssl.keystore.type",
+    "ssl.protocol",
+    "ssl.provider",
+    "ssl.secure.random.implementation",
+    "ssl.trustmanager.algorithm",
+    "ssl.truststore.certificates",
+    "ssl.truststore.location",
+    "ssl.truststore.password",
+    "ssl.truststore.type",
+    "transaction.partition.verification.enable",
+    "unclean.leader.election.enable",
 ];
 
 /// Kafka's `log.cleaner.io.max.bytes.per.second` default, `Double.MaxValue` as Java
@@ -810,7 +1160,8 @@ pub fn validate_broker_config(key: &str, value: &str) -> Result<(), String> {
         Check::PerIpOverrides => {
             parse_per_ip_overrides(v).map_err(|e| invalid(&e))?;
         }
-        Check::Text => {}
+        // Refusals of a dynamic update only (`refuse_dynamic_update`).
+        Check::Text | Check::ListenerPrefixOnly | Check::KafkaClasses(_) | Check::Refused(_) => {}
         Check::Boolean => {
             if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") {
                 return Err(invalid("Expected value to be either true or false"));
@@ -829,6 +1180,7 @@ pub fn validate_broker_change_of(
     current: Option<&str>,
 ) -> Result<(), String> {
     validate_broker_config(key, value)?;
+    refuse_dynamic_update(key, value)?;
     let (Some(d), Ok(new), Some(Ok(old))) = (
         dynamic_broker_key(key),
         value.trim().parse::<i64>(),
@@ -849,6 +1201,37 @@ pub fn validate_broker_change_of(
         Check::CleanerThreads if new > old.saturating_mul(2) => Err(format!(
             "Log cleaner threads cannot be increased to more than double the current value {old}"
         )),
+        _ => Ok(()),
+    }
+}
+
+/// What a dynamic update may not set, whatever the value's form: the checks a static
+/// config does not make (see [`Check::ListenerPrefixOnly`], [`Check::KafkaClasses`],
+/// [`Check::Refused`]), with Kafka's messages where Kafka refuses too.
+fn refuse_dynamic_update(key: &str, value: &str) -> Result<(), String> {
+    let Some(d) = dynamic_broker_key(key) else {
+        return Ok(());
+    };
+    match d.check {
+        Check::ListenerPrefixOnly => Err(format!(
+            "These security configs can be dynamically updated only per-listener using the \
+             listener prefix: HashSet({key})"
+        )),
+        Check::KafkaClasses(known) => {
+            let unknown = value
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .find(|c| !known.contains(c));
+            match unknown {
+                Some(class) => Err(format!(
+                    "Invalid value {value} for configuration {key}: Class {class} could not be \
+                     found."
+                )),
+                None => Ok(()),
+            }
+        }
+        Check::Refused(why) => Err(format!("Cannot update {key} dynamically: {why}")),
         _ => Ok(()),
     }
 }
@@ -1100,6 +1483,8 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("log.cleaner.dedupe.buffer.size", "134217728"),
     ("log.cleaner.io.max.bytes.per.second", CLEANER_IO_UNBOUNDED),
     ("log.dirs", "./rill-data"),
+    // Empty: the first of `log.dirs` (Kafka's default, null, means the same).
+    ("metadata.log.dir", ""),
     ("log.retention.check.interval.ms", "300000"),
     ("max.connection.creation.rate", "2147483647"),
     ("max.connections", "2147483647"),
@@ -1197,6 +1582,38 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("sasl.login.refresh.min.period.seconds", "60"),
     ("sasl.login.refresh.window.factor", "0.8"),
     ("sasl.login.refresh.window.jitter", "0.05"),
+    // Kafka's defaults of the dynamic keys Rill takes but has no use for (see
+    // `DYNAMIC_BROKER_KEYS`), so that DescribeConfigs shows what Kafka's does.
+    ("log.local.retention.bytes", "-2"),
+    ("log.local.retention.ms", "-2"),
+    (
+        "metric.reporters",
+        "org.apache.kafka.common.metrics.JmxReporter",
+    ),
+    (
+        "principal.builder.class",
+        "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+    ),
+    ("remote.fetch.max.wait.ms", "500"),
+    ("remote.list.offsets.request.timeout.ms", "30000"),
+    ("remote.log.index.file.cache.total.size.bytes", "1073741824"),
+    ("remote.log.manager.copier.thread.pool.size", "10"),
+    (
+        "remote.log.manager.copy.max.bytes.per.second",
+        "9223372036854775807",
+    ),
+    ("remote.log.manager.expiration.thread.pool.size", "10"),
+    (
+        "remote.log.manager.fetch.max.bytes.per.second",
+        "9223372036854775807",
+    ),
+    ("remote.log.reader.threads", "10"),
+    ("ssl.cipher.suites", ""),
+    ("ssl.enabled.protocols", "TLSv1.2,TLSv1.3"),
+    ("ssl.endpoint.identification.algorithm", "https"),
+    ("ssl.keymanager.algorithm", "SunX509"),
+    ("ssl.protocol", "TLSv1.3"),
+    ("ssl.trustmanager.algorithm", "PKIX"),
 ];
 
 /// Broker keys Rill reads that have no default of their own (unset means "not given").
@@ -1210,6 +1627,15 @@ const KEYS_WITHOUT_DEFAULT: &[&str] = &[
     "console.listener.name",
     // Kafka's default is null (see `DYNAMIC_BROKER_KEYS`).
     "sasl.kerberos.service.name",
+    "sasl.jaas.config",
+    "ssl.engine.factory.class",
+    "ssl.keystore.certificate.chain",
+    "ssl.keystore.key",
+    "ssl.keystore.password",
+    "ssl.provider",
+    "ssl.secure.random.implementation",
+    "ssl.truststore.certificates",
+    "ssl.truststore.password",
     // The authorizer's own keys (Kafka passes them to it; they are no KafkaConfig).
     "allow.everyone.if.no.acl.found",
     "broker.rack",
@@ -1879,13 +2305,16 @@ impl BrokerConfig {
                 .trim()
                 .to_string()
         };
-        if roles.controller && !listed {
+        if roles.controller && !listed && !configured {
             return Err(BrokerError::Config(format!(
                 "node.id {node_id} is not in controller.quorum.voters ({}): a node with the \
                  controller role must be one of the voters",
                 list()
             )));
         }
+        // A controller outside the voters the cluster started with joins it (KIP-853):
+        // it follows the metadata log until AddRaftVoter (`kafka-metadata-quorum
+        // add-controller`) makes it a voter; see `shared_server::start_quorum`.
         if !roles.controller {
             if !configured {
                 return Err(BrokerError::Config(
@@ -2004,9 +2433,43 @@ impl BrokerConfig {
         Ok(ms)
     }
 
+    /// The node's own directory: where `meta.properties` says who it is and the metadata
+    /// log lives (Kafka's `metadata.log.dir`, by default the first of `log.dirs`).
     pub fn data_dir(&self) -> PathBuf {
+        self.metadata_log_dir()
+    }
+
+    /// `log.dirs`: the log directories partitions are placed in (JBOD), in order.
+    pub fn log_dirs(&self) -> Vec<PathBuf> {
         let raw = self.get("log.dirs").unwrap_or("./rill-data");
-        PathBuf::from(raw.split(',').next().unwrap_or(raw).trim())
+        let dirs: Vec<PathBuf> = raw
+            .split(',')
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        if dirs.is_empty() {
+            vec![PathBuf::from("./rill-data")]
+        } else {
+            dirs
+        }
+    }
+
+    /// `metadata.log.dir`, else the first of `log.dirs`.
+    pub fn metadata_log_dir(&self) -> PathBuf {
+        match self.get("metadata.log.dir").map(str::trim) {
+            Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+            _ => self.log_dirs().swap_remove(0),
+        }
+    }
+
+    /// Every directory the node writes and locks: `metadata.log.dir` first, then the
+    /// other `log.dirs` in order.
+    pub fn all_dirs(&self) -> Vec<PathBuf> {
+        let metadata = self.metadata_log_dir();
+        let mut dirs = vec![metadata.clone()];
+        dirs.extend(self.log_dirs().into_iter().filter(|d| *d != metadata));
+        dirs
     }
 
     /// The authorizer `authorizer.class.name` names, configured by `super.users` and
@@ -2181,6 +2644,15 @@ impl BrokerConfig {
             }
         }
         self.node_id()?;
+        let dirs = self.log_dirs();
+        for (i, d) in dirs.iter().enumerate() {
+            if dirs[..i].contains(d) {
+                return Err(BrokerError::Config(format!(
+                    "log.dirs names {} twice",
+                    d.display()
+                )));
+            }
+        }
         let roles = self.process_roles()?;
         // A controller-only node opens no client listener, so it needs none.
         if roles.broker {
@@ -2325,6 +2797,24 @@ mod tests {
         assert_eq!(c.listen_addr().unwrap().to_string(), "127.0.0.1:9092");
         assert_eq!(c.data_dir(), PathBuf::from("./rill-data"));
         assert_eq!(c.get("log.retention.ms"), Some("604800000"));
+    }
+
+    #[test]
+    fn several_log_dirs_and_the_metadata_log_dir() {
+        let mut c = BrokerConfig::default();
+        c.set("log.dirs", "/a, /b,/c");
+        let dirs = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        assert_eq!(c.log_dirs(), dirs(&["/a", "/b", "/c"]));
+        assert_eq!(c.metadata_log_dir(), PathBuf::from("/a"));
+        assert_eq!(c.all_dirs(), dirs(&["/a", "/b", "/c"]));
+        c.set("metadata.log.dir", "/m");
+        assert_eq!(c.data_dir(), PathBuf::from("/m"));
+        assert_eq!(c.all_dirs(), dirs(&["/m", "/a", "/b", "/c"]));
+        c.set("metadata.log.dir", "/b");
+        assert_eq!(c.all_dirs(), dirs(&["/b", "/a", "/c"]));
+        c.validate().unwrap();
+        c.set("log.dirs", "/a,/b,/a");
+        assert!(c.validate().unwrap_err().to_string().contains("twice"));
     }
 
     #[test]
@@ -2695,7 +3185,13 @@ mod tests {
         assert!(is_dynamic_broker_config(
             "listener.name.internal.ssl.truststore.location"
         ));
-        assert!(!is_dynamic_broker_config("ssl.keystore.location"));
+        // Without the prefix Kafka describes them as dynamic but takes them per listener
+        // only, and says so.
+        assert!(
+            validate_broker_change_of("ssl.keystore.location", "/k.pem", None)
+                .unwrap_err()
+                .contains("can be dynamically updated only per-listener using the listener prefix")
+        );
         assert!(!is_dynamic_broker_config(
             "listener.name.ssl.ssl.client.auth"
         ));
@@ -2752,7 +3248,13 @@ mod tests {
         c.set("log.cleaner.io.max.bytes.per.second", "2000000");
         let cleaner = cleaner_config(&c, &rill_metadata::MetadataImage::default(), 1);
         assert_eq!(cleaner.io_max_bytes_per_second, 2e6);
-        assert!(validate_broker_config("listeners", "x")
+        // Kafka adds listeners at run time; Rill refuses, and says why.
+        assert!(
+            validate_broker_change_of("listeners", "PLAINTEXT://127.0.0.1:1", None)
+                .unwrap_err()
+                .contains("Rill opens its listeners at start only")
+        );
+        assert!(validate_broker_config("log.dirs", "/x")
             .unwrap_err()
             .contains("Cannot update these configs dynamically"));
     }
@@ -2812,13 +3314,11 @@ mod tests {
         roles_config("controller", 3, voters).validate().unwrap();
         roles_config("broker", 4, voters).validate().unwrap();
 
-        let m = config_error(&roles_config("controller", 4, voters));
-        assert!(
-            m.contains("node.id 4 is not in controller.quorum.voters"),
-            "{m}"
-        );
-        let m = config_error(&roles_config("broker,controller", 4, voters));
-        assert!(m.contains("must be one of the voters"), "{m}");
+        // A controller outside the voters joins the quorum to be added (KIP-853).
+        roles_config("controller", 4, voters).validate().unwrap();
+        roles_config("broker,controller", 4, voters)
+            .validate()
+            .unwrap();
         let m = config_error(&roles_config("broker", 2, voters));
         assert!(
             m.contains("node.id 2 is in controller.quorum.voters"),

@@ -39,7 +39,7 @@ impl ControllerServer {
     /// controller event loop. Returns once the quorum listener is up; it does not wait
     /// for an election, which needs a majority of the voters.
     pub async fn start(config: BrokerConfig) -> Result<Self, BrokerError> {
-        let lock = Arc::new(DataDirLock::acquire(&config.data_dir())?);
+        let lock = Arc::new(DataDirLock::acquire_all(&config.all_dirs())?);
         Self::start_with_lock(config, lock).await
     }
 

@@ -1,5 +1,6 @@
-//! The exclusive lock on the data directory (Kafka's `.lock` in every log directory),
-//! which keeps a second server off a directory that one is already writing.
+//! The exclusive locks on the node's directories (Kafka's `.lock` in every log
+//! directory), which keep a second server off a directory that one is already writing:
+//! every path of `log.dirs` and `metadata.log.dir`.
 //!
 //! # Design note
 //!
@@ -8,16 +9,17 @@
 //! while the other is still writing, so that the next start skips recovery of a torn
 //! tail. Kafka's `LogManager.lockLogDirs` refuses to start instead; so does this.
 //!
-//! 1. Before anything in the directory is read or written, [`DataDirLock::acquire`]
-//!    creates the directory if needed, opens (never truncates before locking) `.lock`
-//!    and takes `flock(LOCK_EX | LOCK_NB)` on it.
+//! 1. Before anything in the directories is read or written, [`DataDirLock::acquire_all`]
+//!    creates each directory if needed, opens (never truncates before locking) its
+//!    `.lock` and takes `flock(LOCK_EX | LOCK_NB)` on it, in the configured order; a
+//!    refusal releases the ones already taken.
 //! 2. When another open file holds the lock the start fails with
 //!    [`BrokerError::DataDirLocked`], naming the directory and the PID that the holder
 //!    wrote into the file.
 //! 3. Once locked it replaces the file's contents with this process's PID (only a
 //!    holder writes the file, so a reader never sees a half-written PID of a live
 //!    holder for long, and a wrong one only makes the message less helpful).
-//! 4. The lock lives as long as the returned value; the node keeps it until the process
+//! 4. The locks live as long as the returned value; the node keeps it until the process
 //!    exits.
 //!
 //! # Why it is correct
@@ -25,8 +27,8 @@
 //! `flock` locks belong to the open file description, and the kernel drops them when
 //! the last descriptor of it closes, which includes every way a process ends (`kill -9`
 //! too), so a stale `.lock` left behind never blocks a start and needs no clean-up.
-//! The metadata log (`__cluster_metadata`) lives inside the data directory, so the one
-//! lock covers every file this process writes. A lock taken a second time in the same
+//! The metadata log (`__cluster_metadata`) lives inside `metadata.log.dir` and every
+//! partition log in one of `log.dirs`, so the locks cover every file this process writes. A lock taken a second time in the same
 //! process through a fresh `open` is refused as well (a new open file description),
 //! which is what the unit test checks. `flock` is advisory: it keeps out other Rill
 //! processes, not someone's `rm`.
@@ -47,63 +49,86 @@ pub const LOCK_FILE: &str = ".lock";
 /// the read of a file that someone filled with something else.
 const PID_TEXT_MAX_BYTES: u64 = 32;
 
-/// The held lock on one data directory; dropping it releases the lock.
+/// The held locks on the node's directories; dropping it releases them.
 #[derive(Debug)]
 pub struct DataDirLock {
-    dir: PathBuf,
-    /// Whether the directory held nothing (but possibly a `.lock`) when it was locked:
+    dirs: Vec<PathBuf>,
+    /// Whether every directory held nothing (but possibly a `.lock`) when it was locked:
     /// a first start, as opposed to one after an unclean shutdown.
     was_new: bool,
-    // Kept open only to hold the lock: closing it releases the lock.
-    _file: File,
+    // Kept open only to hold the locks: closing them releases the locks.
+    _files: Vec<File>,
 }
 
 impl DataDirLock {
     /// Creates `dir` if it does not exist and locks it (see the module's design note).
     pub fn acquire(dir: &Path) -> Result<Self, BrokerError> {
-        std::fs::create_dir_all(dir).map_err(|e| BrokerError::io(dir.display(), e))?;
-        let path = dir.join(LOCK_FILE);
-        let io = |e: std::io::Error| BrokerError::io(path.display(), e);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io)?;
-        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(Errno::WOULDBLOCK) => {
-                return Err(BrokerError::DataDirLocked {
-                    dir: dir.display().to_string(),
-                    pid: holder_pid(&mut file),
-                });
-            }
-            Err(e) => return Err(io(e.into())),
+        Self::acquire_all(&[dir.to_path_buf()])
+    }
+
+    /// Locks every directory of `dirs`, in order (see the module's design note).
+    pub fn acquire_all(dirs: &[PathBuf]) -> Result<Self, BrokerError> {
+        let mut files = Vec::with_capacity(dirs.len());
+        let mut was_new = true;
+        for dir in dirs {
+            let (file, new) = lock_one(dir)?;
+            files.push(file);
+            was_new &= new;
         }
-        // Read only now that no other process can be creating files in it.
-        let was_new = is_empty_but_lock(dir).map_err(|e| BrokerError::io(dir.display(), e))?;
-        let pid = std::process::id();
-        file.set_len(0).map_err(io)?;
-        file.seek(SeekFrom::Start(0)).map_err(io)?;
-        // No fsync: the PID only helps the message of a refused start while this
-        // process runs; after a crash the file's contents do not matter.
-        file.write_all(format!("{pid}\n").as_bytes()).map_err(io)?;
         Ok(Self {
-            dir: dir.to_path_buf(),
+            dirs: dirs.to_vec(),
             was_new,
-            _file: file,
+            _files: files,
         })
     }
 
+    /// The first directory locked: the metadata log's, as the callers order them.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dirs.first().map_or(Path::new(""), PathBuf::as_path)
     }
 
-    /// Whether the directory was empty when locked: a brand-new data directory.
+    /// Every directory locked, in order.
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    /// Whether the directories were empty when locked: a brand-new node.
     pub fn was_new(&self) -> bool {
         self.was_new
     }
+}
+
+/// Locks one directory: its open lock file, and whether it held nothing else.
+fn lock_one(dir: &Path) -> Result<(File, bool), BrokerError> {
+    std::fs::create_dir_all(dir).map_err(|e| BrokerError::io(dir.display(), e))?;
+    let path = dir.join(LOCK_FILE);
+    let io = |e: std::io::Error| BrokerError::io(path.display(), e);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(Errno::WOULDBLOCK) => {
+            return Err(BrokerError::DataDirLocked {
+                dir: dir.display().to_string(),
+                pid: holder_pid(&mut file),
+            });
+        }
+        Err(e) => return Err(io(e.into())),
+    }
+    // Read only now that no other process can be creating files in it.
+    let was_new = is_empty_but_lock(dir).map_err(|e| BrokerError::io(dir.display(), e))?;
+    let pid = std::process::id();
+    file.set_len(0).map_err(io)?;
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    // No fsync: the PID only helps the message of a refused start while this
+    // process runs; after a crash the file's contents do not matter.
+    file.write_all(format!("{pid}\n").as_bytes()).map_err(io)?;
+    Ok((file, was_new))
 }
 
 /// The PID the holder wrote into the lock file, if the file holds one.
@@ -150,7 +175,20 @@ mod tests {
             message.contains(&format!("pid {}", std::process::id())),
             "{message}"
         );
+        // One locked directory among others refuses the whole set.
+        let other = dir.path().join("other");
+        assert!(matches!(
+            DataDirLock::acquire_all(&[other.clone(), data.clone()]),
+            Err(BrokerError::DataDirLocked { .. })
+        ));
         drop(held);
+        let both = DataDirLock::acquire_all(&[data.clone(), other.clone()]).unwrap();
+        assert_eq!(both.dirs(), &[data.clone(), other.clone()]);
+        assert!(matches!(
+            DataDirLock::acquire(&other),
+            Err(BrokerError::DataDirLocked { .. })
+        ));
+        drop(both);
         // Released with the descriptor; a directory with only the lock file is still new.
         let again = DataDirLock::acquire(&data).unwrap();
         assert!(again.was_new());

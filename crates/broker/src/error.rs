@@ -19,6 +19,9 @@ pub enum BrokerError {
     /// The broker is closing its logs and opens no more.
     #[error("the broker is shutting down")]
     ShuttingDown,
+    /// The partition's log directory failed: it is offline on this broker (KIP-858).
+    #[error("log directory {0} is offline")]
+    LogDirOffline(String),
 }
 
 impl BrokerError {

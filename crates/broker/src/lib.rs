@@ -97,7 +97,7 @@ impl Server {
     /// Locks the data directory first (see [`data_dir_lock`]); use
     /// [`Server::start_with_lock`] to hold the lock beyond the server's life.
     pub async fn start(config: BrokerConfig) -> Result<Self, BrokerError> {
-        let lock = Arc::new(DataDirLock::acquire(&config.data_dir())?);
+        let lock = Arc::new(DataDirLock::acquire_all(&config.all_dirs())?);
         Self::start_with_lock(config, lock).await
     }
 
@@ -126,8 +126,13 @@ impl Server {
             ));
         }
         let node_id = config.node_id()?;
-        let data_dir = config.data_dir();
         let (quorum, cluster_id) = start_quorum(&config, roles).await?;
+        // Every log directory's `meta.properties`, with its directory id (KIP-858).
+        let log_dir_paths = config.log_dirs();
+        let log_dir_ids =
+            meta_properties::load_or_create_log_dirs(&log_dir_paths, &cluster_id, node_id)?;
+        let metadata_log_dir = config.metadata_log_dir();
+        let metadata_dir_index = log_dir_paths.iter().position(|d| *d == metadata_log_dir);
         let controller_addr = quorum.local_addr();
         let quorum = Arc::new(quorum);
         shared_server::apply_bootstrap_scram(&config, &quorum)?;
@@ -205,7 +210,19 @@ impl Server {
         };
         let lag_ms = config.duration_ms("replica.lag.time.max.ms")?;
         let lag_ms = i64::try_from(lag_ms.as_millis()).unwrap_or(i64::MAX);
-        let (replicas, alter_partition_rx) = ReplicaManager::new(&data_dir, fetcher_config, lag_ms);
+        let log_dirs = log_dir_paths
+            .into_iter()
+            .zip(log_dir_ids)
+            .map(|(path, id)| replication::replica_manager::LogDirConfig { path, id })
+            .collect();
+        let (replicas, alter_partition_rx) = ReplicaManager::with_log_dirs(
+            log_dirs,
+            metadata_dir_index,
+            fetcher_config,
+            lag_ms,
+            replication::replica_manager::wall_clock(),
+        );
+        replicas.check_log_dirs()?;
         log_data_dir(&data_dir_lock, Some(replicas.previous_shutdown()));
         let replicas = Arc::new(replicas);
         let group_config = config.group_config()?;
@@ -274,6 +291,25 @@ impl Server {
                     .unwrap_or(DEFAULT_PRODUCER_ID_EXPIRATION_MS)
             }),
             log_manager_config,
+            rx.clone(),
+        );
+        replication::assignments::start(broker.clone(), broker.replicas.clone(), rx.clone());
+        let weak_broker = Arc::downgrade(&broker);
+        replication::replica_manager::alter_log_dirs::start(
+            broker.replicas.clone(),
+            Box::new(move || {
+                let b = weak_broker.upgrade()?;
+                config::broker_config_value(
+                    &b.config,
+                    &b.image(),
+                    b.node_id,
+                    "replica.alter.log.dirs.io.max.bytes.per.second",
+                )
+                .and_then(|(v, _)| v.trim().parse::<i64>().ok())
+                .filter(|l| (0..i64::MAX).contains(l))
+                .map(|l| l as f64)
+            }),
+            replication_windows,
             rx.clone(),
         );
         alter_partition::start(
@@ -360,7 +396,7 @@ pub enum Node {
 impl Node {
     /// Starts what `process.roles` asks for; the default (both) is [`Server::start`].
     pub async fn start(config: BrokerConfig) -> Result<Node, BrokerError> {
-        let lock = Arc::new(DataDirLock::acquire(&config.data_dir())?);
+        let lock = Arc::new(DataDirLock::acquire_all(&config.all_dirs())?);
         Self::start_with_lock(config, lock).await
     }
 

@@ -13,7 +13,9 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use rill_protocol::Uuid;
 
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
@@ -31,6 +33,21 @@ pub fn stored_node_id(data_dir: &Path) -> Result<Option<i32>, BrokerError> {
 struct MetaProperties {
     cluster_id: String,
     node_id: i32,
+    /// KIP-858's `directory.id`; absent in files written before it.
+    directory_id: Option<Uuid>,
+}
+
+impl MetaProperties {
+    fn text(&self) -> String {
+        let mut text = format!(
+            "version=1\ncluster.id={}\nnode.id={}\n",
+            self.cluster_id, self.node_id
+        );
+        if let Some(id) = self.directory_id {
+            text.push_str(&format!("directory.id={id}\n"));
+        }
+        text
+    }
 }
 
 /// The `meta.properties` of `data_dir`, `None` when there is none yet. A file that
@@ -64,10 +81,124 @@ fn read(data_dir: &Path) -> Result<Option<MetaProperties>, BrokerError> {
         Some(id) if !id.is_empty() => id.clone(),
         _ => return Err(unreadable("it has no cluster.id")),
     };
+    let directory_id = match props.get("directory.id") {
+        None => None,
+        Some(v) => Some(
+            v.parse::<Uuid>()
+                .ok()
+                .filter(|id| !rill_metadata::directory_id::reserved(*id))
+                .ok_or_else(|| unreadable(&format!("its directory.id {v:?} is no directory id")))?,
+        ),
+    };
     Ok(Some(MetaProperties {
         cluster_id,
         node_id,
+        directory_id,
     }))
+}
+
+/// Writes `props` to `dir`'s file atomically and durably.
+fn write(dir: &Path, props: &MetaProperties) -> Result<(), BrokerError> {
+    let path = dir.join(FILE);
+    let tmp = path.with_extension("properties.tmp");
+    let text = props.text();
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(|e| BrokerError::io(path.display(), e))
+}
+
+/// A new directory id (Kafka's `DirectoryId.random`): never one of the reserved ids, nor
+/// one whose text starts with a dash (which a command line would take for an option).
+fn random_directory_id() -> Uuid {
+    loop {
+        let id = Uuid(*uuid::Uuid::new_v4().as_bytes());
+        if !rill_metadata::directory_id::reserved(id) && !id.to_string().starts_with('-') {
+            return id;
+        }
+    }
+}
+
+/// The directory ids of `dirs` (each of `log.dirs`), in order: each directory's
+/// `meta.properties` is checked against this node's cluster id and node id, and written
+/// (or given its `directory.id`) when it lacks one. Called once the metadata log's
+/// directory has its file ([`load_or_create`]).
+pub fn load_or_create_log_dirs(
+    dirs: &[PathBuf],
+    cluster_id: &str,
+    node_id: i32,
+) -> Result<Vec<Uuid>, BrokerError> {
+    let mut ids: Vec<Uuid> = Vec::with_capacity(dirs.len());
+    for dir in dirs {
+        std::fs::create_dir_all(dir).map_err(|e| BrokerError::io(dir.display(), e))?;
+        let props = match read(dir)? {
+            Some(stored) => {
+                check_owner(dir, &stored, cluster_id, node_id)?;
+                match stored.directory_id {
+                    Some(_) => stored,
+                    None => {
+                        let with_id = MetaProperties {
+                            directory_id: Some(random_directory_id()),
+                            ..stored
+                        };
+                        write(dir, &with_id)?;
+                        with_id
+                    }
+                }
+            }
+            None => {
+                let new = MetaProperties {
+                    cluster_id: cluster_id.to_string(),
+                    node_id,
+                    directory_id: Some(random_directory_id()),
+                };
+                write(dir, &new)?;
+                new
+            }
+        };
+        let id = props.directory_id.unwrap_or_else(random_directory_id);
+        if let Some(i) = ids.iter().position(|other| *other == id) {
+            return Err(BrokerError::Config(format!(
+                "{} and {} have the same directory.id {id} in {FILE}: one is a copy of the \
+                 other; move the copy aside",
+                dirs[i].display(),
+                dir.display()
+            )));
+        }
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
+/// Refuses a directory another node or another cluster wrote.
+fn check_owner(
+    dir: &Path,
+    stored: &MetaProperties,
+    cluster_id: &str,
+    node_id: i32,
+) -> Result<(), BrokerError> {
+    if stored.node_id != node_id {
+        return Err(BrokerError::Config(format!(
+            "{} belongs to node {}, but this is node {node_id}: a data directory \
+             serves the node it was first started as (start with --node-id {}, or \
+             give this node its own --data-dir)",
+            dir.display(),
+            stored.node_id,
+            stored.node_id
+        )));
+    }
+    if stored.cluster_id != cluster_id {
+        return Err(BrokerError::Config(format!(
+            "{} belongs to cluster {}, but this node is in cluster {cluster_id}",
+            dir.display(),
+            stored.cluster_id
+        )));
+    }
+    Ok(())
 }
 
 /// Returns the cluster id of `data_dir`, creating `meta.properties` on the first start.
@@ -77,20 +208,12 @@ pub fn load_or_create(
     node_id: i32,
     voters: &BTreeMap<u64, SocketAddr>,
 ) -> Result<String, BrokerError> {
-    let path = data_dir.join(FILE);
     match read(data_dir)? {
         Some(stored) => {
             if stored.node_id != node_id {
-                return Err(BrokerError::Config(format!(
-                    "{} belongs to node {}, but this is node {node_id}: a data directory \
-                     serves the node it was first started as (start with --node-id {}, or \
-                     give this node its own --data-dir)",
-                    data_dir.display(),
-                    stored.node_id,
-                    stored.node_id
-                )));
+                check_owner(data_dir, &stored, &stored.cluster_id, node_id)?;
             }
-            let cluster_id = stored.cluster_id;
+            let cluster_id = stored.cluster_id.clone();
             if let Some(configured) = config.get("cluster.id") {
                 if configured != cluster_id {
                     return Err(BrokerError::Config(format!(
@@ -108,16 +231,14 @@ pub fn load_or_create(
                 None if voters.len() > 1 || voters_configured(config) => derived_cluster_id(voters),
                 None => base64_id(*uuid::Uuid::new_v4().as_bytes()),
             };
-            let text = format!("version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n");
-            let tmp = path.with_extension("properties.tmp");
-            let write = || -> std::io::Result<()> {
-                let mut f = std::fs::File::create(&tmp)?;
-                f.write_all(text.as_bytes())?;
-                f.sync_all()?;
-                std::fs::rename(&tmp, &path)?;
-                std::fs::File::open(data_dir)?.sync_all()
-            };
-            write().map_err(|e| BrokerError::io(path.display(), e))?;
+            write(
+                data_dir,
+                &MetaProperties {
+                    cluster_id: cluster_id.clone(),
+                    node_id,
+                    directory_id: Some(random_directory_id()),
+                },
+            )?;
             Ok(cluster_id)
         }
     }
@@ -237,5 +358,47 @@ mod tests {
         let controller = load_or_create(a.path(), &config, 1, &voters(1)).unwrap();
         let broker = load_or_create(b.path(), &config, 2, &voters(1)).unwrap();
         assert_eq!(controller, broker);
+    }
+
+    #[test]
+    fn every_log_dir_gets_its_own_directory_id_once() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs: Vec<PathBuf> = (0..3).map(|i| root.path().join(format!("d{i}"))).collect();
+        let config = BrokerConfig::default();
+        std::fs::create_dir_all(&dirs[0]).unwrap();
+        let cluster = load_or_create(&dirs[0], &config, 4, &voters(1)).unwrap();
+        let ids = load_or_create_log_dirs(&dirs, &cluster, 4).unwrap();
+        assert_eq!(ids.len(), 3);
+        assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
+        assert_eq!(load_or_create_log_dirs(&dirs, &cluster, 4).unwrap(), ids);
+        let text = std::fs::read_to_string(dirs[2].join(FILE)).unwrap();
+        assert!(text.contains(&format!("directory.id={}", ids[2])), "{text}");
+        assert!(text.contains(&format!("cluster.id={cluster}")), "{text}");
+        assert!(text.contains("node.id=4"), "{text}");
+
+        // A file from before directory ids gets one; the rest of it is kept.
+        std::fs::write(
+            dirs[1].join(FILE),
+            format!("version=1\ncluster.id={cluster}\nnode.id=4\n"),
+        )
+        .unwrap();
+        let again = load_or_create_log_dirs(&dirs, &cluster, 4).unwrap();
+        assert_eq!((again[0], again[2]), (ids[0], ids[2]));
+        assert_ne!(again[1], ids[1]);
+
+        // Another node's directory, another cluster's, or a copy are refused.
+        let e = load_or_create_log_dirs(&dirs, &cluster, 5)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("belongs to node 4"), "{e}");
+        let e = load_or_create_log_dirs(&dirs, "other", 4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("belongs to cluster"), "{e}");
+        std::fs::copy(dirs[0].join(FILE), dirs[2].join(FILE)).unwrap();
+        let e = load_or_create_log_dirs(&dirs, &cluster, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("same directory.id"), "{e}");
     }
 }

@@ -271,10 +271,15 @@ fn follower_throttle(broker: &Broker, image: &MetadataImage) -> ThrottleSettings
 
 /// Logs a partition the publisher could not act on. Refusals because the broker is
 /// shutting down are expected (the controlled shutdown's own leadership changes arrive
-/// while the logs are being closed) and are logged at debug level only.
+/// while the logs are being closed), and so are those of a partition whose log directory
+/// failed: both are logged at debug level only.
 fn report_failure(tp: &rill_metadata::TopicPartition, what: &str, e: &crate::error::BrokerError) {
     if matches!(e, crate::error::BrokerError::ShuttingDown) {
         tracing::debug!(topic = %tp.topic, partition = tp.partition, "{what}: shutting down");
+    } else if matches!(e, crate::error::BrokerError::LogDirOffline(_)) {
+        // Said once, when the directory failed; every later update of its partitions
+        // is ignored here, as Kafka ignores those of its offline partitions.
+        tracing::debug!(topic = %tp.topic, partition = tp.partition, error = %e, "{what}");
     } else {
         tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "{what}");
     }
@@ -291,32 +296,38 @@ fn changed_topic_configs(old: &MetadataImage, new: &MetadataImage) -> Vec<String
         .collect()
 }
 
-/// Deletes partition directories that the metadata does not place on this broker: what
-/// a crash between a topic's deletion (or a reassignment away) and the removal of its
-/// logs leaves behind. Called only once this broker has caught up with the metadata log,
+/// Deletes partition directories that the metadata does not place on this broker, in
+/// every online log directory: what a crash between a topic's deletion (or a
+/// reassignment away) and the removal of its logs leaves behind. Called only once this broker has caught up with the metadata log,
 /// so that a log is never taken for a stray because the image was behind. Directories
 /// whose names are not partition names (the metadata log among them) are left alone.
 pub fn remove_stray_partitions(broker: &Broker) {
     let image = broker.image();
-    let data_dir = broker.config.data_dir();
-    let Ok(entries) = std::fs::read_dir(&data_dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name == METADATA_LOG_DIR {
+    let failures = broker.replicas.log_dir_failure().clone();
+    for (index, log_dir) in broker.replicas.log_dirs().into_iter().enumerate() {
+        // A failed directory is not written to again, not even to remove from it.
+        if failures.is_offline(index) {
             continue;
         }
-        let Ok(tp) = rill_storage::parse_partition_dir_name(&name) else {
+        let Ok(entries) = std::fs::read_dir(&log_dir.path) else {
             continue;
         };
-        let hosted = image
-            .partition(&tp.topic, tp.partition)
-            .is_some_and(|p| p.replicas.contains(&broker.node_id));
-        if !hosted && entry.path().is_dir() && broker.replicas.get(&tp).is_none() {
-            tracing::warn!(dir = %entry.path().display(), "removing a log the metadata does not place here");
-            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
-                tracing::error!(dir = %entry.path().display(), error = %e, "removal failed");
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == METADATA_LOG_DIR {
+                continue;
+            }
+            let Ok(tp) = rill_storage::parse_partition_dir_name(&name) else {
+                continue;
+            };
+            let hosted = image
+                .partition(&tp.topic, tp.partition)
+                .is_some_and(|p| p.replicas.contains(&broker.node_id));
+            if !hosted && entry.path().is_dir() && broker.replicas.get(&tp).is_none() {
+                tracing::warn!(dir = %entry.path().display(), "removing a log the metadata does not place here");
+                if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                    tracing::error!(dir = %entry.path().display(), error = %e, "removal failed");
+                }
             }
         }
     }

@@ -19,11 +19,18 @@ pub(crate) fn check_lock_is_for(
     config: &BrokerConfig,
     lock: &DataDirLock,
 ) -> Result<(), BrokerError> {
-    if lock.dir() != config.data_dir() {
+    let dirs = config.all_dirs();
+    if lock.dirs() != dirs.as_slice() {
+        let show = |d: &[std::path::PathBuf]| {
+            d.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
         return Err(BrokerError::Config(format!(
-            "the lock held is on {}, but log.dirs is {}",
-            lock.dir().display(),
-            config.data_dir().display()
+            "the locks held are on {}, but log.dirs and metadata.log.dir name {}",
+            show(lock.dirs()),
+            show(&dirs)
         )));
     }
     Ok(())
@@ -36,7 +43,12 @@ pub(crate) fn log_data_dir(
     lock: &DataDirLock,
     previous_shutdown: Option<rill_storage::PreviousShutdown>,
 ) {
-    let dir = lock.dir().display();
+    let dir = lock
+        .dirs()
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     if lock.was_new() {
         tracing::info!(%dir, "data directory is new");
     } else if let Some(previous_shutdown) = previous_shutdown {
@@ -92,6 +104,7 @@ pub(crate) async fn resolve_node_id(mut config: BrokerConfig) -> Result<BrokerCo
                 security_protocol: 0,
             }],
             rack: config.get("broker.rack").map(str::to_string),
+            log_dirs: vec![],
         },
     );
     let transport = crate::network::controller_channel::ControllerTransport::from_config(&config)?;
@@ -150,8 +163,25 @@ pub(crate) async fn start_quorum(
     let quorum_dir = data_dir.join(METADATA_LOG_DIR);
     rill_metadata::set_controller_stats(std::sync::Arc::new(crate::metrics::ControllerStatsSink));
     rill_storage::flush::observe_log_flushes(crate::metrics::log_flushed);
-    let quorum = if roles.controller {
+    let quorum = if roles.controller && voters.contains_key(&own_id) {
         MetadataQuorum::start_with(own_id, voters, &quorum_dir, quorum_config).await
+    } else if roles.controller {
+        // Not one of the voters the cluster started with (KIP-853): it follows the log
+        // until AddRaftVoter makes it a voter, or is one already from an earlier start.
+        let listen = config.controller_listen_addr()?.ok_or_else(|| {
+            BrokerError::Config(
+                "a controller outside controller.quorum.voters needs a controller listener \
+                 (listeners, controller.listener.names) the voters can reach"
+                    .into(),
+            )
+        })?;
+        tracing::info!(
+            node_id = own_id,
+            %listen,
+            "not among controller.quorum.voters: joining the metadata quorum to be added as a \
+             voter (kafka-metadata-quorum add-controller)"
+        );
+        MetadataQuorum::start_controller(own_id, listen, voters, &quorum_dir, quorum_config).await
     } else {
         let listen = config.observer_listen_addr()?;
         MetadataQuorum::start_observer(own_id, listen, voters, &quorum_dir, quorum_config).await

@@ -51,6 +51,9 @@ pub enum ControllerEvent {
     CreateDelegationToken(crate::delegation_tokens::CreateDelegationTokenRequest),
     RenewDelegationToken(crate::delegation_tokens::ChangeDelegationTokenRequest),
     ExpireDelegationToken(crate::delegation_tokens::ChangeDelegationTokenRequest),
+    /// AssignReplicasToDirs (KIP-858): the log directories a broker placed its replicas
+    /// in.
+    AssignReplicasToDirs(AssignReplicasToDirsRequest),
 }
 
 /// What the controller decided: records to append to the metadata log (in this order,
@@ -89,6 +92,7 @@ pub enum ControllerResponse {
     CreateDelegationToken(crate::delegation_tokens::CreateDelegationTokenResponse),
     /// A renewal's or an expiry's answer.
     ChangeDelegationToken(crate::delegation_tokens::DelegationTokenExpiryResponse),
+    AssignReplicasToDirs(AssignReplicasToDirsResponse),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -205,6 +209,9 @@ pub struct BrokerRegistrationRequest {
     pub incarnation_id: Uuid,
     pub listeners: Vec<Endpoint>,
     pub rack: Option<String>,
+    /// The ids of the broker's online log directories (KIP-858; Kafka's `LogDirs`).
+    #[serde(with = "uuid_list")]
+    pub log_dirs: Vec<Uuid>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -227,6 +234,47 @@ pub struct BrokerHeartbeatRequest {
     pub want_fence: bool,
     /// The broker wants to shut down: the controller moves its leaderships away first.
     pub want_shut_down: bool,
+    /// Log directories that failed on the broker (KIP-858): the controller moves the
+    /// leaderships of the replicas in them away and takes them out of their ISRs.
+    #[serde(with = "uuid_list")]
+    pub offline_log_dirs: Vec<Uuid>,
+}
+
+/// AssignReplicasToDirs: where a broker placed replicas (Kafka's
+/// `AssignReplicasToDirsRequest`, flattened).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AssignReplicasToDirsRequest {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+    pub assignments: Vec<ReplicaDirAssignment>,
+}
+
+/// One replica of the requesting broker and the log directory it is in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaDirAssignment {
+    #[serde(with = "UuidDef")]
+    pub topic_id: Uuid,
+    pub partition: i32,
+    #[serde(with = "UuidDef")]
+    pub directory: Uuid,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AssignReplicasToDirsResponse {
+    /// STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED for the whole request.
+    #[serde(with = "ErrorCodeDef")]
+    pub error_code: ErrorCode,
+    /// Per assignment, in request order.
+    pub results: Vec<ReplicaDirAssignmentResult>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaDirAssignmentResult {
+    #[serde(with = "UuidDef")]
+    pub topic_id: Uuid,
+    pub partition: i32,
+    #[serde(with = "ErrorCodeDef")]
+    pub error_code: ErrorCode,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -460,6 +508,24 @@ pub struct SubmitResult {
 #[derive(Serialize, Deserialize)]
 #[serde(remote = "Uuid")]
 struct UuidDef(pub [u8; 16]);
+
+/// serde's view of a list of [`Uuid`]s.
+mod uuid_list {
+    use rill_protocol::Uuid;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(list: &[Uuid], s: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<[u8; 16]> = list.iter().map(|u| u.0).collect();
+        bytes.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Uuid>, D::Error> {
+        Ok(Vec::<[u8; 16]>::deserialize(d)?
+            .into_iter()
+            .map(Uuid)
+            .collect())
+    }
+}
 
 /// serde's view of [`ErrorCode`]: the Kafka code number.
 #[derive(Serialize, Deserialize)]

@@ -193,33 +193,33 @@ impl<'a> Scratch<'a> {
 
 /// How a new leader may be chosen for one partition change.
 #[derive(Clone, Copy)]
-struct Election {
+pub(crate) struct Election {
     /// Move leadership to the preferred replica if it is a live ISR member.
-    preferred: bool,
+    pub(crate) preferred: bool,
     /// Fall back to an out-of-sync live replica.
-    unclean: bool,
+    pub(crate) unclean: bool,
     /// Re-name the current leader even if it stays, to bump the leader epoch
     /// (replicas removed by a reassignment must see a new epoch).
-    bump_epoch: bool,
+    pub(crate) bump_epoch: bool,
 }
 
-const REGULAR: Election = Election {
+pub(crate) const REGULAR: Election = Election {
     preferred: false,
     unclean: false,
     bump_epoch: false,
 };
 
 /// The target state of one partition; [`change_record`] turns it into a record.
-struct Target {
-    replicas: Vec<i32>,
-    isr: Vec<i32>,
+pub(crate) struct Target {
+    pub(crate) replicas: Vec<i32>,
+    pub(crate) isr: Vec<i32>,
     adding: Vec<i32>,
     removing: Vec<i32>,
     recovery_state: Option<i8>,
 }
 
 impl Target {
-    fn from(p: &PartitionRegistration) -> Self {
+    pub(crate) fn from(p: &PartitionRegistration) -> Self {
         Self {
             replicas: p.replicas.clone(),
             isr: p.isr.clone(),
@@ -231,8 +231,11 @@ impl Target {
 }
 
 /// The record that moves `current` to `target`, electing a leader among the brokers
-/// `eligible` accepts; `None` when nothing changes.
-fn change_record(
+/// `eligible` accepts whose replica's log directory is online (KIP-858); `None` when
+/// nothing changes. A new replica's directory is where the controller places it
+/// ([`MetadataImage::default_dir`]).
+pub(crate) fn change_record(
+    image: &MetadataImage,
     topic_id: Uuid,
     partition_id: i32,
     current: &PartitionRegistration,
@@ -240,6 +243,12 @@ fn change_record(
     eligible: &dyn Fn(i32) -> bool,
     election: Election,
 ) -> Option<PartitionChangeRecord> {
+    let eligible = |b: i32| {
+        eligible(b)
+            && image
+                .broker(b)
+                .is_none_or(|r| r.has_online_dir(current.directory(b)))
+    };
     let in_isr = |b: i32, isr: &[i32]| isr.contains(&b) && eligible(b);
     let mut leader = None;
     if election.preferred {
@@ -283,6 +292,19 @@ fn change_record(
         changed = true;
     }
     if target.replicas != current.replicas {
+        record.directories = Some(
+            target
+                .replicas
+                .iter()
+                .map(|b| {
+                    if current.replicas.contains(b) {
+                        current.directory(*b)
+                    } else {
+                        image.default_dir(*b)
+                    }
+                })
+                .collect(),
+        );
         record.replicas = Some(target.replicas);
         changed = true;
     }
@@ -551,6 +573,9 @@ impl QuorumController {
             ControllerEvent::ExpireDelegationToken(r) => {
                 crate::delegation_tokens::expire(&self.config.delegation_tokens, r, image, unix_ms)
             }
+            ControllerEvent::AssignReplicasToDirs(r) => {
+                crate::directories::assign_replicas_to_dirs(r, image)
+            }
         }
     }
 
@@ -756,7 +781,7 @@ impl QuorumController {
                         ..REGULAR
                     };
                     if let Some(r) =
-                        change_record(t.id, *pid, p, Target::from(p), &eligible, election)
+                        change_record(image, t.id, *pid, p, Target::from(p), &eligible, election)
                     {
                         changes.push(r);
                     }
@@ -773,6 +798,17 @@ impl QuorumController {
     /// lead whatever its registration says, because the caller is about to fence it or
     /// put it in controlled shutdown.
     fn remove_from_partitions(&self, s: &mut Scratch<'_>, broker: i32) {
+        self.remove_from_partitions_where(s, broker, &|_| true);
+    }
+
+    /// [`Self::remove_from_partitions`] for the partitions `which` selects only (those
+    /// whose replica on `broker` sits in a log directory that failed, KIP-858).
+    pub(crate) fn remove_from_partitions_where(
+        &self,
+        s: &mut Scratch<'_>,
+        broker: i32,
+        which: &dyn Fn(&PartitionRegistration) -> bool,
+    ) {
         let mut changes = Vec::new();
         {
             let image = s.image();
@@ -783,13 +819,18 @@ impl QuorumController {
                     if p.leader != broker && !p.isr.contains(&broker) {
                         continue;
                     }
+                    if !which(p) {
+                        continue;
+                    }
                     let mut target = Target::from(p);
                     let isr: Vec<i32> = p.isr.iter().copied().filter(|b| *b != broker).collect();
                     if !isr.is_empty() {
                         target.isr = isr;
                     }
                     let election = Election { unclean, ..REGULAR };
-                    if let Some(r) = change_record(t.id, *pid, p, target, &eligible, election) {
+                    if let Some(r) =
+                        change_record(image, t.id, *pid, p, target, &eligible, election)
+                    {
                         changes.push(r);
                     }
                 }
@@ -818,7 +859,7 @@ impl QuorumController {
                     }
                     let election = Election { unclean, ..REGULAR };
                     if let Some(r) =
-                        change_record(t.id, *pid, p, Target::from(p), &eligible, election)
+                        change_record(image, t.id, *pid, p, Target::from(p), &eligible, election)
                     {
                         changes.push(r);
                     }
@@ -895,6 +936,7 @@ impl QuorumController {
             rack: req.rack,
             fenced: true,
             in_controlled_shutdown: false,
+            log_dirs: req.log_dirs,
             ..Default::default()
         }));
         self.last_contact_ms.insert(broker_id, now_ms);
@@ -933,6 +975,14 @@ impl QuorumController {
         }
         self.last_contact_ms.insert(req.broker_id, now_ms);
         self.heard_from.insert(req.broker_id);
+        if !req.offline_log_dirs.is_empty() {
+            crate::directories::handle_directories_offline(
+                self,
+                &mut s,
+                &broker,
+                &req.offline_log_dirs,
+            );
+        }
         let caught_up = req.current_metadata_offset >= broker.epoch;
         if req.want_shut_down {
             if !broker.fenced && !broker.in_controlled_shutdown {
@@ -1172,10 +1222,12 @@ impl QuorumController {
                 .filter(|b| s.image().is_live(*b))
                 .collect();
             let leader = isr.first().copied().unwrap_or(NO_LEADER);
+            let directories = replicas.iter().map(|b| s.image().default_dir(*b)).collect();
             s.emit(MetadataRecord::Partition(PartitionRecord {
                 partition_id: first_partition + i32::try_from(i).unwrap_or(i32::MAX),
                 topic_id,
                 replicas: replicas.clone(),
+                directories,
                 isr,
                 leader,
                 leader_epoch: 0,
@@ -1397,9 +1449,12 @@ impl QuorumController {
             }
             // A replica joins the ISR only if it is live, and at the incarnation the
             // leader saw catch up (a restarted broker must catch up again).
-            let ok = image
-                .broker(*b)
-                .is_some_and(|r| r.is_live() && (*epoch == -1 || *epoch == r.epoch));
+            // And only from an online log directory (KIP-858).
+            let ok = image.broker(*b).is_some_and(|r| {
+                r.is_live()
+                    && (*epoch == -1 || *epoch == r.epoch)
+                    && r.has_online_dir(p.directory(*b))
+            });
             if !ok {
                 return ErrorCode::INELIGIBLE_REPLICA;
             }
@@ -1415,7 +1470,8 @@ impl QuorumController {
         let topic_id = topic.id;
         let pid = data.partition_index;
         let eligible = |b: i32| image.is_live(b) || b == broker_id;
-        let Some(record) = change_record(topic_id, pid, p, target, &eligible, REGULAR) else {
+        let Some(record) = change_record(image, topic_id, pid, p, target, &eligible, REGULAR)
+        else {
             return ErrorCode::NONE;
         };
         s.emit(MetadataRecord::PartitionChange(record));
@@ -1465,7 +1521,7 @@ impl QuorumController {
             bump_epoch: true,
             ..REGULAR
         };
-        if let Some(r) = change_record(topic_id, pid, p, target, &eligible, election) {
+        if let Some(r) = change_record(image, topic_id, pid, p, target, &eligible, election) {
             s.emit(MetadataRecord::PartitionChange(r));
         }
     }
@@ -1516,7 +1572,15 @@ impl QuorumController {
                             preferred: true,
                             ..REGULAR
                         };
-                        let r = change_record(t.id, pid, p, Target::from(p), &eligible, election);
+                        let r = change_record(
+                            image,
+                            t.id,
+                            pid,
+                            p,
+                            Target::from(p),
+                            &eligible,
+                            election,
+                        );
                         let moved = r
                             .as_ref()
                             .is_some_and(|r| Some(r.leader) == p.preferred_leader());
@@ -1535,7 +1599,15 @@ impl QuorumController {
                             unclean: true,
                             ..REGULAR
                         };
-                        match change_record(t.id, pid, p, Target::from(p), &eligible, election) {
+                        match change_record(
+                            image,
+                            t.id,
+                            pid,
+                            p,
+                            Target::from(p),
+                            &eligible,
+                            election,
+                        ) {
                             Some(r) if r.leader != NO_LEADER && r.leader != NO_LEADER_CHANGE => {
                                 (ErrorCode::NONE, Some(r))
                             }
@@ -1630,7 +1702,7 @@ impl QuorumController {
                 bump_epoch: true,
                 ..REGULAR
             };
-            if let Some(r) = change_record(topic_id, pid, p, t, &eligible, election) {
+            if let Some(r) = change_record(image, topic_id, pid, p, t, &eligible, election) {
                 s.emit(MetadataRecord::PartitionChange(r));
             }
             return Ok(());
@@ -1681,7 +1753,7 @@ impl QuorumController {
             recovery_state: None,
         };
         let election = Election { unclean, ..REGULAR };
-        if let Some(r) = change_record(topic_id, pid, p, t, &eligible, election) {
+        if let Some(r) = change_record(image, topic_id, pid, p, t, &eligible, election) {
             s.emit(MetadataRecord::PartitionChange(r));
         }
         // A pure removal (or a target already in sync) completes at once.

@@ -42,6 +42,39 @@ pub const RESOURCE_GROUP: i8 = 32;
 /// Kafka's `ConfigResource.Type.CLIENT_METRICS`: a client telemetry subscription (KIP-714).
 pub const RESOURCE_CLIENT_METRICS: i8 = 16;
 
+/// Kafka's reserved log directory ids (`DirectoryId`, KIP-858): a replica's directory in
+/// a partition's `directories` is one of a broker's registered `log_dirs`, or one of these.
+pub mod directory_id {
+    use rill_protocol::Uuid;
+
+    /// A replica placed before directories were tracked: online wherever its broker is.
+    pub const MIGRATING: Uuid = Uuid::from_u64_pair(0, 0);
+    /// A new replica its broker has not placed yet (a broker with several log
+    /// directories picks one and reports it, AssignReplicasToDirs).
+    pub const UNASSIGNED: Uuid = Uuid::from_u64_pair(0, 1);
+    /// A replica whose directory is offline, which directory unknown.
+    pub const LOST: Uuid = Uuid::from_u64_pair(0, 2);
+
+    /// Whether `dir` is one of the first 100 ids, which Kafka reserves.
+    pub fn reserved(dir: Uuid) -> bool {
+        let (most, least) = dir.as_u64_pair();
+        most == 0 && least < 100
+    }
+
+    /// Kafka's `DirectoryId.isOnline`: whether a replica assigned to `dir` is on one of
+    /// the `online` directories its broker registered (an empty list: a broker that
+    /// registers none, every replica counts as online).
+    pub fn is_online(dir: Uuid, online: &[Uuid]) -> bool {
+        if dir == UNASSIGNED || dir == MIGRATING {
+            return true;
+        }
+        if dir == LOST {
+            return false;
+        }
+        online.is_empty() || online.contains(&dir)
+    }
+}
+
 /// One listener a broker registered.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Endpoint {
@@ -64,12 +97,20 @@ pub struct BrokerRegistration {
     /// that the partition's last leader can come back, see the controller).
     pub fenced: bool,
     pub in_controlled_shutdown: bool,
+    /// The ids of the broker's online log directories (KIP-858), sorted; a directory
+    /// the broker reported failed leaves the list.
+    pub log_dirs: Vec<Uuid>,
 }
 
 impl BrokerRegistration {
     /// May lead and may join ISRs: registered, unfenced and not shutting down.
     pub fn is_live(&self) -> bool {
         !self.fenced && !self.in_controlled_shutdown
+    }
+
+    /// Whether a replica assigned to `dir` is on an online directory of this broker.
+    pub fn has_online_dir(&self, dir: Uuid) -> bool {
+        directory_id::is_online(dir, &self.log_dirs)
     }
 }
 
@@ -88,9 +129,24 @@ pub struct PartitionRegistration {
     pub leader_recovery_state: i8,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// Each replica's log directory, in the order of `replicas` (KIP-858): one of its
+    /// broker's `log_dirs` or a [`directory_id`] constant. Empty when the partition's
+    /// records carry none (written before directories were tracked).
+    pub directories: Vec<Uuid>,
 }
 
 impl PartitionRegistration {
+    /// The log directory `broker`'s replica is assigned to ([`directory_id::MIGRATING`]
+    /// when the partition tracks none).
+    pub fn directory(&self, broker: i32) -> Uuid {
+        self.replicas
+            .iter()
+            .position(|b| *b == broker)
+            .and_then(|i| self.directories.get(i))
+            .copied()
+            .unwrap_or(directory_id::MIGRATING)
+    }
+
     /// The preferred leader: the first replica.
     pub fn preferred_leader(&self) -> Option<i32> {
         self.replicas.first().copied()
@@ -197,6 +253,26 @@ impl MetadataImage {
             .is_some_and(BrokerRegistration::is_live)
     }
 
+    /// `broker`'s replica of `p` may lead and be in sync: the broker is live and the
+    /// replica's log directory is one of its online ones (Kafka's `isAcceptableReplica`).
+    pub fn is_live_replica(&self, p: &PartitionRegistration, broker: i32) -> bool {
+        self.brokers
+            .get(&broker)
+            .is_some_and(|b| b.is_live() && b.has_online_dir(p.directory(broker)))
+    }
+
+    /// Where the controller places a new replica on `broker` (Kafka's
+    /// `ClusterControlManager.defaultDir`): its only log directory when it registered one,
+    /// [`directory_id::UNASSIGNED`] when several (the broker picks and reports one),
+    /// [`directory_id::MIGRATING`] when none.
+    pub fn default_dir(&self, broker: i32) -> Uuid {
+        match self.brokers.get(&broker).map(|b| b.log_dirs.as_slice()) {
+            Some([only]) => *only,
+            Some([]) | None => directory_id::MIGRATING,
+            Some(_) => directory_id::UNASSIGNED,
+        }
+    }
+
     /// Ids of the live brokers, ascending.
     pub fn live_brokers(&self) -> Vec<i32> {
         self.brokers
@@ -249,6 +325,7 @@ impl MetadataImage {
                         rack: r.rack.clone(),
                         fenced: r.fenced,
                         in_controlled_shutdown: r.in_controlled_shutdown,
+                        log_dirs: sorted(&r.log_dirs),
                     },
                 );
             }
@@ -286,6 +363,7 @@ impl MetadataImage {
                         leader_recovery_state: r.leader_recovery_state,
                         leader_epoch: r.leader_epoch,
                         partition_epoch: r.partition_epoch,
+                        directories: r.directories.clone(),
                     },
                 );
             }
@@ -323,7 +401,25 @@ impl MetadataImage {
                     p.isr.clone_from(isr);
                 }
                 if let Some(replicas) = &r.replicas {
+                    // Directories travel with the replicas; a change that names no
+                    // directories keeps each remaining replica's and leaves a new one
+                    // unassigned (Kafka fills in MIGRATING where a record has none).
+                    if r.directories.is_none() && !p.directories.is_empty() {
+                        p.directories = replicas
+                            .iter()
+                            .map(|b| {
+                                if p.replicas.contains(b) {
+                                    p.directory(*b)
+                                } else {
+                                    directory_id::UNASSIGNED
+                                }
+                            })
+                            .collect();
+                    }
                     p.replicas.clone_from(replicas);
+                }
+                if let Some(directories) = &r.directories {
+                    p.directories.clone_from(directories);
                 }
                 if let Some(removing) = &r.removing_replicas {
                     p.removing_replicas.clone_from(removing);
@@ -375,6 +471,10 @@ impl MetadataImage {
                 }
                 if r.in_controlled_shutdown == 1 {
                     b.in_controlled_shutdown = true;
+                }
+                // Empty: no change (Kafka's `ClusterControlManager.replay`).
+                if !r.log_dirs.is_empty() {
+                    b.log_dirs = sorted(&r.log_dirs);
                 }
             }
             MetadataRecord::RemoveTopic(r) => {
@@ -472,6 +572,7 @@ impl MetadataImage {
                 rack: b.rack.clone(),
                 fenced: b.fenced,
                 in_controlled_shutdown: b.in_controlled_shutdown,
+                log_dirs: b.log_dirs.clone(),
                 ..Default::default()
             }));
         }
@@ -493,6 +594,7 @@ impl MetadataImage {
                     leader_recovery_state: p.leader_recovery_state,
                     leader_epoch: p.leader_epoch,
                     partition_epoch: p.partition_epoch,
+                    directories: p.directories.clone(),
                     ..Default::default()
                 }));
             }
@@ -577,6 +679,13 @@ pub fn acl_record(id: Uuid, acl: &StandardAcl) -> AccessControlEntryRecord {
         permission_type: acl.permission_type.code(),
         ..Default::default()
     }
+}
+
+fn sorted(dirs: &[Uuid]) -> Vec<Uuid> {
+    let mut dirs = dirs.to_vec();
+    dirs.sort_by_key(|d| d.0);
+    dirs.dedup();
+    dirs
 }
 
 fn inconsistent(reason: String) -> MetadataError {

@@ -11,6 +11,8 @@
 //!   function of an event, the image and the time ([`api`] holds its inputs and
 //!   outputs), and [`check_image_invariants`].
 //! - [`placement`]: rack-unaware replica placement.
+//! - `directories`: KIP-858's log directories on the controller's side: replicas placed
+//!   in them (AssignReplicasToDirs) and a failed one's partitions moved away.
 //! - [`quorum`]: the Raft quorum (openraft) that replicates the records among the
 //!   controller nodes, and the controller's event loop that runs on every node and acts
 //!   while its node leads; [`MetadataQuorum::submit`] is how any node hands an event to
@@ -26,6 +28,7 @@
 //!     incarnation_id: rill_protocol::Uuid::from_u64_pair(1, 1),
 //!     listeners: vec![],
 //!     rack: None,
+//!     log_dirs: vec![],
 //! });
 //! let result = controller.handle(register, &image, 0, 0);
 //! for record in &result.records {
@@ -41,6 +44,7 @@ pub mod authorizer;
 pub mod client_quotas;
 pub mod controller;
 pub mod delegation_tokens;
+mod directories;
 pub mod error;
 pub mod features;
 pub mod image;
@@ -65,13 +69,13 @@ pub use controller::{
 };
 pub use error::MetadataError;
 pub use image::{
-    BrokerRegistration, ConfigResource, Endpoint, LocalReplicaChanges, MetadataImage,
+    directory_id, BrokerRegistration, ConfigResource, Endpoint, LocalReplicaChanges, MetadataImage,
     PartitionRegistration, ScramCredentialImage, TopicImage, TopicPartition, NO_LEADER,
     NO_LEADER_CHANGE, RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC,
 };
 pub use quorum::{
     parse_voters, set_controller_stats, submit_to_voters, CommittedRecords, ControllerStats,
     ImageView, MetadataQuorum, Plaintext, QuorumConfig, QuorumDescription, QuorumIo, QuorumStream,
-    QuorumTransport, ReplicaProgress, TransportFuture,
+    QuorumTransport, ReplicaProgress, TransportFuture, VoterChangeError,
 };
 pub use record::{decode_batch, encode_batch, MetadataRecord};

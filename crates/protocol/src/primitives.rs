@@ -59,11 +59,26 @@ impl Uuid {
     }
 
     /// From the two big-endian halves, as Kafka's `Uuid(mostSigBits, leastSigBits)`.
-    pub fn from_u64_pair(most: u64, least: u64) -> Self {
+    pub const fn from_u64_pair(most: u64, least: u64) -> Self {
+        let (m, l) = (most.to_be_bytes(), least.to_be_bytes());
         let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&most.to_be_bytes());
-        b[8..].copy_from_slice(&least.to_be_bytes());
+        let mut i = 0;
+        while i < 8 {
+            b[i] = m[i];
+            b[i + 8] = l[i];
+            i += 1;
+        }
         Self(b)
+    }
+
+    /// The two big-endian halves, Kafka's `getMostSignificantBits` and
+    /// `getLeastSignificantBits`.
+    pub fn as_u64_pair(&self) -> (u64, u64) {
+        let mut most = [0u8; 8];
+        let mut least = [0u8; 8];
+        most.copy_from_slice(&self.0[..8]);
+        least.copy_from_slice(&self.0[8..]);
+        (u64::from_be_bytes(most), u64::from_be_bytes(least))
     }
 }
 

@@ -357,7 +357,7 @@ fn server(config: BrokerConfig) -> anyhow::Result<()> {
     // Locked before anything in the directory is read, and held past the runtime's end:
     // background tasks may write to the metadata log until the runtime stops them.
     let data_dir = config.data_dir();
-    let lock = std::sync::Arc::new(rill_broker::DataDirLock::acquire(&data_dir)?);
+    let lock = std::sync::Arc::new(rill_broker::DataDirLock::acquire_all(&config.all_dirs())?);
     let node_lock = lock.clone();
     // The console is a client of this node: its listeners' protocols, the listener it
     // is told to use, and its client settings (`console.client.*`).

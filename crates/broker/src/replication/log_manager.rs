@@ -182,7 +182,7 @@ async fn retention_loop(
                 }
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
-                    replicas.log_dir_failed(format_args!("retention of {tp}"), &e);
+                    replicas.log_dir_failed(&partition, format_args!("retention of {tp}"), &e);
                 }
                 Err(_) => tracing::error!(%tp, "log lock poisoned"),
             }
@@ -241,7 +241,7 @@ async fn cleaner_loop(
                     // Kafka's cleaner takes the log directory offline on an I/O error
                     // (a full disk while writing the cleaned segments, most likely).
                     if e.io_error().is_some() {
-                        replicas.log_dir_failed(format_args!("cleaning of {tp}"), &e);
+                        replicas.log_dir_failed(&partition, format_args!("cleaning of {tp}"), &e);
                     } else {
                         tracing::error!(%tp, error = %e, "cleaning failed");
                     }
@@ -276,8 +276,11 @@ async fn cleaner_loop(
                 Ok(Err(e)) => {
                     // The swap failed on disk: the log is offline now, and reopening it
                     // at the next start finishes or rolls back the swap.
-                    replicas
-                        .log_dir_failed(format_args!("swapping in cleaned segments of {tp}"), &e);
+                    replicas.log_dir_failed(
+                        &partition,
+                        format_args!("swapping in cleaned segments of {tp}"),
+                        &e,
+                    );
                     break;
                 }
                 Err(_) => break,

@@ -25,16 +25,26 @@
 //! transaction coordinator's markers with [`ReplicaManager::append_txn_marker`], which
 //! the caller then waits for as an acks=all produce ([`ReplicaManager::wait_for_commit`]).
 //!
-//! Every write to a log that fails on disk reports to the [`LogDirFailureChannel`]:
-//! from the first one on, appends are refused with KAFKA_STORAGE_ERROR before they
-//! reach a log, and the server stops (see `log_dir_failure`).
+//! Log directories (JBOD, `log.dirs` with several paths): every partition's log lives in
+//! one of them. A log found on disk stays where it is; a new one goes where the metadata
+//! assigned it (KIP-858), else to the online directory with the fewest partitions
+//! (Kafka's `LogManager.nextLogDirs`), and the choice is reported to the controller
+//! (`assignments`, AssignReplicasToDirs) when it differs from the assignment.
 //!
-//! The replica manager owns the data directory's clean-shutdown marker (the protocol is
-//! in `rill_storage::clean_shutdown`): it reads it when created and opens every log with
-//! that answer, removes it before the first opened log becomes reachable to anything
-//! that could change it (after the whole batch of logs a start-up opens, see
-//! [`ReplicaManager::open_logs`]), and writes it at [`ReplicaManager::shutdown`] after
-//! every log closed and one `syncfs` made them durable.
+//! Every write to a log that fails on disk reports to the [`LogDirFailureChannel`] with
+//! the log's directory: from the first one on, every partition in that directory answers
+//! KAFKA_STORAGE_ERROR before anything reaches its log, is fetched no more, and the
+//! broker reports the directory offline to the controller, which moves its leaderships
+//! away; partitions in the other directories carry on. The server stops when no
+//! directory is left or the metadata log's failed (see `log_dir_failure`).
+//!
+//! The replica manager owns each log directory's clean-shutdown marker (the protocol is
+//! in `rill_storage::clean_shutdown`): it reads them when created and opens every log
+//! with its directory's answer, removes a directory's marker before the first log opened
+//! in it becomes reachable to anything that could change it (after the whole batch of
+//! logs a start-up opens, see [`ReplicaManager::open_logs`]), and writes them at
+//! [`ReplicaManager::shutdown`] after every log of the directory closed and one `syncfs`
+//! made them durable.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -56,6 +66,8 @@ use crate::metrics;
 use crate::replication::append_signal::AppendSignals;
 use crate::replication::isr::{self, LeaderState};
 use crate::replication::replica_fetcher::{FetcherConfig, ReplicaFetcherManager};
+
+pub mod alter_log_dirs;
 
 /// How often a parked acks=all produce looks at its partition even without a wake-up.
 const ACKS_ALL_RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
@@ -143,6 +155,17 @@ impl PartitionState {
 
 pub struct Partition {
     pub topic_id: Uuid,
+    /// The index (in `log.dirs`) of the log directory the log lives in; it changes when
+    /// AlterReplicaLogDirs swaps in the future replica (under the log's lock).
+    dir: std::sync::atomic::AtomicUsize,
+    /// Whether that directory failed: the partition is offline on this broker then.
+    log_dirs: Arc<LogDirFailureChannel>,
+    /// The replica being moved to another log directory (AlterReplicaLogDirs), caught
+    /// up by the alter-log-dirs task; locked after `log` when both are needed.
+    future: Mutex<Option<alter_log_dirs::FutureReplica>>,
+    /// How many times the log was truncated: a future replica begun before a
+    /// truncation copied records that may no longer be the partition's, and starts over.
+    truncations: std::sync::atomic::AtomicU64,
     /// The topic's BrokerTopicMetrics, found once here so that appends and reads add to
     /// them without a lookup.
     pub topic_metrics: metrics::TopicHandle,
@@ -173,10 +196,24 @@ impl Partition {
         (st.leader == local_id).then_some(st.leader_epoch)
     }
 
+    /// The index (in `log.dirs`) of the log directory the partition's log is in.
+    pub fn log_dir(&self) -> usize {
+        self.dir.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether the partition's log directory failed: it is offline on this broker.
+    pub fn is_offline(&self) -> bool {
+        self.log_dirs.is_offline(self.log_dir())
+    }
+
     /// Runs `f` with the log locked. A poisoned lock means an earlier holder panicked in
     /// the middle of a log operation: the log may be inconsistent, so it is not used again.
-    /// A deleted partition answers UNKNOWN_TOPIC_OR_PARTITION without running `f`.
+    /// A deleted partition answers UNKNOWN_TOPIC_OR_PARTITION without running `f`, one
+    /// whose log directory failed KAFKA_STORAGE_ERROR.
     pub(crate) fn with_log<T>(&self, f: impl FnOnce(&mut UnifiedLog) -> T) -> Result<T, ErrorCode> {
+        if self.is_offline() {
+            return Err(ErrorCode::KAFKA_STORAGE_ERROR);
+        }
         match self.log.lock() {
             Ok(_) if self.deleted.load(std::sync::atomic::Ordering::Acquire) => {
                 Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
@@ -184,6 +221,17 @@ impl Partition {
             Ok(mut log) => Ok(f(&mut log)),
             Err(_) => Err(ErrorCode::KAFKA_STORAGE_ERROR),
         }
+    }
+
+    /// The future replica, if the partition is being moved (lock after `log`).
+    fn future_lock(&self) -> std::sync::MutexGuard<'_, Option<alter_log_dirs::FutureReplica>> {
+        self.future.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The replica being moved to another log directory, if any (AlterReplicaLogDirs):
+    /// its directory's index, its size and how far it is behind the current log.
+    pub fn future_replica(&self) -> Option<(usize, u64, i64)> {
+        alter_log_dirs::future_of(self)
     }
 
     /// Marks the partition deleted once its log's current user is done (see `deleted`).
@@ -275,8 +323,95 @@ impl FetchResult {
     }
 }
 
+/// One log directory of `log.dirs`, with its own clean-shutdown marker (Kafka keeps one
+/// `.kafka_cleanshutdown` and one set of checkpoints per directory; Rill's other
+/// checkpoints are per partition, so inside it).
+struct LogDir {
+    path: PathBuf,
+    /// Its `directory.id` (KIP-858).
+    id: Uuid,
+    /// How the previous run left this directory's logs, from its marker at creation:
+    /// every log this run opens in it is opened so.
+    previous_shutdown: PreviousShutdown,
+    /// Whether the marker is gone (removed by this run, or never there); held while it
+    /// is removed, so that no log becomes reachable before.
+    marker_removed: Mutex<bool>,
+    /// Opened at creation, before any log is written, so that the `syncfs` through it
+    /// at shutdown reports any write-back error since (`None`: the directory could not
+    /// be opened, and no clean shutdown is recorded).
+    sync: Option<DataDirSync>,
+}
+
+/// A log directory as the replica manager is given it: its path and `directory.id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogDirConfig {
+    pub path: PathBuf,
+    pub id: Uuid,
+}
+
+/// The log directory of every log on disk, and how many logs each directory holds.
+#[derive(Debug, Default)]
+struct LogLocations {
+    dirs: HashMap<TopicPartition, usize>,
+    counts: Vec<usize>,
+}
+
+impl LogLocations {
+    fn get(&self, tp: &TopicPartition) -> Option<&usize> {
+        self.dirs.get(tp)
+    }
+
+    fn count(&self, dir: usize) -> usize {
+        self.counts.get(dir).copied().unwrap_or(0)
+    }
+
+    fn insert(&mut self, tp: TopicPartition, dir: usize) {
+        if let Some(old) = self.dirs.insert(tp, dir) {
+            if let Some(c) = self.counts.get_mut(old) {
+                *c = c.saturating_sub(1);
+            }
+        }
+        if self.counts.len() <= dir {
+            self.counts.resize(dir + 1, 0);
+        }
+        if let Some(c) = self.counts.get_mut(dir) {
+            *c += 1;
+        }
+    }
+
+    fn remove(&mut self, tp: &TopicPartition) {
+        if let Some(old) = self.dirs.remove(tp) {
+            if let Some(c) = self.counts.get_mut(old) {
+                *c = c.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// Where a partition's log is, or is to be created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Placement {
+    dir: usize,
+    /// The log is there already (found at start, or created by this run).
+    exists: bool,
+}
+
 pub struct ReplicaManager {
-    data_dir: PathBuf,
+    log_dirs: Vec<LogDir>,
+    /// The log directory of every log on disk (found at creation, or made since), so
+    /// that a log is opened where it is and new ones are spread by count.
+    located: Mutex<LogLocations>,
+    /// Partition logs found in more than one directory at creation (Kafka refuses to
+    /// start then): the start refuses ([`ReplicaManager::check_log_dirs`]).
+    duplicates: Vec<String>,
+    /// Replicas placed in a directory other than the metadata's, to report to the
+    /// controller (AssignReplicasToDirs): topic id and directory id by partition.
+    pending_assignments: Mutex<BTreeMap<TopicPartition, (Uuid, Uuid)>>,
+    assignments_added: tokio::sync::Notify,
+    /// Where AlterReplicaLogDirs asked for a partition not hosted yet to be created.
+    preferred_dirs: Mutex<HashMap<TopicPartition, usize>>,
+    /// Wakes the alter-log-dirs task when a move starts.
+    alter_log_dirs_added: tokio::sync::Notify,
     /// Liveness of the registered brokers (ISR eligibility, KIP-841).
     broker_statuses: RwLock<Arc<BTreeMap<i32, isr::BrokerStatus>>>,
     local_broker_epoch: std::sync::atomic::AtomicI64,
@@ -291,7 +426,7 @@ pub struct ReplicaManager {
     appended: AppendSignals,
     /// Milliseconds since the epoch: the wall clock, or a simulation's.
     clock: Clock,
-    /// Set by the first failed write in the data directory; stops every later one.
+    /// Set by the first failed write in each log directory; stops every later one there.
     log_dir_failure: Arc<LogDirFailureChannel>,
     /// Set (under the map's write lock) when [`Self::shutdown`] starts closing the logs:
     /// from then on no log is opened, so that a metadata update still being applied
@@ -302,22 +437,17 @@ pub struct ReplicaManager {
     /// as the leader of nothing: clients get NOT_LEADER_OR_FOLLOWER and look elsewhere,
     /// and no write is taken that the new leader would not have.
     lease_held: std::sync::atomic::AtomicBool,
-    /// How the previous run ended, from the data directory's marker at creation: every
-    /// log this run opens is opened so.
-    previous_shutdown: PreviousShutdown,
-    /// Whether the marker is gone (removed by this run, or never there); held while it
-    /// is removed, so that no log becomes reachable before.
-    marker_removed: Mutex<bool>,
-    /// Opened at creation, before any log is written, so that the `syncfs` through it
-    /// at shutdown reports any write-back error since (`None`: the directory could not
-    /// be opened, and no clean shutdown is recorded).
-    data_dir_sync: Option<DataDirSync>,
 }
 
 /// Where a replica manager reads the time: every time-dependent rule below it (ISR
 /// lag, caught-up times, segment rolls) takes the time from here, so that a seeded
 /// simulation can drive it.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// The wall clock, as a [`Clock`].
+pub fn wall_clock() -> Clock {
+    Arc::new(now_ms)
+}
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -327,7 +457,8 @@ fn now_ms() -> i64 {
 }
 
 impl ReplicaManager {
-    /// A replica manager and the receiving end of its ISR-change proposals.
+    /// A replica manager with one log directory (which holds the metadata log too) and
+    /// the receiving end of its ISR-change proposals.
     pub fn new(
         data_dir: &Path,
         fetcher_config: FetcherConfig,
@@ -354,22 +485,67 @@ impl ReplicaManager {
         Self,
         tokio::sync::mpsc::UnboundedReceiver<AlterPartitionItem>,
     ) {
+        let dirs = vec![LogDirConfig {
+            path: data_dir.to_path_buf(),
+            id: rill_metadata::directory_id::MIGRATING,
+        }];
+        Self::with_log_dirs(
+            dirs,
+            Some(0),
+            fetcher_config,
+            replica_lag_time_max_ms,
+            clock,
+        )
+    }
+
+    /// A replica manager over the log directories `dirs` (`log.dirs`, in order);
+    /// `metadata_dir` is the index of the one that holds the metadata log, if any.
+    pub fn with_log_dirs(
+        dirs: Vec<LogDirConfig>,
+        metadata_dir: Option<usize>,
+        fetcher_config: FetcherConfig,
+        replica_lag_time_max_ms: i64,
+        clock: Clock,
+    ) -> (
+        Self,
+        tokio::sync::mpsc::UnboundedReceiver<AlterPartitionItem>,
+    ) {
         let local_id = fetcher_config.local_id;
         let (alter_partition_tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        // Either failure only costs a recovery of every log at the next start.
-        let previous_shutdown = PreviousShutdown::read(data_dir).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "clean-shutdown marker unreadable; recovering every log");
-            PreviousShutdown::Unclean
-        });
-        let data_dir_sync = DataDirSync::open(data_dir)
-            .inspect_err(|e| {
-                tracing::warn!(error = %e, "data directory not open for syncfs; no clean shutdown will be recorded");
+        let log_dirs: Vec<LogDir> = dirs
+            .iter()
+            .map(|d| {
+                // Either failure only costs a recovery of every log at the next start.
+                let previous_shutdown = PreviousShutdown::read(&d.path).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "clean-shutdown marker unreadable; recovering every log");
+                    PreviousShutdown::Unclean
+                });
+                let sync = DataDirSync::open(&d.path)
+                    .inspect_err(|e| {
+                        tracing::warn!(error = %e, "log directory not open for syncfs; no clean shutdown will be recorded");
+                    })
+                    .ok();
+                // Said at info by the server, which also knows whether the directory is new.
+                tracing::debug!(dir = %d.path.display(), ?previous_shutdown, "log directory");
+                LogDir {
+                    path: d.path.clone(),
+                    id: d.id,
+                    previous_shutdown,
+                    marker_removed: Mutex::new(previous_shutdown == PreviousShutdown::Unclean),
+                    sync,
+                }
             })
-            .ok();
-        // Said at info by the server, which also knows whether the directory is new.
-        tracing::debug!(dir = %data_dir.display(), ?previous_shutdown, "data directory");
+            .collect();
+        alter_log_dirs::recover_moves(&dirs.iter().map(|d| d.path.clone()).collect::<Vec<_>>());
+        let (located, duplicates) = locate_logs(&log_dirs);
         let rm = Self {
-            data_dir: data_dir.to_path_buf(),
+            log_dirs,
+            located: Mutex::new(located),
+            duplicates,
+            pending_assignments: Mutex::new(BTreeMap::new()),
+            assignments_added: tokio::sync::Notify::new(),
+            preferred_dirs: Mutex::new(HashMap::new()),
+            alter_log_dirs_added: tokio::sync::Notify::new(),
             broker_statuses: RwLock::new(Arc::new(BTreeMap::new())),
             local_broker_epoch: std::sync::atomic::AtomicI64::new(-1),
             replica_lag_time_max_ms,
@@ -379,14 +555,23 @@ impl ReplicaManager {
             partitions: RwLock::new(HashMap::new()),
             appended: AppendSignals::default(),
             clock,
-            log_dir_failure: Arc::new(LogDirFailureChannel::new(data_dir)),
+            log_dir_failure: Arc::new(LogDirFailureChannel::with_dirs(
+                dirs.into_iter().map(|d| d.path).collect(),
+                metadata_dir,
+            )),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             lease_held: std::sync::atomic::AtomicBool::new(true),
-            previous_shutdown,
-            marker_removed: Mutex::new(previous_shutdown == PreviousShutdown::Unclean),
-            data_dir_sync,
         };
         (rm, rx)
+    }
+
+    /// Refuses a start that found a partition's log in two directories, as Kafka does:
+    /// which one is the replica is not for the broker to guess.
+    pub fn check_log_dirs(&self) -> Result<(), BrokerError> {
+        match self.duplicates.first() {
+            None => Ok(()),
+            Some(d) => Err(BrokerError::Config(d.clone())),
+        }
     }
 
     fn now(&self) -> i64 {
@@ -399,35 +584,198 @@ impl ReplicaManager {
         self.now()
     }
 
-    /// The data directory every hosted log lives in.
+    /// The log directories, in `log.dirs` order: path and `directory.id`.
+    pub fn log_dirs(&self) -> Vec<LogDirConfig> {
+        self.log_dirs
+            .iter()
+            .map(|d| LogDirConfig {
+                path: d.path.clone(),
+                id: d.id,
+            })
+            .collect()
+    }
+
+    /// The first log directory (the only one, unless `log.dirs` names several).
     pub fn data_dir(&self) -> &Path {
-        &self.data_dir
+        self.log_dirs
+            .first()
+            .map_or(Path::new(""), |d| d.path.as_path())
     }
 
-    /// How the previous run left the data directory's logs.
+    /// How the previous run left the logs: unclean if any directory was.
     pub fn previous_shutdown(&self) -> PreviousShutdown {
-        self.previous_shutdown
+        if self
+            .log_dirs
+            .iter()
+            .all(|d| d.previous_shutdown == PreviousShutdown::Clean)
+        {
+            PreviousShutdown::Clean
+        } else {
+            PreviousShutdown::Unclean
+        }
     }
 
-    /// The data directory's failure state; the server stops when it fails.
+    /// The log directories' failure state; the server stops when it is fatal.
     pub fn log_dir_failure(&self) -> &Arc<LogDirFailureChannel> {
         &self.log_dir_failure
     }
 
-    /// A write in the data directory failed: mark it offline (fail-stop).
-    pub fn log_dir_failed(&self, context: std::fmt::Arguments<'_>, error: &dyn std::fmt::Display) {
-        self.log_dir_failure
-            .maybe_add_offline_log_dir(&context.to_string(), error);
+    /// A write (or read) of `partition`'s log failed: its log directory goes offline.
+    pub fn log_dir_failed(
+        &self,
+        partition: &Partition,
+        context: std::fmt::Arguments<'_>,
+        error: &dyn std::fmt::Display,
+    ) {
+        self.dir_failed(partition.log_dir(), context, error);
     }
 
-    /// KAFKA_STORAGE_ERROR once the data directory has failed: nothing more is written,
-    /// so nothing more can be acknowledged.
-    fn check_log_dir_online(&self) -> Result<(), ErrorCode> {
-        if self.log_dir_failure.is_offline() {
-            Err(ErrorCode::KAFKA_STORAGE_ERROR)
-        } else {
-            Ok(())
+    /// A write in log directory `dir` failed: it goes offline (see `log_dir_failure`).
+    fn dir_failed(
+        &self,
+        dir: usize,
+        context: std::fmt::Arguments<'_>,
+        error: &dyn std::fmt::Display,
+    ) {
+        self.log_dir_failure
+            .maybe_add_offline_log_dir(dir, &context.to_string(), error);
+    }
+
+    /// The ids of the log directories that failed, for the broker's heartbeat.
+    pub fn offline_log_dir_ids(&self) -> Vec<Uuid> {
+        self.log_dir_failure
+            .offline_dirs()
+            .into_iter()
+            .filter_map(|d| self.log_dirs.get(d).map(|d| d.id))
+            .collect()
+    }
+
+    /// The ids of the online log directories, for the broker's registration.
+    pub fn online_log_dir_ids(&self) -> Vec<Uuid> {
+        self.log_dirs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.log_dir_failure.is_offline(*i))
+            .map(|(_, d)| d.id)
+            .collect()
+    }
+
+    /// Takes the partitions of the failed log directories out of service (Kafka's
+    /// `handleLogDirFailure`): their fetchers stop, their leader state goes, and whoever
+    /// waits on them wakes to find them offline. Their reads and writes already answer
+    /// KAFKA_STORAGE_ERROR (see [`Partition::with_log`]); this only stops the work.
+    pub fn handle_log_dir_failure(&self) {
+        for (tp, p) in self.partitions() {
+            if !p.is_offline() {
+                continue;
+            }
+            self.fetchers.remove_partition(&tp);
+            *p.leader_state() = None;
+            self.appended.notify(&tp);
         }
+        // A move into a failed directory stops (its future replica is dropped as it is).
+        for (_, p) in self.partitions() {
+            let failed_future = p
+                .future_lock()
+                .as_ref()
+                .is_some_and(|f| self.log_dir_failure.is_offline(f.dir));
+            if failed_future {
+                *p.future_lock() = None;
+            }
+        }
+    }
+
+    /// Replicas placed in a directory other than the metadata's, not yet reported.
+    pub(crate) fn pending_assignments(&self) -> Vec<(TopicPartition, Uuid, Uuid)> {
+        self.pending_assignments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(tp, (topic_id, dir))| (tp.clone(), *topic_id, *dir))
+            .collect()
+    }
+
+    /// The controller recorded (or refused for good) `tp`'s placement in `dir`.
+    pub(crate) fn assignment_done(&self, tp: &TopicPartition, dir: Uuid) {
+        let mut pending = self
+            .pending_assignments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if pending.get(tp).is_some_and(|(_, d)| *d == dir) {
+            pending.remove(tp);
+        }
+    }
+
+    /// Waits until a placement is added to report.
+    pub(crate) async fn assignments_added(&self) {
+        self.assignments_added.notified().await;
+    }
+
+    /// Queues the report of `tp`'s placement in log directory `dir`.
+    fn assign(&self, tp: &TopicPartition, topic_id: Uuid, dir: usize) {
+        let Some(id) = self.log_dirs.get(dir).map(|d| d.id) else {
+            return;
+        };
+        if rill_metadata::directory_id::reserved(id) {
+            // A replica manager given no directory ids (a test's) reports nothing.
+            return;
+        }
+        self.pending_assignments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(tp.clone(), (topic_id, id));
+        self.assignments_added.notify_one();
+    }
+
+    /// Where `tp`'s log is, or goes (module docs): where it is on disk; else where the
+    /// metadata `assigned` it when that is an online directory of this broker; else the
+    /// online directory with the fewest logs. A log whose directory failed is offline,
+    /// and so is one assigned elsewhere while a directory is offline (it may be in the
+    /// failed one: Kafka refuses to create it anew then, and so does this).
+    fn place(&self, tp: &TopicPartition, assigned: Uuid) -> Result<Placement, BrokerError> {
+        use rill_metadata::directory_id;
+        let offline = |d: usize| self.log_dir_failure.is_offline(d);
+        let storage_error = |d: usize| {
+            BrokerError::LogDirOffline(
+                self.log_dirs
+                    .get(d)
+                    .map(|d| d.path.display().to_string())
+                    .unwrap_or_default(),
+            )
+        };
+        let located = self.located.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&dir) = located.get(tp) {
+            if offline(dir) {
+                return Err(storage_error(dir));
+            }
+            return Ok(Placement { dir, exists: true });
+        }
+        let preferred = self
+            .preferred_dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(tp);
+        if let Some(dir) = preferred.filter(|d| !offline(*d)) {
+            return Ok(Placement { dir, exists: false });
+        }
+        if let Some(dir) = self.log_dirs.iter().position(|d| d.id == assigned) {
+            if !directory_id::reserved(assigned) {
+                if offline(dir) {
+                    return Err(storage_error(dir));
+                }
+                return Ok(Placement { dir, exists: false });
+            }
+        }
+        let failed = self.log_dir_failure.offline_dirs();
+        let is_new = assigned == directory_id::UNASSIGNED || assigned == directory_id::MIGRATING;
+        if let (Some(&dir), false) = (failed.first(), is_new) {
+            return Err(storage_error(dir));
+        }
+        (0..self.log_dirs.len())
+            .filter(|d| !offline(*d))
+            .min_by_key(|d| (located.count(*d), *d))
+            .map(|dir| Placement { dir, exists: false })
+            .ok_or_else(|| storage_error(0))
     }
 
     fn read_map(&self) -> std::sync::RwLockReadGuard<'_, HashMap<TopicPartition, Arc<Partition>>> {
@@ -447,54 +795,95 @@ impl ReplicaManager {
     }
 
     /// The partition's hosted replica, opening (recovering if needed) or creating its log
-    /// on first use.
+    /// on first use, in the directory [`Self::place`] picks (`assigned`: the metadata's).
+    /// A replica whose log directory failed is refused: it is offline here.
     fn ensure_open(
         &self,
         tp: &TopicPartition,
         topic_id: Uuid,
         state: &PartitionState,
         config: &LogConfig,
+        assigned: Uuid,
     ) -> Result<Arc<Partition>, BrokerError> {
         if let Some(p) = self.get(tp) {
             if p.topic_id == topic_id {
+                if p.is_offline() {
+                    return Err(BrokerError::LogDirOffline(
+                        self.log_dir_path(p.log_dir()).display().to_string(),
+                    ));
+                }
                 return Ok(p);
             }
             // A topic deleted and created again under the same name: the old log goes.
             self.delete_partition(tp)?;
         }
-        let log = self.open_log(tp, config)?;
-        self.remove_clean_shutdown_marker()?;
-        self.insert_log(tp, topic_id, state, log)
+        let (dir, log) = self.open_log(tp, topic_id, config, assigned)?;
+        self.remove_clean_shutdown_marker(dir)?;
+        self.insert_log(tp, topic_id, state, dir, log)
+    }
+
+    fn log_dir_path(&self, dir: usize) -> &Path {
+        self.log_dirs
+            .get(dir)
+            .map_or(Path::new(""), |d| d.path.as_path())
     }
 
     /// Opens (recovering if the previous run did not end cleanly) or creates the log of
-    /// `tp`, without making it reachable.
-    fn open_log(&self, tp: &TopicPartition, config: &LogConfig) -> Result<UnifiedLog, BrokerError> {
+    /// `tp`, without making it reachable; returns it with its directory's index. A new
+    /// log placed elsewhere than `assigned` is reported to the controller.
+    fn open_log(
+        &self,
+        tp: &TopicPartition,
+        topic_id: Uuid,
+        config: &LogConfig,
+        assigned: Uuid,
+    ) -> Result<(usize, UnifiedLog), BrokerError> {
         if self.is_shutting_down() {
             return Err(BrokerError::ShuttingDown);
         }
-        let dir = self
-            .data_dir
+        let placement = self.place(tp, assigned)?;
+        let Some(log_dir) = self.log_dirs.get(placement.dir) else {
+            return Err(BrokerError::LogDirOffline(String::new()));
+        };
+        let path = log_dir
+            .path
             .join(partition_dir_name(&tp.topic, tp.partition));
-        Ok(UnifiedLog::open(
-            &dir,
-            config.clone(),
-            self.now(),
-            self.previous_shutdown,
-        )?)
+        let log =
+            match UnifiedLog::open(&path, config.clone(), self.now(), log_dir.previous_shutdown) {
+                Ok(log) => log,
+                Err(e) => {
+                    if let Some(io) = e.io_error() {
+                        self.dir_failed(placement.dir, format_args!("opening the log of {tp}"), io);
+                    }
+                    return Err(e.into());
+                }
+            };
+        if !placement.exists {
+            self.located
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(tp.clone(), placement.dir);
+        }
+        if log_dir.id != assigned {
+            self.assign(tp, topic_id, placement.dir);
+        }
+        Ok((placement.dir, log))
     }
 
-    /// Removes the data directory's clean-shutdown marker, once: from the moment a log
-    /// is reachable it may change, and a crash after that must not be taken for a clean
-    /// shutdown. A failure is the data directory's (fail-stop).
-    fn remove_clean_shutdown_marker(&self) -> Result<(), BrokerError> {
-        let mut removed = self
+    /// Removes log directory `dir`'s clean-shutdown marker, once: from the moment a log
+    /// in it is reachable it may change, and a crash after that must not be taken for a
+    /// clean shutdown. A failure is the directory's (fail-stop).
+    fn remove_clean_shutdown_marker(&self, dir: usize) -> Result<(), BrokerError> {
+        let Some(log_dir) = self.log_dirs.get(dir) else {
+            return Ok(());
+        };
+        let mut removed = log_dir
             .marker_removed
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         if !*removed {
-            if let Err(e) = clean_shutdown::remove_marker(&self.data_dir) {
-                self.log_dir_failed(format_args!("removing the clean-shutdown marker"), &e);
+            if let Err(e) = clean_shutdown::remove_marker(&log_dir.path) {
+                self.dir_failed(dir, format_args!("removing the clean-shutdown marker"), &e);
                 return Err(e.into());
             }
             *removed = true;
@@ -508,10 +897,15 @@ impl ReplicaManager {
         tp: &TopicPartition,
         topic_id: Uuid,
         state: &PartitionState,
+        dir: usize,
         log: UnifiedLog,
     ) -> Result<Arc<Partition>, BrokerError> {
         let partition = Arc::new(Partition {
             topic_id,
+            dir: std::sync::atomic::AtomicUsize::new(dir),
+            log_dirs: self.log_dir_failure.clone(),
+            future: Mutex::new(None),
+            truncations: std::sync::atomic::AtomicU64::new(0),
             topic_metrics: metrics::global().topics.topic(&tp.topic),
             log: Mutex::new(log),
             deleted: std::sync::atomic::AtomicBool::new(false),
@@ -540,7 +934,8 @@ impl ReplicaManager {
     ) -> Result<(), BrokerError> {
         self.fetchers.remove_partition(tp);
         let state = PartitionState::from_registration(registration);
-        let partition = self.ensure_open(tp, topic_id, &state, config)?;
+        let assigned = registration.directory(self.local_id);
+        let partition = self.ensure_open(tp, topic_id, &state, config, assigned)?;
         let epoch = state.leader_epoch;
         let reg = isr::PartitionRegistration {
             replicas: state.replicas.clone(),
@@ -574,7 +969,11 @@ impl ReplicaManager {
             // for the end of the previous epoch get where this leader's history diverges.
             if log.latest_epoch().is_none_or(|e| e < epoch) {
                 if let Err(e) = log.assign_epoch_start_offset(epoch, leo) {
-                    self.log_dir_failed(format_args!("leader epoch checkpoint of {tp}"), &e);
+                    self.log_dir_failed(
+                        &partition,
+                        format_args!("leader epoch checkpoint of {tp}"),
+                        &e,
+                    );
                 }
             }
             let hw = match leader.as_mut() {
@@ -637,17 +1036,24 @@ impl ReplicaManager {
                 return None;
             }
             // Errors surface again, with the partition named, in become_leader/follower.
-            self.open_log(&c.tp, &c.config).ok().map(|log| (c, log))
+            let assigned = c.registration.directory(self.local_id);
+            self.open_log(&c.tp, c.topic_id, &c.config, assigned)
+                .ok()
+                .map(|(dir, log)| (c, dir, log))
         })
         .into_iter()
         .flatten()
         .collect();
-        if opened.is_empty() || self.remove_clean_shutdown_marker().is_err() {
-            return;
-        }
-        for (c, log) in opened {
-            let state = PartitionState::from_registration(&c.registration);
-            let _ = self.insert_log(&c.tp, c.topic_id, &state, log);
+        let dirs: std::collections::BTreeSet<usize> = opened.iter().map(|(_, d, _)| *d).collect();
+        let ready: std::collections::BTreeSet<usize> = dirs
+            .into_iter()
+            .filter(|d| self.remove_clean_shutdown_marker(*d).is_ok())
+            .collect();
+        for (c, dir, log) in opened {
+            if ready.contains(&dir) {
+                let state = PartitionState::from_registration(&c.registration);
+                let _ = self.insert_log(&c.tp, c.topic_id, &state, dir, log);
+            }
         }
     }
 
@@ -663,7 +1069,8 @@ impl ReplicaManager {
         leader_addr: Option<crate::network::inter_broker::PeerEndpoint>,
     ) -> Result<(), BrokerError> {
         let state = PartitionState::from_registration(registration);
-        let partition = self.ensure_open(tp, topic_id, &state, config)?;
+        let assigned = registration.directory(self.local_id);
+        let partition = self.ensure_open(tp, topic_id, &state, config, assigned)?;
         let epoch = state.leader_epoch;
         let leader = state.leader;
         *partition.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
@@ -738,8 +1145,10 @@ impl ReplicaManager {
             };
             if target < leo {
                 tracing::info!(%tp, from = leo, to = target, "truncating follower log by leader epoch");
+                p.truncations
+                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 log.truncate_to(target, self.now()).map_err(|e| {
-                    self.log_dir_failed(format_args!("truncation of {tp}"), &e);
+                    self.log_dir_failed(&p, format_args!("truncation of {tp}"), &e);
                     e.to_string()
                 })?;
             }
@@ -758,14 +1167,16 @@ impl ReplicaManager {
         leader_high_watermark: i64,
         leader_log_start_offset: i64,
     ) -> Result<(), ErrorCode> {
-        self.check_log_dir_online()?;
         let p = self
             .follower_partition(tp, leader_epoch)
             .ok_or(ErrorCode::NOT_LEADER_OR_FOLLOWER)?;
+        if p.is_offline() {
+            return Err(ErrorCode::KAFKA_STORAGE_ERROR);
+        }
         let now = self.now();
         let failed = |e: &AppendError| {
             if let AppendError::Io(io) = e {
-                self.log_dir_failed(format_args!("follower append to {tp}"), io);
+                self.log_dir_failed(&p, format_args!("follower append to {tp}"), io);
             }
             append_error_code(e)
         };
@@ -797,7 +1208,7 @@ impl ReplicaManager {
             }
             if leader_log_start_offset > log.log_start_offset() {
                 if let Err(e) = log.maybe_increment_log_start_offset(leader_log_start_offset) {
-                    self.log_dir_failed(format_args!("log start checkpoint of {tp}"), &e);
+                    self.log_dir_failed(&p, format_args!("log start checkpoint of {tp}"), &e);
                     return Err(ErrorCode::KAFKA_STORAGE_ERROR);
                 }
             }
@@ -829,10 +1240,12 @@ impl ReplicaManager {
         p.with_log(|log| {
             if leader_log_start_offset >= 0 && log.log_end_offset() < leader_log_start_offset {
                 tracing::info!(%tp, start = leader_log_start_offset, "follower behind the leader's log start; starting over");
+                p.truncations
+                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 log.truncate_fully_and_start_at(leader_log_start_offset, self.now())
                     .map(|_| true)
                     .map_err(|e| {
-                        self.log_dir_failed(format_args!("truncation of {tp}"), &e);
+                        self.log_dir_failed(&p, format_args!("truncation of {tp}"), &e);
                         ErrorCode::KAFKA_STORAGE_ERROR
                     })
             } else {
@@ -848,6 +1261,10 @@ impl ReplicaManager {
         tp: &TopicPartition,
     ) -> Result<(Arc<Partition>, i32), ErrorCode> {
         let partition = self.get(tp).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+        // Kafka's `getPartitionOrException` on an offline partition.
+        if partition.is_offline() {
+            return Err(ErrorCode::KAFKA_STORAGE_ERROR);
+        }
         if !self.lease_held() {
             return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
         }
@@ -914,7 +1331,7 @@ impl ReplicaManager {
                 Err(ErrorCode::POLICY_VIOLATION)
             }
             Err(rill_storage::DeleteRecordsError::Io(e)) => {
-                self.log_dir_failed(format_args!("delete records of {tp}"), &e);
+                self.log_dir_failed(&partition, format_args!("delete records of {tp}"), &e);
                 Err(ErrorCode::KAFKA_STORAGE_ERROR)
             }
         }
@@ -945,10 +1362,25 @@ impl ReplicaManager {
             // none writes to a directory being removed (which would fail the whole log
             // directory) or to a new log made under the same name.
             partition.mark_deleted();
+            self.drop_future(&partition);
+            let offline = partition.is_offline();
             let dir = self
-                .data_dir
+                .log_dir_path(partition.log_dir())
                 .join(partition_dir_name(&tp.topic, tp.partition));
             drop(partition);
+            self.located
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(tp);
+            self.pending_assignments
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(tp);
+            // Nothing is removed from a failed directory (Kafka leaves it alone too): the
+            // stray logs go at a start that finds it working again.
+            if offline {
+                return Ok(());
+            }
             match std::fs::remove_dir_all(&dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -1054,7 +1486,6 @@ impl ReplicaManager {
         origin: AppendOrigin,
         txn_verification: Option<Option<u64>>,
     ) -> Result<DeferredAppend, AppendRefused> {
-        self.check_log_dir_online()?;
         let (partition, epoch) = self.leader_partition(tp)?;
         let now = self.now();
         // The storage treats `Replication` as `Coordinator` on a leader append.
@@ -1077,7 +1508,7 @@ impl ReplicaManager {
                 v
             }
             Err(e) => {
-                let code = self.append_failed(tp, &e);
+                let code = self.append_failed(&partition, tp, &e);
                 let record_errors = match e {
                     AppendError::RecordErrors(refused) => Some(refused),
                     _ => None,
@@ -1124,7 +1555,7 @@ impl ReplicaManager {
                     flush,
                 })
             }
-            Err(e) => Err(self.append_failed(tp, &e).into()),
+            Err(e) => Err(self.append_failed(&partition, tp, &e).into()),
         }
     }
 
@@ -1159,15 +1590,20 @@ impl ReplicaManager {
         drop(leader);
         self.appended.notify(tp);
         result.map_err(|e| {
-            self.log_dir_failed(format_args!("flush of {tp}"), &e);
+            self.log_dir_failed(partition, format_args!("flush of {tp}"), &e);
             ErrorCode::KAFKA_STORAGE_ERROR
         })
     }
 
     /// Maps a failed append to its error code, reporting a disk failure.
-    fn append_failed(&self, tp: &TopicPartition, e: &AppendError) -> ErrorCode {
+    fn append_failed(
+        &self,
+        partition: &Partition,
+        tp: &TopicPartition,
+        e: &AppendError,
+    ) -> ErrorCode {
         if let AppendError::Io(io) = e {
-            self.log_dir_failed(format_args!("append to {tp}"), io);
+            self.log_dir_failed(partition, format_args!("append to {tp}"), io);
         }
         append_error_code(e)
     }
@@ -1585,83 +2021,104 @@ impl ReplicaManager {
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             map.drain().collect()
         };
+        // A failed directory's logs are left as they are (not written to again).
+        let partitions: Vec<_> = partitions
+            .into_iter()
+            .filter(|(_, p)| !p.is_offline())
+            .collect();
         // Each close only writes files (no fsync), several partitions at a time.
         let closed = for_each_owned(partitions, |(tp, p)| {
+            let dir = p.log_dir();
             let result = match Arc::try_unwrap(p) {
                 Ok(p) => match p.log.into_inner() {
                     Ok(log) => log.close(),
-                    Err(_) => return None,
+                    Err(_) => return (dir, None),
                 },
                 Err(p) => {
                     if let Ok(Err(e)) = p.with_log(|log| log.flush()) {
                         tracing::error!(%tp, error = %e, "flushing a log in use failed");
                     }
                     tracing::warn!(%tp, "log still in use at shutdown, not closed");
-                    return None;
+                    return (dir, None);
                 }
             };
             match result {
-                Ok(()) => Some(tp),
+                Ok(()) => (dir, Some(tp)),
                 Err(e) => {
                     tracing::error!(%tp, error = %e, "closing log failed");
-                    None
+                    (dir, None)
                 }
             }
         });
-        let total = closed.len();
-        let closed: std::collections::HashSet<TopicPartition> =
-            closed.into_iter().flatten().collect();
-        if closed.len() != total {
-            tracing::warn!(
-                not_closed = total - closed.len(),
-                "not every log closed; the next start recovers all of them"
-            );
-            return;
-        }
-        if let Err(reason) = self.unopened_logs_are_clean(&closed) {
-            tracing::warn!(%reason, "the next start recovers every log");
-            return;
-        }
-        if let Some(failure) = self.log_dir_failure.failure() {
-            tracing::error!(%failure, "not recording a clean shutdown");
-            return;
-        }
-        let Some(sync) = &self.data_dir_sync else {
-            return;
-        };
-        // One write-back of the whole file system instead of an fsync per file; the
-        // marker only once it succeeded, never retried (as an fsync is not).
-        let started = std::time::Instant::now();
-        if let Err(e) = sync.sync() {
-            self.log_dir_failed(format_args!("syncfs of the closed logs"), &e);
-            return;
-        }
-        let synced = started.elapsed();
-        match clean_shutdown::write_marker(&self.data_dir) {
-            Ok(()) => tracing::info!(
-                logs = total,
-                syncfs_ms = synced.as_secs_f64() * 1e3,
-                "logs closed; clean shutdown recorded"
-            ),
-            Err(e) => tracing::error!(error = %e, "writing the clean-shutdown marker failed"),
+        for (index, log_dir) in self.log_dirs.iter().enumerate() {
+            let mine: Vec<&Option<TopicPartition>> = closed
+                .iter()
+                .filter(|(d, _)| *d == index)
+                .map(|(_, tp)| tp)
+                .collect();
+            let total = mine.len();
+            let done: std::collections::HashSet<TopicPartition> =
+                mine.into_iter().flatten().cloned().collect();
+            let dir = log_dir.path.display();
+            if done.len() != total {
+                tracing::warn!(
+                    %dir,
+                    not_closed = total - done.len(),
+                    "not every log closed; the next start recovers all of them"
+                );
+                continue;
+            }
+            if let Err(reason) = self.unopened_logs_are_clean(log_dir, &done) {
+                tracing::warn!(%dir, %reason, "the next start recovers every log");
+                continue;
+            }
+            if let Some(failure) = self.log_dir_failure.dir_failure(index) {
+                tracing::error!(%dir, %failure, "not recording a clean shutdown");
+                continue;
+            }
+            let Some(sync) = &log_dir.sync else {
+                continue;
+            };
+            // One write-back of the whole file system instead of an fsync per file; the
+            // marker only once it succeeded, never retried (as an fsync is not).
+            let started = std::time::Instant::now();
+            if let Err(e) = sync.sync() {
+                self.dir_failed(index, format_args!("syncfs of the closed logs"), &e);
+                continue;
+            }
+            let synced = started.elapsed();
+            match clean_shutdown::write_marker(&log_dir.path) {
+                Ok(()) => tracing::info!(
+                    %dir,
+                    logs = total,
+                    syncfs_ms = synced.as_secs_f64() * 1e3,
+                    "logs closed; clean shutdown recorded"
+                ),
+                Err(e) => {
+                    tracing::error!(%dir, error = %e, "writing the clean-shutdown marker failed")
+                }
+            }
         }
     }
 
     /// After an unclean start, a log this run did not open was not recovered either: the
-    /// marker would make the next start trust its tail. Every partition directory must
-    /// then be among the logs just `closed` (the metadata log is not a partition's).
+    /// marker would make the next start trust its tail. Every partition directory of
+    /// `log_dir` must then be among the logs just `closed` (the metadata log is not a
+    /// partition's).
     fn unopened_logs_are_clean(
         &self,
+        log_dir: &LogDir,
         closed: &std::collections::HashSet<TopicPartition>,
     ) -> Result<(), String> {
-        if self.previous_shutdown == PreviousShutdown::Clean {
+        if log_dir.previous_shutdown == PreviousShutdown::Clean {
             // Untouched since the last clean stop: still clean.
             return Ok(());
         }
-        let entries = std::fs::read_dir(&self.data_dir)
-            .map_err(|e| format!("listing {}: {e}", self.data_dir.display()))?;
+        let path = &log_dir.path;
+        let entries =
+            std::fs::read_dir(path).map_err(|e| format!("listing {}: {e}", path.display()))?;
         for entry in entries {
-            let entry = entry.map_err(|e| format!("listing {}: {e}", self.data_dir.display()))?;
+            let entry = entry.map_err(|e| format!("listing {}: {e}", path.display()))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if name == crate::config::METADATA_LOG_DIR {
                 continue;
@@ -1677,6 +2134,44 @@ impl ReplicaManager {
         }
         Ok(())
     }
+}
+
+/// The log directory of every partition log found in `dirs`, and a message for each
+/// found in two (the metadata log and names that are no partition's are not logs).
+fn locate_logs(dirs: &[LogDir]) -> (LogLocations, Vec<String>) {
+    let mut located = LogLocations::default();
+    let mut duplicates = Vec::new();
+    for (index, dir) in dirs.iter().enumerate() {
+        let entries = match std::fs::read_dir(&dir.path) {
+            Ok(entries) => entries,
+            Err(e) => {
+                // Opening any log in it will fail and take the directory offline then.
+                tracing::error!(dir = %dir.path.display(), error = %e, "log directory unreadable");
+                continue;
+            }
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == crate::config::METADATA_LOG_DIR || !entry.path().is_dir() {
+                continue;
+            }
+            let Ok(tp) = parse_partition_dir_name(&name) else {
+                continue;
+            };
+            if let Some(first) = located.get(&tp) {
+                let first = dirs.get(*first).map(|d| d.path.display().to_string());
+                duplicates.push(format!(
+                    "the log of {tp} is in two log directories, {} and {}: remove the one \
+                     that is not the replica",
+                    first.unwrap_or_default(),
+                    dir.path.display()
+                ));
+                continue;
+            }
+            located.insert(tp, index);
+        }
+    }
+    (located, duplicates)
 }
 
 /// How far a read may go: consumers see committed records only, followers everything
@@ -1755,7 +2250,11 @@ fn read_partition(
             // batch found by a read is not an I/O failure and stays this fetch's error.
             if let ReadError::Io(storage) = &e {
                 if storage.io_error().is_some() {
-                    failure.maybe_add_offline_log_dir(&format!("read of {tp}"), &e);
+                    failure.maybe_add_offline_log_dir(
+                        partition.log_dir(),
+                        &format!("read of {tp}"),
+                        &e,
+                    );
                 }
             }
             Err((ErrorCode::KAFKA_STORAGE_ERROR, Some(offsets)))
@@ -1865,6 +2364,7 @@ mod tests {
                     leader_recovery_state: 0,
                     leader_epoch,
                     partition_epoch: leader_epoch,
+                    directories: vec![],
                 },
                 config: LogConfig::default(),
             })
@@ -1900,7 +2400,7 @@ mod tests {
         }
 
         let rm = manager(dir.path());
-        assert_eq!(rm.previous_shutdown, PreviousShutdown::Clean);
+        assert_eq!(rm.previous_shutdown(), PreviousShutdown::Clean);
         assert!(marker(dir.path()), "kept until the logs are open");
         rm.open_logs(&cs);
         assert!(!marker(dir.path()), "removed before any log can change");
@@ -1911,7 +2411,7 @@ mod tests {
         assert!(!marker(dir.path()));
         drop(in_use);
         assert_eq!(
-            manager(dir.path()).previous_shutdown,
+            manager(dir.path()).previous_shutdown(),
             PreviousShutdown::Unclean
         );
     }
@@ -2078,8 +2578,21 @@ mod tests {
             rm.complete_flush(&tp, a.partition(), Err(injected)),
             Err(ErrorCode::KAFKA_STORAGE_ERROR)
         );
-        assert_eq!(rm.offsets(&tp).unwrap().high_watermark, 0);
-        assert!(rm.log_dir_failure().is_offline());
+        // The partition is offline now; its log, read past the offline check, never
+        // counted the unsynced append.
+        assert_eq!(
+            rm.offsets(&tp).map(|_| ()),
+            Err(ErrorCode::KAFKA_STORAGE_ERROR)
+        );
+        let log = a.partition().log.lock().unwrap();
+        assert_eq!(log.high_watermark(), 0);
+        assert!(log.offline_cause().is_some());
+        drop(log);
+        assert!(rm.log_dir_failure().is_offline(0));
+        assert!(
+            rm.log_dir_failure().failure().is_some(),
+            "its only directory"
+        );
         // Never retried: the promise fails without an fsync.
         assert!(flush.sync().is_err());
         assert_eq!(
@@ -2087,7 +2600,7 @@ mod tests {
             Err(ErrorCode::KAFKA_STORAGE_ERROR)
         );
         let offline = a.partition().with_log(|l| l.offline_cause().is_some());
-        assert_eq!(offline, Ok(true));
+        assert_eq!(offline, Err(ErrorCode::KAFKA_STORAGE_ERROR));
     }
 
     #[test]
@@ -2098,7 +2611,7 @@ mod tests {
         assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
         drop(rm); // kill -9: nothing closed
         let rm = manager(dir.path());
-        assert_eq!(rm.previous_shutdown, PreviousShutdown::Unclean);
+        assert_eq!(rm.previous_shutdown(), PreviousShutdown::Unclean);
         // Only one of the two logs is opened (and so recovered) in this run.
         assert!(rm.become_leaders(&cs[..1]).iter().all(Result::is_ok));
         rm.shutdown();
@@ -2108,5 +2621,363 @@ mod tests {
         assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
         rm.shutdown();
         assert!(marker(dir.path()));
+    }
+
+    fn jbod_manager(root: &Path, dirs: usize) -> ReplicaManager {
+        let config = FetcherConfig {
+            local_id: 1,
+            max_wait: std::time::Duration::from_millis(100),
+            partition_max_bytes: 1 << 20,
+            throttle: Default::default(),
+            connector: Default::default(),
+        };
+        let dirs = (0..dirs)
+            .map(|i| LogDirConfig {
+                path: root.join(format!("d{i}")),
+                id: Uuid::from_u64_pair(100, i as u64 + 1),
+            })
+            .collect::<Vec<_>>();
+        for d in &dirs {
+            std::fs::create_dir_all(&d.path).unwrap();
+        }
+        ReplicaManager::with_log_dirs(dirs, Some(0), config, 10_000, wall_clock()).0
+    }
+
+    fn partition_dirs(rm: &ReplicaManager, cs: &[PartitionChange]) -> Vec<usize> {
+        cs.iter()
+            .map(|c| rm.get(&c.tp).unwrap().log_dir())
+            .collect()
+    }
+
+    #[test]
+    fn new_logs_go_to_the_directory_with_the_fewest_and_stay_where_they_are() {
+        let root = tempfile::tempdir().unwrap();
+        let rm = jbod_manager(root.path(), 3);
+        let cs = changes(7, 1);
+        rm.open_logs(&cs[..1]);
+        for c in &cs[1..] {
+            // One at a time, as topics are created.
+            rm.become_leader(&c.tp, c.topic_id, &c.registration, &c.config)
+                .unwrap();
+        }
+        let dirs = partition_dirs(&rm, &cs);
+        let mut counts = [0; 3];
+        for d in &dirs {
+            counts[*d] += 1;
+        }
+        assert_eq!(counts, [3, 2, 2], "{dirs:?}");
+        // Every placement differs from the metadata's (none), so each is reported.
+        let pending = rm.pending_assignments();
+        assert_eq!(pending.len(), 7);
+        for (tp, _, id) in &pending {
+            let dir = rm.get(tp).unwrap().log_dir();
+            assert_eq!(*id, Uuid::from_u64_pair(100, dir as u64 + 1));
+        }
+        for c in &cs {
+            rm.append(&c.tp, &record()).unwrap();
+        }
+        rm.shutdown();
+        for (c, d) in cs.iter().zip(&dirs) {
+            let path = root
+                .path()
+                .join(format!("d{d}"))
+                .join(partition_dir_name(&c.tp.topic, c.tp.partition));
+            assert!(path.is_dir(), "{}", path.display());
+        }
+        for d in 0..3 {
+            assert!(marker(&root.path().join(format!("d{d}"))), "marker in d{d}");
+        }
+
+        // Reopened where they are, whatever the metadata says now; the one whose
+        // metadata names another directory is reported again.
+        let rm = jbod_manager(root.path(), 3);
+        assert_eq!(rm.previous_shutdown(), PreviousShutdown::Clean);
+        let mut cs = cs;
+        for (c, d) in cs.iter_mut().zip(&dirs) {
+            c.registration.directories = vec![Uuid::from_u64_pair(100, *d as u64 + 1)];
+        }
+        cs[0].registration.directories = vec![Uuid::from_u64_pair(100, 9)];
+        rm.open_logs(&cs);
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        assert_eq!(partition_dirs(&rm, &cs), dirs);
+        let pending = rm.pending_assignments();
+        assert_eq!(pending.len(), 1, "{pending:?}");
+        assert_eq!(pending[0].0, cs[0].tp);
+        for c in &cs {
+            assert_eq!(rm.offsets(&c.tp).unwrap().log_end_offset, 1);
+        }
+        // A new log the metadata assigned to a directory goes there.
+        let mut new = changes(8, 1).pop().unwrap();
+        new.registration.directories = vec![Uuid::from_u64_pair(100, 2)];
+        rm.become_leader(&new.tp, new.topic_id, &new.registration, &new.config)
+            .unwrap();
+        assert_eq!(rm.get(&new.tp).unwrap().log_dir(), 1);
+        rm.shutdown();
+    }
+
+    #[test]
+    fn a_failed_directory_takes_only_its_partitions_offline() {
+        let root = tempfile::tempdir().unwrap();
+        let rm = jbod_manager(root.path(), 3);
+        let cs = changes(6, 1);
+        rm.open_logs(&cs);
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        let dirs = partition_dirs(&rm, &cs);
+        let (failed, kept): (Vec<_>, Vec<_>) = cs.iter().zip(&dirs).partition(|(_, d)| **d == 2);
+        assert_eq!((failed.len(), kept.len()), (2, 4));
+        let victim = rm.get(&failed[0].0.tp).unwrap();
+        rm.log_dir_failed(
+            &victim,
+            format_args!("append to {}", failed[0].0.tp),
+            &"EIO",
+        );
+        assert_eq!(rm.offline_log_dir_ids(), vec![Uuid::from_u64_pair(100, 3)]);
+        assert_eq!(rm.online_log_dir_ids().len(), 2);
+        assert!(
+            rm.log_dir_failure().failure().is_none(),
+            "two directories are left"
+        );
+        rm.handle_log_dir_failure();
+        for (c, _) in &failed {
+            assert_eq!(
+                rm.append(&c.tp, &record()).map(|_| ()),
+                Err(ErrorCode::KAFKA_STORAGE_ERROR)
+            );
+            assert!(rm.read(&c.tp, 0, 1 << 20, true).is_err());
+            // A metadata update about it is refused: nothing is opened or fetched.
+            assert!(matches!(
+                rm.become_leader(&c.tp, c.topic_id, &c.registration, &c.config),
+                Err(BrokerError::LogDirOffline(_))
+            ));
+        }
+        for (c, _) in &kept {
+            rm.append(&c.tp, &record()).unwrap();
+            assert_eq!(rm.offsets(&c.tp).unwrap().high_watermark, 1);
+        }
+        // New logs avoid the failed directory; a replica the metadata placed there is
+        // not made anew elsewhere while it is offline (it may hold the data).
+        let mut more = changes(9, 1).split_off(6);
+        more[2].registration.directories = vec![Uuid::from_u64_pair(100, 3)];
+        for c in &more[..2] {
+            rm.become_leader(&c.tp, c.topic_id, &c.registration, &c.config)
+                .unwrap();
+            assert_ne!(rm.get(&c.tp).unwrap().log_dir(), 2);
+        }
+        assert!(rm
+            .become_leader(
+                &more[2].tp,
+                more[2].topic_id,
+                &more[2].registration,
+                &more[2].config
+            )
+            .is_err());
+        rm.shutdown();
+        assert!(marker(&root.path().join("d0")) && marker(&root.path().join("d1")));
+        assert!(
+            !marker(&root.path().join("d2")),
+            "the failed directory is recovered"
+        );
+
+        // Kill the other two as well: the last failure is fatal.
+        let rm = jbod_manager(root.path(), 3);
+        rm.dir_failed(1, format_args!("x"), &"EIO");
+        rm.dir_failed(2, format_args!("x"), &"EIO");
+        assert!(rm.log_dir_failure().failure().is_none());
+        rm.dir_failed(0, format_args!("x"), &"EIO");
+        assert!(rm.log_dir_failure().failure().is_some());
+    }
+
+    #[test]
+    fn a_log_in_two_directories_refuses_the_start() {
+        let root = tempfile::tempdir().unwrap();
+        for d in ["d0", "d2"] {
+            std::fs::create_dir_all(root.path().join(d).join("t-0")).unwrap();
+        }
+        let rm = jbod_manager(root.path(), 3);
+        let e = rm.check_log_dirs().unwrap_err().to_string();
+        assert!(
+            e.contains("t-0") && e.contains("two log directories"),
+            "{e}"
+        );
+    }
+
+    /// Steps every move until none is left (the alter-log-dirs task's loop, inline).
+    fn finish_moves(rm: &ReplicaManager) {
+        for _ in 0..1000 {
+            let moving = rm.moving_partitions();
+            if moving.is_empty() {
+                return;
+            }
+            for (tp, p) in moving {
+                rm.alter_log_dir_step(&tp, &p);
+            }
+        }
+        panic!("moves never finished");
+    }
+
+    fn read_values(rm: &ReplicaManager, tp: &TopicPartition) -> Vec<(i64, Vec<u8>)> {
+        let mut out = Vec::new();
+        let end = rm.offsets(tp).unwrap().high_watermark;
+        let mut offset = 0;
+        while offset < end {
+            let r = rm.read(tp, offset, 1 << 20, true).unwrap();
+            assert!(!r.records.is_empty());
+            for batch in rill_protocol::records::RecordBatch::iter(r.records) {
+                let batch = batch.unwrap();
+                for rec in batch.records(1 << 20).unwrap() {
+                    out.push((rec.offset, rec.value.unwrap().to_vec()));
+                }
+                offset = batch.next_offset();
+            }
+        }
+        out
+    }
+
+    fn value_record(v: &str) -> Bytes {
+        let mut builder = RecordBatchBuilder::new(CompressionType::None, 0);
+        builder
+            .append(0, Some(b"k"), Some(v.as_bytes()), &[])
+            .unwrap();
+        builder.build().unwrap()
+    }
+
+    #[test]
+    fn a_replica_moves_to_another_log_directory_while_it_takes_writes() {
+        let root = tempfile::tempdir().unwrap();
+        let rm = jbod_manager(root.path(), 2);
+        let cs = changes(1, 3);
+        rm.open_logs(&cs);
+        assert!(rm.become_leaders(&cs).iter().all(Result::is_ok));
+        let tp = &cs[0].tp;
+        let from = rm.get(tp).unwrap().log_dir();
+        let to = 1 - from;
+        for i in 0..3000 {
+            rm.append(tp, &value_record(&format!("v{i}"))).unwrap();
+        }
+        let dest = root.path().join(format!("d{to}"));
+        assert_eq!(
+            rm.alter_replica_log_dir(tp, "/nowhere"),
+            ErrorCode::LOG_DIR_NOT_FOUND
+        );
+        assert_eq!(
+            rm.alter_replica_log_dir(&TopicPartition::new("other", 0), dest.to_str().unwrap()),
+            ErrorCode::REPLICA_NOT_AVAILABLE
+        );
+        assert_eq!(
+            rm.alter_replica_log_dir(tp, dest.to_str().unwrap()),
+            ErrorCode::NONE
+        );
+        let p = rm.get(tp).unwrap();
+        // Writes go on while the future catches up, step by step.
+        let mut i = 3000;
+        for _ in 0..5 {
+            rm.alter_log_dir_step(tp, &p);
+            for _ in 0..100 {
+                rm.append(tp, &value_record(&format!("v{i}"))).unwrap();
+                i += 1;
+            }
+            if let Some((dir, size, _lag)) = p.future_replica() {
+                assert_eq!(dir, to);
+                assert!(size > 0);
+            }
+        }
+        finish_moves(&rm);
+        assert_eq!(rm.get(tp).unwrap().log_dir(), to);
+        assert!(p.future_replica().is_none());
+        let name = partition_dir_name(&tp.topic, tp.partition);
+        assert!(dest.join(&name).is_dir());
+        let source = root.path().join(format!("d{from}"));
+        let left: Vec<_> = std::fs::read_dir(&source)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("t-"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        // Every record at its offset, the epochs kept, and it takes writes there.
+        let values = read_values(&rm, tp);
+        assert_eq!(values.len(), i);
+        for (n, (offset, value)) in values.iter().enumerate() {
+            assert_eq!(
+                (*offset, value.as_slice()),
+                (n as i64, format!("v{n}").as_bytes())
+            );
+        }
+        let epoch = p.with_log(|l| l.latest_epoch()).unwrap();
+        assert_eq!(epoch, Some(3));
+        rm.append(tp, &value_record("after")).unwrap();
+        // Reported to the controller with the new directory's id.
+        let pending = rm.pending_assignments();
+        assert!(pending
+            .iter()
+            .any(|(t, _, id)| t == tp && *id == Uuid::from_u64_pair(100, to as u64 + 1)));
+        rm.shutdown();
+        let rm = jbod_manager(root.path(), 2);
+        rm.open_logs(&cs);
+        assert_eq!(rm.get(tp).unwrap().log_dir(), to);
+        // Reopened where it moved to, with everything.
+        assert_eq!(rm.offsets(tp).map(|o| o.log_end_offset), Ok(i as i64 + 1));
+    }
+
+    #[test]
+    fn a_start_settles_a_move_that_a_crash_cut_anywhere() {
+        let root = tempfile::tempdir().unwrap();
+        let setup = |current: Option<usize>, future: Option<usize>, delete: Option<usize>| {
+            let _ = std::fs::remove_dir_all(root.path());
+            for d in 0..2 {
+                std::fs::create_dir_all(root.path().join(format!("d{d}"))).unwrap();
+            }
+            let id = "0123456789abcdef0123456789abcdef";
+            let make = |dir: usize, name: String, content: &str| {
+                let path = root.path().join(format!("d{dir}")).join(name);
+                std::fs::create_dir_all(&path).unwrap();
+                std::fs::write(path.join("which"), content).unwrap();
+            };
+            if let Some(d) = current {
+                make(d, "t-0".into(), "current");
+            }
+            if let Some(d) = future {
+                make(d, format!("t-0.{id}-future"), "future");
+            }
+            if let Some(d) = delete {
+                make(d, format!("t-0.{id}-delete"), "old");
+            }
+        };
+        let which = || {
+            let mut found = Vec::new();
+            for d in 0..2 {
+                for e in std::fs::read_dir(root.path().join(format!("d{d}")))
+                    .unwrap()
+                    .flatten()
+                {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    if name.starts_with("t-0") {
+                        let content = std::fs::read_to_string(e.path().join("which")).unwrap();
+                        found.push((d, name, content));
+                    }
+                }
+            }
+            found
+        };
+        let settled = |expect_dir: usize, expect: &str| {
+            let rm = jbod_manager(root.path(), 2);
+            rm.check_log_dirs().unwrap();
+            assert_eq!(
+                which(),
+                vec![(expect_dir, "t-0".to_string(), expect.to_string())]
+            );
+        };
+        // Killed while copying: the future goes, the current log stays.
+        setup(Some(0), Some(1), None);
+        settled(0, "current");
+        // Killed between the two renames: the complete future becomes the log.
+        setup(None, Some(1), Some(0));
+        settled(1, "future");
+        // Killed after both: the old log goes.
+        setup(Some(1), None, Some(0));
+        settled(1, "current");
+        // Only the old log left (its future gone): it is the log again.
+        setup(None, None, Some(0));
+        settled(0, "old");
     }
 }

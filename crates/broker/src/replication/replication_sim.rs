@@ -360,6 +360,7 @@ impl Sim {
                     security_protocol: 0,
                 }],
                 rack: None,
+                log_dirs: vec![],
             },
         ));
         match response {
@@ -388,6 +389,7 @@ impl Sim {
             current_metadata_offset: broker.image.last_offset(),
             want_fence: false,
             want_shut_down: false,
+            offline_log_dirs: vec![],
         };
         self.run(ControllerEvent::BrokerHeartbeat(request));
     }

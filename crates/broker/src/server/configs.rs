@@ -1113,4 +1113,83 @@ mod tests {
         assert_eq!(cluster.len(), 1);
         assert_eq!(cluster[0].name, "log.retention.ms");
     }
+
+    /// Every key Kafka 4.1 describes as dynamic on a broker is described so here too, and
+    /// a change of it on this broker is taken (the value Kafka itself describes), except
+    /// where Kafka refuses it too (the TLS keys without a listener prefix, a class it
+    /// cannot load) and `listeners` and `listener.security.protocol.map`, which Rill
+    /// refuses with its reason.
+    #[test]
+    fn every_key_kafka_changes_at_run_time_is_dynamic_here() {
+        let static_config = BrokerConfig::default();
+        let image = MetadataImage::new();
+        let described = describe_broker(&static_config, &image, 1, false, false);
+        let broker = (RESOURCE_BROKER, "1".to_string());
+        for key in config::KAFKA_DYNAMIC_BROKER_KEYS {
+            assert!(
+                config::is_dynamic_broker_config(key),
+                "{key} is not dynamic"
+            );
+            let entry = described
+                .iter()
+                .find(|c| c.name == *key)
+                .unwrap_or_else(|| panic!("{key} is not described"));
+            assert!(!entry.read_only, "{key} is described read-only");
+            // What Kafka's broker describes for it (its default), or a value of its type.
+            let value = match (*key, entry.value.as_deref()) {
+                ("listeners", _) => "PLAINTEXT://127.0.0.1:9093".to_string(),
+                ("sasl.jaas.config", _) => "org.example.Login required;".to_string(),
+                (_, Some(v)) => v.to_string(),
+                (_, None) => "TLSv1.3".to_string(),
+            };
+            let new = BTreeMap::from([(key.to_string(), value.clone())]);
+            let ops = vec![(key.to_string(), AlterConfigOp::Set, Some(value.clone()))];
+            let result = validate_broker_change(&static_config, &image, 1, &broker, &new, &ops);
+            // Kafka's `SslConfigs.RECONFIGURABLE_CONFIGS`.
+            let per_listener = [
+                "ssl.key.password",
+                "ssl.keystore.certificate.chain",
+                "ssl.keystore.key",
+                "ssl.keystore.location",
+                "ssl.keystore.password",
+                "ssl.keystore.type",
+                "ssl.truststore.certificates",
+                "ssl.truststore.location",
+                "ssl.truststore.password",
+                "ssl.truststore.type",
+            ];
+            let refused = match *key {
+                k if per_listener.contains(&k) => {
+                    Some("only per-listener using the listener prefix")
+                }
+                "listeners" | "listener.security.protocol.map" => {
+                    Some("opens its listeners at start")
+                }
+                "ssl.engine.factory.class" => Some("could not be found"),
+                _ => None,
+            };
+            match (refused, result) {
+                (None, Ok(())) => {}
+                (Some(why), Err((ErrorCode::INVALID_REQUEST, message))) => {
+                    assert!(message.contains(why), "{key}: {message}");
+                }
+                (expected, got) => panic!("{key}={value}: expected {expected:?}, got {got:?}"),
+            }
+        }
+        // A class Rill does not have is not found, as Kafka answers for one it cannot load.
+        let ops = vec![(
+            "metric.reporters".to_string(),
+            AlterConfigOp::Set,
+            Some("com.example.Reporter".to_string()),
+        )];
+        let new = BTreeMap::from([(
+            "metric.reporters".to_string(),
+            "com.example.Reporter".to_string(),
+        )]);
+        let e = validate_broker_change(&static_config, &image, 1, &broker, &new, &ops).unwrap_err();
+        assert!(
+            e.1.contains("Class com.example.Reporter could not be found"),
+            "{e:?}"
+        );
+    }
 }

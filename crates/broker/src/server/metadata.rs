@@ -92,7 +92,13 @@ impl Broker {
                     .replicas
                     .iter()
                     .copied()
-                    .filter(|r| image.broker(*r).is_none_or(|b| b.fenced))
+                    // Fenced, or in a log directory that failed (KIP-858), as Kafka's
+                    // `KRaftMetadataCache.isReplicaOffline` says.
+                    .filter(|r| {
+                        image
+                            .broker(*r)
+                            .is_none_or(|b| b.fenced || !b.has_online_dir(p.directory(*r)))
+                    })
                     .collect();
                 // Without its controller lease this broker leads nothing, whatever its
                 // (possibly stale) image says: naming itself would send clients back.

@@ -96,8 +96,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::UnregisterBroker, 0, 0),
+    (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeQuorum, 0, 2),
+    (ApiKey::AddRaftVoter, 0, 0),
+    (ApiKey::RemoveRaftVoter, 0, 0),
     (ApiKey::UpdateFeatures, 0, 2),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     // Kafka 4.1's v1 (ListConfigResources, of every resource type) needs its 4.1 spec.
@@ -325,7 +328,12 @@ impl Broker {
             }
             RequestBody::UnregisterBroker(r) => respond!(self.handle_unregister_broker(r).await),
             RequestBody::DescribeLogDirs(r) => respond!(self.handle_describe_log_dirs(r)),
+            RequestBody::AlterReplicaLogDirs(r) => {
+                respond!(self.handle_alter_replica_log_dirs(r))
+            }
             RequestBody::DescribeQuorum(r) => respond!(self.handle_describe_quorum(r).await),
+            RequestBody::AddRaftVoter(r) => respond!(self.handle_add_raft_voter(r).await),
+            RequestBody::RemoveRaftVoter(r) => respond!(self.handle_remove_raft_voter(r).await),
             RequestBody::DescribeTopicPartitions(r) => {
                 respond!(self.handle_describe_topic_partitions(r))
             }

@@ -336,6 +336,7 @@ mod tests {
             leader_recovery_state: 0,
             leader_epoch: 0,
             partition_epoch: 0,
+            directories: vec![],
         }
     }
 

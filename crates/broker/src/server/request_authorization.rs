@@ -234,8 +234,23 @@ impl Broker {
                 }
                 .into()
             }),
+            RequestBody::AlterReplicaLogDirs(r) => alter_replica_log_dirs(a, r),
             RequestBody::DescribeLogDirs(_) => cluster_or(a, Describe, || {
                 DescribeLogDirsResponse {
+                    error_code: CAF.code(),
+                    ..Default::default()
+                }
+                .into()
+            }),
+            RequestBody::AddRaftVoter(_) => cluster_or(a, Alter, || {
+                rill_protocol::generated::add_raft_voter_response::AddRaftVoterResponse {
+                    error_code: CAF.code(),
+                    ..Default::default()
+                }
+                .into()
+            }),
+            RequestBody::RemoveRaftVoter(_) => cluster_or(a, Alter, || {
+                rill_protocol::generated::remove_raft_voter_response::RemoveRaftVoterResponse {
                     error_code: CAF.code(),
                     ..Default::default()
                 }
@@ -1292,6 +1307,41 @@ fn alter_reassignments(a: &Authz, r: &AlterPartitionReassignmentsRequest) -> Gat
                         .iter()
                         .map(|p| ReassignablePartitionResponse {
                             partition_index: p.partition_index,
+                            error_code: CAF.code(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+        .into()
+    })
+}
+
+/// AlterReplicaLogDirs needs ALTER on the cluster; refused, every partition says so.
+fn alter_replica_log_dirs(
+    a: &Authz,
+    r: &rill_protocol::generated::alter_replica_log_dirs_request::AlterReplicaLogDirsRequest,
+) -> Gate {
+    use rill_protocol::generated::alter_replica_log_dirs_response::{
+        AlterReplicaLogDirPartitionResult, AlterReplicaLogDirTopicResult,
+        AlterReplicaLogDirsResponse,
+    };
+    cluster_or(a, Alter, || {
+        AlterReplicaLogDirsResponse {
+            results: r
+                .dirs
+                .iter()
+                .flat_map(|d| &d.topics)
+                .map(|t| AlterReplicaLogDirTopicResult {
+                    topic_name: t.name.clone(),
+                    partitions: t
+                        .partitions
+                        .iter()
+                        .map(|p| AlterReplicaLogDirPartitionResult {
+                            partition_index: *p,
                             error_code: CAF.code(),
                             ..Default::default()
                         })

@@ -95,6 +95,7 @@ use crate::image::MetadataImage;
 use crate::record::{encode_batch, MetadataRecord};
 use event_loop::{EventLoop, Submission, EVENT_QUEUE_CAPACITY};
 pub(crate) use network::ForwardError;
+pub use network::VoterChangeError;
 use pre_vote::{ElectionTimer, Isolation};
 use state_machine::Shared;
 
@@ -231,6 +232,37 @@ pub struct MetadataQuorum {
     next_voter: AtomicUsize,
 }
 
+/// The voters of the membership `raft` has applied, with their quorum addresses (the
+/// address each was added with, else the configured one); the `configured` voters until
+/// a membership is applied (a node that never started). KIP-853's changes (AddRaftVoter,
+/// RemoveRaftVoter) move the membership, not the configuration, so this is what counts.
+pub(crate) fn voter_addrs(
+    raft: &Raft<TypeConfig>,
+    configured: &BTreeMap<u64, SocketAddr>,
+) -> BTreeMap<u64, SocketAddr> {
+    let m = raft.metrics();
+    let m = m.borrow();
+    let membership = m.membership_config.membership();
+    let voters: BTreeMap<u64, SocketAddr> = membership
+        .voter_ids()
+        .filter_map(|id| {
+            // A single node's implicit quorum records port 0 (its listener's before
+            // binding): the configured address is the reachable one then.
+            let addr = membership
+                .get_node(&id)
+                .and_then(|n| n.addr.parse::<SocketAddr>().ok())
+                .filter(|a| a.port() != 0)
+                .or_else(|| configured.get(&id).copied())?;
+            Some((id, addr))
+        })
+        .collect();
+    if voters.is_empty() {
+        configured.clone()
+    } else {
+        voters
+    }
+}
+
 fn quorum_err(e: impl std::fmt::Display) -> MetadataError {
     MetadataError::Quorum(e.to_string())
 }
@@ -291,8 +323,41 @@ impl MetadataQuorum {
         let own = *voters
             .get(&node_id)
             .ok_or_else(|| quorum_err(format!("node {node_id} is not among the voters")))?;
+        Self::start_controller_at(node_id, own, voters, dir.as_ref(), config, true).await
+    }
+
+    /// Starts a controller that is not among the configured `voters` (KIP-853): it
+    /// listens on `listen`, asks to follow the log as an observer (a learner) and runs
+    /// the controller event loop and the pre-vote timer as a voter does, which act only
+    /// once the membership names it a voter — after AddRaftVoter, or at a restart of a
+    /// node added earlier. `listen` must be an address the voters can reach.
+    pub async fn start_controller(
+        node_id: u64,
+        listen: SocketAddr,
+        voters: BTreeMap<u64, SocketAddr>,
+        dir: impl AsRef<Path>,
+        config: QuorumConfig,
+    ) -> Result<MetadataQuorum, MetadataError> {
+        if listen.ip().is_unspecified() {
+            return Err(quorum_err(format!(
+                "a controller's quorum address must be one the voters can reach, not {listen}"
+            )));
+        }
+        Self::start_controller_at(node_id, listen, voters, dir.as_ref(), config, false).await
+    }
+
+    /// A controller node at `own`: one of the configured voters (`bootstrap`: it
+    /// initializes the membership on the cluster's first start), or one that joins.
+    async fn start_controller_at(
+        node_id: u64,
+        own: SocketAddr,
+        voters: BTreeMap<u64, SocketAddr>,
+        dir: &Path,
+        config: QuorumConfig,
+        bootstrap: bool,
+    ) -> Result<MetadataQuorum, MetadataError> {
         let (raft, shared, listener, dials, isolation) =
-            open(node_id, own, &voters, dir.as_ref(), &config).await?;
+            open(node_id, own, &voters, dir, &config).await?;
         let local_addr = listener.local_addr().map_err(quorum_err)?;
         let (events, events_rx) = mpsc::channel(EVENT_QUEUE_CAPACITY);
         let event_loop = tokio::spawn(
@@ -327,6 +392,15 @@ impl MetadataQuorum {
             .iter()
             .map(|(id, addr)| (*id, BasicNode::new(addr.to_string())))
             .collect();
+        // Every controller runs the join task: one that is no voter (yet, or any more:
+        // RemoveRaftVoter) follows the log as an observer; a voter's task only waits.
+        let join = Some(tokio::spawn(join_as_observer(
+            node_id,
+            local_addr,
+            voters.clone(),
+            raft.clone(),
+            config.transport.clone(),
+        )));
         let quorum = MetadataQuorum {
             node_id,
             raft,
@@ -336,13 +410,16 @@ impl MetadataQuorum {
             voters,
             events: Some(events),
             event_loop: Some(event_loop),
-            join: None,
+            join,
             election: Some(election),
             isolation,
             forward_idle: Mutex::new(BTreeMap::new()),
             transport: config.transport.clone(),
             next_voter: AtomicUsize::new(0),
         };
+        if !bootstrap {
+            return Ok(quorum);
+        }
         match quorum.raft.initialize(members).await {
             Ok(()) => {}
             // Already initialized (a restart, or a peer's entries arrived first).
@@ -445,9 +522,15 @@ impl MetadataQuorum {
         self.raft.metrics().borrow().current_term
     }
 
-    /// This node is one of the voters (a controller); `false` on an observer.
+    /// This node is one of the voters (a controller); `false` on an observer, and on a
+    /// controller that is not a voter yet (or no more: KIP-853).
     pub fn is_voter(&self) -> bool {
-        self.voters.contains_key(&self.node_id)
+        self.current_voters().contains_key(&self.node_id)
+    }
+
+    /// The voters now and their quorum addresses (see [`voter_addrs`]).
+    pub fn current_voters(&self) -> BTreeMap<u64, SocketAddr> {
+        voter_addrs(&self.raft, &self.voters)
     }
 
     /// This node is in the membership it has applied, as a voter or as a learner (an
@@ -591,10 +674,8 @@ impl MetadataQuorum {
             return None;
         }
         let i = self.next_voter.fetch_add(1, Ordering::Relaxed);
-        self.voters
-            .keys()
-            .nth(i % self.voters.len().max(1))
-            .copied()
+        let voters = self.current_voters();
+        voters.keys().nth(i % voters.len().max(1)).copied()
     }
 
     /// Sends `event` to node `node_id`'s event loop over the quorum RPC.
@@ -606,7 +687,7 @@ impl MetadataQuorum {
     ) -> Result<SubmitResult, MetadataError> {
         let unreachable = |reason: String| MetadataError::Unreachable { node_id, reason };
         let addr = *self
-            .voters
+            .current_voters()
             .get(&node_id)
             .ok_or_else(|| unreachable("not among the voters".into()))?;
         let idle = self
@@ -661,19 +742,17 @@ impl MetadataQuorum {
             if remaining.is_zero() {
                 return Err(last);
             }
+            let voters = self.current_voters();
             let target = hint.take().or_else(|| self.leader_id()).or_else(|| {
                 turn += 1;
-                self.voters
-                    .keys()
-                    .nth(turn % self.voters.len().max(1))
-                    .copied()
+                voters.keys().nth(turn % voters.len().max(1)).copied()
             });
             let answer = match target {
                 Some(id) if id == self.node_id => {
                     describe::describe_local(&self.raft, &self.shared.contacts)
                 }
                 Some(id) => {
-                    let Some(addr) = self.voters.get(&id).copied() else {
+                    let Some(addr) = voters.get(&id).copied() else {
                         return Err(last);
                     };
                     let attempt = async {
@@ -703,6 +782,105 @@ impl MetadataQuorum {
                     tokio::time::sleep(SUBMIT_BACKOFF_MIN.min(remaining)).await;
                 }
                 Err(ForwardError::Other(reason)) => return Err(MetadataError::Quorum(reason)),
+            }
+        }
+    }
+
+    /// AddRaftVoter (KIP-853): makes `node_id`, whose quorum port is `addr`, a voter;
+    /// asked of the leader wherever it is, within `timeout`.
+    pub async fn add_voter(
+        &self,
+        node_id: u64,
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<(), VoterChangeError> {
+        let request = || network::RpcRequest::AddVoter {
+            node_id,
+            addr: addr.to_string(),
+        };
+        let raft = self.raft.clone();
+        self.change_voters(request, timeout, move || {
+            let raft = raft.clone();
+            let addr = addr.to_string();
+            async move { network::add_voter(&raft, node_id, addr).await }
+        })
+        .await
+    }
+
+    /// RemoveRaftVoter (KIP-853): `node_id` votes no more (it stays an observer); asked
+    /// of the leader wherever it is, within `timeout`.
+    pub async fn remove_voter(
+        &self,
+        node_id: u64,
+        timeout: Duration,
+    ) -> Result<(), VoterChangeError> {
+        let request = || network::RpcRequest::RemoveVoter { node_id };
+        let raft = self.raft.clone();
+        self.change_voters(request, timeout, move || {
+            let raft = raft.clone();
+            async move { network::remove_voter(&raft, node_id).await }
+        })
+        .await
+    }
+
+    /// A change of the voters, made here when this node leads, else sent to the leader
+    /// (following the leader each voter names) until `timeout`.
+    async fn change_voters<F, Fut>(
+        &self,
+        request: impl Fn() -> network::RpcRequest,
+        timeout: Duration,
+        local: F,
+    ) -> Result<(), VoterChangeError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<(), VoterChangeError>>,
+    {
+        let timed_out = || VoterChangeError::Refused {
+            error_code: rill_protocol::ErrorCode::REQUEST_TIMED_OUT.code(),
+            message: format!("no answer from the quorum's leader within {timeout:?}"),
+        };
+        let deadline = Instant::now() + timeout;
+        let mut hint: Option<u64> = None;
+        let mut turn = 0usize;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(timed_out());
+            }
+            let voters = self.current_voters();
+            let target = hint.take().or_else(|| self.leader_id()).or_else(|| {
+                turn += 1;
+                voters.keys().nth(turn % voters.len().max(1)).copied()
+            });
+            let answer = match target {
+                Some(id) if id == self.node_id => {
+                    match tokio::time::timeout(remaining, local()).await {
+                        Ok(answer) => answer,
+                        Err(_) => return Err(timed_out()),
+                    }
+                }
+                Some(id) => {
+                    let Some(addr) = voters.get(&id).copied() else {
+                        return Err(timed_out());
+                    };
+                    let attempt = async {
+                        let mut stream = self.transport.dial(addr).await?;
+                        network::call_change_voters(&mut stream, request()).await
+                    };
+                    match tokio::time::timeout(remaining, attempt).await {
+                        Ok(Ok(answer)) => answer,
+                        Ok(Err(_)) => Err(VoterChangeError::NotController { leader_id: None }),
+                        Err(_) => return Err(timed_out()),
+                    }
+                }
+                None => Err(VoterChangeError::NotController { leader_id: None }),
+            };
+            match answer {
+                Err(VoterChangeError::NotController { leader_id }) => {
+                    hint = leader_id.filter(|l| Some(*l) != target);
+                    tokio::time::sleep(SUBMIT_BACKOFF_MAX.min(remaining)).await;
+                }
+                other => return other,
             }
         }
     }
@@ -882,7 +1060,6 @@ async fn join_as_observer(
     raft: Raft<TypeConfig>,
     transport: Arc<dyn QuorumTransport>,
 ) {
-    let voter_ids: Vec<u64> = voters.keys().copied().collect();
     let mut backoff = JOIN_BACKOFF_MIN;
     let mut hint: Option<u64> = None;
     // After a failed attempt at the leader this node knew (it may be dead, and an
@@ -891,17 +1068,44 @@ async fn join_as_observer(
     let mut round = 0usize;
     let mut joined = false;
     loop {
-        let known = raft.metrics().borrow().current_leader;
-        let target = match (hint.take(), known) {
+        let (is_voter, no_voters) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            let membership = m.membership_config.membership();
+            let no_voters = membership.voter_ids().next().is_none();
+            (membership.voter_ids().any(|v| v == node_id), no_voters)
+        };
+        // A voter has nothing to join; nor has a configured voter whose membership is
+        // not applied yet (it starts the quorum, or hears of it, in a moment).
+        if is_voter || no_voters && voters.contains_key(&node_id) {
+            tokio::time::sleep(REJOIN_CHECK).await;
+            continue;
+        }
+        // The voters as this node knows them (its membership once it has one: a voter
+        // added since the configuration was written is asked too), never itself.
+        let current = voter_addrs(&raft, &voters);
+        let others: Vec<u64> = current.keys().copied().filter(|v| *v != node_id).collect();
+        let known = raft
+            .metrics()
+            .borrow()
+            .current_leader
+            .filter(|l| *l != node_id);
+        let target = match (hint.take().filter(|h| *h != node_id), known) {
             (Some(h), _) => h,
-            (None, Some(k)) if !skip_known && voters.contains_key(&k) => k,
+            (None, Some(k)) if !skip_known && current.contains_key(&k) => k,
+            _ if others.is_empty() => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(JOIN_BACKOFF_MAX);
+                continue;
+            }
             _ => {
                 round = round.wrapping_add(1);
-                voter_ids[round % voter_ids.len()]
+                others[round % others.len()]
             }
         };
         skip_known = false;
-        let Some(target_addr) = voters.get(&target).copied() else {
+        let Some(target_addr) = current.get(&target).copied() else {
+            tokio::time::sleep(backoff).await;
             continue;
         };
         let attempt = async {

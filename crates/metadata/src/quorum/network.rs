@@ -8,8 +8,10 @@
 //! events that a node forwards to the leader ([`RpcRequest::Controller`]): the server
 //! puts them on its own controller event loop and answers with what the loop decided.
 //! It also carries an observer's request to be added to the membership as a learner
-//! ([`RpcRequest::AddObserver`], see [`add_observer`]), and a voter's pre-vote
-//! ([`RpcRequest::PreVote`], see `pre_vote.rs`). Any I/O error drops the
+//! ([`RpcRequest::AddObserver`], see [`add_observer`]), a voter's pre-vote
+//! ([`RpcRequest::PreVote`], see `pre_vote.rs`), and KIP-853's changes of the voters
+//! ([`RpcRequest::AddVoter`], [`RpcRequest::RemoveVoter`], see [`add_voter`]). Any I/O
+//! error drops the
 //! connection; the next call dials again. Frames above [`MAX_RPC_BYTES`] are refused
 //! before anything is allocated for them.
 
@@ -55,6 +57,9 @@ pub const MAX_OBSERVERS: usize = 1_024;
 /// The largest RPC frame accepted (snapshot chunks are far smaller).
 pub const MAX_RPC_BYTES: usize = 64 << 20;
 
+/// How long a new voter has to catch up with the log as an observer (AddRaftVoter).
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How long an accepted connection has to pass the transport's checks (a TLS handshake
 /// and a SASL exchange, SCRAM's PBKDF2 included).
 const ACCEPT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -76,6 +81,15 @@ pub(crate) enum RpcRequest {
     PreVote(PreVoteRequest),
     /// The quorum's state as the leader sees it (`describe.rs`).
     DescribeQuorum,
+    /// AddRaftVoter (KIP-853): make `node_id`, reachable at `addr`, a voter.
+    AddVoter {
+        node_id: NodeId,
+        addr: String,
+    },
+    /// RemoveRaftVoter (KIP-853): `node_id` votes no more.
+    RemoveVoter {
+        node_id: NodeId,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -89,6 +103,22 @@ pub(crate) enum RpcResponse {
     AddObserver(Result<(), ForwardError>),
     PreVote(PreVoteResponse),
     DescribeQuorum(Result<QuorumDescription, ForwardError>),
+    ChangeVoters(Result<(), VoterChangeError>),
+}
+
+/// Why a change of the voters was not made: not the leader (ask it), or refused with
+/// Kafka's error code (DUPLICATE_VOTER, VOTER_NOT_FOUND, INVALID_REQUEST, …).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VoterChangeError {
+    NotController { leader_id: Option<u64> },
+    Refused { error_code: i16, message: String },
+}
+
+fn refused(code: rill_protocol::ErrorCode, message: String) -> VoterChangeError {
+    VoterChangeError::Refused {
+        error_code: code.code(),
+        message,
+    }
 }
 
 /// Why a forwarded controller event was not decided: what of [`MetadataError`] the
@@ -142,6 +172,136 @@ pub(crate) async fn call_pre_vote(
     match read_msg::<RpcResponse>(stream).await? {
         RpcResponse::PreVote(answer) => Ok(answer),
         _ => Err(io::Error::other("unexpected rpc response")),
+    }
+}
+
+/// Sends a change of the voters on `stream` and reads the answer.
+pub(crate) async fn call_change_voters(
+    stream: &mut QuorumStream,
+    request: RpcRequest,
+) -> io::Result<Result<(), VoterChangeError>> {
+    write_msg(stream, &request).await?;
+    match read_msg::<RpcResponse>(stream).await? {
+        RpcResponse::ChangeVoters(answer) => Ok(answer),
+        _ => Err(io::Error::other("unexpected rpc response")),
+    }
+}
+
+/// On the leader (KIP-853's AddRaftVoter): makes `node_id` a voter at `addr`. The node
+/// must be running and reachable there: it is added as a learner (an observer) first,
+/// if it is not one yet, and that waits until it has caught up with the log; then the
+/// membership changes through openraft's joint consensus, committed by a majority of
+/// the old voters and of the new. A voter already at `addr` is DUPLICATE_VOTER, as in
+/// Kafka.
+pub(crate) async fn add_voter(
+    raft: &Raft<TypeConfig>,
+    node_id: NodeId,
+    addr: String,
+) -> Result<(), VoterChangeError> {
+    use rill_protocol::ErrorCode;
+    if addr.parse::<SocketAddr>().is_err() {
+        return Err(refused(
+            ErrorCode::INVALID_REQUEST,
+            format!("the new voter's address {addr} is not host:port"),
+        ));
+    }
+    let (leading, leader_id, is_voter, known) = {
+        let m = raft.metrics();
+        let m = m.borrow();
+        let membership = m.membership_config.membership();
+        (
+            m.state == ServerState::Leader && m.current_leader == Some(m.id),
+            m.current_leader.filter(|l| *l != m.id),
+            membership.voter_ids().any(|v| v == node_id),
+            membership.get_node(&node_id).map(|n| n.addr.clone()),
+        )
+    };
+    if !leading {
+        return Err(VoterChangeError::NotController { leader_id });
+    }
+    if is_voter {
+        return Err(refused(
+            ErrorCode::DUPLICATE_VOTER,
+            format!("node {node_id} is already a voter"),
+        ));
+    }
+    if known.as_deref() != Some(addr.as_str()) {
+        tracing::info!(node_id, %addr, "adding the new voter as an observer first");
+        let caught_up = raft.add_learner(node_id, BasicNode::new(addr.clone()), true);
+        match tokio::time::timeout(CATCH_UP_TIMEOUT, caught_up).await {
+            Ok(added) => {
+                added.map_err(membership_error)?;
+            }
+            Err(_) => {
+                return Err(refused(
+                    ErrorCode::REQUEST_TIMED_OUT,
+                    format!("node {node_id} at {addr} did not catch up with the log in time"),
+                ))
+            }
+        }
+    }
+    tracing::info!(node_id, %addr, "adding a voter to the metadata quorum");
+    raft.change_membership(ChangeMembers::AddVoterIds([node_id].into()), false)
+        .await
+        .map(|_| ())
+        .map_err(membership_error)
+}
+
+/// On the leader (KIP-853's RemoveRaftVoter): `node_id` votes no more; the last voter
+/// cannot go. It leaves the membership altogether: openraft keeps a leader that is still
+/// a member (a learner) leading, so a removed leader would never step down otherwise. A
+/// controller process still running asks to follow the log as an observer again (its
+/// join task), as KIP-853's removed voters do.
+pub(crate) async fn remove_voter(
+    raft: &Raft<TypeConfig>,
+    node_id: NodeId,
+) -> Result<(), VoterChangeError> {
+    use rill_protocol::ErrorCode;
+    let (leading, leader_id, voters) = {
+        let m = raft.metrics();
+        let m = m.borrow();
+        (
+            m.state == ServerState::Leader && m.current_leader == Some(m.id),
+            m.current_leader.filter(|l| *l != m.id),
+            m.membership_config
+                .membership()
+                .voter_ids()
+                .collect::<Vec<_>>(),
+        )
+    };
+    if !leading {
+        return Err(VoterChangeError::NotController { leader_id });
+    }
+    if !voters.contains(&node_id) {
+        return Err(refused(
+            ErrorCode::VOTER_NOT_FOUND,
+            format!("node {node_id} is not a voter"),
+        ));
+    }
+    if voters.len() == 1 {
+        return Err(refused(
+            ErrorCode::INVALID_REQUEST,
+            format!("node {node_id} is the only voter"),
+        ));
+    }
+    tracing::info!(node_id, "removing a voter from the metadata quorum");
+    raft.change_membership(ChangeMembers::RemoveVoters([node_id].into()), false)
+        .await
+        .map(|_| ())
+        .map_err(membership_error)
+}
+
+/// openraft's refusal of a membership change as Kafka's error.
+fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> VoterChangeError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+            VoterChangeError::NotController {
+                leader_id: f.leader_id,
+            }
+        }
+        // Another change still in flight (Kafka answers REQUEST_TIMED_OUT and the
+        // operator retries), or the node could not be reached to catch up.
+        e => refused(rill_protocol::ErrorCode::REQUEST_TIMED_OUT, e.to_string()),
     }
 }
 
@@ -420,6 +580,12 @@ async fn serve_connection(
             }
             RpcRequest::DescribeQuorum => {
                 RpcResponse::DescribeQuorum(describe_local(&raft, &shared.contacts))
+            }
+            RpcRequest::AddVoter { node_id, addr } => {
+                RpcResponse::ChangeVoters(add_voter(&raft, node_id, addr).await)
+            }
+            RpcRequest::RemoveVoter { node_id } => {
+                RpcResponse::ChangeVoters(remove_voter(&raft, node_id).await)
             }
         };
         write_msg(&mut stream, &response).await?;

@@ -121,10 +121,12 @@ struct Probe {
     gone: bool,
 }
 
-/// One voter's election timer and pre-vote answers (see the module docs).
+/// One voter's election timer and pre-vote answers (see the module docs). The voters are
+/// those of the membership this node has applied (KIP-853: AddRaftVoter and
+/// RemoveRaftVoter change them), the configured ones until it has one.
 pub(crate) struct ElectionTimer {
     node_id: NodeId,
-    voters: BTreeMap<NodeId, SocketAddr>,
+    configured: BTreeMap<NodeId, SocketAddr>,
     raft: Raft<TypeConfig>,
     heartbeat: Duration,
     timeout_min: Duration,
@@ -146,7 +148,7 @@ impl ElectionTimer {
     ) -> Self {
         Self {
             node_id,
-            voters,
+            configured: voters,
             raft,
             heartbeat: Duration::from_millis(config.heartbeat_interval_ms),
             timeout_min: Duration::from_millis(config.election_timeout_min_ms),
@@ -157,6 +159,11 @@ impl ElectionTimer {
             isolation,
             transport: config.transport.clone(),
         }
+    }
+
+    /// The voters now, with their quorum addresses.
+    fn voters(&self) -> BTreeMap<NodeId, SocketAddr> {
+        super::voter_addrs(&self.raft, &self.configured)
     }
 
     /// Step 1: a leader's AppendEntries or InstallSnapshot was accepted.
@@ -184,7 +191,7 @@ impl ElectionTimer {
         };
         let last_log_id = self.raft.data_metrics().borrow().last_log;
         let answer = |granted: bool| PreVoteResponse { granted, term };
-        if !self.voters.contains_key(&self.node_id) || state == ServerState::Leader {
+        if !self.voters().contains_key(&self.node_id) || state == ServerState::Leader {
             return answer(false);
         }
         if req.term <= term || req.last_log_id < last_log_id {
@@ -213,7 +220,7 @@ impl ElectionTimer {
         if let Some(p) = cached.filter(|p| p.leader == leader && p.at.elapsed() < PROBE_REUSE) {
             return p.gone;
         }
-        let Some(addr) = self.voters.get(&leader).copied() else {
+        let Some(addr) = self.voters().get(&leader).copied() else {
             return false;
         };
         // A bare TCP dial, whatever the transport: a refusal is all this asks about,
@@ -268,9 +275,15 @@ impl ElectionTimer {
             if state == ServerState::Learner || state == ServerState::Shutdown {
                 continue;
             }
+            let voters = self.voters();
+            if !voters.contains_key(&self.node_id) {
+                // An observer waiting to be added (AddRaftVoter), or a voter removed:
+                // it never stands.
+                continue;
+            }
             let quiet = self.since_contact().min(last_attempt.elapsed());
             let mut fast = false;
-            if self.voters.len() == 1 {
+            if voters.len() == 1 {
                 // Alone: nobody to disturb or to ask. Stand at once, and again only if
                 // that did not make this node the leader within a timeout.
                 if state == ServerState::Candidate && quiet < timeout {
@@ -298,8 +311,8 @@ impl ElectionTimer {
             }
             last_attempt = Instant::now();
             timeout = self.draw_timeout();
-            let granted = self.ask_peers(term).await;
-            let majority = self.voters.len() / 2 + 1;
+            let granted = self.ask_peers(term, &voters).await;
+            let majority = voters.len() / 2 + 1;
             // A leader may have come forward while the round was out (another voter's
             // round won first): standing now would depose it.
             let moved = {
@@ -334,14 +347,14 @@ impl ElectionTimer {
 
     /// Asks every other voter for a pre-vote for `term + 1`; returns the grants, this
     /// node's own included.
-    async fn ask_peers(&self, term: u64) -> usize {
+    async fn ask_peers(&self, term: u64, voters: &BTreeMap<NodeId, SocketAddr>) -> usize {
         let request = PreVoteRequest {
             candidate: self.node_id,
             term: term + 1,
             last_log_id: self.raft.data_metrics().borrow().last_log,
         };
         let mut asks = tokio::task::JoinSet::new();
-        for (&id, &addr) in &self.voters {
+        for (&id, &addr) in voters {
             if id == self.node_id {
                 continue;
             }

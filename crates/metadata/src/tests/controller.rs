@@ -25,6 +25,7 @@ fn registration_assigns_epoch_and_starts_fenced() {
         current_metadata_offset: -1,
         want_fence: false,
         want_shut_down: false,
+        offline_log_dirs: vec![],
     }));
     let ControllerResponse::BrokerHeartbeat(resp) = r.response else {
         panic!()
@@ -744,6 +745,7 @@ fn alter_partition_is_fenced_by_epochs() {
         current_metadata_offset: h.image.last_offset(),
         want_fence: true,
         want_shut_down: false,
+        offline_log_dirs: vec![],
     }));
     assert!(h.image.broker(follower).unwrap().fenced);
     let r = h.alter_isr("t", 0, &[leader, follower]);
@@ -802,6 +804,7 @@ fn preferred_leader_election() {
         current_metadata_offset: h.image.last_offset(),
         want_fence: true,
         want_shut_down: false,
+        offline_log_dirs: vec![],
     }));
     assert_eq!(h.partition("t", 0).leader, other);
     h.heartbeat(preferred);
@@ -1095,6 +1098,7 @@ fn automatic_preferred_leader_election_after_a_broker_returns() {
         current_metadata_offset: h.image.last_offset(),
         want_fence: true,
         want_shut_down: false,
+        offline_log_dirs: vec![],
     }));
     assert_eq!(h.partition("t", 0).leader, other);
     h.heartbeat(preferred);
@@ -1125,6 +1129,7 @@ fn automatic_preferred_leader_election_after_a_broker_returns() {
         current_metadata_offset: h.image.last_offset(),
         want_fence: true,
         want_shut_down: false,
+        offline_log_dirs: vec![],
     }));
     h.heartbeat(preferred);
     let leader = h.partition("t", 0).leader;

@@ -4,11 +4,13 @@
 
 mod controller;
 mod delegation_tokens;
+mod directories;
 mod image;
 mod observer;
 mod quorum;
 mod simulation;
 mod submit;
+mod voters;
 
 use rill_protocol::{ErrorCode, Uuid};
 
@@ -85,6 +87,7 @@ impl Harness {
                     security_protocol: 0,
                 }],
                 rack: None,
+                log_dirs: vec![],
             },
         ));
         let ControllerResponse::BrokerRegistration(resp) = r.response else {
@@ -113,6 +116,7 @@ impl Harness {
             current_metadata_offset: self.image.last_offset(),
             want_fence,
             want_shut_down,
+            offline_log_dirs: vec![],
         }));
         let ControllerResponse::BrokerHeartbeat(resp) = r.response else {
             panic!("{r:?}")

@@ -76,6 +76,7 @@ fn register(id: i32, incarnation: u64) -> ControllerEvent {
             security_protocol: 0,
         }],
         rack: None,
+        log_dirs: vec![],
     })
 }
 
@@ -92,6 +93,7 @@ async fn register_unfenced(node: &MetadataQuorum, id: i32, incarnation: u64) {
         current_metadata_offset: r.next_offset - 1,
         want_fence: false,
         want_shut_down: false,
+        offline_log_dirs: vec![],
     });
     let r = submit(node, hb).await;
     let ControllerResponse::BrokerHeartbeat(hb) = &r.response else {

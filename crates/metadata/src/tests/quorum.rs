@@ -82,6 +82,7 @@ fn register(id: i32) -> ControllerEvent {
         incarnation_id: Uuid::from_u64_pair(id as u64, 1),
         listeners: vec![],
         rack: None,
+        log_dirs: vec![],
     })
 }
 
@@ -142,6 +143,7 @@ async fn three_nodes_elect_replicate_fail_over_and_catch_up() {
                 current_metadata_offset: image.last_offset(),
                 want_fence: false,
                 want_shut_down: false,
+                offline_log_dirs: vec![],
             }),
         )
         .await;

@@ -54,6 +54,7 @@ fn register(id: i32) -> ControllerEvent {
             security_protocol: 0,
         }],
         rack: None,
+        log_dirs: vec![],
     })
 }
 
@@ -64,6 +65,7 @@ fn heartbeat(id: i32, epoch: i64, offset: i64) -> ControllerEvent {
         current_metadata_offset: offset,
         want_fence: false,
         want_shut_down: false,
+        offline_log_dirs: vec![],
     })
 }
 
