@@ -123,9 +123,23 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
         old.partition(&tp.topic, tp.partition)
             .is_some_and(|p| p.leader == broker.node_id)
     };
-    for (tp, _) in &changes.deletes {
+    for (tp, topic_id) in &changes.deletes {
         if led_before(tp) {
             resign_coordinator(broker, tp).await;
+            // A deleted tiered topic: its last leader deletes the partition's objects
+            // from the remote tier (in the background; a failure leaves them, logged).
+            let tiered = old.topic_config(&tp.topic, "remote.storage.enable") == Some("true")
+                || old.remote_segments(*topic_id, tp.partition).is_some();
+            if let (Some(reader), true, false) = (
+                broker.remote_log.clone(),
+                tiered,
+                new.topics.contains_key(topic_id),
+            ) {
+                let (topic, id, partition) = (tp.topic.clone(), *topic_id, tp.partition);
+                tokio::spawn(async move {
+                    crate::remote_log::delete_partition(&reader, &topic, id, partition).await
+                });
+            }
         }
         if let Err(e) = broker.replicas.delete_partition(&to_tp(tp)) {
             tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "deleting replica failed");

@@ -48,6 +48,10 @@ pub enum ControllerEvent {
     DeleteAcls(DeleteAclsRequest),
     /// AlterClientQuotas: quotas to set and remove, per entity.
     AlterClientQuotas(AlterClientQuotasRequest),
+    /// Tiered storage: a partition leader's change to one of its remote segments (Rill's
+    /// own; Kafka's leaders write `__remote_log_metadata` instead, see
+    /// [`crate::remote_log`]).
+    RemoteLogSegmentUpdate(crate::remote_log::RemoteLogSegmentUpdateRequest),
 }
 
 /// What the controller decided: records to append to the metadata log (in this order,
@@ -83,6 +87,8 @@ pub enum ControllerResponse {
     DeleteAcls(Vec<AclDeleteResult>),
     /// Per entity, in the order the request first names it.
     AlterClientQuotas(Vec<crate::client_quotas::ClientQuotaResult>),
+    /// NONE when the change is in the log.
+    RemoteLogSegmentUpdate(#[serde(with = "ErrorCodeDef")] ErrorCode),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

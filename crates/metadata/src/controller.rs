@@ -126,6 +126,8 @@ pub const TOPIC_CONFIGS: &[&str] = &[
     "local.retention.bytes",
     "local.retention.ms",
     "remote.storage.enable",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
     "follower.replication.throttled.replicas",
     "leader.replication.throttled.replicas",
 ];
@@ -333,7 +335,9 @@ fn validate_config_value(key: &str, value: &str) -> Result<(), String> {
         "unclean.leader.election.enable"
         | "preallocate"
         | "message.downconversion.enable"
-        | "remote.storage.enable" => match value {
+        | "remote.storage.enable"
+        | "remote.log.copy.disable"
+        | "remote.log.delete.on.disable" => match value {
             "true" | "false" => Ok(()),
             _ => Err(bad()),
         },
@@ -524,6 +528,9 @@ impl QuorumController {
             ControllerEvent::DeleteAcls(r) => crate::acl_control::delete_acls(r, image),
             ControllerEvent::AlterClientQuotas(r) => {
                 crate::client_quotas::alter_client_quotas(r, image)
+            }
+            ControllerEvent::RemoteLogSegmentUpdate(r) => {
+                crate::remote_log::update_remote_log_segment(r, image)
             }
         }
     }

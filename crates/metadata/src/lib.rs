@@ -11,6 +11,8 @@
 //!   function of an event, the image and the time ([`api`] holds its inputs and
 //!   outputs), and [`check_image_invariants`].
 //! - [`placement`]: rack-unaware replica placement.
+//! - [`remote_log`]: tiered storage's remote segment metadata (KIP-405) as records of
+//!   the metadata log, with the segment state machine and the controller's fencing.
 //! - [`quorum`]: the Raft quorum (openraft) that replicates the records among the
 //!   controller nodes, and the controller's event loop that runs on every node and acts
 //!   while its node leads; [`MetadataQuorum::submit`] is how any node hands an event to
@@ -46,6 +48,7 @@ pub mod image;
 pub mod placement;
 pub mod quorum;
 pub mod record;
+pub mod remote_log;
 
 #[cfg(test)]
 mod tests;
@@ -74,3 +77,7 @@ pub use quorum::{
     QuorumTransport, ReplicaProgress, TransportFuture,
 };
 pub use record::{decode_batch, encode_batch, MetadataRecord};
+pub use remote_log::{
+    RemoteLogSegmentChange, RemoteLogSegmentMetadata, RemoteLogSegmentState,
+    RemoteLogSegmentUpdateRequest,
+};

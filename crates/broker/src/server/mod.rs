@@ -284,7 +284,7 @@ impl Broker {
                 None => Ok(None),
             },
             RequestBody::Fetch(r) => respond!(self.handle_fetch(r, version).await),
-            RequestBody::ListOffsets(r) => respond!(self.handle_list_offsets(r, version)),
+            RequestBody::ListOffsets(r) => respond!(self.handle_list_offsets(r, version).await),
             RequestBody::FindCoordinator(r) => {
                 respond!(self.handle_find_coordinator(r, version, listener).await)
             }
