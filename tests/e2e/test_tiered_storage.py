@@ -220,6 +220,37 @@ def test_retention_and_topic_deletion_clean_the_bucket(rill_factory, s3):
     wait_for(lambda: not s3.objects(topic), WAIT_S, "the deleted topic's objects to go")
 
 
+def test_delete_records_cleans_both_tiers(rill_factory, s3):
+    rill = rill_factory(overrides=s3.broker_overrides())
+    topic = unique_topic("delrec")
+    create_topic(rill.bootstrap, topic, 1, tiered_config())
+    acked = produce(rill.bootstrap, topic, 3000)
+    wait_for(lambda: len(local_segments(rill.data_dir, topic)) <= 4, WAIT_S, "tiering")
+    local_start = list_offset(rill.bootstrap, topic, EARLIEST_LOCAL)
+    target = local_start // 2
+    client = admin(rill.bootstrap)
+    from confluent_kafka import TopicPartition as TP
+    result = client.delete_records([TP(topic, 0, target)])
+    low = list(result.values())[0].result(30).low_watermark
+    # The copy holding the offset stays whole (its start is the low watermark); every
+    # copy below it is gone from the bucket, and reads start there.
+    assert 0 < low <= target, (low, target)
+    assert min(finished_copies(s3, topic)) == low
+    assert list_offset(rill.bootstrap, topic, -2) == low
+    check_intact(rill.bootstrap, topic, acked, low=low)
+    # Past the local log start: the local tier moves up to it; no copy wholly below it
+    # remains, and one that holds it stays whole (Rill's low watermark is then that
+    # copy's start, at most a segment below the offset; Kafka's is the offset).
+    target = local_start + 5
+    low = list(client.delete_records([TP(topic, 0, target)]).values())[0].result(30).low_watermark
+    assert target - 100 < low <= target, (low, target)
+    assert all(start >= low for start in finished_copies(s3, topic))
+    # (Local retention may have moved the local start further since.)
+    assert list_offset(rill.bootstrap, topic, EARLIEST_LOCAL) >= target
+    assert list_offset(rill.bootstrap, topic, -2) == low
+    check_intact(rill.bootstrap, topic, acked, low=low)
+
+
 def test_configs_are_validated_as_kafka_does(rill_factory, s3):
     rill = rill_factory(overrides=s3.broker_overrides())
     client = admin(rill.bootstrap)

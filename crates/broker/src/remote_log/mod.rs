@@ -312,7 +312,10 @@ impl<C: ControllerChannel> RemoteLogTask<C> {
             topic_id: partition.topic_id,
             partition: tp.partition,
         };
-        let segments = remote_segments(image, &rp);
+        let lock = self.reader.change_lock(rp.topic_id, rp.partition);
+        let _changing = lock.lock().await;
+        let image = (self.image)().unwrap_or_else(|| Arc::new(image.clone()));
+        let segments = remote_segments(&image, &rp);
         // Step 1.
         let highest = self.sync_highest_offset(partition, &segments)?;
         let state = partition.state();
@@ -414,22 +417,7 @@ impl<C: ControllerChannel> RemoteLogTask<C> {
         leader_epoch: i32,
         change: RemoteLogSegmentChange,
     ) -> Result<(), TaskError> {
-        let event = ControllerEvent::RemoteLogSegmentUpdate(RemoteLogSegmentUpdateRequest {
-            broker_id: self.channel.broker_id(),
-            broker_epoch: self.channel.broker_epoch(),
-            topic: rp.topic.clone(),
-            topic_id: rp.topic_id,
-            partition: rp.partition,
-            leader_epoch,
-            change,
-        });
-        match self.channel.controller_call(event).await {
-            Ok(ControllerResponse::RemoteLogSegmentUpdate(ErrorCode::NONE)) => Ok(()),
-            Ok(ControllerResponse::RemoteLogSegmentUpdate(code)) | Err(code) => {
-                Err(TaskError::Refused(code))
-            }
-            Ok(_) => Err(TaskError::Refused(ErrorCode::UNKNOWN_SERVER_ERROR)),
-        }
+        change_segment(&*self.channel, rp, leader_epoch, change).await
     }
 
     fn update(segment_id: Uuid, state: RemoteLogSegmentState) -> RemoteLogSegmentChange {
@@ -509,8 +497,6 @@ impl<C: ControllerChannel> RemoteLogTask<C> {
         Ok(())
     }
 
-    /// DELETE_SEGMENT_STARTED (when `mark_start`), the objects deleted,
-    /// DELETE_SEGMENT_FINISHED.
     async fn delete_copy(
         &self,
         rp: &RemotePartition,
@@ -518,30 +504,121 @@ impl<C: ControllerChannel> RemoteLogTask<C> {
         m: &RemoteLogSegmentMetadata,
         mark_start: bool,
     ) -> Result<(), TaskError> {
-        if mark_start {
-            self.change(
-                rp,
-                leader_epoch,
-                Self::update(m.segment_id, RemoteLogSegmentState::DeleteSegmentStarted),
-            )
-            .await?;
-        }
-        if let Err(e) = self
-            .reader
-            .storage()
-            .delete_log_segment_data(rp, m.start_offset, m.segment_id)
-            .await
-        {
-            metrics::inc(&metrics::global().remote_log.delete_errors);
-            return Err(e.into());
-        }
-        self.change(
+        delete_copy(
+            &*self.channel,
+            &self.reader,
             rp,
             leader_epoch,
-            Self::update(m.segment_id, RemoteLogSegmentState::DeleteSegmentFinished),
+            m,
+            mark_start,
         )
         .await
     }
+}
+
+/// One change of a remote segment, through the controller (which refuses it unless this
+/// broker leads the partition at `leader_epoch`).
+async fn change_segment<C: ControllerChannel>(
+    channel: &C,
+    rp: &RemotePartition,
+    leader_epoch: i32,
+    change: RemoteLogSegmentChange,
+) -> Result<(), TaskError> {
+    let event = ControllerEvent::RemoteLogSegmentUpdate(RemoteLogSegmentUpdateRequest {
+        broker_id: channel.broker_id(),
+        broker_epoch: channel.broker_epoch(),
+        topic: rp.topic.clone(),
+        topic_id: rp.topic_id,
+        partition: rp.partition,
+        leader_epoch,
+        change,
+    });
+    match channel.controller_call(event).await {
+        Ok(ControllerResponse::RemoteLogSegmentUpdate(ErrorCode::NONE)) => Ok(()),
+        Ok(ControllerResponse::RemoteLogSegmentUpdate(code)) | Err(code) => {
+            Err(TaskError::Refused(code))
+        }
+        Ok(_) => Err(TaskError::Refused(ErrorCode::UNKNOWN_SERVER_ERROR)),
+    }
+}
+
+/// DELETE_SEGMENT_STARTED (when `mark_start`), the objects deleted,
+/// DELETE_SEGMENT_FINISHED.
+async fn delete_copy<C: ControllerChannel>(
+    channel: &C,
+    reader: &RemoteLogReader,
+    rp: &RemotePartition,
+    leader_epoch: i32,
+    m: &RemoteLogSegmentMetadata,
+    mark_start: bool,
+) -> Result<(), TaskError> {
+    let update = |state| RemoteLogSegmentChange::Update {
+        segment_id: m.segment_id,
+        state,
+        event_timestamp_ms: now_ms(),
+    };
+    if mark_start {
+        change_segment(
+            channel,
+            rp,
+            leader_epoch,
+            update(RemoteLogSegmentState::DeleteSegmentStarted),
+        )
+        .await?;
+    }
+    if let Err(e) = reader
+        .storage()
+        .delete_log_segment_data(rp, m.start_offset, m.segment_id)
+        .await
+    {
+        metrics::inc(&metrics::global().remote_log.delete_errors);
+        return Err(e.into());
+    }
+    change_segment(
+        channel,
+        rp,
+        leader_epoch,
+        update(RemoteLogSegmentState::DeleteSegmentFinished),
+    )
+    .await
+}
+
+/// DeleteRecords on a tiered partition led here at `leader_epoch`: every finished copy
+/// wholly below `offset` is deleted (a copy holding `offset` stays whole: the whole
+/// log's start is a copy's start, see the caller). Returns the copies deleted.
+pub async fn delete_records_below<C: ControllerChannel>(
+    channel: &C,
+    reader: &RemoteLogReader,
+    image: impl Fn() -> Arc<MetadataImage>,
+    rp: &RemotePartition,
+    leader_epoch: i32,
+    offset: i64,
+) -> Result<usize, String> {
+    let lock = reader.change_lock(rp.topic_id, rp.partition);
+    let _changing = lock.lock().await;
+    let segments = remote_segments(&image(), rp);
+    let mut deleted = 0;
+    for m in finished_segments_owned(&segments)
+        .into_iter()
+        .filter(|m| m.end_offset < offset)
+    {
+        delete_copy(channel, reader, rp, leader_epoch, m, true)
+            .await
+            .map_err(|e| e.to_string())?;
+        deleted += 1;
+    }
+    Ok(deleted)
+}
+
+fn finished_segments_owned(
+    segments: &[RemoteLogSegmentMetadata],
+) -> Vec<&RemoteLogSegmentMetadata> {
+    let mut v: Vec<_> = segments
+        .iter()
+        .filter(|m| m.state == RemoteLogSegmentState::CopySegmentFinished)
+        .collect();
+    v.sort_by_key(|m| (m.start_offset, m.end_offset));
+    v
 }
 
 /// A partition's remote segments in `image`.

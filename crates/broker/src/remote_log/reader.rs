@@ -68,7 +68,13 @@ pub struct RemoteLogReader {
     /// the first one's download instead of starting its own.
     loading: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
     tick: AtomicU64,
+    /// Per partition, held by whoever changes its remote segments (the periodic task,
+    /// DeleteRecords), so that two never mark or delete the same segment at once.
+    changing: Mutex<HashMap<(Uuid, i32), ChangeLock>>,
 }
+
+/// See `RemoteLogReader::changing`.
+type ChangeLock = Arc<tokio::sync::Mutex<()>>;
 
 impl std::fmt::Debug for RemoteLogReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -105,11 +111,20 @@ impl RemoteLogReader {
             cached: Mutex::new(HashMap::new()),
             loading: Mutex::new(HashMap::new()),
             tick: AtomicU64::new(0),
+            changing: Mutex::new(HashMap::new()),
         })
     }
 
     pub fn storage(&self) -> &Arc<RemoteStorageManager> {
         &self.rsm
+    }
+
+    /// The lock of a partition's remote segment changes (see `changing`).
+    pub fn change_lock(&self, topic_id: Uuid, partition: i32) -> ChangeLock {
+        lock(&self.changing)
+            .entry((topic_id, partition))
+            .or_default()
+            .clone()
     }
 
     /// Whole batches from the one holding `offset` in the remote segment `seg`, as a

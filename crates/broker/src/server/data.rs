@@ -1494,46 +1494,83 @@ impl Broker {
     }
 
     /// DeleteRecords: advances each partition's log start offset (its low watermark).
-    pub(crate) fn handle_delete_records(
+    /// DeleteRecords. On a tiered partition the remote copies wholly below the offset
+    /// are deleted too, and the low watermark is the whole log's start: the start of the
+    /// copy that holds the offset when it is below the local log (Kafka keeps a log start
+    /// inside it; Rill keeps the copy whole, so up to one segment more stays readable).
+    pub(crate) async fn handle_delete_records(
         &self,
         request: DeleteRecordsRequest,
     ) -> DeleteRecordsResponse {
-        let topics = request
-            .topics
-            .into_iter()
-            .map(|t| DeleteRecordsTopicResult {
-                partitions: t
-                    .partitions
-                    .iter()
-                    .map(|p| {
-                        let tp = TopicPartition {
-                            topic: t.name.clone(),
-                            partition: p.partition_index,
-                        };
-                        let (low_watermark, error_code) = if tp.topic == OFFSETS_TOPIC {
-                            (-1, ErrorCode::INVALID_TOPIC_EXCEPTION.code())
-                        } else {
-                            match self.replicas.delete_records(&tp, p.offset) {
-                                Ok(low) => (low, 0),
-                                Err(code) => (-1, code.code()),
-                            }
-                        };
-                        DeleteRecordsPartitionResult {
-                            partition_index: p.partition_index,
-                            low_watermark,
-                            error_code,
-                            ..Default::default()
-                        }
-                    })
-                    .collect(),
+        let mut topics = Vec::with_capacity(request.topics.len());
+        for t in request.topics {
+            let mut partitions = Vec::with_capacity(t.partitions.len());
+            for p in &t.partitions {
+                let tp = TopicPartition {
+                    topic: t.name.clone(),
+                    partition: p.partition_index,
+                };
+                let (low_watermark, error_code) = if tp.topic == OFFSETS_TOPIC {
+                    (-1, ErrorCode::INVALID_TOPIC_EXCEPTION.code())
+                } else {
+                    match self.replicas.delete_records(&tp, p.offset) {
+                        Ok(low) => match self.delete_remote_records(&tp, p.offset, low).await {
+                            Ok(low) => (low, 0),
+                            Err(code) => (-1, code.code()),
+                        },
+                        Err(code) => (-1, code.code()),
+                    }
+                };
+                partitions.push(DeleteRecordsPartitionResult {
+                    partition_index: p.partition_index,
+                    low_watermark,
+                    error_code,
+                    ..Default::default()
+                });
+            }
+            topics.push(DeleteRecordsTopicResult {
+                partitions,
                 name: t.name,
                 ..Default::default()
-            })
-            .collect();
+            });
+        }
         DeleteRecordsResponse {
             topics,
             ..Default::default()
         }
+    }
+
+    /// The remote tier's side of DeleteRecords (see [`Self::handle_delete_records`]):
+    /// `offset` as asked (-1: the high watermark, which the local delete moved the local
+    /// log start to: `local_low`); returns the low watermark.
+    async fn delete_remote_records(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+        local_low: i64,
+    ) -> Result<i64, ErrorCode> {
+        let image = self.image();
+        let (Some(reader), Some(topic)) = (&self.remote_log, image.topic(&tp.topic)) else {
+            return Ok(local_low);
+        };
+        if image.remote_segments(topic.id, tp.partition).is_none() {
+            return Ok(local_low);
+        }
+        let (_, epoch) = self.replicas.leader_partition(tp)?;
+        let rp = remote_log::storage::RemotePartition {
+            topic: tp.topic.clone(),
+            topic_id: topic.id,
+            partition: tp.partition,
+        };
+        let offset = if offset == -1 { local_low } else { offset };
+        remote_log::delete_records_below(self, reader, || self.image(), &rp, epoch, offset)
+            .await
+            .map_err(|e| {
+                tracing::warn!(%tp, error = %e, "deleting remote records failed");
+                ErrorCode::KAFKA_STORAGE_ERROR
+            })?;
+        let local_start = self.replicas.offsets(tp)?.log_start_offset;
+        Ok(self.log_start_offset_of(&self.image(), tp, local_start))
     }
 }
 

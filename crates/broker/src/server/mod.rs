@@ -290,7 +290,7 @@ impl Broker {
             }
             RequestBody::CreateTopics(r) => respond!(self.handle_create_topics(r, version).await),
             RequestBody::DeleteTopics(r) => respond!(self.handle_delete_topics(r, version).await),
-            RequestBody::DeleteRecords(r) => respond!(self.handle_delete_records(r)),
+            RequestBody::DeleteRecords(r) => respond!(self.handle_delete_records(r).await),
             RequestBody::CreatePartitions(r) => respond!(self.handle_create_partitions(r).await),
             RequestBody::InitProducerId(r) => {
                 respond!(self.handle_init_producer_id(r, version).await)
