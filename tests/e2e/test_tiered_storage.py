@@ -251,6 +251,22 @@ def test_delete_records_cleans_both_tiers(rill_factory, s3):
     check_intact(rill.bootstrap, topic, acked, low=low)
 
 
+def test_turning_tiering_off_with_delete_on_disable_empties_the_bucket(rill_factory, s3):
+    rill = rill_factory(overrides=s3.broker_overrides())
+    topic = unique_topic("off-delete")
+    create_topic(rill.bootstrap, topic, 1, tiered_config(local_segments=20))
+    acked = produce(rill.bootstrap, topic, 600)
+    wait_for(lambda: len(finished_copies(s3, topic)) >= 3, WAIT_S, "copies")
+    client = admin(rill.bootstrap)
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("remote.storage.enable", "false", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("remote.log.delete.on.disable", "true", incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([resource])[resource].result(30)
+    wait_for(lambda: not s3.objects(topic), WAIT_S, "the remote part to be deleted")
+    # Everything was still local (local.retention.bytes of 20 segments): nothing lost.
+    check_intact(rill.bootstrap, topic, acked)
+
+
 def test_configs_are_validated_as_kafka_does(rill_factory, s3):
     rill = rill_factory(overrides=s3.broker_overrides())
     client = admin(rill.bootstrap)

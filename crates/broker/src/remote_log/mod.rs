@@ -163,7 +163,13 @@ impl RemoteTierState for FollowerState {
         Box::pin(async move {
             let image = image?;
             let segments = image.remote_segments(topic_id, rp.partition)?;
-            let seg = reader::segment_for_offset(segments, offset - 1)?.clone();
+            // The copy that ends just below `offset` carries the state at `offset`; one
+            // that only holds `offset - 1` is the next best.
+            let seg = reader::finished_segments(segments)
+                .into_iter()
+                .find(|m| m.end_offset == offset - 1)
+                .or_else(|| reader::segment_for_offset(segments, offset - 1))?
+                .clone();
             match self.reader.aux_state(&rp, &seg).await {
                 Ok((epochs, snapshot)) if !epochs.is_empty() => Some((epochs, snapshot)),
                 Ok(_) => None,
@@ -304,14 +310,29 @@ impl<C: ControllerChannel> RemoteLogTask<C> {
         let config = partition
             .with_log(|log| log.config().clone())
             .map_err(TaskError::Log)?;
-        if !config.remote_storage_enable {
-            return Ok(());
-        }
         let rp = RemotePartition {
             topic: tp.topic.clone(),
             topic_id: partition.topic_id,
             partition: tp.partition,
         };
+        if !config.remote_storage_enable {
+            // Turned off with `remote.log.delete.on.disable` (KIP-950): the leader deletes
+            // the remote part; otherwise it stays readable.
+            let state = partition.state();
+            let leads = state.leader == self.channel.broker_id() && self.replicas.lease_held();
+            let any = image.remote_segments(rp.topic_id, rp.partition).is_some();
+            if config.remote_log_delete_on_disable && leads && any {
+                let lock = self.reader.change_lock(rp.topic_id, rp.partition);
+                let _changing = lock.lock().await;
+                let image = (self.image)().unwrap_or_else(|| Arc::new(image.clone()));
+                for m in remote_segments(&image, &rp) {
+                    let mark = m.state != RemoteLogSegmentState::DeleteSegmentStarted;
+                    tracing::info!(%tp, segment = %m.segment_id, "remote.storage.enable off: deleting a remote segment");
+                    self.delete_copy(&rp, state.leader_epoch, &m, mark).await?;
+                }
+            }
+            return Ok(());
+        }
         let lock = self.reader.change_lock(rp.topic_id, rp.partition);
         let _changing = lock.lock().await;
         let image = (self.image)().unwrap_or_else(|| Arc::new(image.clone()));
