@@ -703,3 +703,6 @@ pub async fn delete_partition(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
