@@ -385,7 +385,20 @@ def test_an_empty_new_replica_starts_from_the_remote_tail(rill_cluster_factory, 
     segments = local_segments(cluster.node(3).data_dir, topic)
     assert segments and segments[0] > 0, segments
     assert len(segments) <= 6, segments
-    # Leading, it serves the whole log: the old part from the remote tier.
+    # ... with the leader's epochs from the remote copy below its start (KIP-405's
+    # auxiliary state): its epoch cache begins at offset 0, not at its own log start.
+    checkpoint = (partition_dir(cluster.node(3).data_dir, topic) / "leader-epoch-checkpoint").read_text()
+    first_epoch_start = int(checkpoint.split("\n")[2].split()[1])
+    assert first_epoch_start < segments[0], checkpoint
+    # Leading, it serves the whole log, the old part from the remote tier, and goes on
+    # copying where the copies end (its epochs place them in its lineage): no copy of
+    # the old part is made again.
     from test_replicated_lifecycle import lead_by
     lead_by(cluster, topic, 3)
+    before = finished_copies(s3, topic)
+    acked.update(produce(cluster.bootstrap, topic, 1000, start=len(acked)))
+    wait_for(lambda: max(finished_copies(s3, topic)) > max(before), WAIT_S, "new copies by node 3")
+    after = finished_copies(s3, topic)
+    assert [start for start in after if start <= max(before)] == sorted(before), \
+        "node 3 copied the old part again"
     check_intact(cluster.bootstrap, topic, acked)
