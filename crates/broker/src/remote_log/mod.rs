@@ -333,8 +333,10 @@ impl<C: ControllerChannel> RemoteLogTask<C> {
             }
             return Ok(());
         }
+        // Deletions hold the partition's change lock (DeleteRecords takes it too); copies
+        // need not: they touch only the new segment.
         let lock = self.reader.change_lock(rp.topic_id, rp.partition);
-        let _changing = lock.lock().await;
+        let changing = lock.lock().await;
         let image = (self.image)().unwrap_or_else(|| Arc::new(image.clone()));
         let segments = remote_segments(&image, &rp);
         // Step 1.
@@ -361,6 +363,7 @@ impl<C: ControllerChannel> RemoteLogTask<C> {
                 _ => {}
             }
         }
+        drop(changing);
         // Step 2b.
         if !config.remote_log_copy_disable {
             let candidates = partition
@@ -371,6 +374,7 @@ impl<C: ControllerChannel> RemoteLogTask<C> {
             }
         }
         // Step 2c, against the image as the copies left it.
+        let _changing = lock.lock().await;
         let image = (self.image)().ok_or(TaskError::Log(ErrorCode::UNKNOWN_SERVER_ERROR))?;
         let segments = remote_segments(&image, &rp);
         let (log_epochs, log_end, highest, local_only) = partition
