@@ -657,6 +657,21 @@ pub fn remote_segments(
         .unwrap_or_default()
 }
 
+/// The finished copies of a partition that a leader serves reads from: those in its
+/// log's leader epoch lineage (Kafka's `RemoteLogManager.read` finds the copy by the
+/// epoch of the offset in the leader's cache), oldest first.
+pub fn readable_segments(
+    image: &MetadataImage,
+    rp: &RemotePartition,
+    log: &rill_storage::UnifiedLog,
+) -> Vec<RemoteLogSegmentMetadata> {
+    let segments = remote_segments(image, rp);
+    lineage(&segments, &epochs_of(log), log.log_end_offset())
+        .into_iter()
+        .cloned()
+        .collect()
+}
+
 /// The log's leader epochs as epoch → start offset.
 fn epochs_of(log: &rill_storage::UnifiedLog) -> BTreeMap<i32, i64> {
     log.leader_epoch_cache()

@@ -1050,18 +1050,30 @@ impl Broker {
     ) -> Option<RemoteRead> {
         self.remote_log.as_ref()?;
         let topic_id = image.topic(&tp.topic)?.id;
-        let segments = image.remote_segments(topic_id, tp.partition)?;
-        let segment = remote_log::reader::segment_for_offset(segments, offset)?.clone();
-        let next = remote_log::reader::finished_segments(segments)
-            .into_iter()
+        image.remote_segments(topic_id, tp.partition)?;
+        let rp = remote_log::storage::RemotePartition {
+            topic: tp.topic.clone(),
+            topic_id,
+            partition: tp.partition,
+        };
+        // Only copies in this leader's epoch lineage are read (after an unclean
+        // election a deposed leader's copies past the divergence are not this log's).
+        let readable = self
+            .replicas
+            .get(tp)?
+            .with_log(|log| remote_log::readable_segments(image, &rp, log))
+            .ok()?;
+        let segment = readable
+            .iter()
+            .filter(|m| m.start_offset <= offset && offset <= m.end_offset)
+            .max_by_key(|m| m.start_offset)?
+            .clone();
+        let next = readable
+            .iter()
             .find(|m| m.start_offset > segment.end_offset)
             .cloned();
         Some(RemoteRead {
-            partition: remote_log::storage::RemotePartition {
-                topic: tp.topic.clone(),
-                topic_id,
-                partition: tp.partition,
-            },
+            partition: rp,
             segment,
             next,
             offset,
