@@ -6,8 +6,9 @@ locally, GB of records produced through it, then:
   to the last (`kafka_server_brokertopicmetrics_remote_copy_bytes_total`, sampled), and
   each copy's own rate (the broker logs it);
 - reads: the remote part read from offset 0 cold (every segment fetched from the store
-  into the broker's cache), the same again cached, and the local part, each in MB/s of
-  record bytes a confluent-kafka consumer received;
+  into the broker's cache), the same again cached, the local part, and a control topic
+  (not tiered) holding the same records read from local disk, each in MB/s of record
+  bytes a confluent-kafka consumer received;
 - disk: bytes in the partition's local directory against the whole log (local plus
   the bucket's objects).
 
@@ -73,6 +74,8 @@ def read_range(bootstrap: str, topic: str, start: int, end: int) -> tuple[float,
         for m in consumer.consume(num_messages=10000, timeout=0.05):
             if m.error():
                 raise RuntimeError(m.error())
+            if m.offset() >= end:
+                continue
             got += len(m.value() or b"") + len(m.key() or b"")
             position = m.offset() + 1
         if time.monotonic() - started > 600:
@@ -80,6 +83,22 @@ def read_range(bootstrap: str, topic: str, start: int, end: int) -> tuple[float,
     elapsed = time.monotonic() - started
     consumer.close()
     return elapsed, got
+
+
+def first_record_ms(bootstrap: str, topic: str, offset: int) -> float:
+    """Milliseconds from assigning `offset` to receiving its record (a new consumer each
+    time, so the figure includes its connection and metadata: compare them together)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-tiered-latency",
+                         "enable.auto.commit": False})
+    started = time.monotonic()
+    consumer.assign([TopicPartition(topic, 0, offset)])
+    while True:
+        m = consumer.poll(0.01)
+        if m is not None and not m.error():
+            break
+    elapsed = (time.monotonic() - started) * 1e3
+    consumer.close()
+    return round(elapsed, 1)
 
 
 def du(path: Path) -> int:
@@ -167,11 +186,28 @@ def main() -> None:
         remote_bytes = sum(s3.objects("tiered-bench").values())
         out["disk"] = {"local_bytes": local_bytes, "remote_bytes": remote_bytes,
                        "local_share": round(local_bytes / max(local_bytes + remote_bytes, 1), 4)}
+        # The control: the same records in a topic that is not tiered, read from disk.
+        control = "local-bench"
+        admin.create_topics([NewTopic(control, 1, 1, config={"segment.bytes": str(segment)})])[control].result(30)
+        subprocess.run(
+            [args.rill, "bench", "produce", "-b", rill.bootstrap, "--topic", control,
+             "--records", str(records), "--record-size", str(args.record_kb * 1024),
+             "--acks", "1", "--output", "json"],
+            stdout=subprocess.DEVNULL, check=True)
+        # One record's latency in the middle of the remote part, cold (its segment not
+        # in the cache), then cached; and in the local part.
+        middle = local_start // 2
+        latency = {"remote_cold_ms": first_record_ms(rill.bootstrap, topic, middle),
+                   "remote_cached_ms": first_record_ms(rill.bootstrap, topic, middle),
+                   "local_ms": first_record_ms(rill.bootstrap, topic, local_start + 10)}
+        out["first_record_latency"] = latency
         reads = {}
-        for name, (a, b) in [("remote_cold", (0, local_start)), ("remote_cached", (0, local_start)),
-                             ("local", (local_start, end))]:
-            seconds, got = read_range(rill.bootstrap, topic, a, b)
-            reads[name] = {"records": b - a, "mb": round(got / 1e6, 1), "seconds": round(seconds, 2),
+        for name, (t, a, b) in [("remote_cold", (topic, 0, local_start)),
+                                ("remote_cached", (topic, 0, local_start)),
+                                ("local_part_of_tiered", (topic, local_start, end)),
+                                ("local_control_topic", (control, 0, records))]:
+            seconds, got = read_range(rill.bootstrap, t, a, b)
+            reads[name] = {"topic": t, "records": b - a, "mb": round(got / 1e6, 1), "seconds": round(seconds, 2),
                            "mb_per_s": round(got / 1e6 / max(seconds, 1e-3), 1)}
         reads["cache"] = {"hits": metric(http, "rill_remote_log_cache_hits"),
                           "misses": metric(http, "rill_remote_log_cache_misses"),
