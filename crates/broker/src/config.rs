@@ -2618,6 +2618,49 @@ mod tests {
         assert!(sorted, "TOPIC_CONFIGS must stay sorted");
     }
 
+    #[test]
+    fn tiered_storage_configs_are_checked_against_each_other_as_kafka_does() {
+        assert!(validate_topic_config("local.retention.ms", "-2").is_ok());
+        assert!(validate_topic_config("local.retention.bytes", "-3").is_err());
+        let check = |pairs: &[(&str, &str)], was_enabled: bool, system: bool| {
+            let map: BTreeMap<&str, &str> = pairs.iter().copied().collect();
+            let value = |name: &str| {
+                map.get(name)
+                    .map(|v| v.to_string())
+                    .or_else(|| topic_config_def(name).map(|d| d.default.to_string()))
+                    .unwrap_or_default()
+            };
+            validate_remote_log_configs(&value, was_enabled, system)
+        };
+        let on = ("remote.storage.enable", "true");
+        assert!(check(&[on], false, true).is_ok());
+        // The broker must have tiered storage on.
+        let e = check(&[on], false, false).unwrap_err();
+        assert!(
+            e.contains("Tiered Storage functionality is disabled"),
+            "{e}"
+        );
+        // Not on a compacted topic.
+        assert!(check(&[on, ("cleanup.policy", "compact,delete")], false, true).is_err());
+        // The local tier within the whole log's bounds, and not unbounded inside a bound.
+        let local = |k, v, total, t| check(&[on, (k, v), (total, t)], false, true);
+        assert!(local("local.retention.bytes", "100", "retention.bytes", "200").is_ok());
+        assert!(local("local.retention.bytes", "300", "retention.bytes", "200").is_err());
+        assert!(local("local.retention.bytes", "-1", "retention.bytes", "200").is_err());
+        assert!(local("local.retention.bytes", "300", "retention.bytes", "-1").is_ok());
+        assert!(local("local.retention.ms", "-1", "retention.ms", "1000").is_err());
+        assert!(local("local.retention.ms", "5000", "retention.ms", "1000").is_err());
+        assert!(local("local.retention.ms", "-2", "retention.ms", "1000").is_ok());
+        // Read-only remote tier: the local retention must be the whole log's.
+        let copy_off = ("remote.log.copy.disable", "true");
+        assert!(check(&[on, copy_off], false, true).is_ok());
+        assert!(check(&[on, copy_off, ("local.retention.ms", "1000")], false, true).is_err());
+        // Turning it off needs remote.log.delete.on.disable.
+        assert!(check(&[], true, true).is_err());
+        assert!(check(&[("remote.log.delete.on.disable", "true")], true, true).is_ok());
+        assert!(check(&[], false, false).is_ok());
+    }
+
     fn image_with(entries: &[((i8, &str), &str, &str)]) -> rill_metadata::MetadataImage {
         let mut image = rill_metadata::MetadataImage::default();
         for ((t, n), k, v) in entries {
