@@ -1235,6 +1235,7 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("remote.log.manager.task.retry.backoff.max.ms", "30000"),
     ("remote.log.reader.cache.size.bytes", "1073741824"),
     ("remote.log.manager.copy.cleanup.delay.ms", "60000"),
+    ("remote.log.manager.copier.thread.pool.size", "10"),
     ("remote.log.storage.s3.prefix", ""),
     ("remote.log.storage.s3.region", "us-east-1"),
     // `text` or `json` (tracing-subscriber's JSON lines); `--log-format` sets it.

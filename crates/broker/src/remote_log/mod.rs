@@ -14,6 +14,9 @@
 //!
 //! # Protocol (each partition, every `remote.log.manager.task.interval.ms`)
 //!
+//! Up to `remote.log.manager.copier.thread.pool.size` partitions (Kafka's default, 10)
+//! run their pass at once; within a pass a partition's steps go in order.
+//!
 //! 1. The finished copies that belong to the log's leader epoch lineage give the highest
 //!    offset in the remote tier; the log is told (on leaders and followers alike), so
 //!    that its local retention may delete what is below it and nothing else.
@@ -70,6 +73,7 @@ use rill_storage::remote::{
     RemoteSegmentSummary,
 };
 use rill_storage::TopicPartition;
+use futures::StreamExt;
 use tokio::sync::watch;
 
 use self::reader::{finished_segments, RemoteLogReader};
@@ -96,6 +100,9 @@ pub struct RemoteLogManagerConfig {
     pub retry_backoff_max: Duration,
     /// `remote.log.reader.cache.size.bytes` (Rill's).
     pub cache_bytes: u64,
+    /// `remote.log.manager.copier.thread.pool.size`: partitions whose passes run at once
+    /// (Kafka's copier threads; here tasks on the runtime, as the work is I/O).
+    pub copier_pool_size: usize,
     /// `remote.log.manager.copy.cleanup.delay.ms` (Rill's): how old a copy a failed
     /// leader left must be before it is deleted (step 2a), so that the PUTs that leader
     /// had already sent have landed (or failed) first and none lands after the cleanup.
@@ -114,6 +121,7 @@ impl RemoteLogManagerConfig {
             retry_backoff: ms("remote.log.manager.task.retry.backoff.ms")?,
             retry_backoff_max: ms("remote.log.manager.task.retry.backoff.max.ms")?,
             cache_bytes: config.parse("remote.log.reader.cache.size.bytes")?,
+            copier_pool_size: config.parse("remote.log.manager.copier.thread.pool.size")?,
             copy_cleanup_delay: ms("remote.log.manager.copy.cleanup.delay.ms")?,
         })
     }
@@ -271,18 +279,35 @@ impl<C: ControllerChannel> RemoteLogTask<C> {
                 continue;
             };
             let partitions = self.replicas.partitions();
-            backoff.retain(|tp, _| partitions.iter().any(|(p, _)| p == tp));
-            for (tp, partition) in partitions {
-                if *shutdown.borrow() {
-                    return;
-                }
-                if backoff
-                    .get(&tp)
-                    .is_some_and(|(until, _)| Instant::now() < *until)
-                {
-                    continue;
-                }
-                match self.pass(&tp, &partition, &image).await {
+            let hosted: std::collections::HashSet<&TopicPartition> =
+                partitions.iter().map(|(tp, _)| tp).collect();
+            backoff.retain(|tp, _| hosted.contains(tp));
+            let now = Instant::now();
+            let due: Vec<(TopicPartition, Arc<Partition>)> = partitions
+                .iter()
+                .filter(|(tp, _)| backoff.get(tp).is_none_or(|(until, _)| now >= *until))
+                .cloned()
+                .collect();
+            // Partitions in parallel, `remote.log.manager.copier.thread.pool.size` at a
+            // time (each partition's copies stay in offset order within its pass).
+            let (this, shutdown, image) = (&self, &shutdown, &image);
+            let outcomes: Vec<(TopicPartition, Result<(), TaskError>)> =
+                futures::stream::iter(due)
+                    .map(move |(tp, partition)| async move {
+                        if *shutdown.borrow() {
+                            return (tp, Ok(()));
+                        }
+                        let outcome = this.pass(&tp, &partition, image).await;
+                        (tp, outcome)
+                    })
+                    .buffer_unordered(self.config.copier_pool_size.max(1))
+                    .collect()
+                    .await;
+            if *shutdown.borrow() {
+                return;
+            }
+            for (tp, outcome) in outcomes {
+                match outcome {
                     Ok(()) => {
                         backoff.remove(&tp);
                     }
