@@ -13,7 +13,10 @@ locally, GB of records produced through it, then:
   the bucket's objects).
 
     target/e2e-venv/bin/python bench/tiered_storage.py --rill target/release/rill \\
-        [--gb 1.0] [--segment-mb 16] [--local-segments 3] [--record-kb 8]
+        [--gb 1.0] [--segment-mb 16] [--local-segments 3] [--record-kb 8] [--partitions 1]
+
+With --partitions N the records spread over N partitions and only the upload (N at a
+time, `remote.log.manager.copier.thread.pool.size`) and disk figures are taken.
 
 It needs the e2e venv (moto, boto3, confluent-kafka: `cargo xtask test --e2e-only` makes
 it). moto is a Python server: the upload and cold-read figures are bounded by it, and
@@ -112,6 +115,8 @@ def main() -> None:
     ap.add_argument("--segment-mb", type=int, default=16)
     ap.add_argument("--local-segments", type=int, default=3)
     ap.add_argument("--record-kb", type=int, default=8)
+    ap.add_argument("--partitions", type=int, default=1,
+                    help="partitions of the tiered topic (the reads use partition 0 only)")
     args = ap.parse_args()
     args.rill = str(Path(args.rill).resolve())
     os.environ["RILL_BIN"] = args.rill
@@ -128,13 +133,13 @@ def main() -> None:
     }
     (work / "rill").mkdir()
     rill = RillServer(work / "rill", overrides=overrides, binary=Path(args.rill)).start()
-    out: dict = {"gb": args.gb, "segment_mb": args.segment_mb, "local_segments": args.local_segments,
+    out: dict = {"partitions": args.partitions, "gb": args.gb, "segment_mb": args.segment_mb, "local_segments": args.local_segments,
                  "record_kb": args.record_kb, "store": "moto (Python) on loopback"}
     try:
         http = rill.http_address()
         topic = "tiered-bench"
         admin = AdminClient({"bootstrap.servers": rill.bootstrap})
-        admin.create_topics([NewTopic(topic, 1, 1, config={
+        admin.create_topics([NewTopic(topic, args.partitions, 1, config={
             "remote.storage.enable": "true",
             "segment.bytes": str(segment),
             "local.retention.bytes": str(args.local_segments * segment),
@@ -155,7 +160,8 @@ def main() -> None:
         while True:
             samples.append((time.monotonic(), metric(http, "kafka_server_brokertopicmetrics_remote_copy_bytes")))
             lag = metric(http, "kafka_server_brokertopicmetrics_remote_copy_lag_segments")
-            local = len(list((rill.data_dir / f"{topic}-0").glob("*.log")))
+            local = max(len(list((rill.data_dir / f"{topic}-{p}").glob("*.log")))
+                        for p in range(args.partitions))
             if lag == 0 and local <= args.local_segments + 2:
                 break
             if time.monotonic() - t0 > 1800:
@@ -177,12 +183,18 @@ def main() -> None:
         if rates:
             rates.sort()
             out["upload"]["per_copy_mb_per_s_median"] = round(rates[len(rates) // 2], 1)
+        if args.partitions > 1:
+            # Upload throughput is what a multi-partition run is for.
+            out["rss_mb"] = round(rill.rss_bytes() / 1e6, 1)
+            out["disk"] = {"local_bytes": sum(du(rill.data_dir / f"{topic}-{p}") for p in range(args.partitions)),
+                           "remote_bytes": sum(s3.objects(topic).values())}
+            return
         end = list_offset(rill.bootstrap, topic, -1)
         local_start = list_offset(rill.bootstrap, topic, -4)
         out["offsets"] = {"end": end, "local_start": local_start,
                           "earliest": list_offset(rill.bootstrap, topic, -2),
                           "latest_tiered": list_offset(rill.bootstrap, topic, -5)}
-        local_bytes = du(rill.data_dir / f"{topic}-0")
+        local_bytes = sum(du(rill.data_dir / f"{topic}-{p}") for p in range(args.partitions))
         remote_bytes = sum(s3.objects("tiered-bench").values())
         out["disk"] = {"local_bytes": local_bytes, "remote_bytes": remote_bytes,
                        "local_share": round(local_bytes / max(local_bytes + remote_bytes, 1), 4)}
@@ -217,7 +229,7 @@ def main() -> None:
     finally:
         rill.stop()
         s3.close()
-    print(json.dumps(out, indent=2))
+        print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":
