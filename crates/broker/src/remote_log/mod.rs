@@ -62,6 +62,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use rill_metadata::remote_log::RemoteLogSegmentChange;
 use rill_metadata::{
     ControllerEvent, ControllerResponse, MetadataImage, RemoteLogSegmentMetadata,
@@ -73,7 +74,6 @@ use rill_storage::remote::{
     RemoteSegmentSummary,
 };
 use rill_storage::TopicPartition;
-use futures::StreamExt;
 use tokio::sync::watch;
 
 use self::reader::{finished_segments, RemoteLogReader};
@@ -291,18 +291,17 @@ impl<C: ControllerChannel> RemoteLogTask<C> {
             // Partitions in parallel, `remote.log.manager.copier.thread.pool.size` at a
             // time (each partition's copies stay in offset order within its pass).
             let (this, shutdown, image) = (&self, &shutdown, &image);
-            let outcomes: Vec<(TopicPartition, Result<(), TaskError>)> =
-                futures::stream::iter(due)
-                    .map(move |(tp, partition)| async move {
-                        if *shutdown.borrow() {
-                            return (tp, Ok(()));
-                        }
-                        let outcome = this.pass(&tp, &partition, image).await;
-                        (tp, outcome)
-                    })
-                    .buffer_unordered(self.config.copier_pool_size.max(1))
-                    .collect()
-                    .await;
+            let outcomes: Vec<(TopicPartition, Result<(), TaskError>)> = futures::stream::iter(due)
+                .map(move |(tp, partition)| async move {
+                    if *shutdown.borrow() {
+                        return (tp, Ok(()));
+                    }
+                    let outcome = this.pass(&tp, &partition, image).await;
+                    (tp, outcome)
+                })
+                .buffer_unordered(self.config.copier_pool_size.max(1))
+                .collect()
+                .await;
             if *shutdown.borrow() {
                 return;
             }
