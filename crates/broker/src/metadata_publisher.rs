@@ -164,6 +164,20 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
     };
     let leaders = as_changes(&changes.leaders);
     let followers = as_changes(&changes.followers);
+    // Kafka refuses to start with tiered topics and tiered storage off; Rill serves
+    // them, but their local tier only grows (nothing is ever copied): say so.
+    if broker.remote_log.is_none() {
+        let mut tiered: Vec<&str> = leaders
+            .iter()
+            .chain(&followers)
+            .filter(|c| c.config.remote_storage_enable)
+            .map(|c| c.tp.topic.as_str())
+            .collect();
+        tiered.dedup();
+        for topic in tiered {
+            tracing::warn!(topic, "topic has remote.storage.enable=true but this broker has remote.log.storage.system.enable off: its segments stay local and are never deleted by local retention");
+        }
+    }
     // Every log first, leaders' and followers' alike (at a start-up, every log this
     // broker hosts): the data directory's clean-shutdown marker is removed once they are
     // all open and before any of them changes (see `replica_manager`).
