@@ -118,14 +118,16 @@ def read_exact(sock: socket.socket, n: int) -> bytes:
 
 
 def list_offsets(host: str, isolation: int, topics: dict[str, int],
-                 timeout_s: float) -> dict[tuple[str, int], tuple[int, int, int]]:
-    """ListOffsets v4 (latest) of every partition of `topics` ({name: partition count}),
-    sent to one node as a consumer sends it: {(topic, partition): (error code, offset,
-    leader epoch)}. Only the partitions the node leads answer without an error."""
+                 timeout_s: float, timestamp: int = LATEST_TIMESTAMP
+                 ) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """ListOffsets v4 (latest, or another `timestamp`) of every partition of `topics`
+    ({name: partition count}), sent to one node as a consumer sends it: {(topic,
+    partition): (error code, offset, leader epoch)}. Only the partitions the node leads
+    answer without an error."""
     body = struct.pack(">ib", -1, isolation) + struct.pack(">i", len(topics))
     for name, count in topics.items():
         body += kstring(name) + struct.pack(">i", count)
-        body += b"".join(struct.pack(">iiq", p, -1, LATEST_TIMESTAMP) for p in range(count))
+        body += b"".join(struct.pack(">iiq", p, -1, timestamp) for p in range(count))
     payload, pos = call(host, 2, 4, body, timeout_s)
     pos += 4  # throttle time
     answered = {}

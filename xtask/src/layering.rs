@@ -125,9 +125,16 @@ mod modules {
             &["replication", "network", "config", "error", "metrics"],
         ),
         (
+            "remote_log",
+            // `replication`: the partitions' logs, and the controller channel its
+            // remote segment changes go through.
+            &["replication", "config", "error", "metrics"],
+        ),
+        (
             "server",
             &[
                 "coordinator",
+                "remote_log",
                 "replication",
                 "network",
                 "rate",
@@ -143,6 +150,7 @@ mod modules {
             &[
                 "server",
                 "coordinator",
+                "remote_log",
                 "replication",
                 "network",
                 "config",
@@ -155,6 +163,7 @@ mod modules {
             &[
                 "server",
                 "coordinator",
+                "remote_log",
                 "replication",
                 "network",
                 "config",

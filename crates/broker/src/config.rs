@@ -230,6 +230,20 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         "replicas whose leaders' sends the replication throttle covers (partition:broker,... or *)",
     ),
     def(
+        "local.retention.bytes",
+        ConfigType::Long,
+        "log.local.retention.bytes",
+        "-2",
+        "largest size of a tiered partition's local part (-2: retention.bytes)",
+    ),
+    def(
+        "local.retention.ms",
+        ConfigType::Long,
+        "log.local.retention.ms",
+        "-2",
+        "age after which a tiered partition's segments leave local disk (-2: retention.ms)",
+    ),
+    def(
         "max.compaction.lag.ms",
         ConfigType::Long,
         "log.cleaner.max.compaction.lag.ms",
@@ -291,6 +305,27 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         "log.preallocate",
         "false",
         "preallocate segment files",
+    ),
+    def(
+        "remote.log.copy.disable",
+        ConfigType::Boolean,
+        NO_BROKER_KEY,
+        "false",
+        "stop copying segments to the remote tier, which stays readable",
+    ),
+    def(
+        "remote.log.delete.on.disable",
+        ConfigType::Boolean,
+        NO_BROKER_KEY,
+        "false",
+        "delete the remote data when remote.storage.enable is turned off",
+    ),
+    def(
+        "remote.storage.enable",
+        ConfigType::Boolean,
+        NO_BROKER_KEY,
+        "false",
+        "copy closed segments to the remote tier (KIP-405)",
     ),
     def(
         "retention.bytes",
@@ -389,6 +424,14 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
         "leader.replication.throttled.replicas" | "follower.replication.throttled.replicas" => {
             return validate_throttled_replicas(name, value);
         }
+        "local.retention.ms" | "local.retention.bytes" => {
+            return match value.trim().parse::<i64>() {
+                Ok(v) if v >= -2 => Ok(()),
+                _ => Err(format!(
+                    "invalid value {value} for configuration {name}: Value must be at least -2"
+                )),
+            };
+        }
         "compression.gzip.level" | "compression.lz4.level" | "compression.zstd.level" => {
             let (low, high) = compression_level_range(name);
             return match value.trim().parse::<i32>() {
@@ -409,6 +452,85 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
             allowed.join(", ")
         ))
     }
+}
+
+/// Kafka's checks of a topic's tiered-storage configs against each other
+/// (`LogConfig.validateTopicLogConfigValues`): `value` is a config's effective value after
+/// the change (the topic's override, else the broker's default), `was_enabled` whether
+/// `remote.storage.enable` was on before it, `system_enabled` the broker's
+/// `remote.log.storage.system.enable`.
+pub fn validate_remote_log_configs(
+    value: &dyn Fn(&str) -> String,
+    was_enabled: bool,
+    system_enabled: bool,
+) -> Result<(), String> {
+    let long = |name: &str| value(name).trim().parse::<i64>().unwrap_or(-1);
+    let flag = |name: &str| value(name).trim().eq_ignore_ascii_case("true");
+    if !flag("remote.storage.enable") {
+        if was_enabled && !flag("remote.log.delete.on.disable") {
+            return Err(
+                "It is invalid to disable remote storage without deleting remote data. \
+                If you want to keep the remote data and turn to read only, please set \
+                `remote.storage.enable=true,remote.log.copy.disable=true`. If you want to \
+                disable remote storage and delete all remote data, please set \
+                `remote.storage.enable=false,remote.log.delete.on.disable=true`."
+                    .into(),
+            );
+        }
+        return Ok(());
+    }
+    if !system_enabled {
+        return Err(
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be \
+            configured with remote log storage."
+                .into(),
+        );
+    }
+    if value("cleanup.policy")
+        .to_ascii_lowercase()
+        .contains("compact")
+    {
+        return Err("Remote log storage is unsupported for the compacted topics".into());
+    }
+    for (total, local) in [
+        ("retention.bytes", "local.retention.bytes"),
+        ("retention.ms", "local.retention.ms"),
+    ] {
+        let (total_v, local_v) = (long(total), long(local));
+        let bounded = if total == "retention.bytes" {
+            total_v > -1
+        } else {
+            total_v != -1
+        };
+        if bounded && local_v != -2 {
+            if local_v == -1 {
+                return Err(format!(
+                    "Invalid value -1 for configuration {local}: Value must not be -1 as {total} value is set as {total_v}."
+                ));
+            }
+            if local_v > total_v {
+                return Err(format!(
+                    "Invalid value {local_v} for configuration {local}: Value must not be more than {total} property value: {total_v}"
+                ));
+            }
+        }
+    }
+    if flag("remote.log.copy.disable") {
+        for (total, local) in [
+            ("retention.bytes", "local.retention.bytes"),
+            ("retention.ms", "local.retention.ms"),
+        ] {
+            let local_v = long(local);
+            if local_v != -2 && local_v != long(total) {
+                return Err(format!(
+                    "When `remote.log.copy.disable` is set to true, the `{local}` and `{total}` \
+                     must be set to the identical value because there will be no more logs \
+                     copied to the remote storage."
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// KIP-390's range for `compression.<codec>.level`.
@@ -1414,6 +1536,15 @@ pub fn log_config(
     if let Some(v) = int("max.compaction.lag.ms") {
         c.max_compaction_lag_ms = v;
     }
+    c.remote_storage_enable = get("remote.storage.enable").trim() == "true";
+    if let Some(v) = int("local.retention.ms") {
+        c.local_retention_ms = v;
+    }
+    if let Some(v) = int("local.retention.bytes") {
+        c.local_retention_bytes = v;
+    }
+    c.remote_log_copy_disable = get("remote.log.copy.disable").trim() == "true";
+    c.remote_log_delete_on_disable = get("remote.log.delete.on.disable").trim() == "true";
     if get("message.timestamp.type") == "LogAppendTime" {
         c.message_timestamp_type = MessageTimestampType::LogAppendTime;
     }
@@ -1478,6 +1609,18 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("producer.id.expiration.ms", "86400000"),
     ("transaction.partition.verification.enable", "true"),
     ("producer.id.expiration.check.interval.ms", "600000"),
+    // Tiered storage (KIP-405, `remote_log`): Kafka's `RemoteLogManagerConfig` keys, the
+    // S3-compatible store's own (`remote.log.storage.s3.*`, Rill's; Kafka leaves them to
+    // its plug-in) and the size of the local cache of remote data (Rill's).
+    ("remote.log.storage.system.enable", "false"),
+    ("remote.log.manager.task.interval.ms", "30000"),
+    ("remote.log.manager.task.retry.backoff.ms", "500"),
+    ("remote.log.manager.task.retry.backoff.max.ms", "30000"),
+    ("remote.log.reader.cache.size.bytes", "1073741824"),
+    ("remote.log.manager.copy.cleanup.delay.ms", "60000"),
+    ("remote.log.manager.copier.thread.pool.size", "10"),
+    ("remote.log.storage.s3.prefix", ""),
+    ("remote.log.storage.s3.region", "us-east-1"),
     // `text` or `json` (tracing-subscriber's JSON lines); `--log-format` sets it.
     ("log.format", "text"),
     ("log.cleaner.dedupe.buffer.size", "134217728"),
@@ -1618,6 +1761,13 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
 
 /// Broker keys Rill reads that have no default of their own (unset means "not given").
 const KEYS_WITHOUT_DEFAULT: &[&str] = &[
+    // The remote tier's store (see `remote_log::storage`): its bucket, an endpoint for
+    // an S3-compatible store other than AWS's, and static credentials (else the
+    // environment's, as the AWS SDKs find them).
+    "remote.log.storage.s3.bucket",
+    "remote.log.storage.s3.endpoint",
+    "remote.log.storage.s3.access.key.id",
+    "remote.log.storage.s3.secret.access.key",
     "advertised.listeners",
     // Delegation tokens are on when the key is set (see `server::delegation_tokens`);
     // `master` is its name before Kafka 2.5, still read.
@@ -3045,6 +3195,49 @@ mod tests {
         assert!(validate_topic_config("no.such.config", "1").is_err());
         let sorted = TOPIC_CONFIGS.windows(2).all(|w| w[0].name < w[1].name);
         assert!(sorted, "TOPIC_CONFIGS must stay sorted");
+    }
+
+    #[test]
+    fn tiered_storage_configs_are_checked_against_each_other_as_kafka_does() {
+        assert!(validate_topic_config("local.retention.ms", "-2").is_ok());
+        assert!(validate_topic_config("local.retention.bytes", "-3").is_err());
+        let check = |pairs: &[(&str, &str)], was_enabled: bool, system: bool| {
+            let map: BTreeMap<&str, &str> = pairs.iter().copied().collect();
+            let value = |name: &str| {
+                map.get(name)
+                    .map(|v| v.to_string())
+                    .or_else(|| topic_config_def(name).map(|d| d.default.to_string()))
+                    .unwrap_or_default()
+            };
+            validate_remote_log_configs(&value, was_enabled, system)
+        };
+        let on = ("remote.storage.enable", "true");
+        assert!(check(&[on], false, true).is_ok());
+        // The broker must have tiered storage on.
+        let e = check(&[on], false, false).unwrap_err();
+        assert!(
+            e.contains("Tiered Storage functionality is disabled"),
+            "{e}"
+        );
+        // Not on a compacted topic.
+        assert!(check(&[on, ("cleanup.policy", "compact,delete")], false, true).is_err());
+        // The local tier within the whole log's bounds, and not unbounded inside a bound.
+        let local = |k, v, total, t| check(&[on, (k, v), (total, t)], false, true);
+        assert!(local("local.retention.bytes", "100", "retention.bytes", "200").is_ok());
+        assert!(local("local.retention.bytes", "300", "retention.bytes", "200").is_err());
+        assert!(local("local.retention.bytes", "-1", "retention.bytes", "200").is_err());
+        assert!(local("local.retention.bytes", "300", "retention.bytes", "-1").is_ok());
+        assert!(local("local.retention.ms", "-1", "retention.ms", "1000").is_err());
+        assert!(local("local.retention.ms", "5000", "retention.ms", "1000").is_err());
+        assert!(local("local.retention.ms", "-2", "retention.ms", "1000").is_ok());
+        // Read-only remote tier: the local retention must be the whole log's.
+        let copy_off = ("remote.log.copy.disable", "true");
+        assert!(check(&[on, copy_off], false, true).is_ok());
+        assert!(check(&[on, copy_off, ("local.retention.ms", "1000")], false, true).is_err());
+        // Turning it off needs remote.log.delete.on.disable.
+        assert!(check(&[], true, true).is_err());
+        assert!(check(&[("remote.log.delete.on.disable", "true")], true, true).is_ok());
+        assert!(check(&[], false, false).is_ok());
     }
 
     fn image_with(entries: &[((i8, &str), &str, &str)]) -> rill_metadata::MetadataImage {

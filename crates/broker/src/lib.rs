@@ -38,6 +38,7 @@ pub mod metadata_publisher;
 pub mod metrics;
 pub mod network;
 pub mod rate;
+pub mod remote_log;
 pub mod replication;
 pub mod server;
 mod shared_server;
@@ -236,6 +237,8 @@ impl Server {
             connector.clone(),
         );
         let txn_verifier = Arc::new(server::txn_verification::TxnVerifier::new(connector));
+        let remote_log = remote_log::build(&config, &metadata_log_dir)?;
+        let remote_log_config = remote_log::RemoteLogManagerConfig::from_config(&config)?;
         let (published, _) = watch::channel(0);
         let broker = Arc::new(Broker {
             node_id,
@@ -262,6 +265,7 @@ impl Server {
             delegation_tokens: server::delegation_tokens::DelegationTokenSecrets::new(
                 config.delegation_token_secret_key(),
             ),
+            remote_log: remote_log.clone(),
             config,
         });
         leaders.set(&broker);
@@ -322,6 +326,17 @@ impl Server {
             alter_partition_rx,
             rx.clone(),
         );
+        if let Some(reader) = remote_log {
+            let weak = Arc::downgrade(&broker);
+            remote_log::start(
+                broker.clone(),
+                reader,
+                broker.replicas.clone(),
+                Box::new(move || weak.upgrade().map(|b| b.image())),
+                remote_log_config,
+                rx.clone(),
+            );
+        }
         let task = tokio::spawn(network::serve(
             listeners,
             broker.clone(),

@@ -136,9 +136,23 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
         old.partition(&tp.topic, tp.partition)
             .is_some_and(|p| p.leader == broker.node_id)
     };
-    for (tp, _) in &changes.deletes {
+    for (tp, topic_id) in &changes.deletes {
         if led_before(tp) {
             resign_coordinator(broker, tp).await;
+            // A deleted tiered topic: its last leader deletes the partition's objects
+            // from the remote tier (in the background; a failure leaves them, logged).
+            let tiered = old.topic_config(&tp.topic, "remote.storage.enable") == Some("true")
+                || old.remote_segments(*topic_id, tp.partition).is_some();
+            if let (Some(reader), true, false) = (
+                broker.remote_log.clone(),
+                tiered,
+                new.topics.contains_key(topic_id),
+            ) {
+                let (topic, id, partition) = (tp.topic.clone(), *topic_id, tp.partition);
+                tokio::spawn(async move {
+                    crate::remote_log::delete_partition(&reader, &topic, id, partition).await
+                });
+            }
         }
         if let Err(e) = broker.replicas.delete_partition(&to_tp(tp)) {
             tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "deleting replica failed");
@@ -163,6 +177,20 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
     };
     let leaders = as_changes(&changes.leaders);
     let followers = as_changes(&changes.followers);
+    // Kafka refuses to start with tiered topics and tiered storage off; Rill serves
+    // them, but their local tier only grows (nothing is ever copied): say so.
+    if broker.remote_log.is_none() {
+        let mut tiered: Vec<&str> = leaders
+            .iter()
+            .chain(&followers)
+            .filter(|c| c.config.remote_storage_enable)
+            .map(|c| c.tp.topic.as_str())
+            .collect();
+        tiered.dedup();
+        for topic in tiered {
+            tracing::warn!(topic, "topic has remote.storage.enable=true but this broker has remote.log.storage.system.enable off: its segments stay local and are never deleted by local retention");
+        }
+    }
     // Every log first, leaders' and followers' alike (at a start-up, every log this
     // broker hosts): the data directory's clean-shutdown marker is removed once they are
     // all open and before any of them changes (see `replica_manager`).

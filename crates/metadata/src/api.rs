@@ -54,6 +54,10 @@ pub enum ControllerEvent {
     /// AssignReplicasToDirs (KIP-858): the log directories a broker placed its replicas
     /// in.
     AssignReplicasToDirs(AssignReplicasToDirsRequest),
+    /// Tiered storage: a partition leader's change to one of its remote segments (Rill's
+    /// own; Kafka's leaders write `__remote_log_metadata` instead, see
+    /// [`crate::remote_log`]).
+    RemoteLogSegmentUpdate(crate::remote_log::RemoteLogSegmentUpdateRequest),
 }
 
 /// What the controller decided: records to append to the metadata log (in this order,
@@ -93,6 +97,8 @@ pub enum ControllerResponse {
     /// A renewal's or an expiry's answer.
     ChangeDelegationToken(crate::delegation_tokens::DelegationTokenExpiryResponse),
     AssignReplicasToDirs(AssignReplicasToDirsResponse),
+    /// NONE when the change is in the log.
+    RemoteLogSegmentUpdate(#[serde(with = "ErrorCodeDef")] ErrorCode),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

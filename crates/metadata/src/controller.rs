@@ -129,6 +129,8 @@ pub const TOPIC_CONFIGS: &[&str] = &[
     "local.retention.bytes",
     "local.retention.ms",
     "remote.storage.enable",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
     "follower.replication.throttled.replicas",
     "leader.replication.throttled.replicas",
 ];
@@ -360,7 +362,9 @@ fn validate_config_value(key: &str, value: &str) -> Result<(), String> {
         "unclean.leader.election.enable"
         | "preallocate"
         | "message.downconversion.enable"
-        | "remote.storage.enable" => match value {
+        | "remote.storage.enable"
+        | "remote.log.copy.disable"
+        | "remote.log.delete.on.disable" => match value {
             "true" | "false" => Ok(()),
             _ => Err(bad()),
         },
@@ -575,6 +579,9 @@ impl QuorumController {
             }
             ControllerEvent::AssignReplicasToDirs(r) => {
                 crate::directories::assign_replicas_to_dirs(r, image)
+            }
+            ControllerEvent::RemoteLogSegmentUpdate(r) => {
+                crate::remote_log::update_remote_log_segment(r, image)
             }
         }
     }

@@ -202,6 +202,9 @@ pub struct MetadataImage {
     pub client_quotas: BTreeMap<crate::client_quotas::QuotaEntity, BTreeMap<String, f64>>,
     /// Delegation tokens by id, from `DelegationTokenRecord`s.
     pub delegation_tokens: crate::delegation_tokens::DelegationTokens,
+    /// Tiered storage: every partition's remote segments, from the remote log segment
+    /// records (see [`crate::remote_log`]).
+    pub remote_log: crate::remote_log::RemoteLogImage,
 }
 
 /// What is stored of a password for SCRAM: never the password, nor its salted form.
@@ -236,6 +239,15 @@ impl MetadataImage {
         self.topics_by_name
             .get(name)
             .and_then(|id| self.topics.get(id))
+    }
+
+    /// The remote segments of a partition (tiered storage), by segment id.
+    pub fn remote_segments(
+        &self,
+        topic_id: Uuid,
+        partition: i32,
+    ) -> Option<&crate::remote_log::PartitionRemoteSegments> {
+        self.remote_log.get(&(topic_id, partition)).map(|p| &**p)
     }
 
     pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionRegistration> {
@@ -483,6 +495,9 @@ impl MetadataImage {
                 })?;
                 self.topics_by_name.remove(&topic.name);
                 self.configs.remove(&(RESOURCE_TOPIC, topic.name));
+                // The deleted topic's remote objects are the brokers' to delete (by
+                // prefix); its metadata goes with it.
+                self.remote_log.retain(|(id, _), _| *id != r.topic_id);
             }
             MetadataRecord::FeatureLevel(r) => {
                 self.features.insert(r.name.clone(), r.feature_level);
@@ -536,6 +551,12 @@ impl MetadataImage {
             }
             MetadataRecord::DelegationToken(_) | MetadataRecord::RemoveDelegationToken(_) => {
                 crate::delegation_tokens::apply(&mut self.delegation_tokens, record)
+            }
+            MetadataRecord::RemoteLogSegmentMetadata(r) => {
+                crate::remote_log::apply_segment(&mut self.remote_log, r)
+            }
+            MetadataRecord::RemoteLogSegmentMetadataUpdate(r) => {
+                crate::remote_log::apply_update(&mut self.remote_log, r)
             }
         }
         Ok(())
@@ -628,6 +649,14 @@ impl MetadataImage {
         }
         out.extend(crate::client_quotas::records(&self.client_quotas));
         out.extend(crate::delegation_tokens::records(&self.delegation_tokens));
+        for ((topic_id, partition), segments) in &self.remote_log {
+            let topic = self.topics.get(topic_id).map_or("", |t| t.name.as_str());
+            for m in segments.values() {
+                out.push(MetadataRecord::RemoteLogSegmentMetadata(
+                    crate::remote_log::segment_record(topic, *topic_id, *partition, m),
+                ));
+            }
+        }
         if self.next_producer_id > 0 {
             out.push(MetadataRecord::ProducerIds(ProducerIdsRecord {
                 broker_id: -1,

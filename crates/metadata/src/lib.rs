@@ -13,6 +13,8 @@
 //! - [`placement`]: rack-unaware replica placement.
 //! - `directories`: KIP-858's log directories on the controller's side: replicas placed
 //!   in them (AssignReplicasToDirs) and a failed one's partitions moved away.
+//! - [`remote_log`]: tiered storage's remote segment metadata (KIP-405) as records of
+//!   the metadata log, with the segment state machine and the controller's fencing.
 //! - [`quorum`]: the Raft quorum (openraft) that replicates the records among the
 //!   controller nodes, and the controller's event loop that runs on every node and acts
 //!   while its node leads; [`MetadataQuorum::submit`] is how any node hands an event to
@@ -51,6 +53,7 @@ pub mod image;
 pub mod placement;
 pub mod quorum;
 pub mod record;
+pub mod remote_log;
 
 #[cfg(test)]
 mod tests;
@@ -79,3 +82,7 @@ pub use quorum::{
     QuorumTransport, ReplicaProgress, TransportFuture, VoterChangeError,
 };
 pub use record::{decode_batch, encode_batch, MetadataRecord};
+pub use remote_log::{
+    RemoteLogSegmentChange, RemoteLogSegmentMetadata, RemoteLogSegmentState,
+    RemoteLogSegmentUpdateRequest,
+};

@@ -27,6 +27,9 @@ use rill_protocol::generated::metadata::{
     RemoveUserScramCredentialRecord, TopicRecord, UnfenceBrokerRecord, UnregisterBrokerRecord,
     UserScramCredentialRecord,
 };
+use rill_protocol::generated::storage::{
+    RemoteLogSegmentMetadataRecord, RemoteLogSegmentMetadataUpdateRecord,
+};
 use rill_protocol::primitives::{put_unsigned_varint, read_unsigned_varint};
 use rill_protocol::{Decodable, Encodable};
 
@@ -34,6 +37,13 @@ use crate::error::MetadataError;
 
 /// The only frame version Kafka has defined.
 const FRAME_VERSION: u32 = 1;
+
+/// Record keys of Rill's own in the metadata log, far above Kafka's so that they never
+/// meet one: the remote segment metadata of tiered storage (see [`crate::remote_log`]),
+/// as Kafka's `storage` record types (whose own keys, 0 and 1, name other metadata
+/// records).
+pub const REMOTE_LOG_SEGMENT_METADATA_KEY: u32 = 10_000;
+pub const REMOTE_LOG_SEGMENT_METADATA_UPDATE_KEY: u32 = 10_001;
 
 /// One record of the metadata log, wrapping the struct generated from Kafka's spec.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +68,10 @@ pub enum MetadataRecord {
     ClientQuota(ClientQuotaRecord),
     DelegationToken(DelegationTokenRecord),
     RemoveDelegationToken(RemoveDelegationTokenRecord),
+    /// Tiered storage: a remote segment (see [`crate::remote_log`]).
+    RemoteLogSegmentMetadata(RemoteLogSegmentMetadataRecord),
+    /// Tiered storage: a remote segment's state change.
+    RemoteLogSegmentMetadataUpdate(RemoteLogSegmentMetadataUpdateRecord),
 }
 
 /// `(apiKey, highest version)` of every record type we write, from the JSON specs.
@@ -89,6 +103,10 @@ impl MetadataRecord {
             MetadataRecord::ClientQuota(_) => (14, 0),
             MetadataRecord::DelegationToken(_) => (10, 0),
             MetadataRecord::RemoveDelegationToken(_) => (26, 0),
+            MetadataRecord::RemoteLogSegmentMetadata(_) => (REMOTE_LOG_SEGMENT_METADATA_KEY, 0),
+            MetadataRecord::RemoteLogSegmentMetadataUpdate(_) => {
+                (REMOTE_LOG_SEGMENT_METADATA_UPDATE_KEY, 0)
+            }
         }
     }
 
@@ -119,6 +137,8 @@ impl MetadataRecord {
             MetadataRecord::ClientQuota(r) => r.encode(buf, version)?,
             MetadataRecord::DelegationToken(r) => r.encode(buf, version)?,
             MetadataRecord::RemoveDelegationToken(r) => r.encode(buf, version)?,
+            MetadataRecord::RemoteLogSegmentMetadata(r) => r.encode(buf, version)?,
+            MetadataRecord::RemoteLogSegmentMetadataUpdate(r) => r.encode(buf, version)?,
         }
         Ok(())
     }
@@ -152,6 +172,7 @@ impl MetadataRecord {
             0 => 3,
             1 | 2 | 4 | 7 | 8 | 9 | 10 | 11 | 12 | 14 | 15 | 18 | 19 | 20 | 22 | 26 => 0,
             3 | 5 | 17 => 2,
+            REMOTE_LOG_SEGMENT_METADATA_KEY | REMOTE_LOG_SEGMENT_METADATA_UPDATE_KEY => 0,
             _ => return Err(unknown),
         };
         if version > max {
@@ -189,6 +210,14 @@ impl MetadataRecord {
             26 => MetadataRecord::RemoveDelegationToken(RemoveDelegationTokenRecord::decode(
                 b, version,
             )?),
+            REMOTE_LOG_SEGMENT_METADATA_KEY => MetadataRecord::RemoteLogSegmentMetadata(
+                RemoteLogSegmentMetadataRecord::decode(b, version)?,
+            ),
+            REMOTE_LOG_SEGMENT_METADATA_UPDATE_KEY => {
+                MetadataRecord::RemoteLogSegmentMetadataUpdate(
+                    RemoteLogSegmentMetadataUpdateRecord::decode(b, version)?,
+                )
+            }
             _ => return Err(unknown),
         };
         if !frame.is_empty() {

@@ -186,6 +186,21 @@ pub struct LogConfig {
     /// `max.compaction.lag.ms`: a dirty record is compacted within about this long,
     /// whatever the dirty ratio.
     pub max_compaction_lag_ms: i64,
+    /// `remote.storage.enable` (KIP-405): closed segments are copied to the remote tier
+    /// and a local segment is deleted only once it is there (see [`crate::remote`]).
+    pub remote_storage_enable: bool,
+    /// `local.retention.ms`: how long a segment stays on local disk once it is in the
+    /// remote tier (-2: `retention.ms`; -1: forever). See [`Self::local_retention_ms`].
+    pub local_retention_ms: i64,
+    /// `local.retention.bytes`: how large the local part of a tiered log may grow
+    /// (-2: `retention.bytes`; -1: unbounded). See [`Self::local_retention_bytes`].
+    pub local_retention_bytes: i64,
+    /// `remote.log.copy.disable`: the remote tier is read-only (KIP-950): no more
+    /// segments are copied, reads and remote retention go on.
+    pub remote_log_copy_disable: bool,
+    /// `remote.log.delete.on.disable`: whether turning `remote.storage.enable` off
+    /// deletes the remote data (KIP-950; Kafka refuses to turn it off otherwise).
+    pub remote_log_delete_on_disable: bool,
 }
 
 // `min_cleanable_dirty_ratio` is the only float and `validate` refuses NaN, so equality
@@ -216,6 +231,11 @@ impl Default for LogConfig {
             min_cleanable_dirty_ratio: 0.5,
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
+            remote_storage_enable: false,
+            local_retention_ms: -2,
+            local_retention_bytes: -2,
+            remote_log_copy_disable: false,
+            remote_log_delete_on_disable: false,
         }
     }
 }
@@ -228,6 +248,26 @@ impl LogConfig {
             CompressionType::Gzip => self.compression_gzip_level,
             CompressionType::Zstd => self.compression_zstd_level,
             _ => None,
+        }
+    }
+
+    /// The local tier's retention time (Kafka's `localRetentionMs`): `local.retention.ms`,
+    /// or `retention.ms` when it is -2.
+    pub fn local_retention_ms(&self) -> i64 {
+        if self.local_retention_ms == -2 {
+            self.retention_ms
+        } else {
+            self.local_retention_ms
+        }
+    }
+
+    /// The local tier's retention size (Kafka's `localRetentionBytes`):
+    /// `local.retention.bytes`, or `retention.bytes` when it is -2.
+    pub fn local_retention_bytes(&self) -> i64 {
+        if self.local_retention_bytes == -2 {
+            self.retention_bytes
+        } else {
+            self.local_retention_bytes
         }
     }
 

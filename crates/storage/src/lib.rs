@@ -10,6 +10,8 @@
 //!   each producer's open transaction (the last stable offset).
 //! - [`transaction_index`]: `TransactionIndex`, the aborted transactions (`.txnindex`).
 //! - [`retention`]: `cleanup.policy=delete`, DeleteRecords, rolling a quiet partition.
+//! - [`remote`]: the log's side of tiered storage (KIP-405): copy candidates, the
+//!   leader epoch lineage check, remote retention, reads of a remote segment's copy.
 //! - [`cleaner`]: `cleanup.policy=compact`, the log cleaner and its segment swap.
 //! - [`clean_shutdown`]: the data directory's clean-shutdown marker and the one
 //!   `syncfs` that makes a clean close durable.
@@ -32,6 +34,7 @@ pub mod index;
 pub mod log;
 pub mod producer_state;
 mod records;
+pub mod remote;
 pub mod retention;
 pub mod segment;
 mod swap;
@@ -56,6 +59,7 @@ pub use log::{
     end_txn_marker_batch, LogAppendInfo, TimestampAndOffset, UnifiedLog, ValidatedRecords,
 };
 pub use producer_state::{AppendOrigin, BatchMetadata, EndTxnMarker, ProducerStateEntry};
+pub use remote::{RemoteCopyCandidate, RemoteSegmentReader, RemoteSegmentSummary};
 pub use retention::RetentionResult;
 pub use segment::{FetchDataInfo, FileRange, LogOffsetMetadata};
 pub use topic_partition::{parse_partition_dir_name, partition_dir_name, TopicPartition};

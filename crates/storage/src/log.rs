@@ -197,6 +197,9 @@ pub struct UnifiedLog {
     /// last written (`None`: unknown), so that a close skips a rewrite of the same value.
     high_watermark_in_file: Cell<Option<i64>>,
     log_start_in_file: Cell<Option<i64>>,
+    /// The last offset known to be in the remote tier (-1: none), set by the broker; see
+    /// [`crate::remote`].
+    pub(crate) highest_offset_in_remote_storage: i64,
 }
 
 fn parse_base_offset(file_name: &str, suffix: &str) -> Option<i64> {
@@ -466,8 +469,10 @@ impl UnifiedLog {
             load_txn_indexes(dir, &segments)?
         };
         producer_state.on_high_watermark_updated(high_watermark);
+        // A tiered log keeps the epochs of its remote part (see `crate::remote`).
         let trimmed = leader_epoch_cache.truncate_from_end(log_end)
-            | leader_epoch_cache.truncate_from_start(log_start_offset);
+            | (!config.remote_storage_enable
+                && leader_epoch_cache.truncate_from_start(log_start_offset));
         // An empty rebuilt cache (a new log) has nothing to persist: a missing file
         // rebuilds to the same nothing. What is persisted is written without fsync
         // (Kafka's loader flushes these asynchronously since KAFKA-15046): it is derived
@@ -530,6 +535,7 @@ impl UnifiedLog {
             offline_cause: None,
             high_watermark_in_file: Cell::new(hw),
             log_start_in_file: Cell::new(log_start_checkpoint),
+            highest_offset_in_remote_storage: -1,
         })
     }
 
@@ -1274,6 +1280,16 @@ impl UnifiedLog {
             || !offsets_fit
     }
 
+    /// The producer snapshots to keep whatever their number: on a tiered log, those of
+    /// segments not yet in the remote tier, whose copies carry them.
+    fn snapshot_keep_above(&self) -> i64 {
+        if self.config.remote_storage_enable {
+            self.highest_offset_in_remote_storage + 1
+        } else {
+            i64::MAX
+        }
+    }
+
     /// Makes a new active segment at `base_offset`, after making the old one durable.
     pub(crate) fn roll(&mut self, base_offset: i64, now_ms: i64) -> Result<(), StorageError> {
         self.check_online()?;
@@ -1308,8 +1324,12 @@ impl UnifiedLog {
         // Not while a decided transaction's marker is above the high watermark: a
         // snapshot cannot say that it still holds the LSO back (see `producer_state`).
         if !self.producer_state.has_unreplicated_txns() {
-            self.producer_state
-                .write_snapshot(&self.dir, base_offset, Durability::Durable)?;
+            self.producer_state.write_snapshot(
+                &self.dir,
+                base_offset,
+                self.snapshot_keep_above(),
+                Durability::Durable,
+            )?;
         }
         let seg = LogSegment::create(
             &self.dir,
@@ -1753,8 +1773,12 @@ impl UnifiedLog {
             // back; without one the next open replays the log and finds it.
             return Ok(());
         }
-        self.producer_state
-            .write_snapshot(&self.dir, self.log_end_offset(), Durability::Deferred)
+        self.producer_state.write_snapshot(
+            &self.dir,
+            self.log_end_offset(),
+            self.snapshot_keep_above(),
+            Durability::Deferred,
+        )
     }
 
     /// Removes the partition directory and everything in it.

@@ -697,10 +697,15 @@ impl ProducerStateManager {
 
     /// Writes the snapshot of the state at `offset` (the log end), and removes all but
     /// the newest [`SNAPSHOTS_RETAINED`] snapshots.
+    ///
+    /// Snapshots above `keep_above` are kept whatever their number: those of a tiered
+    /// log's segments not yet copied to the remote tier, whose copies carry them (see
+    /// [`crate::remote`]).
     pub(crate) fn write_snapshot(
         &self,
         dir: &Path,
         offset: i64,
+        keep_above: i64,
         durability: Durability,
     ) -> Result<(), StorageError> {
         let mut ids: Vec<_> = self.producers.keys().copied().collect();
@@ -734,7 +739,7 @@ impl ProducerStateManager {
         checkpoint::write(&path, &lines, durability)?;
         let offsets = Self::snapshot_offsets(dir)?;
         let doomed = offsets.len().saturating_sub(SNAPSHOTS_RETAINED);
-        for &old in &offsets[..doomed] {
+        for &old in offsets[..doomed].iter().filter(|&&o| o <= keep_above) {
             Self::delete_snapshot(dir, old)?;
         }
         Ok(())

@@ -27,6 +27,10 @@
 //!    reading it; a crash before the unlink leaves segments below the checkpointed log
 //!    start, which the next call deletes again.
 //!
+//! On a tiered log (`remote.storage.enable`) the rules of step 2 read `local.retention.ms`
+//! and `local.retention.bytes`, and a segment not yet in the remote tier stops the scan
+//! unless DeleteRecords moved the log start past it (see [`crate::remote`]).
+//!
 //! The active segment is never deleted here: a partition that stopped receiving data
 //! gets its active segment rolled by [`UnifiedLog::maybe_roll`] once it is older than
 //! `segment.ms` (Kafka rolls on the next append only, so a quiet partition would keep
@@ -75,12 +79,18 @@ impl UnifiedLog {
     /// note). Call it periodically, after [`Self::maybe_roll`].
     pub fn delete_old_segments(&mut self, now_ms: i64) -> Result<RetentionResult, StorageError> {
         let delete = self.config.cleanup_policy.is_delete();
-        let retention_ms =
-            (delete && self.config.retention_ms >= 0).then_some(self.config.retention_ms);
-        let excess_bytes = (delete && self.config.retention_bytes >= 0).then(|| {
-            self.size_bytes()
-                .saturating_sub(self.config.retention_bytes as u64)
-        });
+        // A tiered log's local part is held to the local retention (see `crate::remote`).
+        let (retention_ms, retention_bytes) = if self.config.remote_storage_enable {
+            (
+                self.config.local_retention_ms(),
+                self.config.local_retention_bytes(),
+            )
+        } else {
+            (self.config.retention_ms, self.config.retention_bytes)
+        };
+        let retention_ms = (delete && retention_ms >= 0).then_some(retention_ms);
+        let excess_bytes = (delete && retention_bytes >= 0)
+            .then(|| self.size_bytes().saturating_sub(retention_bytes as u64));
         self.delete_segments_while(RetentionRules {
             log_start_offset: self.log_start_offset,
             retention_ms,
@@ -151,6 +161,14 @@ impl UnifiedLog {
                 break;
             }
             let below_start = seg.next_offset() <= rules.log_start_offset;
+            // Rule 2 of `crate::remote`: on a tiered log only what the remote tier holds
+            // leaves the local disk (or what DeleteRecords deleted).
+            if self.config.remote_storage_enable
+                && !below_start
+                && seg.next_offset() - 1 > self.highest_offset_in_remote_storage
+            {
+                break;
+            }
             let too_old = rules
                 .retention_ms
                 .is_some_and(|ms| rules.now_ms.saturating_sub(largest_timestamp(seg)) > ms);
@@ -187,7 +205,9 @@ impl UnifiedLog {
             self.log_start_offset = first_base;
             self.trim_aborted_txns();
             self.write_log_start_checkpoint(first_base, Durability::Durable)?;
-            if self.leader_epoch_cache.truncate_from_start(first_base) {
+            if !self.config.remote_storage_enable
+                && self.leader_epoch_cache.truncate_from_start(first_base)
+            {
                 self.leader_epoch_cache.flush(Durability::Durable)?;
             }
         }

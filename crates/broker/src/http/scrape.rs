@@ -74,6 +74,9 @@ pub(super) struct PartitionView {
     pub segments: usize,
     /// A compacted log's dirty ratio, as the cleaner picks the dirtiest log by it.
     pub dirty_ratio: Option<f64>,
+    /// A tiered log led here: its closed segments not yet in the remote tier, in bytes
+    /// and in number (Kafka's `RemoteCopyLagBytes`, `RemoteCopyLagSegments`).
+    pub remote_copy_lag: Option<(u64, usize)>,
     /// When led here: each follower's lag behind this log's end, in records and in
     /// milliseconds since it last had everything (`None`: never caught up in this
     /// leadership, or not fetched yet).
@@ -175,6 +178,7 @@ fn partition_views(broker: &Broker) -> Vec<PartitionView> {
             size_bytes,
             segments,
             dirty_ratio,
+            remote_copy_lag,
         )) = partition.with_log(|log| {
             (
                 log.high_watermark(),
@@ -186,6 +190,8 @@ fn partition_views(broker: &Broker) -> Vec<PartitionView> {
                     .cleanup_policy
                     .is_compact()
                     .then(|| log.dirty_ratio(now_ms)),
+                (log.config().remote_storage_enable && state.leader == broker.node_id)
+                    .then(|| log.remote_copy_lag()),
             )
         })
         else {
@@ -219,6 +225,7 @@ fn partition_views(broker: &Broker) -> Vec<PartitionView> {
             size_bytes,
             segments,
             dirty_ratio,
+            remote_copy_lag,
             followers,
         });
     }
@@ -911,6 +918,104 @@ impl Collector for Page {
                  directory (LogFlushStats LogFlushRateAndTimeMs)",
                 [(Vec::new(), m.flush.log_flush.snapshot())],
             )?;
+            let r = &m.remote_log;
+            let remote_counters: [(&str, &str, &AtomicU64); 9] = [
+                (
+                    "kafka_server_brokertopicmetrics_remote_copy_requests",
+                    "Segments copied to the remote tier (RemoteCopyRequestsPerSec)",
+                    &r.copy_requests,
+                ),
+                (
+                    "kafka_server_brokertopicmetrics_remote_copy_bytes",
+                    "Bytes copied to the remote tier (RemoteCopyBytesPerSec)",
+                    &r.copy_bytes,
+                ),
+                (
+                    "kafka_server_brokertopicmetrics_remote_copy_errors",
+                    "Copies to the remote tier that failed (RemoteCopyErrorsPerSec)",
+                    &r.copy_errors,
+                ),
+                (
+                    "kafka_server_brokertopicmetrics_remote_fetch_requests",
+                    "Reads served from the remote tier (RemoteFetchRequestsPerSec)",
+                    &r.fetch_requests,
+                ),
+                (
+                    "kafka_server_brokertopicmetrics_remote_fetch_bytes",
+                    "Record bytes read from the remote tier (RemoteFetchBytesPerSec)",
+                    &r.fetch_bytes,
+                ),
+                (
+                    "kafka_server_brokertopicmetrics_remote_fetch_errors",
+                    "Reads from the remote tier that failed (RemoteFetchErrorsPerSec)",
+                    &r.fetch_errors,
+                ),
+                (
+                    "kafka_server_brokertopicmetrics_remote_delete_requests",
+                    "Remote segments deleted by retention (RemoteDeleteRequestsPerSec)",
+                    &r.deleted_segments,
+                ),
+                (
+                    "kafka_server_brokertopicmetrics_remote_delete_errors",
+                    "Deletions of remote segments that failed (RemoteDeleteErrorsPerSec)",
+                    &r.delete_errors,
+                ),
+                (
+                    "rill_remote_log_task_failures",
+                    "Passes of a partition's remote log task that failed and back off (the \
+                     store or the controller unreachable, leadership moved)",
+                    &r.task_failures,
+                ),
+            ];
+            for (name, help, c) in remote_counters {
+                counter(&mut e, name, help, load(c))?;
+            }
+            let (lag_bytes, lag_segments) = self
+                .views
+                .iter()
+                .filter_map(|v| v.remote_copy_lag)
+                .fold((0u64, 0usize), |(b, n), (vb, vn)| (b + vb, n + vn));
+            gauge_i64(
+                &mut e,
+                "kafka_server_brokertopicmetrics_remote_copy_lag_bytes",
+                "Bytes of the closed segments of tiered partitions led here not yet copied to \
+                 the remote tier (RemoteCopyLagBytes)",
+                i64::try_from(lag_bytes).unwrap_or(i64::MAX),
+            )?;
+            gauge_i64(
+                &mut e,
+                "kafka_server_brokertopicmetrics_remote_copy_lag_segments",
+                "Closed segments of tiered partitions led here not yet copied to the remote \
+                 tier (RemoteCopyLagSegments)",
+                i64::try_from(lag_segments).unwrap_or(i64::MAX),
+            )?;
+            let cache_counters: [(&str, &str, &AtomicU64); 3] = [
+                (
+                    "rill_remote_log_cache_hits",
+                    "Remote reads whose segment was in the local cache",
+                    &r.cache_hits,
+                ),
+                (
+                    "rill_remote_log_cache_misses",
+                    "Remote reads that fetched their segment into the local cache",
+                    &r.cache_misses,
+                ),
+                (
+                    "rill_remote_log_cache_fetched_bytes",
+                    "Bytes fetched from the remote tier into the local cache",
+                    &r.download_bytes,
+                ),
+            ];
+            for (name, help, c) in cache_counters {
+                counter(&mut e, name, help, load(c))?;
+            }
+            gauge_i64(
+                &mut e,
+                "rill_remote_log_cache_bytes",
+                "Bytes the local cache of remote segments holds (at most \
+                 remote.log.reader.cache.size.bytes)",
+                i64::try_from(load(&r.cache_bytes)).unwrap_or(i64::MAX),
+            )?;
             counter(
                 &mut e,
                 "kafka_log_retention_deleted_segments",
@@ -1215,6 +1320,7 @@ mod tests {
             size_bytes: 4096,
             segments: 2,
             dirty_ratio: Some(0.25),
+            remote_copy_lag: None,
             followers: Vec::new(),
         }
     }

@@ -418,6 +418,31 @@ pub struct RetentionMetrics {
     pub deleted_bytes: AtomicU64,
 }
 
+/// What the remote tier did (tiered storage, `remote_log`; Kafka's `RemoteCopy*`,
+/// `RemoteFetch*` and `RemoteDelete*` BrokerTopicMetrics, for all topics).
+#[derive(Debug, Default)]
+pub struct RemoteLogMetrics {
+    /// Segments copied, their bytes, and copies that failed.
+    pub copy_requests: AtomicU64,
+    pub copy_bytes: AtomicU64,
+    pub copy_errors: AtomicU64,
+    /// Reads served from the remote tier, and their record bytes.
+    pub fetch_requests: AtomicU64,
+    pub fetch_bytes: AtomicU64,
+    pub fetch_errors: AtomicU64,
+    /// Segments remote retention deleted, and deletions that failed.
+    pub deleted_segments: AtomicU64,
+    pub delete_errors: AtomicU64,
+    /// The read cache: reads that found their segment there or fetched it, the bytes
+    /// fetched into it, and the bytes it holds.
+    pub cache_hits: AtomicU64,
+    pub cache_misses: AtomicU64,
+    pub download_bytes: AtomicU64,
+    pub cache_bytes: AtomicU64,
+    /// Passes of a partition's task that failed (and back off).
+    pub task_failures: AtomicU64,
+}
+
 /// What the log cleaner did (Kafka's `LogCleaner` and `LogCleanerManager` metrics).
 #[derive(Debug, Default)]
 pub struct CleanerMetrics {
@@ -470,6 +495,7 @@ pub struct BrokerMetrics {
     pub cleaner: CleanerMetrics,
     pub flush: FlushMetrics,
     pub retention: RetentionMetrics,
+    pub remote_log: RemoteLogMetrics,
     pub controller: ControllerMetrics,
 }
 
@@ -525,6 +551,7 @@ impl BrokerMetrics {
             cleaner: CleanerMetrics::default(),
             flush: FlushMetrics::default(),
             retention: RetentionMetrics::default(),
+            remote_log: RemoteLogMetrics::default(),
             controller: ControllerMetrics::default(),
         }
     }

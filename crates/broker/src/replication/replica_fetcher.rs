@@ -688,7 +688,10 @@ async fn fetch_once(
                     update_state(fetcher, &tp, epoch, |s| s.needs_truncation = true);
                 }
             } else if code == ErrorCode::OFFSET_OUT_OF_RANGE {
-                match replicas.handle_out_of_range(&tp, p.log_start_offset) {
+                // Tiered: what is below the leader's local log start is in the remote
+                // tier; start there with the leader's epochs and producer state.
+                let aux = replicas.remote_tier_state(&tp, p.log_start_offset).await;
+                match replicas.handle_out_of_range(&tp, p.log_start_offset, aux) {
                     Ok(true) => {}
                     // Our log end lies above the leader's: validate the epoch again.
                     _ => update_state(fetcher, &tp, epoch, |s| s.needs_truncation = true),

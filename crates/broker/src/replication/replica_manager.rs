@@ -437,6 +437,27 @@ pub struct ReplicaManager {
     /// as the leader of nothing: clients get NOT_LEADER_OR_FOLLOWER and look elsewhere,
     /// and no write is taken that the new leader would not have.
     lease_held: std::sync::atomic::AtomicBool,
+    /// Tiered storage: what a follower that starts its log at the leader's local log
+    /// start takes from the remote tier (installed once by `remote_log`).
+    remote_tier: std::sync::OnceLock<Arc<dyn RemoteTierState>>,
+}
+
+/// The leader's state at an offset of a tiered partition below which the data is in the
+/// remote tier: its leader epochs up to there and the producer snapshot there.
+pub type RemoteTierAux = (Vec<rill_storage::EpochEntry>, Option<Bytes>);
+
+/// Where a follower finds [`RemoteTierAux`] (KIP-405's "auxiliary state" a follower
+/// builds from the remote tier before it fetches from the leader's local log start).
+/// Implemented by `remote_log`, which replication does not name.
+pub trait RemoteTierState: Send + Sync {
+    /// The state at `offset` of `tp`, when the remote tier has a copy ending just below
+    /// it; `None` otherwise (not tiered, or nothing remote there).
+    fn state_at(
+        &self,
+        tp: &TopicPartition,
+        topic_id: Uuid,
+        offset: i64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<RemoteTierAux>> + Send + '_>>;
 }
 
 /// Where a replica manager reads the time: every time-dependent rule below it (ISR
@@ -561,6 +582,7 @@ impl ReplicaManager {
             )),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             lease_held: std::sync::atomic::AtomicBool::new(true),
+            remote_tier: std::sync::OnceLock::new(),
         };
         (rm, rx)
     }
@@ -1228,21 +1250,54 @@ impl ReplicaManager {
         }
     }
 
+    /// Installs the remote tier's state source (tiered storage on); once.
+    pub fn set_remote_tier_state(&self, source: Arc<dyn RemoteTierState>) {
+        let _ = self.remote_tier.set(source);
+    }
+
+    /// What the remote tier says of `tp` at `offset` (see [`RemoteTierState`]).
+    pub(crate) async fn remote_tier_state(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+    ) -> Option<RemoteTierAux> {
+        let source = self.remote_tier.get()?;
+        let p = self.get(tp)?;
+        let behind = p
+            .with_log(|log| log.log_end_offset() < offset)
+            .unwrap_or(false);
+        if !behind {
+            return None;
+        }
+        source.state_at(tp, p.topic_id, offset).await
+    }
+
     /// The leader said the fetch offset is out of range. When this log ends below the
-    /// leader's log start, start over there (returns true); otherwise the caller
+    /// leader's log start, start over there (returns true), with the leader's epochs and
+    /// producer state from the remote tier when `aux` has them; otherwise the caller
     /// validates the epoch again.
     pub(crate) fn handle_out_of_range(
         &self,
         tp: &TopicPartition,
         leader_log_start_offset: i64,
+        aux: Option<RemoteTierAux>,
     ) -> Result<bool, ErrorCode> {
         let p = self.get(tp).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
         p.with_log(|log| {
             if leader_log_start_offset >= 0 && log.log_end_offset() < leader_log_start_offset {
-                tracing::info!(%tp, start = leader_log_start_offset, "follower behind the leader's log start; starting over");
+                tracing::info!(%tp, start = leader_log_start_offset, from_remote_tier = aux.is_some(), "follower behind the leader's log start; starting over");
                 p.truncations
                     .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                log.truncate_fully_and_start_at(leader_log_start_offset, self.now())
+                let started = match &aux {
+                    Some((epochs, snapshot)) => log.start_from_remote_tier(
+                        leader_log_start_offset,
+                        epochs,
+                        snapshot.as_deref(),
+                        self.now(),
+                    ),
+                    None => log.truncate_fully_and_start_at(leader_log_start_offset, self.now()),
+                };
+                started
                     .map(|_| true)
                     .map_err(|e| {
                         self.log_dir_failed(&p, format_args!("truncation of {tp}"), &e);
@@ -1983,6 +2038,13 @@ impl ReplicaManager {
         let found = partition.with_log(|log| log.offset_for_timestamp(timestamp))?;
         Ok(storage_result(tp, found)?
             .map(|t| (t.offset, t.timestamp, t.leader_epoch.unwrap_or(-1))))
+    }
+
+    /// ListOffsets LATEST_TIERED (KIP-1005): the last offset the remote tier holds (-1:
+    /// none).
+    pub fn highest_offset_in_remote_storage(&self, tp: &TopicPartition) -> Result<i64, ErrorCode> {
+        let (partition, _) = self.leader_partition(tp)?;
+        partition.with_log(|log| log.highest_offset_in_remote_storage())
     }
 
     /// ListOffsets MAX_TIMESTAMP (KIP-734): the offset and timestamp of the record with the

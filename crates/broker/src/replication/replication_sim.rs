@@ -855,7 +855,7 @@ impl Sim {
             }
             Err((ErrorCode::OFFSET_OUT_OF_RANGE, Some(offsets))) => {
                 if !matches!(
-                    rm.handle_out_of_range(&self.tp, offsets.log_start_offset),
+                    rm.handle_out_of_range(&self.tp, offsets.log_start_offset, None),
                     Ok(true)
                 ) {
                     self.brokers[b].following = Some((epoch, true));

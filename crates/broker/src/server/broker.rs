@@ -79,6 +79,9 @@ pub struct Broker {
     pub(crate) quotas: crate::server::quotas::ClientQuotaManager,
     /// `delegation.token.secret.key` and the SCRAM credentials of tokens.
     pub(crate) delegation_tokens: crate::server::delegation_tokens::DelegationTokenSecrets,
+    /// The remote tier's reader, when `remote.log.storage.system.enable` is on (see
+    /// `remote_log`).
+    pub remote_log: Option<Arc<crate::remote_log::reader::RemoteLogReader>>,
 }
 
 /// The block of producer ids the controller gave this broker.
@@ -197,6 +200,44 @@ impl Broker {
     }
 
     /// A topic's config overrides.
+    /// Kafka's checks of a topic's tiered-storage configs against each other and against
+    /// this broker's `remote.log.storage.system.enable`, with `overrides` the topic's
+    /// overrides after the change (see [`crate::config::validate_remote_log_configs`]).
+    pub fn check_remote_log_configs(
+        &self,
+        image: &MetadataImage,
+        overrides: &std::collections::BTreeMap<String, String>,
+        was_enabled: bool,
+    ) -> Result<(), String> {
+        let value = |name: &str| {
+            overrides.get(name).cloned().unwrap_or_else(|| {
+                crate::config::topic_config_def(name)
+                    .and_then(|d| {
+                        if d.broker_key == crate::config::NO_BROKER_KEY {
+                            Some(d.default.to_string())
+                        } else {
+                            crate::config::broker_config_value(
+                                &self.config,
+                                image,
+                                self.node_id,
+                                d.broker_key,
+                            )
+                            .map(|(v, _)| v)
+                        }
+                    })
+                    .unwrap_or_default()
+            })
+        };
+        let system_enabled = crate::config::broker_config_value(
+            &self.config,
+            image,
+            self.node_id,
+            "remote.log.storage.system.enable",
+        )
+        .is_some_and(|(v, _)| v.trim().eq_ignore_ascii_case("true"));
+        crate::config::validate_remote_log_configs(&value, was_enabled, system_enabled)
+    }
+
     pub fn topic_overrides(
         image: &MetadataImage,
         topic: &str,

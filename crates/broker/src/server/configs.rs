@@ -310,6 +310,11 @@ impl Broker {
         for (k, v) in &new {
             config::validate_topic_config(k, v).map_err(|m| (ErrorCode::INVALID_CONFIG, m))?;
         }
+        let was_enabled = old
+            .get("remote.storage.enable")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        self.check_remote_log_configs(&image, &new, was_enabled)
+            .map_err(|m| (ErrorCode::INVALID_CONFIG, m))?;
         let ops = diff_ops(&old, &new);
         if validate_only || ops.is_empty() {
             return Ok(());

@@ -39,6 +39,7 @@ use crate::coordinator::group_coordinator::OFFSETS_TOPIC;
 use crate::metrics;
 use crate::network::request_slot;
 use crate::network::{ResponseChunk, Session};
+use crate::remote_log;
 use crate::replication::append_signal::AppendSignals;
 use crate::replication::replica_fetcher::replica_throttled;
 use crate::replication::replica_manager::{AppendRefused, DeferredAppend};
@@ -74,6 +75,22 @@ const LATEST_TIERED_TIMESTAMP: i64 = -5;
 
 /// The longest a fetch may park, whatever it asks for: bounds the tasks a client can hold.
 const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
+
+/// A consumer's read that the remote tier serves (see `remote_log`): found by
+/// `read_fetch` under no lock, made by `fetch_wait`, which may wait on the store.
+struct RemoteRead {
+    partition: remote_log::storage::RemotePartition,
+    segment: rill_metadata::RemoteLogSegmentMetadata,
+    next: Option<rill_metadata::RemoteLogSegmentMetadata>,
+    offset: i64,
+    max_bytes: usize,
+    max_offset: i64,
+    read_committed: bool,
+    /// The whole log's start, for the response.
+    log_start_offset: i64,
+    /// Where the partition is in the response: (topic, partition) indexes.
+    response_index: (usize, usize),
+}
 
 /// A Produce response's `record_errors` and `error_message` for records that failed their
 /// checks, worded as Kafka's `LogValidator` and `processRecordErrors` word them.
@@ -672,9 +689,19 @@ impl Broker {
             } else {
                 signals.any_of(&shards)
             };
-            let (response, ranges, bytes, errored, counters, throttled) =
+            let (mut response, ranges, bytes, errored, counters, throttled, remote) =
                 self.read_fetch(request, version, zero_copy);
-            if bytes >= min_bytes || errored || tokio::time::Instant::now() >= deadline {
+            // A read from the remote tier answers at once, as Kafka's DelayedRemoteFetch
+            // completes when its read does.
+            let remote_read = !remote.is_empty();
+            if remote_read {
+                self.serve_remote_reads(&mut response, remote).await;
+            }
+            if bytes >= min_bytes
+                || errored
+                || remote_read
+                || tokio::time::Instant::now() >= deadline
+            {
                 if let Some((_, sent)) = throttled.filter(|(_, sent)| *sent > 0) {
                     self.quotas
                         .record_leader_replication(sent as f64, Instant::now());
@@ -805,7 +832,9 @@ impl Broker {
         bool,
         Vec<Option<metrics::TopicHandle>>,
         Option<(f64, usize)>,
+        Vec<RemoteRead>,
     ) {
+        let mut remote_reads = Vec::new();
         let mut ranges = Vec::new();
         // Each partition's topic counters, in response order (`None` where it failed).
         let mut counters = Vec::new();
@@ -908,7 +937,13 @@ impl Broker {
                                     .collect()
                             });
                         }
-                        data.log_start_offset = result.offsets.log_start_offset;
+                        // A follower tracks the leader's local log start; a consumer
+                        // sees the whole log's, remote tier included.
+                        data.log_start_offset = if replica_id < 0 {
+                            self.log_start_offset_of(&image, &tp, result.offsets.log_start_offset)
+                        } else {
+                            result.offsets.log_start_offset
+                        };
                         let len = result.byte_len();
                         // Only a replica outside the ISR is throttled, as in Kafka.
                         let throttled =
@@ -929,6 +964,38 @@ impl Broker {
                                 range = result.file_range;
                             } else {
                                 data.records = Some(result.records);
+                            }
+                        }
+                    }
+                    Err((ErrorCode::OFFSET_OUT_OF_RANGE, Some(o)))
+                        if replica_id < 0 && p.fetch_offset < o.log_start_offset =>
+                    {
+                        // Below the local log start: the remote tier's, when it has it
+                        // (read by `fetch_wait`, which may wait on the store).
+                        match self.remote_read_of(
+                            &image,
+                            &tp,
+                            p.fetch_offset,
+                            max,
+                            &o,
+                            request.isolation_level == 1,
+                        ) {
+                            Some(mut read) => {
+                                data.high_watermark = o.high_watermark;
+                                data.last_stable_offset = o.last_stable_offset;
+                                data.log_start_offset = read.log_start_offset;
+                                read.response_index = (responses.len(), partitions.len());
+                                remote_reads.push(read);
+                                counters.push(None);
+                            }
+                            None => {
+                                data.high_watermark = o.high_watermark;
+                                data.last_stable_offset = o.last_stable_offset;
+                                data.log_start_offset =
+                                    self.log_start_offset_of(&image, &tp, o.log_start_offset);
+                                data.error_code = ErrorCode::OFFSET_OUT_OF_RANGE.code();
+                                errored = true;
+                                counters.push(None);
                             }
                         }
                     }
@@ -959,7 +1026,182 @@ impl Broker {
             ..Default::default()
         };
         let throttled = throttle.map(|limit| (limit, throttled_sent));
-        (response, ranges, total, errored, counters, throttled)
+        (
+            response,
+            ranges,
+            total,
+            errored,
+            counters,
+            throttled,
+            remote_reads,
+        )
+    }
+
+    /// A consumer's read at `offset`, below the local log start of `tp`, that the remote
+    /// tier can serve (`None` when it cannot: the offset is out of range there too).
+    fn remote_read_of(
+        &self,
+        image: &rill_metadata::MetadataImage,
+        tp: &TopicPartition,
+        offset: i64,
+        max_bytes: usize,
+        offsets: &crate::replication::replica_manager::PartitionOffsets,
+        read_committed: bool,
+    ) -> Option<RemoteRead> {
+        self.remote_log.as_ref()?;
+        let topic_id = image.topic(&tp.topic)?.id;
+        image.remote_segments(topic_id, tp.partition)?;
+        let rp = remote_log::storage::RemotePartition {
+            topic: tp.topic.clone(),
+            topic_id,
+            partition: tp.partition,
+        };
+        // Only copies in this leader's epoch lineage are read (after an unclean
+        // election a deposed leader's copies past the divergence are not this log's).
+        let readable = self
+            .replicas
+            .get(tp)?
+            .with_log(|log| remote_log::readable_segments(image, &rp, log))
+            .ok()?;
+        let segment = readable
+            .iter()
+            .filter(|m| m.start_offset <= offset && offset <= m.end_offset)
+            .max_by_key(|m| m.start_offset)?
+            .clone();
+        let next = readable
+            .iter()
+            .find(|m| m.start_offset > segment.end_offset)
+            .cloned();
+        Some(RemoteRead {
+            partition: rp,
+            segment,
+            next,
+            offset,
+            max_bytes,
+            max_offset: if read_committed {
+                offsets.last_stable_offset
+            } else {
+                offsets.high_watermark
+            },
+            read_committed,
+            log_start_offset: remote_log::log_start_offset(
+                image,
+                topic_id,
+                tp.partition,
+                offsets.log_start_offset,
+            ),
+            response_index: (0, 0),
+        })
+    }
+
+    /// The whole log's start of `tp` for a consumer: below the local log start when the
+    /// remote tier holds older data.
+    fn log_start_offset_of(
+        &self,
+        image: &rill_metadata::MetadataImage,
+        tp: &TopicPartition,
+        local_log_start_offset: i64,
+    ) -> i64 {
+        match image.topic(&tp.topic) {
+            Some(t) if self.remote_log.is_some() => {
+                remote_log::log_start_offset(image, t.id, tp.partition, local_log_start_offset)
+            }
+            _ => local_log_start_offset,
+        }
+    }
+
+    /// Serves the remote reads `read_fetch` found into `response`: each partition's
+    /// records, or its error when the store fails (KAFKA_STORAGE_ERROR, as Kafka's
+    /// remote fetch answers a storage failure). Returns the bytes read.
+    async fn serve_remote_reads(
+        &self,
+        response: &mut FetchResponse,
+        reads: Vec<RemoteRead>,
+    ) -> usize {
+        let Some(reader) = self.remote_log.clone() else {
+            return 0;
+        };
+        let mut total = 0;
+        for read in reads {
+            let (t, p) = read.response_index;
+            let Some(data) = response
+                .responses
+                .get_mut(t)
+                .and_then(|topic| topic.partitions.get_mut(p))
+            else {
+                continue;
+            };
+            let got = reader
+                .read(
+                    &read.partition,
+                    &read.segment,
+                    read.next.as_ref(),
+                    read.offset,
+                    read.max_bytes,
+                    read.max_offset,
+                    true,
+                )
+                .await;
+            match got {
+                Ok(Some(info)) => {
+                    if read.read_committed && !info.records.is_empty() {
+                        let end = read.segment.end_offset + 1;
+                        match reader
+                            .aborted_txns(&read.partition, &read.segment, read.offset, end)
+                            .await
+                        {
+                            Ok(aborted) => {
+                                data.aborted_transactions = (!aborted.is_empty()).then(|| {
+                                    aborted
+                                        .iter()
+                                        .map(|a| AbortedTransaction {
+                                            producer_id: a.producer_id,
+                                            first_offset: a.first_offset,
+                                            ..Default::default()
+                                        })
+                                        .collect()
+                                });
+                            }
+                            Err(e) => {
+                                tracing::warn!(topic = %read.partition.topic, partition = read.partition.partition, error = %e, "remote read failed");
+                                data.error_code = ErrorCode::KAFKA_STORAGE_ERROR.code();
+                                continue;
+                            }
+                        }
+                    }
+                    total += info.records.len();
+                    data.records = Some(info.records);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    // Retention deleted the segment since the read was planned: the
+                    // offset is out of range now, as a local read below the log start is.
+                    let image = self.image();
+                    let still_there = image
+                        .remote_segments(read.partition.topic_id, read.partition.partition)
+                        .and_then(|s| s.get(&read.segment.segment_id))
+                        .is_some_and(|m| {
+                            m.state == rill_metadata::RemoteLogSegmentState::CopySegmentFinished
+                        });
+                    if still_there {
+                        metrics::inc(&metrics::global().remote_log.fetch_errors);
+                        tracing::warn!(topic = %read.partition.topic, partition = read.partition.partition, offset = read.offset, error = %e, "remote read failed");
+                        data.error_code = ErrorCode::KAFKA_STORAGE_ERROR.code();
+                    } else {
+                        data.error_code = ErrorCode::OFFSET_OUT_OF_RANGE.code();
+                        data.log_start_offset = self.log_start_offset_of(
+                            &image,
+                            &TopicPartition {
+                                topic: read.partition.topic.clone(),
+                                partition: read.partition.partition,
+                            },
+                            data.log_start_offset,
+                        );
+                    }
+                }
+            }
+        }
+        total
     }
 
     /// `leader.replication.throttled.rate` when it limits anything (its default,
@@ -975,7 +1217,7 @@ impl Broker {
         (0..i64::MAX).contains(&limit).then_some(limit as f64)
     }
 
-    pub(crate) fn handle_list_offsets(
+    pub(crate) async fn handle_list_offsets(
         &self,
         request: ListOffsetsRequest,
         _version: i16,
@@ -992,54 +1234,59 @@ impl Broker {
                     .or_insert(0) += 1;
             }
         }
-        let topics = request
-            .topics
-            .into_iter()
-            .map(|topic| {
-                let partitions = topic
-                    .partitions
-                    .into_iter()
-                    .map(|p| {
-                        let tp = TopicPartition {
-                            topic: topic.name.clone(),
-                            partition: p.partition_index,
-                        };
-                        let mut resp = ListOffsetsPartitionResponse {
-                            partition_index: p.partition_index,
-                            timestamp: -1,
-                            offset: -1,
-                            leader_epoch: -1,
-                            ..Default::default()
-                        };
-                        let duplicate = seen.get(&(tp.topic.clone(), tp.partition)) > Some(&1);
-                        let answer = if duplicate {
-                            Err(ErrorCode::INVALID_REQUEST)
-                        } else {
-                            self.replicas
-                                .check_leader_epoch(&tp, p.current_leader_epoch)
-                                .and_then(|(_, epoch)| {
-                                    Ok((self.list_offset(&tp, p.timestamp, read_committed)?, epoch))
-                                })
-                        };
-                        match answer {
-                            Ok((Some((offset, timestamp)), epoch)) => {
-                                resp.offset = offset;
-                                resp.timestamp = timestamp;
-                                resp.leader_epoch = epoch;
-                            }
-                            Ok((None, _)) => {}
-                            Err(code) => resp.error_code = code.code(),
-                        }
-                        resp
-                    })
-                    .collect();
-                ListOffsetsTopicResponse {
-                    name: topic.name,
-                    partitions,
+        let mut topics = Vec::with_capacity(request.topics.len());
+        for topic in request.topics {
+            let mut partitions = Vec::with_capacity(topic.partitions.len());
+            for p in topic.partitions {
+                let tp = TopicPartition {
+                    topic: topic.name.clone(),
+                    partition: p.partition_index,
+                };
+                let mut resp = ListOffsetsPartitionResponse {
+                    partition_index: p.partition_index,
+                    timestamp: -1,
+                    offset: -1,
+                    leader_epoch: -1,
                     ..Default::default()
+                };
+                let duplicate = seen.get(&(tp.topic.clone(), tp.partition)) > Some(&1);
+                let answer = if duplicate {
+                    Err(ErrorCode::INVALID_REQUEST)
+                } else {
+                    match self
+                        .replicas
+                        .check_leader_epoch(&tp, p.current_leader_epoch)
+                    {
+                        Ok((_, epoch)) => self
+                            .list_offset(&tp, p.timestamp, read_committed)
+                            .await
+                            .map(|found| (found, epoch)),
+                        Err(code) => Err(code),
+                    }
+                };
+                match answer {
+                    Ok((Some((offset, timestamp)), epoch)) => {
+                        resp.offset = offset;
+                        resp.timestamp = timestamp;
+                        // LATEST_TIERED of a log with nothing remote: Kafka's -1 epoch.
+                        resp.leader_epoch = if p.timestamp == LATEST_TIERED_TIMESTAMP && offset < 0
+                        {
+                            -1
+                        } else {
+                            epoch
+                        };
+                    }
+                    Ok((None, _)) => {}
+                    Err(code) => resp.error_code = code.code(),
                 }
-            })
-            .collect();
+                partitions.push(resp);
+            }
+            topics.push(ListOffsetsTopicResponse {
+                name: topic.name,
+                partitions,
+                ..Default::default()
+            });
+        }
         ListOffsetsResponse {
             topics,
             ..Default::default()
@@ -1048,8 +1295,11 @@ impl Broker {
 
     /// `(offset, timestamp)` for one ListOffsets partition, `None` when no record matches.
     /// `read_committed` bounds the answers by the last stable offset instead of the high
-    /// watermark (Kafka's `fetchOffsetForTimestamp` with its `isolationLevel`).
-    fn list_offset(
+    /// watermark (Kafka's `fetchOffsetForTimestamp` with its `isolationLevel`). On a
+    /// tiered partition EARLIEST is the whole log's start, EARLIEST_LOCAL the local
+    /// log's (KIP-1005), LATEST_TIERED the highest offset in the remote tier (-1: none),
+    /// and a timestamp is looked up in the remote tier before the local log.
+    async fn list_offset(
         &self,
         tp: &TopicPartition,
         timestamp: i64,
@@ -1062,17 +1312,39 @@ impl Broker {
                 offsets.high_watermark
             }
         };
+        let image = self.image();
+        let tiered = self.remote_log.is_some()
+            && self
+                .topic_config_value(&image, &tp.topic, "remote.storage.enable")
+                .is_some_and(|v| v.trim() == "true");
         match timestamp {
-            EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
-                Ok(Some((self.replicas.offsets(tp)?.log_start_offset, -1)))
+            EARLIEST_TIMESTAMP => {
+                let local = self.replicas.offsets(tp)?.log_start_offset;
+                Ok(Some((self.log_start_offset_of(&image, tp, local), -1)))
             }
-            LATEST_TIMESTAMP | LATEST_TIERED_TIMESTAMP => {
-                Ok(Some((last_fetchable(self.replicas.offsets(tp)?), -1)))
+            EARLIEST_LOCAL_TIMESTAMP => Ok(Some((self.replicas.offsets(tp)?.log_start_offset, -1))),
+            LATEST_TIMESTAMP => Ok(Some((last_fetchable(self.replicas.offsets(tp)?), -1))),
+            LATEST_TIERED_TIMESTAMP => {
+                let highest = if tiered {
+                    self.replicas.highest_offset_in_remote_storage(tp)?
+                } else {
+                    -1
+                };
+                Ok(Some((highest, -1)))
             }
             MAX_TIMESTAMP => self.replicas.max_timestamp(tp),
             ts if ts < 0 => Err(ErrorCode::INVALID_REQUEST),
             ts => {
-                let hw = last_fetchable(self.replicas.offsets(tp)?);
+                let offsets = self.replicas.offsets(tp)?;
+                let hw = last_fetchable(offsets);
+                if tiered {
+                    if let Some(found) = self
+                        .remote_offset_for_timestamp(&image, tp, ts, offsets.log_start_offset)
+                        .await?
+                    {
+                        return Ok(Some(found));
+                    }
+                }
                 Ok(self
                     .replicas
                     .offset_for_timestamp(tp, ts)?
@@ -1080,6 +1352,42 @@ impl Broker {
                     .map(|(offset, ts, _)| (offset, ts)))
             }
         }
+    }
+
+    /// ListOffsets by timestamp in the remote tier: the first finished copy below the
+    /// local log start whose newest record reaches `timestamp`.
+    async fn remote_offset_for_timestamp(
+        &self,
+        image: &rill_metadata::MetadataImage,
+        tp: &TopicPartition,
+        timestamp: i64,
+        local_log_start_offset: i64,
+    ) -> Result<Option<(i64, i64)>, ErrorCode> {
+        let (Some(reader), Some(topic)) = (&self.remote_log, image.topic(&tp.topic)) else {
+            return Ok(None);
+        };
+        let Some(segments) = image.remote_segments(topic.id, tp.partition) else {
+            return Ok(None);
+        };
+        let rp = remote_log::storage::RemotePartition {
+            topic: tp.topic.clone(),
+            topic_id: topic.id,
+            partition: tp.partition,
+        };
+        for seg in remote_log::reader::finished_segments(segments) {
+            if seg.max_timestamp_ms < timestamp || seg.start_offset >= local_log_start_offset {
+                continue;
+            }
+            match reader.offset_for_timestamp(&rp, seg, timestamp).await {
+                Ok(Some((offset, ts, _))) => return Ok(Some((offset, ts))),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(%tp, error = %e, "remote ListOffsets failed");
+                    return Err(ErrorCode::KAFKA_STORAGE_ERROR);
+                }
+            }
+        }
+        Ok(None)
     }
 
     pub(crate) async fn handle_init_producer_id(
@@ -1198,46 +1506,83 @@ impl Broker {
     }
 
     /// DeleteRecords: advances each partition's log start offset (its low watermark).
-    pub(crate) fn handle_delete_records(
+    /// DeleteRecords. On a tiered partition the remote copies wholly below the offset
+    /// are deleted too, and the low watermark is the whole log's start: the start of the
+    /// copy that holds the offset when it is below the local log (Kafka keeps a log start
+    /// inside it; Rill keeps the copy whole, so up to one segment more stays readable).
+    pub(crate) async fn handle_delete_records(
         &self,
         request: DeleteRecordsRequest,
     ) -> DeleteRecordsResponse {
-        let topics = request
-            .topics
-            .into_iter()
-            .map(|t| DeleteRecordsTopicResult {
-                partitions: t
-                    .partitions
-                    .iter()
-                    .map(|p| {
-                        let tp = TopicPartition {
-                            topic: t.name.clone(),
-                            partition: p.partition_index,
-                        };
-                        let (low_watermark, error_code) = if tp.topic == OFFSETS_TOPIC {
-                            (-1, ErrorCode::INVALID_TOPIC_EXCEPTION.code())
-                        } else {
-                            match self.replicas.delete_records(&tp, p.offset) {
-                                Ok(low) => (low, 0),
-                                Err(code) => (-1, code.code()),
-                            }
-                        };
-                        DeleteRecordsPartitionResult {
-                            partition_index: p.partition_index,
-                            low_watermark,
-                            error_code,
-                            ..Default::default()
-                        }
-                    })
-                    .collect(),
+        let mut topics = Vec::with_capacity(request.topics.len());
+        for t in request.topics {
+            let mut partitions = Vec::with_capacity(t.partitions.len());
+            for p in &t.partitions {
+                let tp = TopicPartition {
+                    topic: t.name.clone(),
+                    partition: p.partition_index,
+                };
+                let (low_watermark, error_code) = if tp.topic == OFFSETS_TOPIC {
+                    (-1, ErrorCode::INVALID_TOPIC_EXCEPTION.code())
+                } else {
+                    match self.replicas.delete_records(&tp, p.offset) {
+                        Ok(low) => match self.delete_remote_records(&tp, p.offset, low).await {
+                            Ok(low) => (low, 0),
+                            Err(code) => (-1, code.code()),
+                        },
+                        Err(code) => (-1, code.code()),
+                    }
+                };
+                partitions.push(DeleteRecordsPartitionResult {
+                    partition_index: p.partition_index,
+                    low_watermark,
+                    error_code,
+                    ..Default::default()
+                });
+            }
+            topics.push(DeleteRecordsTopicResult {
+                partitions,
                 name: t.name,
                 ..Default::default()
-            })
-            .collect();
+            });
+        }
         DeleteRecordsResponse {
             topics,
             ..Default::default()
         }
+    }
+
+    /// The remote tier's side of DeleteRecords (see [`Self::handle_delete_records`]):
+    /// `offset` as asked (-1: the high watermark, which the local delete moved the local
+    /// log start to: `local_low`); returns the low watermark.
+    async fn delete_remote_records(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+        local_low: i64,
+    ) -> Result<i64, ErrorCode> {
+        let image = self.image();
+        let (Some(reader), Some(topic)) = (&self.remote_log, image.topic(&tp.topic)) else {
+            return Ok(local_low);
+        };
+        if image.remote_segments(topic.id, tp.partition).is_none() {
+            return Ok(local_low);
+        }
+        let (_, epoch) = self.replicas.leader_partition(tp)?;
+        let rp = remote_log::storage::RemotePartition {
+            topic: tp.topic.clone(),
+            topic_id: topic.id,
+            partition: tp.partition,
+        };
+        let offset = if offset == -1 { local_low } else { offset };
+        remote_log::delete_records_below(self, reader, || self.image(), &rp, epoch, offset)
+            .await
+            .map_err(|e| {
+                tracing::warn!(%tp, error = %e, "deleting remote records failed");
+                ErrorCode::KAFKA_STORAGE_ERROR
+            })?;
+        let local_start = self.replicas.offsets(tp)?.log_start_offset;
+        Ok(self.log_start_offset_of(&self.image(), tp, local_start))
     }
 }
 

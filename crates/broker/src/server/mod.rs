@@ -299,13 +299,13 @@ impl Broker {
                 None => Ok(None),
             },
             RequestBody::Fetch(r) => respond!(self.handle_fetch(r, version).await),
-            RequestBody::ListOffsets(r) => respond!(self.handle_list_offsets(r, version)),
+            RequestBody::ListOffsets(r) => respond!(self.handle_list_offsets(r, version).await),
             RequestBody::FindCoordinator(r) => {
                 respond!(self.handle_find_coordinator(r, version, listener).await)
             }
             RequestBody::CreateTopics(r) => respond!(self.handle_create_topics(r, version).await),
             RequestBody::DeleteTopics(r) => respond!(self.handle_delete_topics(r, version).await),
-            RequestBody::DeleteRecords(r) => respond!(self.handle_delete_records(r)),
+            RequestBody::DeleteRecords(r) => respond!(self.handle_delete_records(r).await),
             RequestBody::CreatePartitions(r) => respond!(self.handle_create_partitions(r).await),
             RequestBody::InitProducerId(r) => {
                 respond!(self.handle_init_producer_id(r, version).await)

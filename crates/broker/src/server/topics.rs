@@ -118,10 +118,22 @@ impl Broker {
             } else {
                 i32::try_from(t.assignments.len()).unwrap_or(i32::MAX)
             };
-            let bad_config = t.configs.iter().find_map(|(k, v)| {
-                let v = v.as_deref()?;
-                config::validate_topic_config(k, v).err()
-            });
+            let bad_config = t
+                .configs
+                .iter()
+                .find_map(|(k, v)| {
+                    let v = v.as_deref()?;
+                    config::validate_topic_config(k, v).err()
+                })
+                .or_else(|| {
+                    let overrides = t
+                        .configs
+                        .iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+                        .collect();
+                    self.check_remote_log_configs(&self.image(), &overrides, false)
+                        .err()
+                });
             match (self.precheck_topic(&t.name, partitions), bad_config) {
                 (Err(e), _) => results.push(Some(refused(e))),
                 (Ok(()), Some(m)) => results.push(Some(refused((ErrorCode::INVALID_CONFIG, m)))),
