@@ -1056,6 +1056,16 @@ impl GroupCoordinator {
         }
         let records = self.fence_records(group_id, member_id);
         self.apply_consumer_records(partition, &records, now_ms);
+        if let Some(g) = self.consumer_groups.get_mut(group_id) {
+            // A pattern no member uses any more is forgotten (Kafka deletes its resolved
+            // regular expression): a member that subscribes to it again waits for it.
+            let in_use: BTreeSet<String> = g
+                .members
+                .values()
+                .filter_map(|m| m.subscribed_topic_regex.clone())
+                .collect();
+            g.resolved_regexes.retain(|p, _| in_use.contains(p));
+        }
         records.into_iter().map(Record::ConsumerGroup).collect()
     }
 

@@ -568,6 +568,16 @@ fn regular_expressions_follow_topic_creation_and_deletion() {
     );
     d.step(&mut h);
     assert_eq!(d.count(), 1);
+    // A member that leaves takes its pattern with it; subscribing to it again waits for
+    // it to be resolved again.
+    h.hb(req("g", &d.member_id, LEAVE_GROUP_MEMBER_EPOCH));
+    let mut e = Client::new("g", &[]);
+    e.regex = Some("x.*".into());
+    e.step(&mut h);
+    assert_eq!(e.count(), 0);
+    c.step(&mut h);
+    e.step(&mut h);
+    assert_eq!(e.count(), 1);
 }
 
 #[test]
