@@ -1181,7 +1181,12 @@ impl GroupCoordinator {
             return Err(error_code::UNKNOWN_MEMBER_ID);
         };
         if req.member_epoch != member.member_epoch {
-            return Err(error_code::STALE_MEMBER_EPOCH);
+            // A classic member's epoch is its generation.
+            return Err(if member.uses_classic_protocol() {
+                error_code::ILLEGAL_GENERATION
+            } else {
+                error_code::STALE_MEMBER_EPOCH
+            });
         }
         Ok(())
     }
