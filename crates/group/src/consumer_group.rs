@@ -52,6 +52,9 @@ impl fmt::Display for ConsumerGroupState {
     }
 }
 
+/// Regular expressions by pattern, with the topic names each matched.
+pub(crate) type ResolvedRegexes = BTreeMap<String, BTreeSet<String>>;
+
 /// A regular expression subscription in Kafka's (RE2J) syntax, which the `regex` crate
 /// shares for everything but back-references and look-around (RE2J has neither). Kafka
 /// matches a topic name whole (`Matcher.matches`).
@@ -82,6 +85,11 @@ pub struct ConsumerGroup {
     /// Not persisted: the topics changed since the subscription metadata was computed,
     /// so the next heartbeat computes it again (Kafka's metadata refresh).
     pub(crate) metadata_refresh: bool,
+    /// Not persisted: each regular expression the members use, with the topics it
+    /// matched when last resolved. Like Kafka's (whose resolution runs in the
+    /// background), a new pattern is resolved one heartbeat after it arrives, and every
+    /// pattern again after the topics change.
+    pub(crate) resolved_regexes: ResolvedRegexes,
     /// Not persisted: the epoch each member's rebalance timeout was armed at.
     pub(crate) rebalance_timeout_epochs: BTreeMap<String, i32>,
 }
@@ -100,6 +108,7 @@ impl ConsumerGroup {
             subscription_metadata: BTreeMap::new(),
             offsets: BTreeMap::new(),
             metadata_refresh: true,
+            resolved_regexes: ResolvedRegexes::new(),
             rebalance_timeout_epochs: BTreeMap::new(),
         }
     }
@@ -141,57 +150,69 @@ impl ConsumerGroup {
             .unwrap_or_default()
     }
 
-    /// The topic names the members subscribe to, regular expressions resolved against
-    /// `topics` (a pattern that does not compile matches nothing; the heartbeat that
-    /// brought it was refused).
-    pub(crate) fn subscribed_topic_names<'a>(
+    /// Every regular expression the members use, resolved against `topics` (a pattern
+    /// that does not compile matches nothing; the heartbeat that brought it was refused).
+    pub(crate) fn resolve_regexes<'a>(
         members: impl Iterator<Item = &'a ConsumerGroupMember>,
         topics: &TopicsImage,
+    ) -> ResolvedRegexes {
+        let patterns: BTreeSet<&str> = members
+            .filter_map(|m| m.subscribed_topic_regex.as_deref())
+            .collect();
+        patterns
+            .into_iter()
+            .map(|p| {
+                let matched = compile_subscription_regex(p)
+                    .map(|re| {
+                        topics
+                            .topics()
+                            .filter(|t| re.is_match(&t.name))
+                            .map(|t| t.name.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (p.to_owned(), matched)
+            })
+            .collect()
+    }
+
+    /// The topic names the members subscribe to: their names, and what their regular
+    /// expressions matched when `resolved` (one not resolved yet adds nothing).
+    pub(crate) fn subscribed_topic_names<'a>(
+        members: impl Iterator<Item = &'a ConsumerGroupMember>,
+        resolved: &ResolvedRegexes,
     ) -> BTreeSet<String> {
         let mut names = BTreeSet::new();
-        let mut patterns = BTreeSet::new();
         for m in members {
             names.extend(m.subscribed_topic_names.iter().cloned());
-            if let Some(p) = &m.subscribed_topic_regex {
-                patterns.insert(p.as_str());
-            }
-        }
-        for p in patterns {
-            if let Ok(re) = compile_subscription_regex(p) {
-                names.extend(
-                    topics
-                        .topics()
-                        .filter(|t| re.is_match(&t.name))
-                        .map(|t| t.name.clone()),
-                );
+            if let Some(topics) = m
+                .subscribed_topic_regex
+                .as_ref()
+                .and_then(|p| resolved.get(p))
+            {
+                names.extend(topics.iter().cloned());
             }
         }
         names
     }
 
-    /// One member's subscribed topic ids among `metadata` (names, then its pattern).
+    /// One member's subscribed topic ids among `metadata`: its names, and what its regular
+    /// expression matched when `resolved`.
     pub(crate) fn member_topic_ids(
         member: &ConsumerGroupMember,
         metadata: &BTreeMap<String, ConsumerGroupTopicMetadata>,
+        resolved: &ResolvedRegexes,
     ) -> BTreeSet<Uuid> {
-        let mut ids: BTreeSet<Uuid> = member
+        let matched = member
+            .subscribed_topic_regex
+            .as_ref()
+            .and_then(|p| resolved.get(p));
+        member
             .subscribed_topic_names
             .iter()
+            .chain(matched.into_iter().flatten())
             .filter_map(|n| metadata.get(n).map(|t| t.topic_id))
-            .collect();
-        if let Some(re) = member
-            .subscribed_topic_regex
-            .as_deref()
-            .and_then(|p| compile_subscription_regex(p).ok())
-        {
-            ids.extend(
-                metadata
-                    .values()
-                    .filter(|t| re.is_match(&t.topic_name))
-                    .map(|t| t.topic_id),
-            );
-        }
-        ids
+            .collect()
     }
 
     /// The subscription metadata for `names`: those that exist, with id and partitions.

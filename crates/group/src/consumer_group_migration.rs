@@ -1,8 +1,10 @@
 //! KIP-848's online migration between the classic protocol and the consumer protocol
 //! (Kafka 4's `group.consumer.migration.policy`): a classic group becomes a consumer group
-//! when a member of the consumer protocol joins it, and members that still speak the
-//! classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) are served by the
-//! consumer group meanwhile, so that an application can be switched one process at a time.
+//! when a member of the consumer protocol joins it, members that still speak the classic
+//! protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) are served by the consumer group
+//! meanwhile, and the group goes back to a classic group when its last member of the
+//! consumer protocol leaves: an application can be switched one process at a time, both
+//! ways.
 //!
 //! # Design note
 //!
@@ -36,9 +38,12 @@
 //! partition away only once its owner no longer reports it (a classic member reports
 //! what it owns in each JoinGroup; an eager one owns nothing when it rejoins).
 //!
-//! Not built: the downgrade (the last consumer protocol member leaving a group of classic
-//! members turns it back into a classic group); such a group stays a consumer group that
-//! serves its classic members.
+//! 5. Downgrade (`downgrade` or `bidirectional`): when the member leaving (or fenced) is
+//!    the last one of the consumer protocol and classic members remain, the group goes back
+//!    to a classic group (Kafka's `ClassicGroup.fromConsumerGroup`): the consumer group's
+//!    tombstones and a classic group metadata record with the group epoch as generation,
+//!    a protocol every member supports, each member's current assignment; then a
+//!    rebalance, so that the members join it the classic way.
 
 use std::fmt;
 use std::str::FromStr;
@@ -51,7 +56,9 @@ use crate::consumer_protocol::{err, new_member_id, rebalance_key, session_key, H
 use crate::coordinator::{Effects, GroupCoordinator};
 use crate::error::error_code;
 use crate::group::ClassicGroup;
-use crate::record::Record;
+use crate::record::{
+    GroupMetadataKey, GroupMetadataRecord, GroupMetadataValue, MemberMetadata, Record,
+};
 use crate::subscription::{
     decode_classic_assignment, decode_classic_subscription, encode_classic_assignment,
     CONSUMER_PROTOCOL_TYPE,
@@ -70,6 +77,10 @@ pub enum ConsumerGroupMigrationPolicy {
 impl ConsumerGroupMigrationPolicy {
     pub fn upgrade_enabled(self) -> bool {
         matches!(self, Self::Upgrade | Self::Bidirectional)
+    }
+
+    pub fn downgrade_enabled(self) -> bool {
+        matches!(self, Self::Downgrade | Self::Bidirectional)
     }
 }
 
@@ -109,6 +120,125 @@ fn classic_metadata(
 }
 
 impl GroupCoordinator {
+    /// Step 5: the classic group's metadata when removing `leaving` leaves only classic
+    /// members (Kafka's `validateOnlineDowngradeWithFencedMember` and
+    /// `ClassicGroup.fromConsumerGroup`): the group epoch as the generation, a protocol
+    /// every member supports (the first member's first such), each member's subscription
+    /// for it and its current assignment in the consumer protocol's bytes.
+    pub(crate) fn downgrade_value(
+        &self,
+        group_id: &str,
+        leaving: &str,
+        now_ms: i64,
+    ) -> Option<GroupMetadataValue> {
+        let g = self.consumer_groups.get(group_id)?;
+        let remaining: Vec<&ConsumerGroupMember> = g
+            .members
+            .values()
+            .filter(|m| m.member_id != leaving)
+            .collect();
+        let max = usize::try_from(self.config.group_max_size).unwrap_or(0);
+        if !self
+            .config
+            .consumer_group_migration_policy
+            .downgrade_enabled()
+            || remaining.is_empty()
+            || remaining.len() > max
+            || !remaining.iter().all(|m| m.uses_classic_protocol())
+        {
+            return None;
+        }
+        let protocols: Vec<&ClassicMemberMetadata> = remaining
+            .iter()
+            .filter_map(|m| m.classic.as_ref())
+            .collect();
+        let protocol = protocols
+            .first()?
+            .supported_protocols
+            .iter()
+            .find(|(name, _)| {
+                protocols
+                    .iter()
+                    .all(|c| c.supported_protocols.iter().any(|(n, _)| n == name))
+            })?;
+        let protocol = protocol.0.clone();
+        let members = remaining
+            .iter()
+            .map(|m| {
+                let classic = m.classic.as_ref();
+                let subscription = classic
+                    .and_then(|c| c.supported_protocols.iter().find(|(n, _)| *n == protocol))
+                    .map(|(_, s)| s.clone())
+                    .unwrap_or_default();
+                let version = decode_classic_subscription(&subscription).map_or(0, |s| s.version);
+                MemberMetadata {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout: m.rebalance_timeout_ms,
+                    session_timeout: classic.map_or(0, |c| c.session_timeout_ms),
+                    subscription,
+                    assignment: encode_classic_assignment(
+                        version,
+                        &self.by_topic_name(&m.assigned_partitions),
+                    ),
+                }
+            })
+            .collect();
+        Some(GroupMetadataValue {
+            protocol_type: CONSUMER_PROTOCOL_TYPE.to_owned(),
+            generation: g.group_epoch,
+            protocol: Some(protocol),
+            leader: remaining.first().map(|m| m.member_id.clone()),
+            current_state_timestamp: now_ms,
+            members,
+        })
+    }
+
+    /// Step 5: the consumer group's tombstones and the classic group's metadata, replayed
+    /// here as a load would, then a rebalance so that the members join the classic way.
+    pub(crate) fn downgrade(
+        &mut self,
+        group_id: &str,
+        value: GroupMetadataValue,
+        now_ms: i64,
+        fx: &mut Effects,
+    ) -> Vec<Record> {
+        let partition = self.partition_for(group_id);
+        let tombstones = self
+            .consumer_groups
+            .get(group_id)
+            .map(ConsumerGroup::tombstones)
+            .unwrap_or_default();
+        self.apply_consumer_records(partition, &tombstones, now_ms);
+        self.timer.cancel_group(group_id);
+        let mut join_seq = self.join_seq;
+        let g = self
+            .groups
+            .entry(group_id.to_owned())
+            .or_insert_with(|| ClassicGroup::new(group_id.to_owned(), partition, Some(now_ms)));
+        g.apply_metadata(&value, &mut join_seq);
+        g.last_persisted = Some(value.clone());
+        self.join_seq = join_seq;
+        let (groups, mut cx) = self.split(now_ms, fx);
+        if let Some(g) = groups.get_mut(group_id) {
+            let ids: Vec<String> = g.members.keys().cloned().collect();
+            for id in &ids {
+                cx.reschedule_member_heartbeat(g, id);
+            }
+            cx.prepare_rebalance(g);
+        }
+        let mut records: Vec<Record> = tombstones.into_iter().map(Record::ConsumerGroup).collect();
+        records.push(Record::GroupMetadata(GroupMetadataRecord {
+            key: GroupMetadataKey {
+                group: group_id.to_owned(),
+            },
+            value: Some(value),
+        }));
+        records
+    }
+
     /// Partitions named by topic as an assignment by topic id; topics this node does not
     /// know are left out.
     fn by_topic_id(&self, partitions: &[(String, Vec<i32>)]) -> Assignment {
@@ -220,7 +350,7 @@ impl GroupCoordinator {
         }
         // A group in the middle of a rebalance converts from its members' last
         // assignments; they learn of the new target when they heartbeat or rejoin.
-        let names = ConsumerGroup::subscribed_topic_names(members.iter(), &self.topics);
+        let names = ConsumerGroup::subscribed_topic_names(members.iter(), &Default::default());
         let metadata = ConsumerGroup::compute_subscription_metadata(&names, &self.topics);
         let g = || group_id.clone();
         let mut records = Vec::new();
@@ -572,11 +702,8 @@ impl GroupCoordinator {
             });
             let code = match found {
                 Some(Ok(member_id)) => {
-                    let records = self.fence_records(&req.group_id, &member_id);
-                    self.apply_consumer_records(partition, &records, now_ms);
-                    self.timer.cancel(&session_key(&req.group_id, &member_id));
-                    for r in records {
-                        fx.record(partition, Record::ConsumerGroup(r));
+                    for r in self.fence_member(&req.group_id, &member_id, now_ms, fx) {
+                        fx.record(partition, r);
                     }
                     error_code::NONE
                 }

@@ -24,7 +24,9 @@
 //! 4. A changed subscription, or topics that changed since the group last looked
 //!    (topic creation and deletion, partition counts, what a regular expression
 //!    matches), recomputes the subscription metadata; a change of either bumps the group
-//!    epoch.
+//!    epoch. A regular expression new to the group is resolved at the next heartbeat of
+//!    any member, as Kafka resolves them in the background (its first heartbeat gets the
+//!    topics named literally; librdkafka's tests expect exactly that).
 //! 5. A group epoch ahead of the target assignment's epoch runs the assignor over every
 //!    member: the members whose target changed get a record, and the target's epoch
 //!    becomes the group epoch.
@@ -44,7 +46,7 @@
 //! rebalance timeout ends is removed with tombstones, so its partitions become free for
 //! the others' next reconciliation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::api::*;
@@ -68,6 +70,10 @@ pub(crate) struct HeartbeatPlan {
     /// The tombstone of the classic group the consumer group replaces.
     pub(crate) classic_records: Vec<Record>,
     pub(crate) consumer_records: Vec<ConsumerGroupRecord>,
+    /// The group's regular expressions as resolved by this heartbeat, if it looked.
+    pub(crate) resolved: Option<crate::consumer_group::ResolvedRegexes>,
+    /// A regular expression is left to resolve: the next heartbeat looks again.
+    pub(crate) refresh_next: bool,
     /// The static member this one replaces.
     pub(crate) replaced: Option<String>,
     /// (epoch, rebalance timeout) while the member must revoke partitions.
@@ -446,7 +452,10 @@ impl GroupCoordinator {
             parked.extend(responses);
         }
         if let Some(g) = self.consumer_groups.get_mut(&req.group_id) {
-            g.metadata_refresh = false;
+            g.metadata_refresh = plan.refresh_next;
+            if let Some(resolved) = plan.resolved {
+                g.resolved_regexes = resolved;
+            }
         }
         let member_id = plan.response.member_id.clone().unwrap_or_default();
         if let Some(old) = &plan.replaced {
@@ -714,8 +723,30 @@ impl GroupCoordinator {
         let mut group_epoch = group.group_epoch;
         let computed;
         let mut metadata = &group.subscription_metadata;
+        let mut resolved = None;
+        let mut refresh_next = false;
         if bump || group.metadata_refresh {
-            let names = ConsumerGroup::subscribed_topic_names(members_after(), &self.topics);
+            // The regular expressions: all resolved again after the topics changed, else
+            // the ones known kept and a new one left for the next heartbeat (Kafka
+            // resolves them in the background).
+            let regexes = if group.metadata_refresh {
+                ConsumerGroup::resolve_regexes(members_after(), &self.topics)
+            } else {
+                let in_use: BTreeSet<&str> = members_after()
+                    .filter_map(|m| m.subscribed_topic_regex.as_deref())
+                    .collect();
+                refresh_next = in_use
+                    .iter()
+                    .any(|p| !group.resolved_regexes.contains_key(*p));
+                group
+                    .resolved_regexes
+                    .iter()
+                    .filter(|(p, _)| in_use.contains(p.as_str()))
+                    .map(|(p, t)| (p.clone(), t.clone()))
+                    .collect()
+            };
+            let names = ConsumerGroup::subscribed_topic_names(members_after(), &regexes);
+            resolved = Some(regexes);
             computed = ConsumerGroup::compute_subscription_metadata(&names, &self.topics);
             if computed != group.subscription_metadata {
                 bump = true;
@@ -757,7 +788,11 @@ impl GroupCoordinator {
                 .map(|m| MemberSpec {
                     member_id: &m.member_id,
                     instance_id: m.instance_id.as_deref(),
-                    subscribed: ConsumerGroup::member_topic_ids(m, metadata),
+                    subscribed: ConsumerGroup::member_topic_ids(
+                        m,
+                        metadata,
+                        resolved.as_ref().unwrap_or(&group.resolved_regexes),
+                    ),
                     previous: previous_target(&m.member_id),
                 })
                 .collect();
@@ -847,6 +882,8 @@ impl GroupCoordinator {
         Ok(HeartbeatPlan {
             classic_records,
             consumer_records,
+            resolved,
+            refresh_next,
             replaced,
             revoking,
             converted_from_classic,
@@ -907,26 +944,25 @@ impl GroupCoordinator {
             }
         };
         let member_id = member.member_id.clone();
-        let records =
+        let mut scratch = Effects::default();
+        let records: Vec<Record> =
             if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH && req.instance_id.is_some() {
                 let mut leaving = member.clone();
                 leaving.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH;
                 leaving.partitions_pending_revocation.clear();
-                vec![ConsumerGroupRecord::CurrentMemberAssignment {
+                let records = vec![ConsumerGroupRecord::CurrentMemberAssignment {
                     group_id: req.group_id.clone(),
                     member_id: member_id.clone(),
                     value: Some(leaving.current_assignment_value()),
-                }]
+                }];
+                self.apply_consumer_records(partition, &records, now_ms);
+                self.timer.cancel(&rebalance_key(&req.group_id, &member_id));
+                records.into_iter().map(Record::ConsumerGroup).collect()
             } else {
-                self.fence_records(&req.group_id, &member_id)
+                self.fence_member(&req.group_id, &member_id, now_ms, &mut scratch)
             };
-        self.apply_consumer_records(partition, &records, now_ms);
-        self.timer.cancel(&rebalance_key(&req.group_id, &member_id));
-        if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH {
-            self.timer.cancel(&session_key(&req.group_id, &member_id));
-        }
         Ok((
-            records.into_iter().map(Record::ConsumerGroup).collect(),
+            records,
             ConsumerGroupHeartbeatResponse {
                 error_code: error_code::NONE,
                 error_message: None,
@@ -935,7 +971,7 @@ impl GroupCoordinator {
                 heartbeat_interval_ms: 0,
                 assignment: None,
             },
-            Vec::new(),
+            scratch.responses,
         ))
     }
 
@@ -953,7 +989,7 @@ impl GroupCoordinator {
         let mut records = member_tombstones(group_id, member_id);
         let names = ConsumerGroup::subscribed_topic_names(
             group.members.values().filter(|m| m.member_id != member_id),
-            &self.topics,
+            &group.resolved_regexes,
         );
         let metadata = ConsumerGroup::compute_subscription_metadata(&names, &self.topics);
         if metadata != group.subscription_metadata {
@@ -996,13 +1032,41 @@ impl GroupCoordinator {
             return;
         }
         let partition = group.partition;
-        let records = self.fence_records(group_id, member_id);
-        self.apply_consumer_records(partition, &records, now_ms);
+        for r in self.fence_member(group_id, member_id, now_ms, fx) {
+            fx.record(partition, r);
+        }
+    }
+
+    /// Removes a member (it left, or its session or rebalance timeout ended), or — when
+    /// only classic members would remain and the migration policy allows — turns the
+    /// group back into a classic group (`consumer_group_migration.rs`). The records are
+    /// replayed here and returned for writing; answers go to `fx`.
+    pub(crate) fn fence_member(
+        &mut self,
+        group_id: &str,
+        member_id: &str,
+        now_ms: i64,
+        fx: &mut Effects,
+    ) -> Vec<Record> {
+        let partition = self.partition_for(group_id);
         self.timer.cancel(&session_key(group_id, member_id));
         self.timer.cancel(&rebalance_key(group_id, member_id));
-        for r in records {
-            fx.record(partition, Record::ConsumerGroup(r));
+        if let Some(value) = self.downgrade_value(group_id, member_id, now_ms) {
+            return self.downgrade(group_id, value, now_ms, fx);
         }
+        let records = self.fence_records(group_id, member_id);
+        self.apply_consumer_records(partition, &records, now_ms);
+        if let Some(g) = self.consumer_groups.get_mut(group_id) {
+            // A pattern no member uses any more is forgotten (Kafka deletes its resolved
+            // regular expression): a member that subscribes to it again waits for it.
+            let in_use: BTreeSet<String> = g
+                .members
+                .values()
+                .filter_map(|m| m.subscribed_topic_regex.clone())
+                .collect();
+            g.resolved_regexes.retain(|p, _| in_use.contains(p));
+        }
+        records.into_iter().map(Record::ConsumerGroup).collect()
     }
 
     /// ConsumerGroupDescribe, from the groups as of the high watermark.
@@ -1117,7 +1181,12 @@ impl GroupCoordinator {
             return Err(error_code::UNKNOWN_MEMBER_ID);
         };
         if req.member_epoch != member.member_epoch {
-            return Err(error_code::STALE_MEMBER_EPOCH);
+            // A classic member's epoch is its generation.
+            return Err(if member.uses_classic_protocol() {
+                error_code::ILLEGAL_GENERATION
+            } else {
+                error_code::STALE_MEMBER_EPOCH
+            });
         }
         Ok(())
     }

@@ -164,7 +164,7 @@ pub struct GroupCoordinator {
     /// SplitMix64 state for member ids; seeded by the broker so that ids differ across
     /// coordinators and restarts while tests stay deterministic.
     pub(crate) rng: u64,
-    join_seq: u64,
+    pub(crate) join_seq: u64,
     /// What OffsetFetch serves: offsets as of each partition's high watermark.
     read: CommittedOffsets,
     next_write: u64,
@@ -188,7 +188,7 @@ pub struct GroupCoordinator {
 }
 
 /// Everything a group transition may touch besides the group itself.
-struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     config: &'a GroupConfig,
     timer: &'a mut Timer,
     rng: &'a mut u64,
@@ -320,7 +320,7 @@ impl Ctx<'_> {
         );
     }
 
-    fn reschedule_member_heartbeat(&mut self, g: &ClassicGroup, member_id: &str) {
+    pub(crate) fn reschedule_member_heartbeat(&mut self, g: &ClassicGroup, member_id: &str) {
         if let Some(m) = g.members.get(member_id) {
             let timeout = m.session_timeout_ms;
             self.schedule_heartbeat(g, member_id, timeout);
@@ -364,7 +364,7 @@ impl Ctx<'_> {
 
     // ----- join phase ---------------------------------------------------------------
 
-    fn prepare_rebalance(&mut self, g: &mut ClassicGroup) {
+    pub(crate) fn prepare_rebalance(&mut self, g: &mut ClassicGroup) {
         if g.is(CompletingRebalance) {
             self.reset_and_propagate_assignment_with_error(g, error_code::REBALANCE_IN_PROGRESS);
         }
@@ -1198,7 +1198,7 @@ impl GroupCoordinator {
         partition_for(group_id, self.config.offsets_topic_num_partitions)
     }
 
-    fn split<'a>(
+    pub(crate) fn split<'a>(
         &'a mut self,
         now_ms: i64,
         fx: &'a mut Effects,

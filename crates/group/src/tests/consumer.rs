@@ -547,6 +547,37 @@ fn regular_expressions_follow_topic_creation_and_deletion() {
     h.c.update_topics(topics(&[("orders-us", 3), ("xorders-1", 1)]));
     c.step(&mut h);
     assert_eq!(c.count(), 3);
+    // A pattern new to the group is resolved one heartbeat later, as Kafka resolves
+    // them in the background: the first heartbeat bumps the epoch for the subscription,
+    // the next one for what the pattern matched.
+    let mut d = Client::new("g", &[]);
+    d.regex = Some("x.*".into());
+    let (before, _) = h.c.consumer_group_epochs("g").unwrap();
+    d.step(&mut h);
+    assert_eq!(h.c.consumer_group_epochs("g").unwrap().0, before + 1);
+    assert_eq!(
+        h.c.consumer_group_target("g", &d.member_id),
+        Some(Assignment::new())
+    );
+    c.step(&mut h);
+    assert_eq!(h.c.consumer_group_epochs("g").unwrap().0, before + 2);
+    let target = h.c.consumer_group_target("g", &d.member_id).unwrap();
+    assert_eq!(
+        target.keys().copied().collect::<Vec<_>>(),
+        vec![topic_id("xorders-1")]
+    );
+    d.step(&mut h);
+    assert_eq!(d.count(), 1);
+    // A member that leaves takes its pattern with it; subscribing to it again waits for
+    // it to be resolved again.
+    h.hb(req("g", &d.member_id, LEAVE_GROUP_MEMBER_EPOCH));
+    let mut e = Client::new("g", &[]);
+    e.regex = Some("x.*".into());
+    e.step(&mut h);
+    assert_eq!(e.count(), 0);
+    c.step(&mut h);
+    e.step(&mut h);
+    assert_eq!(e.count(), 1);
 }
 
 #[test]

@@ -349,15 +349,24 @@ fn a_classic_member_that_never_rejoins_is_fenced_after_its_rebalance_timeout() {
     let mut h = H::new();
     h.c.update_topics(topics());
     let (ids, generation) = classic_group(&mut h, "g");
-    hb(&mut h, consumer_join("g"));
+    let joined = hb(&mut h, consumer_join("g"));
+    let mut keep_alive = consumer_join("g");
+    keep_alive.member_id = joined.member_id.unwrap();
+    keep_alive.member_epoch = joined.member_epoch;
+    keep_alive.rebalance_timeout_ms = -1;
+    keep_alive.subscribed_topic_names = None;
+    keep_alive.topic_partitions = None;
     // The first classic member rejoins as told (twice: it revokes, then moves on); the
-    // second only heartbeats.
+    // second only heartbeats; the consumer member heartbeats too (alone with classic
+    // members the group would go back to the classic protocol).
     let (_, kept) = classic_rejoin(&mut h, "g", &ids[0], &(0..6).collect::<Vec<_>>());
     let (epoch, _) = classic_rejoin(&mut h, "g", &ids[0], &kept.into_iter().collect::<Vec<_>>());
     let mut fenced_after = None;
     for step in 1..=20 {
         h.advance(5_000);
         classic_heartbeat(&mut h, "g", &ids[0], epoch);
+        let r = hb(&mut h, keep_alive.clone());
+        keep_alive.member_epoch = r.member_epoch;
         let code = classic_heartbeat(&mut h, "g", &ids[1], generation);
         if code == error_code::UNKNOWN_MEMBER_ID {
             fenced_after = Some(step * 5_000);
@@ -368,4 +377,69 @@ fn a_classic_member_that_never_rejoins_is_fenced_after_its_rebalance_timeout() {
     // Its rebalance timeout (the harness's 60 s), not its session (10 s), ended it.
     assert_eq!(fenced_after, Some(65_000));
     assert!(h.c.consumer_group_member("g", &ids[0]).is_some());
+}
+
+#[test]
+fn the_last_consumer_member_leaving_turns_the_group_back_into_a_classic_group() {
+    let mut h = H::new();
+    h.c.update_topics(topics());
+    let (ids, generation) = classic_group(&mut h, "g");
+    let joined = hb(&mut h, consumer_join("g"));
+    let new_id = joined.member_id.clone().unwrap();
+    let (group_epoch, _) = h.c.consumer_group_epochs("g").unwrap();
+    // The classic members revoke what the new member is to get.
+    let mut kept = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let owned: Vec<i32> = (i as i32 * 6..i as i32 * 6 + 6).collect();
+        let (_, k) = classic_rejoin(&mut h, "g", id, &owned);
+        let (_, k) = classic_rejoin(&mut h, "g", id, &k.into_iter().collect::<Vec<_>>());
+        kept.push(k);
+    }
+    // The consumer member leaves: only classic members remain, the group is classic again.
+    let mut leave = consumer_join("g");
+    leave.member_id = new_id.clone();
+    leave.member_epoch = LEAVE_GROUP_MEMBER_EPOCH;
+    assert_eq!(hb(&mut h, leave).error_code, error_code::NONE);
+    assert_eq!(h.c.consumer_group_state("g"), None);
+    assert_eq!(
+        h.c.group_state("g"),
+        Some(ClassicGroupState::PreparingRebalance)
+    );
+    // The group epoch is the generation: the members' epochs carry on.
+    assert_eq!(h.c.group_generation("g"), Some(group_epoch));
+    // The members hear of it and join the classic way; the next generation follows.
+    assert_eq!(
+        classic_heartbeat(&mut h, "g", &ids[0], group_epoch),
+        error_code::REBALANCE_IN_PROGRESS
+    );
+    let mut responders = Vec::new();
+    for id in &ids {
+        let req = h.join_req("g", id, protocols(&[]));
+        let (r, _) = h.join_with(req);
+        responders.push(r);
+    }
+    let sent = h.sent.clone();
+    let j = join_resp(&sent, responders[1]).expect("the join phase ended");
+    assert_eq!(j.generation_id, group_epoch + 1);
+    assert_eq!(
+        h.c.group_state("g"),
+        Some(ClassicGroupState::CompletingRebalance)
+    );
+    // Replaying the log rebuilds the classic group.
+    let config = h.c.config().clone();
+    let n = config.offsets_topic_num_partitions;
+    let mut fresh = GroupCoordinator::new(config, 5);
+    fresh.update_topics(topics());
+    for p in 0..n {
+        fresh.load_partition_start(p);
+    }
+    for (p, rec) in &h.log {
+        fresh.replay(*p, rec).unwrap();
+    }
+    for p in 0..n {
+        fresh.load_partition_done(p, h.now);
+    }
+    assert_eq!(fresh.consumer_group_state("g"), None);
+    assert_eq!(fresh.group_generation("g"), Some(group_epoch));
+    let _ = (generation, kept);
 }
