@@ -282,6 +282,18 @@ def run_full_log_dir(rill_cluster_factory, failing: Path) -> None:
     parts = partition_metadata(client, topic)
     for p in elsewhere:
         assert parts[p].leader == 2 and len(parts[p].isrs) == 3, (p, parts[p])
+    # Metadata names node 2 an offline replica of the partitions in the failed
+    # directory (Kafka's `offline_replicas`), of those alone.
+    from kafka import KafkaAdminClient
+
+    kp = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    try:
+        (described_topic,) = kp.describe_topics([topic])
+    finally:
+        kp.close()
+    offline = {p["partition_index"]: p["offline_replicas"]
+               for p in described_topic["partitions"]}
+    assert offline == {p: [2] if p in on_failing else [] for p in range(6)}, offline
     described = describe_log_dirs(bootstrap, broker_id=2)
     assert described[failing_path]["error_code"] == KAFKA_STORAGE_ERROR, described
     assert described[failing_path]["partitions"] == {}
