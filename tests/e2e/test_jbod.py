@@ -214,7 +214,8 @@ def test_a_full_log_dir_takes_only_its_partitions_offline(rill_cluster_factory, 
 
 def run_full_log_dir(rill_cluster_factory, failing: Path) -> None:
     cluster = rill_cluster_factory(
-        overrides={"log.dirs": "data,data-b,data-c", "auto.leader.rebalance.enable": "false"}
+        overrides={"log.dirs": "data,data-b,data-c", "auto.leader.rebalance.enable": "false",
+                   "http.listeners": "127.0.0.1:0"}
     )
     node2 = cluster.node(2)
     bootstrap = cluster.bootstrap
@@ -282,12 +283,32 @@ def run_full_log_dir(rill_cluster_factory, failing: Path) -> None:
     parts = partition_metadata(client, topic)
     for p in elsewhere:
         assert parts[p].leader == 2 and len(parts[p].isrs) == 3, (p, parts[p])
+    # Metadata names node 2 an offline replica of the partitions in the failed
+    # directory (Kafka's `offline_replicas`), of those alone.
+    from kafka import KafkaAdminClient
+
+    kp = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    try:
+        (described_topic,) = kp.describe_topics([topic])
+    finally:
+        kp.close()
+    offline = {p["partition_index"]: p["offline_replicas"]
+               for p in described_topic["partitions"]}
+    assert offline == {p: [2] if p in on_failing else [] for p in range(6)}, offline
     described = describe_log_dirs(bootstrap, broker_id=2)
     assert described[failing_path]["error_code"] == KAFKA_STORAGE_ERROR, described
     assert described[failing_path]["partitions"] == {}
     for path, d in described.items():
         if path != failing_path:
             assert d["error_code"] == 0, (path, d)
+
+    # And says so on /metrics (Kafka's LogManager gauges).
+    import urllib.request
+
+    page = urllib.request.urlopen(f"http://{node2.http_address()}/metrics", timeout=10).read()
+    page = page.decode()
+    assert "kafka_log_logmanager_offline_log_directory_count 1" in page
+    assert f'kafka_log_logmanager_log_directory_offline{{log_directory="data-c"}} 1' in page
 
     # Nothing acknowledged is lost, before or after the failure.
     stored = read_all(bootstrap, topic, 6)

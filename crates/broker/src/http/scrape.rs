@@ -297,6 +297,16 @@ pub(super) fn encode(
         views,
         groups,
         quorum: broker.quorum.describe_if_leader(),
+        log_dirs: {
+            let failures = broker.replicas.log_dir_failure();
+            broker
+                .replicas
+                .log_dirs()
+                .into_iter()
+                .enumerate()
+                .map(|(i, d)| (d.path.display().to_string(), failures.is_offline(i)))
+                .collect()
+        },
     };
     render(page)
 }
@@ -316,6 +326,7 @@ pub(super) fn encode_controller(quorum: &MetadataQuorum) -> Result<String, std::
         process: process::read(),
         now_ms: wall_clock_ms(),
         quorum: quorum.describe_if_leader(),
+        log_dirs: Vec::new(),
     })
 }
 
@@ -352,6 +363,8 @@ struct Page {
     /// Each quorum replica's progress, on the active controller only (the Raft leader is
     /// the one node that knows it).
     quorum: Option<QuorumDescription>,
+    /// Each log directory of `log.dirs` and whether it failed (a broker's only).
+    log_dirs: Vec<(String, bool)>,
 }
 
 /// A counter value for the encoder.
@@ -818,6 +831,21 @@ impl Collector for Page {
                     c.at_min_isr,
                 ),
             ];
+            let offline_dirs = self.log_dirs.iter().filter(|(_, off)| *off).count();
+            gauge_i64(
+                &mut e,
+                "kafka_log_logmanager_offline_log_directory_count",
+                "Log directories that failed (LogManager OfflineLogDirectoryCount)",
+                i64::try_from(offline_dirs).unwrap_or(i64::MAX),
+            )?;
+            gauge_family(
+                &mut e,
+                "kafka_log_logmanager_log_directory_offline",
+                "1 for a log directory that failed, else 0 (LogManager LogDirectoryOffline)",
+                self.log_dirs
+                    .iter()
+                    .map(|(dir, off)| (vec![("log_directory", escape(dir))], i64::from(*off))),
+            )?;
             for (name, help, v) in gauges {
                 gauge_i64(&mut e, name, help, i64::try_from(v).unwrap_or(i64::MAX))?;
             }
@@ -1439,6 +1467,7 @@ mod tests {
             now_ms: 1_000_000,
             views,
             groups,
+            log_dirs: vec![("/d0".into(), false), ("/d1".into(), true)],
             quorum: Some(QuorumDescription {
                 leader_id: 1,
                 leader_epoch: 4,
@@ -1477,6 +1506,9 @@ mod tests {
         let full = page(true);
         for line in [
             "kafka_server_replicamanager_under_replicated_partitions 1",
+            "kafka_log_logmanager_offline_log_directory_count 1",
+            "kafka_log_logmanager_log_directory_offline{log_directory=\"/d1\"} 1",
+            "kafka_log_logmanager_log_directory_offline{log_directory=\"/d0\"} 0",
             "kafka_server_replicamanager_at_min_isr_partition_count 1",
             "kafka_controller_kafkacontroller_offline_partitions_count 1",
             "kafka_log_log_end_offset{topic=\"t\",partition=\"0\"} 301",
