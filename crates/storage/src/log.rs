@@ -1619,7 +1619,11 @@ impl UnifiedLog {
         }
         self.log_start_offset = offset;
         self.trim_aborted_txns();
-        if self.leader_epoch_cache.truncate_from_start(offset) {
+        // A tiered log keeps the epochs of its remote part (see `crate::remote`): a
+        // follower moves its local log start up to the leader's at every fetch, and
+        // would otherwise forget the epochs that place the remote copies in its lineage.
+        if !self.config.remote_storage_enable && self.leader_epoch_cache.truncate_from_start(offset)
+        {
             self.leader_epoch_cache.flush(Durability::Durable)?;
         }
         self.write_log_start_checkpoint(offset, Durability::Durable)?;

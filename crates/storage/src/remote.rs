@@ -21,9 +21,10 @@
 //!    `local.retention.ms`/`local.retention.bytes` (`crate::retention`); so a segment is
 //!    never on neither tier, and a store that is down only makes the local tier grow.
 //! 3. On such a log the leader epoch cache is not trimmed to the local log start (Kafka
-//!    trims it to the whole log's start): the epochs of remote data stay known, which is
-//!    what [`is_segment_within_leader_epochs`] checks remote segments against. The broker
-//!    trims it when remote retention moves the whole log's start
+//!    trims it to the whole log's start) — not by retention, not by the log start a
+//!    follower takes from its leader, not at open: the epochs of remote data stay known,
+//!    which is what [`is_segment_within_leader_epochs`] checks remote segments against.
+//!    The broker trims it when remote retention moves the whole log's start
 //!    ([`UnifiedLog::truncate_leader_epochs_below`]).
 //!
 //! A copy is the segment's `.log`, `.index`, `.timeindex` and `.txnindex` as they are on

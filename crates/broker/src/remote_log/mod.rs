@@ -83,7 +83,7 @@ use crate::error::BrokerError;
 use crate::metrics;
 use crate::replication::alter_partition::ControllerChannel;
 use crate::replication::replica_manager::{
-    Partition, RemoteTierAux, RemoteTierState, ReplicaManager,
+    Partition, RemoteTierLookup, RemoteTierState, ReplicaManager,
 };
 
 /// Copies made per partition in one pass, so that one partition far behind does not
@@ -160,8 +160,7 @@ impl RemoteTierState for FollowerState {
         tp: &TopicPartition,
         topic_id: Uuid,
         offset: i64,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<RemoteTierAux>> + Send + '_>>
-    {
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = RemoteTierLookup> + Send + '_>> {
         let image = (self.image)();
         let rp = RemotePartition {
             topic: tp.topic.clone(),
@@ -169,21 +168,35 @@ impl RemoteTierState for FollowerState {
             partition: tp.partition,
         };
         Box::pin(async move {
-            let image = image?;
-            let segments = image.remote_segments(topic_id, rp.partition)?;
+            let Some(image) = image else {
+                return RemoteTierLookup::NotYet;
+            };
+            let tiered = image.topic_config(&rp.topic, "remote.storage.enable") == Some("true")
+                || image.remote_segments(topic_id, rp.partition).is_some();
+            if !tiered {
+                return RemoteTierLookup::NotTiered;
+            }
+            let Some(segments) = image.remote_segments(topic_id, rp.partition) else {
+                return RemoteTierLookup::NotYet;
+            };
             // The copy that ends just below `offset` carries the state at `offset`; one
             // that only holds `offset - 1` is the next best.
-            let seg = reader::finished_segments(segments)
+            let Some(seg) = reader::finished_segments(segments)
                 .into_iter()
                 .find(|m| m.end_offset == offset - 1)
-                .or_else(|| reader::segment_for_offset(segments, offset - 1))?
-                .clone();
+                .or_else(|| reader::segment_for_offset(segments, offset - 1))
+                .cloned()
+            else {
+                return RemoteTierLookup::NotYet;
+            };
             match self.reader.aux_state(&rp, &seg).await {
-                Ok((epochs, snapshot)) if !epochs.is_empty() => Some((epochs, snapshot)),
-                Ok(_) => None,
+                Ok((epochs, snapshot)) if !epochs.is_empty() => {
+                    RemoteTierLookup::Found((epochs, snapshot))
+                }
+                Ok(_) => RemoteTierLookup::NotTiered,
                 Err(e) => {
-                    tracing::warn!(topic = %rp.topic, partition = rp.partition, error = %e, "the remote tier's state for a new replica is unreadable; starting without it");
-                    None
+                    tracing::warn!(topic = %rp.topic, partition = rp.partition, error = %e, "the remote tier's state for a new replica is unreadable; asking again");
+                    RemoteTierLookup::NotYet
                 }
             }
         })

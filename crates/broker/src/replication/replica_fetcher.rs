@@ -44,7 +44,7 @@ use tokio::sync::Notify;
 use crate::metrics;
 use crate::network::inter_broker::{InterBrokerConnector, InterBrokerStream, PeerEndpoint};
 use crate::rate::{QuotaWindows, Rate};
-use crate::replication::replica_manager::ReplicaManager;
+use crate::replication::replica_manager::{RemoteTierLookup, ReplicaManager};
 
 /// Fetch v12: topic names (the follower may not know ids before its image does), leader
 /// epochs, and the replica id in the body.
@@ -168,7 +168,18 @@ struct FetchState {
     /// The leader refused the partition: leave it alone until then (Kafka's
     /// `replica.fetch.backoff.ms`), or until new metadata replaces this state.
     delayed_until: Option<tokio::time::Instant>,
+    /// Tiered storage: since when this follower, behind the leader's local log start,
+    /// waits for the remote tier's copy below it to be known here (see
+    /// [`REMOTE_TIER_WAIT`]).
+    remote_tier_wait_since: Option<tokio::time::Instant>,
 }
+
+/// How long a follower behind a tiered leader's local log start waits for the copy that
+/// ends below it to appear in its metadata image (the leader deletes local segments only
+/// once they are copied, so the copy is there but may not be applied here yet) before it
+/// starts its log without the leader's epochs and producer state: a log start that
+/// DeleteRecords moved past every copy has none to wait for.
+const REMOTE_TIER_WAIT: Duration = Duration::from_secs(30);
 
 struct Fetcher {
     addr: Mutex<PeerEndpoint>,
@@ -256,6 +267,7 @@ impl ReplicaFetcherManager {
                 leader_epoch,
                 needs_truncation: true,
                 delayed_until: None,
+                remote_tier_wait_since: None,
             },
         );
         fetcher.changed.notify_one();
@@ -690,7 +702,28 @@ async fn fetch_once(
             } else if code == ErrorCode::OFFSET_OUT_OF_RANGE {
                 // Tiered: what is below the leader's local log start is in the remote
                 // tier; start there with the leader's epochs and producer state.
-                let aux = replicas.remote_tier_state(&tp, p.log_start_offset).await;
+                let aux = match replicas.remote_tier_state(&tp, p.log_start_offset).await {
+                    RemoteTierLookup::Found(aux) => Some(aux),
+                    RemoteTierLookup::NotTiered => None,
+                    RemoteTierLookup::NotYet => {
+                        let now = tokio::time::Instant::now();
+                        let since = fetcher
+                            .partitions()
+                            .get(&tp)
+                            .and_then(|s| s.remote_tier_wait_since)
+                            .unwrap_or(now);
+                        if now.duration_since(since) < REMOTE_TIER_WAIT {
+                            update_state(fetcher, &tp, epoch, |s| {
+                                s.remote_tier_wait_since = Some(since);
+                                s.delayed_until = Some(now + RETRY_BACKOFF);
+                            });
+                            continue;
+                        }
+                        tracing::warn!(%tp, start = p.log_start_offset, "the remote tier's copy below the leader's log start is not known here; starting without the leader's epochs and producer state");
+                        None
+                    }
+                };
+                update_state(fetcher, &tp, epoch, |s| s.remote_tier_wait_since = None);
                 match replicas.handle_out_of_range(&tp, p.log_start_offset, aux) {
                     Ok(true) => {}
                     // Our log end lies above the leader's: validate the epoch again.

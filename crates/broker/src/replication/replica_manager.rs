@@ -377,18 +377,29 @@ pub struct ReplicaManager {
 /// remote tier: its leader epochs up to there and the producer snapshot there.
 pub type RemoteTierAux = (Vec<rill_storage::EpochEntry>, Option<Bytes>);
 
+/// What the remote tier says of a follower's new log start.
+#[derive(Debug)]
+pub enum RemoteTierLookup {
+    /// The leader's state there, from the copy that ends just below it.
+    Found(RemoteTierAux),
+    /// The partition is not tiered (or tiered storage is off here): start without it.
+    NotTiered,
+    /// Tiered, but the copy is not known here yet, or the store did not answer: ask
+    /// again shortly.
+    NotYet,
+}
+
 /// Where a follower finds [`RemoteTierAux`] (KIP-405's "auxiliary state" a follower
 /// builds from the remote tier before it fetches from the leader's local log start).
 /// Implemented by `remote_log`, which replication does not name.
 pub trait RemoteTierState: Send + Sync {
-    /// The state at `offset` of `tp`, when the remote tier has a copy ending just below
-    /// it; `None` otherwise (not tiered, or nothing remote there).
+    /// The state at `offset` of `tp` (see [`RemoteTierLookup`]).
     fn state_at(
         &self,
         tp: &TopicPartition,
         topic_id: Uuid,
         offset: i64,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<RemoteTierAux>> + Send + '_>>;
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = RemoteTierLookup> + Send + '_>>;
 }
 
 /// Where a replica manager reads the time: every time-dependent rule below it (ISR
@@ -961,14 +972,15 @@ impl ReplicaManager {
         &self,
         tp: &TopicPartition,
         offset: i64,
-    ) -> Option<RemoteTierAux> {
-        let source = self.remote_tier.get()?;
-        let p = self.get(tp)?;
+    ) -> RemoteTierLookup {
+        let (Some(source), Some(p)) = (self.remote_tier.get(), self.get(tp)) else {
+            return RemoteTierLookup::NotTiered;
+        };
         let behind = p
             .with_log(|log| log.log_end_offset() < offset)
             .unwrap_or(false);
         if !behind {
-            return None;
+            return RemoteTierLookup::NotTiered;
         }
         source.state_at(tp, p.topic_id, offset).await
     }
