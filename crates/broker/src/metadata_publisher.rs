@@ -63,7 +63,7 @@ async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
                 }
                 Some(image)
             }
-            CommittedRecords::Image(image) => Some(image),
+            CommittedRecords::Image(image) => Some(*image),
         };
         if let Some(new) = next {
             let new = Arc::new(new);

@@ -200,7 +200,7 @@ pub enum CommittedRecords {
     Records(Vec<(i64, MetadataRecord)>),
     /// The reader is behind what is kept in memory (or behind a snapshot): here is the
     /// whole committed image; continue from its `next_offset`.
-    Image(MetadataImage),
+    Image(Box<MetadataImage>),
 }
 
 /// A running quorum node: a voter, or an observer (see the module docs).
@@ -913,7 +913,7 @@ impl MetadataQuorum {
                 let skip = usize::try_from(from_offset - first).unwrap_or(usize::MAX);
                 CommittedRecords::Records(st.tail.iter().skip(skip).cloned().collect())
             }
-            _ => CommittedRecords::Image(st.image.clone()),
+            _ => CommittedRecords::Image(Box::new(st.image.clone())),
         }
     }
 

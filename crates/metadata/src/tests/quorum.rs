@@ -95,7 +95,7 @@ fn follow(node: &MetadataQuorum, image: &mut MetadataImage) {
                 image.apply(&r).unwrap();
             }
         }
-        CommittedRecords::Image(i) => *image = i,
+        CommittedRecords::Image(i) => *image = *i,
     }
 }
 
