@@ -31,9 +31,12 @@ from kafka_helpers import (
 )
 
 PARTITIONS = 3
-ITERATIONS = 20
+# CI runs ten kills per test (about a minute each on 2 cores); RILL_CRASH_ITERATIONS=N runs
+# a longer loop, with the time budgets stretched to match.
+ITERATIONS = int(os.environ.get("RILL_CRASH_ITERATIONS", "10"))
 SEGMENT_BYTES = 65536
-TIME_BUDGET_S = 150  # stop adding iterations past this, whatever ITERATIONS says
+# Stop adding iterations past this, whatever ITERATIONS says.
+TIME_BUDGET_S = 7.5 * ITERATIONS
 VALUE_PAD = b"p" * 150
 
 
@@ -157,7 +160,7 @@ def check_log(rill, topic, acked, final: bool):
 
 COMPACT_PARTITIONS = 2
 COMPACT_KEYS = 40
-COMPACT_TIME_BUDGET_S = 120
+COMPACT_TIME_BUDGET_S = 6 * ITERATIONS
 
 
 def test_kill9_loop_while_cleaning_and_committing(rill_factory):
