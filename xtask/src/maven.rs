@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -82,6 +83,12 @@ pub fn all_present(artifacts: &[Artifact]) -> anyhow::Result<bool> {
 /// returns their paths in the order given. Fails with the command to run when `mvn` is not
 /// on `PATH`.
 pub fn ensure(artifacts: &[Artifact]) -> anyhow::Result<Vec<PathBuf>> {
+    // Tests of one process (the freshness test and the jar test) may ask at once: one mvn
+    // at a time, and the second finds the jar the first fetched.
+    static FETCHING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = FETCHING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let repo = local_repository()?;
     let mut paths = Vec::with_capacity(artifacts.len());
     for artifact in artifacts {
