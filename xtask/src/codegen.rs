@@ -1,15 +1,22 @@
 //! `cargo xtask codegen [--check]`: the protocol code generator.
 //!
-//! Reads Kafka's JSON message specs from `../shared/kafka-message-specs/` and writes one Rust
-//! module per spec into `crates/protocol/src/generated/` (subdirectories become submodules),
-//! plus `api.rs` with `ApiKey`, `RequestBody` and `ResponseBody`. The output goes through
-//! rustfmt with the workspace's `rustfmt.toml` and is committed; `--check` regenerates into
-//! a scratch directory and fails when any committed file differs byte for byte, or is
-//! missing, or is left over.
+//! Reads Kafka's JSON message specs and writes one Rust module per spec into
+//! `crates/protocol/src/generated/` (subdirectories become submodules), plus `api.rs` with
+//! `ApiKey`, `RequestBody` and `ResponseBody`. The output goes through rustfmt with the
+//! workspace's `rustfmt.toml` and is committed; `--check` regenerates into a scratch
+//! directory and fails when any committed file differs byte for byte, or is missing, or is
+//! left over.
+//!
+//! Two sources, each generated file's header naming its own:
+//! - `../shared/kafka-message-specs/`: Kafka 4.0's specs, for everything but
+//! - the share-group family (KIP-932), read from Kafka 4.2.2's published jars in the local
+//!   Maven repository ([`JAR_SPECS`] lists exactly which spec comes from which jar, and says
+//!   why). [`ensure_spec_jars`] fetches the jars with Maven when they are missing; nothing
+//!   of them is copied into the repository.
 //!
 //! - [`spec`]: the JSON specs parsed into messages, structs, fields and version ranges.
 //! - [`emit`]: the Rust source of one message.
-//! - this file: the file layout, `api.rs`, `mod.rs` files, rustfmt and the check.
+//! - this file: the sources, the file layout, `api.rs`, `mod.rs` files, rustfmt and the check.
 //!
 //! Besides the library code it writes `crates/protocol/tests/support/random.rs`: a random
 //! value for every generated struct and a `for_each_message!` macro, which the codec's
@@ -20,11 +27,13 @@ mod spec;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context};
 
+use crate::maven::{self, Artifact};
 use spec::{snake_case, Message};
 
 /// The test support file with a random-value generator for every generated struct,
@@ -35,9 +44,146 @@ const RANDOM_RS: &str = "tests/support/random.rs";
 const SUBDIRS: &[&str] = &[
     "group-coordinator",
     "metadata",
+    "share-coordinator",
     "storage",
     "transaction-coordinator",
 ];
+
+/// Specs read out of one of Kafka's published jars, which carry them as
+/// `common/message/<stem>.json`, instead of from `../shared/`.
+struct JarSpecs {
+    artifact: Artifact,
+    /// The submodule the specs become, like a subdirectory of `../shared/`; `None` for the
+    /// top level.
+    subdir: Option<&'static str>,
+    stems: &'static [&'static str],
+}
+
+/// The share-group family (KIP-932), from Kafka 4.2.2's jars. `../shared/` holds Kafka 4.0's
+/// specs, whose share-group apis are the early-access v0 that Kafka 4.1 removed: Kafka 4.1
+/// and 4.2's Java clients and confluent-kafka 2.16's `ShareConsumer` speak
+/// `ShareGroupHeartbeat` v1, `ShareFetch` and `ShareAcknowledge` v1-2, and issue #21 asks for
+/// the versions Kafka 4.2 offers. A top-level stem listed here replaces its 4.0 namesake in
+/// `../shared/`; a subdirectory listed here is not read from `../shared/` at all.
+/// `kafka-clients` has every request and response; `kafka-share-coordinator` has the records
+/// of `__share_group_state`.
+const JAR_SPECS: &[JarSpecs] = &[
+    JarSpecs {
+        artifact: Artifact {
+            group: "org.apache.kafka",
+            artifact: "kafka-clients",
+            version: "4.2.2",
+        },
+        subdir: None,
+        stems: &[
+            // What share consumers send (api keys 76-79).
+            "ShareGroupHeartbeatRequest",
+            "ShareGroupHeartbeatResponse",
+            "ShareGroupDescribeRequest",
+            "ShareGroupDescribeResponse",
+            "ShareFetchRequest",
+            "ShareFetchResponse",
+            "ShareAcknowledgeRequest",
+            "ShareAcknowledgeResponse",
+            // Share-partition leaders to the share coordinator (83-87).
+            "InitializeShareGroupStateRequest",
+            "InitializeShareGroupStateResponse",
+            "ReadShareGroupStateRequest",
+            "ReadShareGroupStateResponse",
+            "WriteShareGroupStateRequest",
+            "WriteShareGroupStateResponse",
+            "DeleteShareGroupStateRequest",
+            "DeleteShareGroupStateResponse",
+            "ReadShareGroupStateSummaryRequest",
+            "ReadShareGroupStateSummaryResponse",
+            // The admin client's share-group offsets (90-92; not in Kafka 4.0).
+            "DescribeShareGroupOffsetsRequest",
+            "DescribeShareGroupOffsetsResponse",
+            "AlterShareGroupOffsetsRequest",
+            "AlterShareGroupOffsetsResponse",
+            "DeleteShareGroupOffsetsRequest",
+            "DeleteShareGroupOffsetsResponse",
+        ],
+    },
+    JarSpecs {
+        artifact: Artifact {
+            group: "org.apache.kafka",
+            artifact: "kafka-share-coordinator",
+            version: "4.2.2",
+        },
+        subdir: Some("share-coordinator"),
+        stems: &[
+            "ShareSnapshotKey",
+            "ShareSnapshotValue",
+            "ShareUpdateKey",
+            "ShareUpdateValue",
+        ],
+    },
+];
+
+/// Makes sure the jars of [`JAR_SPECS`] are in the local Maven repository (fetching the
+/// missing ones with `mvn dependency:get`) and returns their paths, in the table's order.
+/// `codegen`, `codegen --check`, the freshness test and `cargo xtask test` (before
+/// `cargo test`) all call it.
+pub fn ensure_spec_jars() -> anyhow::Result<Vec<PathBuf>> {
+    maven::ensure(&spec_artifacts())
+}
+
+/// Whether the jars of [`JAR_SPECS`] are all in the local Maven repository already.
+pub fn spec_jars_present() -> anyhow::Result<bool> {
+    maven::all_present(&spec_artifacts())
+}
+
+fn spec_artifacts() -> Vec<Artifact> {
+    JAR_SPECS.iter().map(|j| j.artifact).collect()
+}
+
+/// The header's name for where a spec came from: its path under `../shared/`, or the jar and
+/// the path inside it (`kafka-clients-4.2.2.jar!/common/message/ShareFetchRequest.json`).
+fn source_of(msg: &Message) -> String {
+    let from_jar = JAR_SPECS
+        .iter()
+        .find(|j| j.subdir == msg.subdir.as_deref() && j.stems.contains(&msg.file_stem.as_str()));
+    match (from_jar, &msg.subdir) {
+        (Some(j), _) => format!(
+            "{}!/common/message/{}.json",
+            j.artifact.jar_name(),
+            msg.file_stem
+        ),
+        (None, None) => format!("{}.json", msg.file_stem),
+        (None, Some(s)) => format!("{s}/{}.json", msg.file_stem),
+    }
+}
+
+/// The specs `JAR_SPECS` lists, read out of `jars` (the paths of its artifacts, in order).
+fn read_jar_specs(jars: &[PathBuf]) -> anyhow::Result<Vec<Message>> {
+    if jars.len() != JAR_SPECS.len() {
+        bail!(
+            "{} spec jars given, {} expected",
+            jars.len(),
+            JAR_SPECS.len()
+        );
+    }
+    let mut messages = Vec::new();
+    for (specs, path) in JAR_SPECS.iter().zip(jars) {
+        let file =
+            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let mut jar = zip::ZipArchive::new(std::io::BufReader::new(file))
+            .with_context(|| format!("reading {} as a jar", path.display()))?;
+        for stem in specs.stems {
+            let name = format!("common/message/{stem}.json");
+            let mut src = String::new();
+            jar.by_name(&name)
+                .with_context(|| format!("{} has no {name}", path.display()))?
+                .read_to_string(&mut src)
+                .with_context(|| format!("reading {name} in {}", path.display()))?;
+            let msg = spec::parse_message(stem, specs.subdir, &src)
+                .with_context(|| format!("parsing {name} in {}", path.display()))?;
+            messages.push(msg);
+        }
+    }
+    Ok(messages)
+}
 
 /// Versions Kafka 4.0 added after the specs in `../shared/` were taken, each identical on
 /// the wire to the one before it: they only tell the broker that the client speaks
@@ -59,7 +205,8 @@ pub fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     };
     let specs = root.join("../shared/kafka-message-specs");
     let out_dir = root.join("crates/protocol");
-    let files = generate(root, &specs)?;
+    let jars = ensure_spec_jars()?;
+    let files = generate(root, &specs, &jars)?;
     if check {
         let stale = compare(&out_dir, &files)?;
         if !stale.is_empty() {
@@ -80,10 +227,18 @@ pub fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every generated file, by path relative to `generated/`, formatted.
-pub fn generate(root: &Path, specs: &Path) -> anyhow::Result<BTreeMap<PathBuf, String>> {
+/// Every generated file, by path relative to `generated/`, formatted: from the specs in
+/// `specs` (`../shared/kafka-message-specs`) and the jars of [`JAR_SPECS`] at `jars`.
+pub fn generate(
+    root: &Path,
+    specs: &Path,
+    jars: &[PathBuf],
+) -> anyhow::Result<BTreeMap<PathBuf, String>> {
     let mut messages = Vec::new();
-    for sub in std::iter::once(None).chain(SUBDIRS.iter().map(|s| Some(*s))) {
+    let shared_subdirs = SUBDIRS
+        .iter()
+        .filter(|s| !JAR_SPECS.iter().any(|j| j.subdir == Some(**s)));
+    for sub in std::iter::once(None).chain(shared_subdirs.map(|s| Some(*s))) {
         let dir = match sub {
             None => specs.to_path_buf(),
             Some(s) => specs.join(s),
@@ -100,6 +255,12 @@ pub fn generate(root: &Path, specs: &Path) -> anyhow::Result<BTreeMap<PathBuf, S
                 .and_then(|s| s.to_str())
                 .unwrap_or_default()
                 .to_string();
+            let from_jar = JAR_SPECS
+                .iter()
+                .any(|j| j.subdir == sub && j.stems.contains(&stem.as_str()));
+            if from_jar {
+                continue;
+            }
             let src = std::fs::read_to_string(&path)?;
             let mut msg = spec::parse_message(&stem, sub, &src)
                 .with_context(|| format!("parsing {}", path.display()))?;
@@ -109,21 +270,32 @@ pub fn generate(root: &Path, specs: &Path) -> anyhow::Result<BTreeMap<PathBuf, S
             messages.push(msg);
         }
     }
+    messages.extend(read_jar_specs(jars)?);
+    // The order of `../shared/`'s listing (top level, then each subdirectory, by file name),
+    // wherever a spec came from.
+    let position = |m: &Message| {
+        let sub = match &m.subdir {
+            None => 0,
+            Some(s) => 1 + SUBDIRS.iter().position(|x| x == s).unwrap_or(SUBDIRS.len()),
+        };
+        (sub, m.file_stem.clone())
+    };
+    messages.sort_by_key(position);
+    for pair in messages.windows(2) {
+        if position(&pair[0]) == position(&pair[1]) {
+            bail!("{} comes from two specs", pair[0].file_stem);
+        }
+    }
 
     let mut files = BTreeMap::new();
     let by_name: BTreeMap<&str, &Message> = messages.iter().map(|m| (m.name.as_str(), m)).collect();
     for msg in &messages {
         let module = snake_case(&msg.file_stem);
-        let (rel, source) = match &msg.subdir {
-            None => (
-                PathBuf::from(format!("{module}.rs")),
-                format!("{}.json", msg.file_stem),
-            ),
-            Some(s) => (
-                PathBuf::from(snake_case(s)).join(format!("{module}.rs")),
-                format!("{s}/{}.json", msg.file_stem),
-            ),
+        let rel = match &msg.subdir {
+            None => PathBuf::from(format!("{module}.rs")),
+            Some(s) => PathBuf::from(snake_case(s)).join(format!("{module}.rs")),
         };
+        let source = source_of(msg);
         let response = if msg.kind == "request" && msg.subdir.is_none() {
             let resp_name = response_name(&msg.name)?;
             if !by_name.contains_key(resp_name.as_str()) {
@@ -205,8 +377,13 @@ fn mod_rs(messages: &[Message], subdir: Option<&str>) -> String {
         None => {
             out.push_str(
                 "//! Every Kafka message type, generated by `cargo xtask codegen` from Kafka's JSON message\n\
-                 //! specs (`../shared/kafka-message-specs/`). Do not edit: change the generator\n\
-                 //! (`xtask/src/codegen/`) and rerun it; a test fails when this output is stale.\n\
+                 //! specs: Kafka 4.0's (`../shared/kafka-message-specs/`), except the share-group family\n\
+                 //! (KIP-932), which comes from Kafka 4.2.2's published jars (`kafka-clients`,\n\
+                 //! `kafka-share-coordinator`) so that it has the versions Kafka 4.2 offers. Each\n\
+                 //! module's header names its source: a path under `../shared/kafka-message-specs/`,\n\
+                 //! or a jar and the path inside it. Do not edit: change the generator\n\
+                 //! (`xtask/src/codegen.rs` and `codegen/`) and rerun it; a test fails when this output\n\
+                 //! is stale.\n\
                  //!\n\
                  //! One module per spec file (`MetadataRequest.json` → [`metadata_request`]), one\n\
                  //! plain struct per message and per nested struct, each implementing\n\
@@ -236,12 +413,22 @@ fn mod_rs(messages: &[Message], subdir: Option<&str>) -> String {
             );
             out.push_str("pub mod api;\n");
         }
-        Some(s) => {
-            let _ = writeln!(
-                out,
-                "//! The message types of Kafka's `{s}` specs, generated by `cargo xtask codegen`; do not edit.\n"
-            );
-        }
+        Some(s) => match JAR_SPECS.iter().find(|j| j.subdir == Some(s)) {
+            Some(j) => {
+                let _ = writeln!(
+                    out,
+                    "//! The message types of Kafka's `{s}` specs, generated by `cargo xtask codegen` from\n\
+                     //! `{}`; do not edit.\n",
+                    j.artifact.jar_name()
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "//! The message types of Kafka's `{s}` specs, generated by `cargo xtask codegen`; do not edit.\n"
+                );
+            }
+        },
     }
     let mine: Vec<&Message> = messages
         .iter()
@@ -590,12 +777,59 @@ mod tests {
     #[test]
     fn committed_output_is_fresh() {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-        let files = generate(&root, &root.join("../shared/kafka-message-specs")).unwrap();
+        let jars = ensure_spec_jars().unwrap();
+        let files = generate(&root, &root.join("../shared/kafka-message-specs"), &jars).unwrap();
         let stale = compare(&root.join("crates/protocol"), &files).unwrap();
         assert!(
             stale.is_empty(),
             "stale generated code, run `cargo xtask codegen`:\n{}",
             stale.join("\n")
         );
+    }
+
+    /// The jars keep Kafka's api key numbers and versions for the share-group family (which
+    /// `ApiKey` takes from them), and the record types of `__share_group_state`.
+    #[test]
+    fn share_group_specs_from_the_jars_are_kafka_4_2s() {
+        let messages = read_jar_specs(&ensure_spec_jars().unwrap()).unwrap();
+        let listed: usize = JAR_SPECS.iter().map(|j| j.stems.len()).sum();
+        assert_eq!(messages.len(), listed);
+        let find = |name: &str| {
+            let m = messages.iter().find(|m| m.name == name);
+            m.unwrap_or_else(|| panic!("no {name} in the jars"))
+        };
+        for (api, key, lo, hi) in [
+            ("ShareGroupHeartbeat", 76, 1, 1),
+            ("ShareGroupDescribe", 77, 1, 1),
+            ("ShareFetch", 78, 1, 2),
+            ("ShareAcknowledge", 79, 1, 2),
+            ("InitializeShareGroupState", 83, 0, 0),
+            ("ReadShareGroupState", 84, 0, 0),
+            ("WriteShareGroupState", 85, 0, 1),
+            ("DeleteShareGroupState", 86, 0, 0),
+            ("ReadShareGroupStateSummary", 87, 0, 1),
+            ("DescribeShareGroupOffsets", 90, 0, 1),
+            ("AlterShareGroupOffsets", 91, 0, 0),
+            ("DeleteShareGroupOffsets", 92, 0, 0),
+        ] {
+            for side in ["Request", "Response"] {
+                let m = find(&format!("{api}{side}"));
+                assert_eq!(m.api_key, Some(key), "{}", m.name);
+                assert_eq!((m.valid.lo, m.valid.hi), (lo, hi), "{}", m.name);
+                assert_eq!(m.subdir, None);
+            }
+        }
+        for (record, key) in [("ShareSnapshot", 0), ("ShareUpdate", 1)] {
+            for (side, kind) in [("Key", "coordinator-key"), ("Value", "coordinator-value")] {
+                let m = find(&format!("{record}{side}"));
+                assert_eq!(
+                    (m.kind.as_str(), m.api_key),
+                    (kind, Some(key)),
+                    "{}",
+                    m.name
+                );
+                assert_eq!(m.subdir.as_deref(), Some("share-coordinator"));
+            }
+        }
     }
 }

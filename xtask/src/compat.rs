@@ -234,8 +234,9 @@ fn run_families(
 
 /// Java 17 and Maven for the JVM families: the project's machines have them; a fresh
 /// Debian machine gets them from apt when we are root. When they cannot be had, the JVM
-/// families report a failed `prerequisites` test (never a silent skip).
-fn ensure_java() {
+/// families report a failed `prerequisites` test (never a silent skip). `cargo xtask test`
+/// calls it early too when the codegen's spec jars must be fetched.
+pub(crate) fn ensure_java() {
     let missing = || {
         ["java", "javac", "mvn"]
             .iter()

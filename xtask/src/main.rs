@@ -1,7 +1,9 @@
 //! Project tooling, run as `cargo xtask <command>` (alias in `.cargo/config.toml`):
 //!
 //! - `cargo xtask codegen [--check]`: regenerates `crates/protocol/src/generated/` from
-//!   `../shared/kafka-message-specs/`; `--check` fails when the committed output is stale.
+//!   `../shared/kafka-message-specs/` and, for the share-group family, Kafka 4.2.2's jars
+//!   (fetched into the local Maven repository when missing); `--check` fails when the
+//!   committed output is stale.
 //! - `cargo xtask test`: every test, unit to end-to-end, installing what the end-to-end
 //!   tests need (a Python venv under `target/`, kcat, librdkafka's `rdkafka_performance`)
 //!   by itself.
@@ -28,6 +30,7 @@ mod codegen;
 mod compat;
 mod compatibility;
 mod layering;
+mod maven;
 mod rdkafka_performance;
 mod test;
 

@@ -3,7 +3,10 @@
 //! Steps, in order (each stops the run when it fails):
 //!
 //! 1. `cargo fmt --all -- --check`, `cargo clippy --workspace --all-targets -- -D warnings`,
-//!    `cargo test --workspace --no-fail-fast` (the Rust half; skipped by `--e2e-only`).
+//!    then Kafka 4.2.2's jars that the codegen freshness test reads the share-group specs
+//!    from (fetched into the local Maven repository when missing, with Java and Maven from
+//!    apt on a clean machine), then `cargo test --workspace --no-fail-fast` (the Rust half;
+//!    skipped by `--e2e-only`).
 //! 2. `cargo build -p rill`, unless `RILL_BIN` names a binary already.
 //! 3. A Python venv at `target/e2e-venv` with the pinned clients of
 //!    `tests/e2e/requirements.txt` (made once, reinstalled when the pins change),
@@ -88,6 +91,7 @@ fn run_steps(root: &Path, options: &Options, tally: &mut Tally) -> anyhow::Resul
             "warnings",
         ];
         step(root, &cargo, &clippy, "cargo clippy")?;
+        spec_jars()?;
         cargo_test(root, &cargo, tally)?;
     }
     if options.e2e {
@@ -129,6 +133,23 @@ fn run_steps(root: &Path, options: &Options, tally: &mut Tally) -> anyhow::Resul
     }
     if options.rust {
         fuzz(root)?;
+    }
+    Ok(())
+}
+
+/// The jars `cargo xtask codegen` reads the share-group specs from, in the local Maven
+/// repository before `cargo test` runs the freshness test (which would fetch them too, but
+/// cannot install Maven). Java and Maven come from apt here when a jar is missing and they
+/// are too, as for the compat families later.
+fn spec_jars() -> anyhow::Result<()> {
+    if crate::codegen::spec_jars_present()? {
+        return Ok(());
+    }
+    banner("Kafka's spec jars (codegen)");
+    compat::ensure_java();
+    let jars = crate::codegen::ensure_spec_jars()?;
+    for jar in jars {
+        println!("    {}", jar.display());
     }
     Ok(())
 }

@@ -134,6 +134,8 @@ fn every_message_matches_kafka_protocol() {
     diff!(AlterPartitionResponse);
     diff!(AlterReplicaLogDirsRequest);
     diff!(AlterReplicaLogDirsResponse);
+    diff!(AlterShareGroupOffsetsRequest);
+    diff!(AlterShareGroupOffsetsResponse);
     diff!(AlterUserScramCredentialsRequest);
     diff!(AlterUserScramCredentialsResponse);
     diff!(ApiVersionsRequest);
@@ -166,6 +168,8 @@ fn every_message_matches_kafka_protocol() {
     diff!(DeleteGroupsResponse);
     diff!(DeleteRecordsRequest);
     diff!(DeleteRecordsResponse);
+    diff!(DeleteShareGroupOffsetsRequest);
+    diff!(DeleteShareGroupOffsetsResponse);
     diff!(DeleteShareGroupStateRequest);
     diff!(DeleteShareGroupStateResponse);
     diff!(DeleteTopicsRequest);
@@ -188,6 +192,8 @@ fn every_message_matches_kafka_protocol() {
     diff!(DescribeProducersResponse);
     diff!(DescribeQuorumRequest);
     diff!(DescribeQuorumResponse);
+    diff!(DescribeShareGroupOffsetsRequest);
+    diff!(DescribeShareGroupOffsetsResponse);
     diff!(DescribeTopicPartitionsRequest);
     diff!(DescribeTopicPartitionsResponse);
     diff!(DescribeTransactionsRequest);
@@ -249,8 +255,7 @@ fn every_message_matches_kafka_protocol() {
     diff!(ReadShareGroupStateRequest);
     diff!(ReadShareGroupStateResponse);
     diff!(ReadShareGroupStateSummaryRequest);
-    // Not ReadShareGroupStateSummaryResponse: share groups were unstable in Kafka 4.0 and
-    // its v0 gained LeaderEpoch after our specs were taken (October 2024).
+    diff!(ReadShareGroupStateSummaryResponse);
     diff!(RemoveRaftVoterRequest);
     diff!(RemoveRaftVoterResponse);
     diff!(RenewDelegationTokenRequest);

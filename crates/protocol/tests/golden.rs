@@ -365,6 +365,25 @@ const CAPTURED: &[(&str, &str)] = &[
         "kafka-python InitProducerId v4",
         "000000260016000400000002000b72696c6c2d676f6c64656e000000000000ffffffffffffffffffff00",
     ),
+    // confluent-kafka-python 2.16.1's ShareConsumer (librdkafka 2.16.0), group `g`, topic `t`,
+    // against a stub that advertised ShareGroupHeartbeat v1 and ShareFetch/ShareAcknowledge
+    // v1-2, assigned partition 0 of topic id 01..10 and named itself member-1's leader.
+    (
+        "librdkafka 2.16 ShareGroupHeartbeat v1 join",
+        "00000038004c000100000003000b72696c6c2d676f6c64656e00026717514354444f596d4553332b5849475070797948453877000000000002027400",
+    ),
+    (
+        "librdkafka 2.16 ShareGroupHeartbeat v1 leave",
+        "00000028004c000100000006000b72696c6c2d676f6c64656e000267096d656d6265722d31ffffffff000000",
+    ),
+    (
+        "librdkafka 2.16 ShareFetch v1 opening a share session",
+        "00000054004e000100000005000b72696c6c2d676f6c64656e000267096d656d6265722d3100000000000001f40000000103200000000001f4000001f4020102030405060708090a0b0c0d0e0f1002000000000100000100",
+    ),
+    (
+        "librdkafka 2.16 ShareAcknowledge v1 closing the share session",
+        "00000027004f000100000005000b72696c6c2d676f6c64656e000267096d656d6265722d31ffffffff0100",
+    ),
 ];
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -414,9 +433,84 @@ fn frames_captured_from_real_clients() {
                     (None, -1, -1)
                 );
             }
+            RequestBody::ShareGroupHeartbeat(req) => {
+                assert_eq!(header.request_api_version, 1, "{what}");
+                assert_eq!((req.group_id.as_str(), req.rack_id), ("g", None));
+                if req.member_epoch == 0 {
+                    // KIP-1082: the member makes up its own id (a UUID in base64) to join.
+                    assert_eq!(req.member_id.len(), 22, "{what}");
+                    assert_eq!(req.subscribed_topic_names, Some(vec!["t".to_string()]));
+                } else {
+                    assert_eq!((req.member_id.as_str(), req.member_epoch), ("member-1", -1));
+                    assert_eq!(req.subscribed_topic_names, None, "{what}");
+                }
+            }
+            RequestBody::ShareFetch(req) => {
+                assert_eq!(header.request_api_version, 1, "{what}");
+                assert_eq!(
+                    (req.group_id.as_deref(), req.member_id.as_deref()),
+                    (Some("g"), Some("member-1"))
+                );
+                assert_eq!(
+                    (req.share_session_epoch, req.max_wait_ms, req.min_bytes),
+                    (0, 500, 1)
+                );
+                assert_eq!((req.max_records, req.batch_size), (500, 500));
+                let topic = &req.topics[0];
+                let id: Vec<u8> = (1..=16).collect();
+                assert_eq!(topic.topic_id, Uuid::from_bytes(id.try_into().unwrap()));
+                assert_eq!(topic.partitions[0].partition_index, 0);
+                assert!(topic.partitions[0].acknowledgement_batches.is_empty());
+                assert!(req.forgotten_topics_data.is_empty());
+            }
+            RequestBody::ShareAcknowledge(req) => {
+                assert_eq!(header.request_api_version, 1, "{what}");
+                assert_eq!(
+                    (req.member_id.as_deref(), req.share_session_epoch),
+                    (Some("member-1"), -1)
+                );
+                assert!(req.topics.is_empty());
+            }
             other => panic!("{what}: {other:?}"),
         }
     }
+}
+
+/// The ShareGroupHeartbeat v1 response that librdkafka 2.16's share consumer accepted from
+/// the capture stub (it went on to ShareFetch the partition assigned), rebuilt with our
+/// structs from Kafka 4.2's spec.
+#[test]
+fn share_group_heartbeat_response_v1_that_librdkafka_accepted() {
+    use rill_protocol::generated::share_group_heartbeat_response::{Assignment, TopicPartitions};
+    let expected = unhex(
+        "00000037000000030000000000000000096d656d6265722d31000000010000138801020102030405060708090a0b0c0d0e0f100200000000000000",
+    );
+    let response = ShareGroupHeartbeatResponse {
+        member_id: Some("member-1".into()),
+        member_epoch: 1,
+        heartbeat_interval_ms: 5000,
+        assignment: Some(Assignment {
+            topic_partitions: vec![TopicPartitions {
+                topic_id: Uuid::from_bytes([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]),
+                partitions: vec![0],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut buf = BytesMut::new();
+    rill_protocol::encode_response_frame(&mut buf, ApiKey::ShareGroupHeartbeat, 1, 3, &response)
+        .unwrap();
+    assert_eq!(&buf[..], &expected[..]);
+    let mut body = Bytes::copy_from_slice(&expected[4..]);
+    let (header, decoded) =
+        rill_protocol::decode_response(&mut body, ApiKey::ShareGroupHeartbeat, 1).unwrap();
+    assert_eq!(header.correlation_id, 3);
+    assert_eq!(
+        decoded,
+        rill_protocol::ResponseBody::ShareGroupHeartbeat(response)
+    );
 }
 
 /// The Metadata v12 response that librdkafka 2.16 and kafka-python 3.0 accepted from the

@@ -1091,6 +1091,26 @@ impl<'a> Emitter<'a> {
         if msg.kind == "response" {
             self.emit_error_code_visitors(&mut body);
         }
+        // Kafka 4.1+ coordinator records (`__share_group_state`'s) carry their record type as
+        // the spec's apiKey, and write it as the int16 before the key (at version 0), where
+        // older ones wrote the key's version.
+        match (msg.kind.as_str(), msg.api_key) {
+            ("coordinator-key", Some(key)) => {
+                let _ = writeln!(
+                    body,
+                    "impl {} {{\n/// The coordinator record type (the spec's `apiKey`): the int16 that prefixes a record's\n/// key, before the key itself at its version.\npub const RECORD_TYPE: i16 = {key};\n}}\n",
+                    msg.name
+                );
+            }
+            ("coordinator-value", Some(key)) => {
+                let _ = writeln!(
+                    body,
+                    "impl {} {{\n/// The coordinator record type of the key this value goes with (the spec's `apiKey`); the\n/// value itself is prefixed by its own version.\npub const RECORD_TYPE: i16 = {key};\n}}\n",
+                    msg.name
+                );
+            }
+            _ => {}
+        }
         if let (Some(key), Some(resp)) = (msg.api_key, response) {
             let _ = writeln!(
                 body,

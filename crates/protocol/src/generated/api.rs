@@ -28,6 +28,8 @@ use super::alter_partition_request::AlterPartitionRequest;
 use super::alter_partition_response::AlterPartitionResponse;
 use super::alter_replica_log_dirs_request::AlterReplicaLogDirsRequest;
 use super::alter_replica_log_dirs_response::AlterReplicaLogDirsResponse;
+use super::alter_share_group_offsets_request::AlterShareGroupOffsetsRequest;
+use super::alter_share_group_offsets_response::AlterShareGroupOffsetsResponse;
 use super::alter_user_scram_credentials_request::AlterUserScramCredentialsRequest;
 use super::alter_user_scram_credentials_response::AlterUserScramCredentialsResponse;
 use super::api_versions_request::ApiVersionsRequest;
@@ -62,6 +64,8 @@ use super::delete_groups_request::DeleteGroupsRequest;
 use super::delete_groups_response::DeleteGroupsResponse;
 use super::delete_records_request::DeleteRecordsRequest;
 use super::delete_records_response::DeleteRecordsResponse;
+use super::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequest;
+use super::delete_share_group_offsets_response::DeleteShareGroupOffsetsResponse;
 use super::delete_share_group_state_request::DeleteShareGroupStateRequest;
 use super::delete_share_group_state_response::DeleteShareGroupStateResponse;
 use super::delete_topics_request::DeleteTopicsRequest;
@@ -84,6 +88,8 @@ use super::describe_producers_request::DescribeProducersRequest;
 use super::describe_producers_response::DescribeProducersResponse;
 use super::describe_quorum_request::DescribeQuorumRequest;
 use super::describe_quorum_response::DescribeQuorumResponse;
+use super::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequest;
+use super::describe_share_group_offsets_response::DescribeShareGroupOffsetsResponse;
 use super::describe_topic_partitions_request::DescribeTopicPartitionsRequest;
 use super::describe_topic_partitions_response::DescribeTopicPartitionsResponse;
 use super::describe_transactions_request::DescribeTransactionsRequest;
@@ -279,6 +285,9 @@ pub enum ApiKey {
     WriteShareGroupState = 85,
     DeleteShareGroupState = 86,
     ReadShareGroupStateSummary = 87,
+    DescribeShareGroupOffsets = 90,
+    AlterShareGroupOffsets = 91,
+    DeleteShareGroupOffsets = 92,
 }
 
 impl ApiKey {
@@ -372,6 +381,9 @@ impl ApiKey {
         ApiKey::WriteShareGroupState,
         ApiKey::DeleteShareGroupState,
         ApiKey::ReadShareGroupStateSummary,
+        ApiKey::DescribeShareGroupOffsets,
+        ApiKey::AlterShareGroupOffsets,
+        ApiKey::DeleteShareGroupOffsets,
     ];
 
     /// The api key with this wire value, if there is one.
@@ -465,6 +477,9 @@ impl ApiKey {
             85 => Some(ApiKey::WriteShareGroupState),
             86 => Some(ApiKey::DeleteShareGroupState),
             87 => Some(ApiKey::ReadShareGroupStateSummary),
+            90 => Some(ApiKey::DescribeShareGroupOffsets),
+            91 => Some(ApiKey::AlterShareGroupOffsets),
+            92 => Some(ApiKey::DeleteShareGroupOffsets),
             _ => None,
         }
     }
@@ -565,6 +580,9 @@ impl ApiKey {
             ApiKey::WriteShareGroupState => "WriteShareGroupState",
             ApiKey::DeleteShareGroupState => "DeleteShareGroupState",
             ApiKey::ReadShareGroupStateSummary => "ReadShareGroupStateSummary",
+            ApiKey::DescribeShareGroupOffsets => "DescribeShareGroupOffsets",
+            ApiKey::AlterShareGroupOffsets => "AlterShareGroupOffsets",
+            ApiKey::DeleteShareGroupOffsets => "DeleteShareGroupOffsets",
         }
     }
 
@@ -647,18 +665,21 @@ impl ApiKey {
             ApiKey::AssignReplicasToDirs => (0, 0),
             ApiKey::ListClientMetricsResources => (0, 0),
             ApiKey::DescribeTopicPartitions => (0, 0),
-            ApiKey::ShareGroupHeartbeat => (0, 0),
-            ApiKey::ShareGroupDescribe => (0, 0),
-            ApiKey::ShareFetch => (0, 0),
-            ApiKey::ShareAcknowledge => (0, 0),
+            ApiKey::ShareGroupHeartbeat => (1, 1),
+            ApiKey::ShareGroupDescribe => (1, 1),
+            ApiKey::ShareFetch => (1, 2),
+            ApiKey::ShareAcknowledge => (1, 2),
             ApiKey::AddRaftVoter => (0, 0),
             ApiKey::RemoveRaftVoter => (0, 0),
             ApiKey::UpdateRaftVoter => (0, 0),
             ApiKey::InitializeShareGroupState => (0, 0),
             ApiKey::ReadShareGroupState => (0, 0),
-            ApiKey::WriteShareGroupState => (0, 0),
+            ApiKey::WriteShareGroupState => (0, 1),
             ApiKey::DeleteShareGroupState => (0, 0),
-            ApiKey::ReadShareGroupStateSummary => (0, 0),
+            ApiKey::ReadShareGroupStateSummary => (0, 1),
+            ApiKey::DescribeShareGroupOffsets => (0, 1),
+            ApiKey::AlterShareGroupOffsets => (0, 0),
+            ApiKey::DeleteShareGroupOffsets => (0, 0),
         }
     }
 
@@ -753,6 +774,9 @@ impl ApiKey {
             ApiKey::WriteShareGroupState => Some(0),
             ApiKey::DeleteShareGroupState => Some(0),
             ApiKey::ReadShareGroupStateSummary => Some(0),
+            ApiKey::DescribeShareGroupOffsets => Some(0),
+            ApiKey::AlterShareGroupOffsets => Some(0),
+            ApiKey::DeleteShareGroupOffsets => Some(0),
         }
     }
 
@@ -847,6 +871,9 @@ impl ApiKey {
             ApiKey::WriteShareGroupState => Some(0),
             ApiKey::DeleteShareGroupState => Some(0),
             ApiKey::ReadShareGroupStateSummary => Some(0),
+            ApiKey::DescribeShareGroupOffsets => Some(0),
+            ApiKey::AlterShareGroupOffsets => Some(0),
+            ApiKey::DeleteShareGroupOffsets => Some(0),
         }
     }
 
@@ -941,6 +968,9 @@ impl ApiKey {
             ApiKey::WriteShareGroupState => &["broker"],
             ApiKey::DeleteShareGroupState => &["broker"],
             ApiKey::ReadShareGroupStateSummary => &["broker"],
+            ApiKey::DescribeShareGroupOffsets => &["broker"],
+            ApiKey::AlterShareGroupOffsets => &["broker"],
+            ApiKey::DeleteShareGroupOffsets => &["broker"],
         }
     }
 
@@ -1087,6 +1117,9 @@ pub enum RequestBody {
     WriteShareGroupState(WriteShareGroupStateRequest),
     DeleteShareGroupState(DeleteShareGroupStateRequest),
     ReadShareGroupStateSummary(ReadShareGroupStateSummaryRequest),
+    DescribeShareGroupOffsets(DescribeShareGroupOffsetsRequest),
+    AlterShareGroupOffsets(AlterShareGroupOffsetsRequest),
+    DeleteShareGroupOffsets(DeleteShareGroupOffsetsRequest),
 }
 
 impl RequestBody {
@@ -1324,6 +1357,14 @@ impl RequestBody {
                 ReadShareGroupStateSummaryRequest::decode(buf, version)
                     .map(Self::ReadShareGroupStateSummary)
             }
+            ApiKey::DescribeShareGroupOffsets => {
+                DescribeShareGroupOffsetsRequest::decode(buf, version)
+                    .map(Self::DescribeShareGroupOffsets)
+            }
+            ApiKey::AlterShareGroupOffsets => AlterShareGroupOffsetsRequest::decode(buf, version)
+                .map(Self::AlterShareGroupOffsets),
+            ApiKey::DeleteShareGroupOffsets => DeleteShareGroupOffsetsRequest::decode(buf, version)
+                .map(Self::DeleteShareGroupOffsets),
         }
     }
 
@@ -1418,6 +1459,9 @@ impl RequestBody {
             Self::WriteShareGroupState(_) => ApiKey::WriteShareGroupState,
             Self::DeleteShareGroupState(_) => ApiKey::DeleteShareGroupState,
             Self::ReadShareGroupStateSummary(_) => ApiKey::ReadShareGroupStateSummary,
+            Self::DescribeShareGroupOffsets(_) => ApiKey::DescribeShareGroupOffsets,
+            Self::AlterShareGroupOffsets(_) => ApiKey::AlterShareGroupOffsets,
+            Self::DeleteShareGroupOffsets(_) => ApiKey::DeleteShareGroupOffsets,
         }
     }
 
@@ -1512,6 +1556,9 @@ impl RequestBody {
             Self::WriteShareGroupState(m) => m.encode(buf, version),
             Self::DeleteShareGroupState(m) => m.encode(buf, version),
             Self::ReadShareGroupStateSummary(m) => m.encode(buf, version),
+            Self::DescribeShareGroupOffsets(m) => m.encode(buf, version),
+            Self::AlterShareGroupOffsets(m) => m.encode(buf, version),
+            Self::DeleteShareGroupOffsets(m) => m.encode(buf, version),
         }
     }
 
@@ -1606,6 +1653,9 @@ impl RequestBody {
             Self::WriteShareGroupState(m) => m.encoded_len(version),
             Self::DeleteShareGroupState(m) => m.encoded_len(version),
             Self::ReadShareGroupStateSummary(m) => m.encoded_len(version),
+            Self::DescribeShareGroupOffsets(m) => m.encoded_len(version),
+            Self::AlterShareGroupOffsets(m) => m.encoded_len(version),
+            Self::DeleteShareGroupOffsets(m) => m.encoded_len(version),
         }
     }
 }
@@ -2059,6 +2109,21 @@ impl From<ReadShareGroupStateSummaryRequest> for RequestBody {
         Self::ReadShareGroupStateSummary(m)
     }
 }
+impl From<DescribeShareGroupOffsetsRequest> for RequestBody {
+    fn from(m: DescribeShareGroupOffsetsRequest) -> Self {
+        Self::DescribeShareGroupOffsets(m)
+    }
+}
+impl From<AlterShareGroupOffsetsRequest> for RequestBody {
+    fn from(m: AlterShareGroupOffsetsRequest) -> Self {
+        Self::AlterShareGroupOffsets(m)
+    }
+}
+impl From<DeleteShareGroupOffsetsRequest> for RequestBody {
+    fn from(m: DeleteShareGroupOffsetsRequest) -> Self {
+        Self::DeleteShareGroupOffsets(m)
+    }
+}
 
 /// A decoded response of any api key.
 #[derive(Debug, Clone, PartialEq)]
@@ -2151,6 +2216,9 @@ pub enum ResponseBody {
     WriteShareGroupState(WriteShareGroupStateResponse),
     DeleteShareGroupState(DeleteShareGroupStateResponse),
     ReadShareGroupStateSummary(ReadShareGroupStateSummaryResponse),
+    DescribeShareGroupOffsets(DescribeShareGroupOffsetsResponse),
+    AlterShareGroupOffsets(AlterShareGroupOffsetsResponse),
+    DeleteShareGroupOffsets(DeleteShareGroupOffsetsResponse),
 }
 
 impl ResponseBody {
@@ -2394,6 +2462,16 @@ impl ResponseBody {
                 ReadShareGroupStateSummaryResponse::decode(buf, version)
                     .map(Self::ReadShareGroupStateSummary)
             }
+            ApiKey::DescribeShareGroupOffsets => {
+                DescribeShareGroupOffsetsResponse::decode(buf, version)
+                    .map(Self::DescribeShareGroupOffsets)
+            }
+            ApiKey::AlterShareGroupOffsets => AlterShareGroupOffsetsResponse::decode(buf, version)
+                .map(Self::AlterShareGroupOffsets),
+            ApiKey::DeleteShareGroupOffsets => {
+                DeleteShareGroupOffsetsResponse::decode(buf, version)
+                    .map(Self::DeleteShareGroupOffsets)
+            }
         }
     }
 
@@ -2488,6 +2566,9 @@ impl ResponseBody {
             Self::WriteShareGroupState(_) => ApiKey::WriteShareGroupState,
             Self::DeleteShareGroupState(_) => ApiKey::DeleteShareGroupState,
             Self::ReadShareGroupStateSummary(_) => ApiKey::ReadShareGroupStateSummary,
+            Self::DescribeShareGroupOffsets(_) => ApiKey::DescribeShareGroupOffsets,
+            Self::AlterShareGroupOffsets(_) => ApiKey::AlterShareGroupOffsets,
+            Self::DeleteShareGroupOffsets(_) => ApiKey::DeleteShareGroupOffsets,
         }
     }
 
@@ -2582,6 +2663,9 @@ impl ResponseBody {
             Self::WriteShareGroupState(m) => m.encode(buf, version),
             Self::DeleteShareGroupState(m) => m.encode(buf, version),
             Self::ReadShareGroupStateSummary(m) => m.encode(buf, version),
+            Self::DescribeShareGroupOffsets(m) => m.encode(buf, version),
+            Self::AlterShareGroupOffsets(m) => m.encode(buf, version),
+            Self::DeleteShareGroupOffsets(m) => m.encode(buf, version),
         }
     }
 
@@ -2676,6 +2760,9 @@ impl ResponseBody {
             Self::WriteShareGroupState(m) => m.encoded_len(version),
             Self::DeleteShareGroupState(m) => m.encoded_len(version),
             Self::ReadShareGroupStateSummary(m) => m.encoded_len(version),
+            Self::DescribeShareGroupOffsets(m) => m.encoded_len(version),
+            Self::AlterShareGroupOffsets(m) => m.encoded_len(version),
+            Self::DeleteShareGroupOffsets(m) => m.encoded_len(version),
         }
     }
 
@@ -2967,6 +3054,18 @@ impl ResponseBody {
                 m.throttle_time_ms = m.throttle_time_ms.max(ms);
                 true
             }
+            Self::DescribeShareGroupOffsets(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::AlterShareGroupOffsets(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
+            Self::DeleteShareGroupOffsets(m) => {
+                m.throttle_time_ms = m.throttle_time_ms.max(ms);
+                true
+            }
             _ => false,
         }
     }
@@ -3062,6 +3161,9 @@ impl ResponseBody {
             Self::WriteShareGroupState(m) => m.visit_error_codes(f),
             Self::DeleteShareGroupState(m) => m.visit_error_codes(f),
             Self::ReadShareGroupStateSummary(m) => m.visit_error_codes(f),
+            Self::DescribeShareGroupOffsets(m) => m.visit_error_codes(f),
+            Self::AlterShareGroupOffsets(m) => m.visit_error_codes(f),
+            Self::DeleteShareGroupOffsets(m) => m.visit_error_codes(f),
         }
     }
 }
@@ -3513,5 +3615,20 @@ impl From<DeleteShareGroupStateResponse> for ResponseBody {
 impl From<ReadShareGroupStateSummaryResponse> for ResponseBody {
     fn from(m: ReadShareGroupStateSummaryResponse) -> Self {
         Self::ReadShareGroupStateSummary(m)
+    }
+}
+impl From<DescribeShareGroupOffsetsResponse> for ResponseBody {
+    fn from(m: DescribeShareGroupOffsetsResponse) -> Self {
+        Self::DescribeShareGroupOffsets(m)
+    }
+}
+impl From<AlterShareGroupOffsetsResponse> for ResponseBody {
+    fn from(m: AlterShareGroupOffsetsResponse) -> Self {
+        Self::AlterShareGroupOffsets(m)
+    }
+}
+impl From<DeleteShareGroupOffsetsResponse> for ResponseBody {
+    fn from(m: DeleteShareGroupOffsetsResponse) -> Self {
+        Self::DeleteShareGroupOffsets(m)
     }
 }

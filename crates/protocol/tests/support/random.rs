@@ -505,6 +505,40 @@ impl RandomValue
     }
 }
 
+impl RandomValue
+    for rill_protocol::generated::alter_share_group_offsets_request::AlterShareGroupOffsetsRequest
+{
+    fn random(rng: &mut Rng) -> Self {
+        Self {
+            group_id: RandomValue::random(rng),
+            topics: RandomValue::random(rng),
+            unknown_tagged_fields: random_unknown_tagged_fields(rng),
+        }
+    }
+}
+
+impl RandomValue for rill_protocol::generated::alter_share_group_offsets_request::AlterShareGroupOffsetsRequestTopic { fn random(rng: &mut Rng) -> Self { Self {topic_name: RandomValue::random(rng),partitions: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+
+impl RandomValue for rill_protocol::generated::alter_share_group_offsets_request::AlterShareGroupOffsetsRequestPartition { fn random(rng: &mut Rng) -> Self { Self {partition_index: RandomValue::random(rng),start_offset: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+
+impl RandomValue
+    for rill_protocol::generated::alter_share_group_offsets_response::AlterShareGroupOffsetsResponse
+{
+    fn random(rng: &mut Rng) -> Self {
+        Self {
+            throttle_time_ms: RandomValue::random(rng),
+            error_code: RandomValue::random(rng),
+            error_message: RandomValue::random(rng),
+            responses: RandomValue::random(rng),
+            unknown_tagged_fields: random_unknown_tagged_fields(rng),
+        }
+    }
+}
+
+impl RandomValue for rill_protocol::generated::alter_share_group_offsets_response::AlterShareGroupOffsetsResponseTopic { fn random(rng: &mut Rng) -> Self { Self {topic_name: RandomValue::random(rng),topic_id: RandomValue::random(rng),partitions: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+
+impl RandomValue for rill_protocol::generated::alter_share_group_offsets_response::AlterShareGroupOffsetsResponsePartition { fn random(rng: &mut Rng) -> Self { Self {partition_index: RandomValue::random(rng),error_code: RandomValue::random(rng),error_message: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+
 impl RandomValue for rill_protocol::generated::alter_user_scram_credentials_request::AlterUserScramCredentialsRequest { fn random(rng: &mut Rng) -> Self { Self {deletions: RandomValue::random(rng),upsertions: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
 
 impl RandomValue
@@ -1523,6 +1557,24 @@ impl RandomValue
 }
 
 impl RandomValue
+    for rill_protocol::generated::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequest
+{
+    fn random(rng: &mut Rng) -> Self {
+        Self {
+            group_id: RandomValue::random(rng),
+            topics: RandomValue::random(rng),
+            unknown_tagged_fields: random_unknown_tagged_fields(rng),
+        }
+    }
+}
+
+impl RandomValue for rill_protocol::generated::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic { fn random(rng: &mut Rng) -> Self { Self {topic_name: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+
+impl RandomValue for rill_protocol::generated::delete_share_group_offsets_response::DeleteShareGroupOffsetsResponse { fn random(rng: &mut Rng) -> Self { Self {throttle_time_ms: RandomValue::random(rng),error_code: RandomValue::random(rng),error_message: RandomValue::random(rng),responses: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+
+impl RandomValue for rill_protocol::generated::delete_share_group_offsets_response::DeleteShareGroupOffsetsResponseTopic { fn random(rng: &mut Rng) -> Self { Self {topic_name: RandomValue::random(rng),topic_id: RandomValue::random(rng),error_code: RandomValue::random(rng),error_message: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+
+impl RandomValue
     for rill_protocol::generated::delete_share_group_state_request::DeleteShareGroupStateRequest
 {
     fn random(rng: &mut Rng) -> Self {
@@ -2192,6 +2244,20 @@ impl RandomValue for rill_protocol::generated::describe_quorum_response::Replica
         }
     }
 }
+
+impl RandomValue for rill_protocol::generated::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequest { fn random(rng: &mut Rng) -> Self { Self {groups: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+
+impl RandomValue for rill_protocol::generated::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup { fn random(rng: &mut Rng) -> Self { Self {group_id: RandomValue::random(rng),topics: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+
+impl RandomValue for rill_protocol::generated::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestTopic { fn random(rng: &mut Rng) -> Self { Self {topic_name: RandomValue::random(rng),partitions: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+
+impl RandomValue for rill_protocol::generated::describe_share_group_offsets_response::DescribeShareGroupOffsetsResponse { fn random(rng: &mut Rng) -> Self { Self {throttle_time_ms: RandomValue::random(rng),groups: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+
+impl RandomValue for rill_protocol::generated::describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseGroup { fn random(rng: &mut Rng) -> Self { Self {group_id: RandomValue::random(rng),topics: RandomValue::random(rng),error_code: RandomValue::random(rng),error_message: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+
+impl RandomValue for rill_protocol::generated::describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseTopic { fn random(rng: &mut Rng) -> Self { Self {topic_name: RandomValue::random(rng),topic_id: RandomValue::random(rng),partitions: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+
+impl RandomValue for rill_protocol::generated::describe_share_group_offsets_response::DescribeShareGroupOffsetsResponsePartition { fn random(rng: &mut Rng) -> Self { Self {partition_index: RandomValue::random(rng),start_offset: RandomValue::random(rng),leader_epoch: RandomValue::random(rng),lag: RandomValue::random(rng),error_code: RandomValue::random(rng),error_message: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
 
 impl RandomValue
     for rill_protocol::generated::describe_topic_partitions_request::DescribeTopicPartitionsRequest
@@ -4042,7 +4108,9 @@ impl RandomValue
             error_code: RandomValue::random(rng),
             error_message: RandomValue::random(rng),
             state_epoch: RandomValue::random(rng),
+            leader_epoch: RandomValue::random(rng),
             start_offset: RandomValue::random(rng),
+            delivery_complete_count: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
         }
     }
@@ -4162,6 +4230,7 @@ impl RandomValue for rill_protocol::generated::share_acknowledge_request::ShareA
             group_id: RandomValue::random(rng),
             member_id: RandomValue::random(rng),
             share_session_epoch: RandomValue::random(rng),
+            is_renew_ack: RandomValue::random(rng),
             topics: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
         }
@@ -4207,6 +4276,7 @@ impl RandomValue
             throttle_time_ms: RandomValue::random(rng),
             error_code: RandomValue::random(rng),
             error_message: RandomValue::random(rng),
+            acquisition_lock_timeout_ms: RandomValue::random(rng),
             responses: RandomValue::random(rng),
             node_endpoints: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
@@ -4269,6 +4339,10 @@ impl RandomValue for rill_protocol::generated::share_fetch_request::ShareFetchRe
             max_wait_ms: RandomValue::random(rng),
             min_bytes: RandomValue::random(rng),
             max_bytes: RandomValue::random(rng),
+            max_records: RandomValue::random(rng),
+            batch_size: RandomValue::random(rng),
+            share_acquire_mode: RandomValue::random(rng),
+            is_renew_ack: RandomValue::random(rng),
             topics: RandomValue::random(rng),
             forgotten_topics_data: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
@@ -4324,6 +4398,7 @@ impl RandomValue for rill_protocol::generated::share_fetch_response::ShareFetchR
             throttle_time_ms: RandomValue::random(rng),
             error_code: RandomValue::random(rng),
             error_message: RandomValue::random(rng),
+            acquisition_lock_timeout_ms: RandomValue::random(rng),
             responses: RandomValue::random(rng),
             node_endpoints: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
@@ -5087,6 +5162,7 @@ impl RandomValue for rill_protocol::generated::write_share_group_state_request::
             state_epoch: RandomValue::random(rng),
             leader_epoch: RandomValue::random(rng),
             start_offset: RandomValue::random(rng),
+            delivery_complete_count: RandomValue::random(rng),
             state_batches: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
         }
@@ -5712,6 +5788,85 @@ impl RandomValue
     }
 }
 
+impl RandomValue
+    for rill_protocol::generated::share_coordinator::share_snapshot_key::ShareSnapshotKey
+{
+    fn random(rng: &mut Rng) -> Self {
+        Self {
+            group_id: RandomValue::random(rng),
+            topic_id: RandomValue::random(rng),
+            partition: RandomValue::random(rng),
+        }
+    }
+}
+
+impl RandomValue
+    for rill_protocol::generated::share_coordinator::share_snapshot_value::ShareSnapshotValue
+{
+    fn random(rng: &mut Rng) -> Self {
+        Self {
+            snapshot_epoch: RandomValue::random(rng),
+            state_epoch: RandomValue::random(rng),
+            leader_epoch: RandomValue::random(rng),
+            start_offset: RandomValue::random(rng),
+            delivery_complete_count: RandomValue::random(rng),
+            create_timestamp: RandomValue::random(rng),
+            write_timestamp: RandomValue::random(rng),
+            state_batches: RandomValue::random(rng),
+            unknown_tagged_fields: random_unknown_tagged_fields(rng),
+        }
+    }
+}
+
+impl RandomValue for rill_protocol::generated::share_coordinator::share_snapshot_value::StateBatch {
+    fn random(rng: &mut Rng) -> Self {
+        Self {
+            first_offset: RandomValue::random(rng),
+            last_offset: RandomValue::random(rng),
+            delivery_state: RandomValue::random(rng),
+            delivery_count: RandomValue::random(rng),
+            unknown_tagged_fields: random_unknown_tagged_fields(rng),
+        }
+    }
+}
+
+impl RandomValue for rill_protocol::generated::share_coordinator::share_update_key::ShareUpdateKey {
+    fn random(rng: &mut Rng) -> Self {
+        Self {
+            group_id: RandomValue::random(rng),
+            topic_id: RandomValue::random(rng),
+            partition: RandomValue::random(rng),
+        }
+    }
+}
+
+impl RandomValue
+    for rill_protocol::generated::share_coordinator::share_update_value::ShareUpdateValue
+{
+    fn random(rng: &mut Rng) -> Self {
+        Self {
+            snapshot_epoch: RandomValue::random(rng),
+            leader_epoch: RandomValue::random(rng),
+            start_offset: RandomValue::random(rng),
+            delivery_complete_count: RandomValue::random(rng),
+            state_batches: RandomValue::random(rng),
+            unknown_tagged_fields: random_unknown_tagged_fields(rng),
+        }
+    }
+}
+
+impl RandomValue for rill_protocol::generated::share_coordinator::share_update_value::StateBatch {
+    fn random(rng: &mut Rng) -> Self {
+        Self {
+            first_offset: RandomValue::random(rng),
+            last_offset: RandomValue::random(rng),
+            delivery_state: RandomValue::random(rng),
+            delivery_count: RandomValue::random(rng),
+            unknown_tagged_fields: random_unknown_tagged_fields(rng),
+        }
+    }
+}
+
 impl RandomValue for rill_protocol::generated::storage::producer_snapshot::ProducerSnapshot {
     fn random(rng: &mut Rng) -> Self {
         Self {
@@ -5814,6 +5969,8 @@ $m!(rill_protocol::generated::alter_partition_request::AlterPartitionRequest, 0,
 $m!(rill_protocol::generated::alter_partition_response::AlterPartitionResponse, 0, 3);
 $m!(rill_protocol::generated::alter_replica_log_dirs_request::AlterReplicaLogDirsRequest, 0, 2);
 $m!(rill_protocol::generated::alter_replica_log_dirs_response::AlterReplicaLogDirsResponse, 0, 2);
+$m!(rill_protocol::generated::alter_share_group_offsets_request::AlterShareGroupOffsetsRequest, 0, 0);
+$m!(rill_protocol::generated::alter_share_group_offsets_response::AlterShareGroupOffsetsResponse, 0, 0);
 $m!(rill_protocol::generated::alter_user_scram_credentials_request::AlterUserScramCredentialsRequest, 0, 0);
 $m!(rill_protocol::generated::alter_user_scram_credentials_response::AlterUserScramCredentialsResponse, 0, 0);
 $m!(rill_protocol::generated::api_versions_request::ApiVersionsRequest, 0, 4);
@@ -5851,6 +6008,8 @@ $m!(rill_protocol::generated::delete_groups_request::DeleteGroupsRequest, 0, 2);
 $m!(rill_protocol::generated::delete_groups_response::DeleteGroupsResponse, 0, 2);
 $m!(rill_protocol::generated::delete_records_request::DeleteRecordsRequest, 0, 2);
 $m!(rill_protocol::generated::delete_records_response::DeleteRecordsResponse, 0, 2);
+$m!(rill_protocol::generated::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequest, 0, 0);
+$m!(rill_protocol::generated::delete_share_group_offsets_response::DeleteShareGroupOffsetsResponse, 0, 0);
 $m!(rill_protocol::generated::delete_share_group_state_request::DeleteShareGroupStateRequest, 0, 0);
 $m!(rill_protocol::generated::delete_share_group_state_response::DeleteShareGroupStateResponse, 0, 0);
 $m!(rill_protocol::generated::delete_topics_request::DeleteTopicsRequest, 0, 6);
@@ -5873,6 +6032,8 @@ $m!(rill_protocol::generated::describe_producers_request::DescribeProducersReque
 $m!(rill_protocol::generated::describe_producers_response::DescribeProducersResponse, 0, 0);
 $m!(rill_protocol::generated::describe_quorum_request::DescribeQuorumRequest, 0, 2);
 $m!(rill_protocol::generated::describe_quorum_response::DescribeQuorumResponse, 0, 2);
+$m!(rill_protocol::generated::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequest, 0, 1);
+$m!(rill_protocol::generated::describe_share_group_offsets_response::DescribeShareGroupOffsetsResponse, 0, 1);
 $m!(rill_protocol::generated::describe_topic_partitions_request::DescribeTopicPartitionsRequest, 0, 0);
 $m!(rill_protocol::generated::describe_topic_partitions_response::DescribeTopicPartitionsResponse, 0, 0);
 $m!(rill_protocol::generated::describe_transactions_request::DescribeTransactionsRequest, 0, 0);
@@ -5939,8 +6100,8 @@ $m!(rill_protocol::generated::push_telemetry_request::PushTelemetryRequest, 0, 0
 $m!(rill_protocol::generated::push_telemetry_response::PushTelemetryResponse, 0, 0);
 $m!(rill_protocol::generated::read_share_group_state_request::ReadShareGroupStateRequest, 0, 0);
 $m!(rill_protocol::generated::read_share_group_state_response::ReadShareGroupStateResponse, 0, 0);
-$m!(rill_protocol::generated::read_share_group_state_summary_request::ReadShareGroupStateSummaryRequest, 0, 0);
-$m!(rill_protocol::generated::read_share_group_state_summary_response::ReadShareGroupStateSummaryResponse, 0, 0);
+$m!(rill_protocol::generated::read_share_group_state_summary_request::ReadShareGroupStateSummaryRequest, 0, 1);
+$m!(rill_protocol::generated::read_share_group_state_summary_response::ReadShareGroupStateSummaryResponse, 0, 1);
 $m!(rill_protocol::generated::remove_raft_voter_request::RemoveRaftVoterRequest, 0, 0);
 $m!(rill_protocol::generated::remove_raft_voter_response::RemoveRaftVoterResponse, 0, 0);
 $m!(rill_protocol::generated::renew_delegation_token_request::RenewDelegationTokenRequest, 0, 2);
@@ -5951,14 +6112,14 @@ $m!(rill_protocol::generated::sasl_authenticate_request::SaslAuthenticateRequest
 $m!(rill_protocol::generated::sasl_authenticate_response::SaslAuthenticateResponse, 0, 2);
 $m!(rill_protocol::generated::sasl_handshake_request::SaslHandshakeRequest, 0, 1);
 $m!(rill_protocol::generated::sasl_handshake_response::SaslHandshakeResponse, 0, 1);
-$m!(rill_protocol::generated::share_acknowledge_request::ShareAcknowledgeRequest, 0, 0);
-$m!(rill_protocol::generated::share_acknowledge_response::ShareAcknowledgeResponse, 0, 0);
-$m!(rill_protocol::generated::share_fetch_request::ShareFetchRequest, 0, 0);
-$m!(rill_protocol::generated::share_fetch_response::ShareFetchResponse, 0, 0);
-$m!(rill_protocol::generated::share_group_describe_request::ShareGroupDescribeRequest, 0, 0);
-$m!(rill_protocol::generated::share_group_describe_response::ShareGroupDescribeResponse, 0, 0);
-$m!(rill_protocol::generated::share_group_heartbeat_request::ShareGroupHeartbeatRequest, 0, 0);
-$m!(rill_protocol::generated::share_group_heartbeat_response::ShareGroupHeartbeatResponse, 0, 0);
+$m!(rill_protocol::generated::share_acknowledge_request::ShareAcknowledgeRequest, 1, 2);
+$m!(rill_protocol::generated::share_acknowledge_response::ShareAcknowledgeResponse, 1, 2);
+$m!(rill_protocol::generated::share_fetch_request::ShareFetchRequest, 1, 2);
+$m!(rill_protocol::generated::share_fetch_response::ShareFetchResponse, 1, 2);
+$m!(rill_protocol::generated::share_group_describe_request::ShareGroupDescribeRequest, 1, 1);
+$m!(rill_protocol::generated::share_group_describe_response::ShareGroupDescribeResponse, 1, 1);
+$m!(rill_protocol::generated::share_group_heartbeat_request::ShareGroupHeartbeatRequest, 1, 1);
+$m!(rill_protocol::generated::share_group_heartbeat_response::ShareGroupHeartbeatResponse, 1, 1);
 $m!(rill_protocol::generated::snapshot_footer_record::SnapshotFooterRecord, 0, 0);
 $m!(rill_protocol::generated::snapshot_header_record::SnapshotHeaderRecord, 0, 0);
 $m!(rill_protocol::generated::stop_replica_request::StopReplicaRequest, 0, 4);
@@ -5978,8 +6139,8 @@ $m!(rill_protocol::generated::update_raft_voter_response::UpdateRaftVoterRespons
 $m!(rill_protocol::generated::vote_request::VoteRequest, 0, 1);
 $m!(rill_protocol::generated::vote_response::VoteResponse, 0, 1);
 $m!(rill_protocol::generated::voters_record::VotersRecord, 0, 0);
-$m!(rill_protocol::generated::write_share_group_state_request::WriteShareGroupStateRequest, 0, 0);
-$m!(rill_protocol::generated::write_share_group_state_response::WriteShareGroupStateResponse, 0, 0);
+$m!(rill_protocol::generated::write_share_group_state_request::WriteShareGroupStateRequest, 0, 1);
+$m!(rill_protocol::generated::write_share_group_state_response::WriteShareGroupStateResponse, 0, 1);
 $m!(rill_protocol::generated::write_txn_markers_request::WriteTxnMarkersRequest, 0, 1);
 $m!(rill_protocol::generated::write_txn_markers_response::WriteTxnMarkersResponse, 0, 1);
 $m!(rill_protocol::generated::group_coordinator::consumer_group_current_member_assignment_key::ConsumerGroupCurrentMemberAssignmentKey, 8, 8);
@@ -6037,6 +6198,10 @@ $m!(rill_protocol::generated::metadata::unfence_broker_record::UnfenceBrokerReco
 $m!(rill_protocol::generated::metadata::unregister_broker_record::UnregisterBrokerRecord, 0, 0);
 $m!(rill_protocol::generated::metadata::user_scram_credential_record::UserScramCredentialRecord, 0, 0);
 $m!(rill_protocol::generated::metadata::zk_migration_record::ZkMigrationStateRecord, 0, 0);
+$m!(rill_protocol::generated::share_coordinator::share_snapshot_key::ShareSnapshotKey, 0, 0);
+$m!(rill_protocol::generated::share_coordinator::share_snapshot_value::ShareSnapshotValue, 0, 0);
+$m!(rill_protocol::generated::share_coordinator::share_update_key::ShareUpdateKey, 0, 0);
+$m!(rill_protocol::generated::share_coordinator::share_update_value::ShareUpdateValue, 0, 0);
 $m!(rill_protocol::generated::storage::producer_snapshot::ProducerSnapshot, 1, 1);
 $m!(rill_protocol::generated::storage::remote_log_segment_metadata_record::RemoteLogSegmentMetadataRecord, 0, 0);
 $m!(rill_protocol::generated::storage::remote_log_segment_metadata_snapshot_record::RemoteLogSegmentMetadataSnapshotRecord, 0, 0);
