@@ -110,7 +110,12 @@ fn sb(first: i64, last: i64, s: RecordState, c: i16) -> StateBatch {
     StateBatch::new(first, last, s, c)
 }
 
-fn write(k: &SharePartitionKey, leader_epoch: i32, start: i64, batches: Vec<StateBatch>) -> Request {
+fn write(
+    k: &SharePartitionKey,
+    leader_epoch: i32,
+    start: i64,
+    batches: Vec<StateBatch>,
+) -> Request {
     Request::Write {
         key: k.clone(),
         state_epoch: 0,
@@ -148,19 +153,35 @@ fn a_write_is_read_only_once_replicated() {
     });
     let k = key("g", 0);
     let p = h.c.partition_for(&k);
-    assert_eq!(h.call(read(&k, 0), 0), Some(read_ok(-1, vec![])), "nothing persisted");
-    assert_eq!(h.call(write(&k, 0, 0, vec![sb(0, 9, Acknowledged, 1)]), 1), None);
-    assert_eq!(h.call(write(&k, 0, 0, vec![sb(10, 19, Available, 1)]), 2), None);
+    assert_eq!(
+        h.call(read(&k, 0), 0),
+        Some(read_ok(-1, vec![])),
+        "nothing persisted"
+    );
+    assert_eq!(
+        h.call(write(&k, 0, 0, vec![sb(0, 9, Acknowledged, 1)]), 1),
+        None
+    );
+    assert_eq!(
+        h.call(write(&k, 0, 0, vec![sb(10, 19, Available, 1)]), 2),
+        None
+    );
     // Written, not replicated: reads do not see it, decisions do.
     assert_eq!(h.call(read(&k, 0), 3), Some(read_ok(-1, vec![])));
     assert!(h.c.live_state(&k).is_some());
     // The first write commits: its reply goes, and reads see it alone.
     assert_eq!(h.commit_up_to(p, 1), vec![OK_WRITE]);
-    assert_eq!(h.call(read(&k, 0), 4), Some(read_ok(0, vec![sb(0, 9, Acknowledged, 1)])));
+    assert_eq!(
+        h.call(read(&k, 0), 4),
+        Some(read_ok(0, vec![sb(0, 9, Acknowledged, 1)]))
+    );
     assert_eq!(h.commit_up_to(p, 2), vec![OK_WRITE]);
     assert_eq!(
         h.call(read(&k, 0), 5),
-        Some(read_ok(0, vec![sb(0, 9, Acknowledged, 1), sb(10, 19, Available, 1)]))
+        Some(read_ok(
+            0,
+            vec![sb(0, 9, Acknowledged, 1), sb(10, 19, Available, 1)]
+        ))
     );
     // A failover before the second write replicated rebuilds it as pending.
     h.hw.insert(p, 1);
@@ -169,10 +190,16 @@ fn a_write_is_read_only_once_replicated() {
         c.handle(read(&k, 0), 6),
         Output::Reply(read_ok(0, vec![sb(0, 9, Acknowledged, 1)]))
     );
-    assert!(c.commit_up_to(p, 2).is_empty(), "loaded records have no write to answer");
+    assert!(
+        c.commit_up_to(p, 2).is_empty(),
+        "loaded records have no write to answer"
+    );
     assert_eq!(
         c.handle(read(&k, 0), 7),
-        Output::Reply(read_ok(0, vec![sb(0, 9, Acknowledged, 1), sb(10, 19, Available, 1)]))
+        Output::Reply(read_ok(
+            0,
+            vec![sb(0, 9, Acknowledged, 1), sb(10, 19, Available, 1)]
+        ))
     );
 }
 
@@ -185,7 +212,10 @@ fn updates_fold_into_a_snapshot_every_n_writes() {
     let k = key("g", 0);
     for i in 0..9i64 {
         let start = i * 10;
-        let r = h.call_committed(write(&k, 0, start, vec![sb(start + 10, start + 19, Available, 1)]), i);
+        let r = h.call_committed(
+            write(&k, 0, start, vec![sb(start + 10, start + 19, Available, 1)]),
+            i,
+        );
         assert_eq!(r, OK_WRITE);
     }
     let kinds: Vec<&str> = h.log[&0]
@@ -197,7 +227,8 @@ fn updates_fold_into_a_snapshot_every_n_writes() {
         .collect();
     assert_eq!(kinds, ["S", "U", "U", "U", "S", "U", "U", "U", "S"]);
     // The last snapshot is the whole state: the replay of it alone agrees.
-    let Some(ShareCoordinatorRecord::ShareSnapshot { value: Some(v), .. }) = h.log[&0].last() else {
+    let Some(ShareCoordinatorRecord::ShareSnapshot { value: Some(v), .. }) = h.log[&0].last()
+    else {
         panic!("not a snapshot")
     };
     assert_eq!((v.snapshot_epoch, v.start_offset), (2, 80));
@@ -217,7 +248,10 @@ fn leader_and_state_epochs_fence_stale_writers() {
         h.call_committed(write(&k, 4, 0, vec![]), 1).error_code(),
         ErrorCode::FENCED_LEADER_EPOCH
     );
-    assert_eq!(h.call_committed(read(&k, 4), 1).error_code(), ErrorCode::FENCED_LEADER_EPOCH);
+    assert_eq!(
+        h.call_committed(read(&k, 4), 1).error_code(),
+        ErrorCode::FENCED_LEADER_EPOCH
+    );
     // A new leader's read records its epoch before it is answered...
     let p = h.c.partition_for(&k);
     assert_eq!(h.call(read(&k, 6), 2), None);
@@ -250,7 +284,10 @@ fn leader_and_state_epochs_fence_stale_writers() {
         state_epoch: 0,
         start_offset: 0,
     };
-    assert_eq!(h.call_committed(old_init, 7).error_code(), ErrorCode::FENCED_STATE_EPOCH);
+    assert_eq!(
+        h.call_committed(old_init, 7).error_code(),
+        ErrorCode::FENCED_STATE_EPOCH
+    );
     let summary = h.call_committed(
         Request::ReadSummary {
             key: k.clone(),
@@ -280,13 +317,22 @@ fn malformed_keys_and_partitions_not_led_are_refused() {
         key("", 0),
         SharePartitionKey::new("g", Uuid::ZERO, 0),
     ] {
-        assert_eq!(h.call_committed(read(&bad, 0), 0).error_code(), ErrorCode::INVALID_REQUEST);
-        assert_eq!(h.call_committed(write(&bad, 0, 0, vec![]), 0).error_code(), ErrorCode::INVALID_REQUEST);
+        assert_eq!(
+            h.call_committed(read(&bad, 0), 0).error_code(),
+            ErrorCode::INVALID_REQUEST
+        );
+        assert_eq!(
+            h.call_committed(write(&bad, 0, 0, vec![]), 0).error_code(),
+            ErrorCode::INVALID_REQUEST
+        );
     }
     let k = key("g", 0);
     let p = h.c.partition_for(&k);
     h.c.unload(p);
-    assert_eq!(h.call_committed(read(&k, 0), 0).error_code(), ErrorCode::NOT_COORDINATOR);
+    assert_eq!(
+        h.call_committed(read(&k, 0), 0).error_code(),
+        ErrorCode::NOT_COORDINATOR
+    );
     h.c.load_start(p);
     assert_eq!(
         h.call_committed(read(&k, 0), 0).error_code(),
@@ -303,7 +349,10 @@ fn delete_writes_tombstones_and_forgets() {
     let k = key("g", 0);
     h.call_committed(write(&k, 0, 5, vec![sb(5, 9, Archived, 2)]), 0);
     let delete = Request::Delete { key: k.clone() };
-    assert_eq!(h.call_committed(delete.clone(), 1).error_code(), ErrorCode::NONE);
+    assert_eq!(
+        h.call_committed(delete.clone(), 1).error_code(),
+        ErrorCode::NONE
+    );
     assert!(matches!(
         h.log[&0][1..],
         [
@@ -314,11 +363,19 @@ fn delete_writes_tombstones_and_forgets() {
     assert_eq!(h.call_committed(read(&k, 0), 2), read_ok(-1, vec![]));
     assert_eq!(h.failover().committed_keys(0), vec![]);
     // Deleting what is not there writes nothing.
-    assert_eq!(h.call(delete, 3), Some(Response::Delete { error: ErrorCode::NONE }));
+    assert_eq!(
+        h.call(delete, 3),
+        Some(Response::Delete {
+            error: ErrorCode::NONE
+        })
+    );
     assert_eq!(h.log[&0].len(), 3);
 }
 
-fn arb_write() -> impl Strategy<Value = (usize, i64, Vec<(i64, i64, usize, i16)>)> {
+/// (which key, start offset, batches as (first, length, state index, delivery count)).
+type ArbWrite = (usize, i64, Vec<(i64, i64, usize, i16)>);
+
+fn arb_write() -> impl Strategy<Value = ArbWrite> {
     (
         0usize..3,
         0i64..50,

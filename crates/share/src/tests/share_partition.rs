@@ -605,3 +605,37 @@ fn log_start_offset_moving_forgets_what_it_passes() {
     sp.acknowledge("m1", &[ack(10, 19, Accept)], 1).unwrap();
     assert_eq!(sp.start_offset(), 20);
 }
+
+proptest::proptest! {
+    /// Whatever a client sends, acknowledging never panics, and a refusal changes nothing.
+    #[test]
+    fn hostile_acknowledgements_never_panic_and_refusals_change_nothing(
+        batches in proptest::collection::vec(
+            (proptest::num::i64::ANY, 0i64..40, proptest::collection::vec(0i8..6, 1..4)),
+            0..5,
+        ),
+        near in proptest::bool::ANY,
+    ) {
+        let mut sp = fresh(config());
+        fetch(&mut sp, &log(30, 10), "m", 20, 0);
+        let batches: Vec<AcknowledgementBatch> = batches
+            .into_iter()
+            .map(|(first, len, types)| {
+                // Offsets near the in-flight records, or anywhere at all.
+                let first = if near { first.rem_euclid(40) } else { first };
+                AcknowledgementBatch {
+                    first_offset: first,
+                    last_offset: first.saturating_add(len),
+                    acknowledge_types: types
+                        .into_iter()
+                        .map(|t| AcknowledgeType::try_from(t).unwrap_or(Accept))
+                        .collect(),
+                }
+            })
+            .collect();
+        let before = sp.in_flight();
+        if sp.acknowledge("m", &batches, 1).is_err() {
+            proptest::prop_assert_eq!(sp.in_flight(), before);
+        }
+    }
+}
