@@ -200,17 +200,27 @@ struct KeyState {
     offset: ShareGroupOffset,
     /// `ShareUpdate`s replayed since the last `ShareSnapshot`.
     updates_since_snapshot: u32,
+    /// The log offset of the record a replay of this key must start at (its last
+    /// `ShareSnapshot`, or the update it began with); `None` where offsets are not known yet
+    /// (the live image of records not yet appended).
+    replay_from: Option<i64>,
 }
 
 /// The share-partitions of one `__share_group_state` partition, as a prefix of its log says.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Image {
     keys: BTreeMap<SharePartitionKey, KeyState>,
+    /// The offset after the last record applied, where known.
+    end_offset: Option<i64>,
 }
 
 impl Image {
-    /// The one way records change state, live or replayed.
-    fn apply(&mut self, record: &ShareCoordinatorRecord) {
+    /// The one way records change state, live or replayed; `offset` is the record's place
+    /// in the log, where known.
+    fn apply(&mut self, record: &ShareCoordinatorRecord, offset: Option<i64>) {
+        if let Some(o) = offset {
+            self.end_offset = Some(self.end_offset.map_or(o + 1, |e| e.max(o + 1)));
+        }
         match record {
             ShareCoordinatorRecord::ShareSnapshot {
                 key,
@@ -229,6 +239,7 @@ impl Image {
                             state_batches: combine(&[], &v.state_batches, v.start_offset),
                         },
                         updates_since_snapshot: 0,
+                        replay_from: offset,
                     },
                 );
             }
@@ -265,6 +276,7 @@ impl Image {
                                     state_batches: combine(&[], &v.state_batches, v.start_offset),
                                 },
                                 updates_since_snapshot: 0,
+                                replay_from: offset,
                             },
                         );
                     }
@@ -380,6 +392,24 @@ impl ShareCoordinator {
             .unwrap_or_default()
     }
 
+    /// The offset of `partition` below which every record is redundant: no replay needs it,
+    /// because every share-partition's last snapshot is at or after it (Kafka's
+    /// `lastRedundantOffset`). Computed on committed records only, so it is at most the high
+    /// watermark; the broker may delete the records below it (DeleteRecords, as Kafka's
+    /// `share.coordinator.state.topic.prune.interval.ms` job does), and a load of what is
+    /// left rebuilds the same state. `None` while nothing is known of the partition.
+    pub fn last_redundant_offset(&self, partition: i32) -> Option<i64> {
+        let image = self.committed.get(&partition)?;
+        let mut min = image.end_offset;
+        for k in image.keys.values() {
+            min = match (min, k.replay_from) {
+                (Some(m), Some(r)) => Some(m.min(r)),
+                (m, None) | (None, m) => m,
+            };
+        }
+        min
+    }
+
     /// A load of `partition` begins: its share-partitions answer COORDINATOR_LOAD_IN_PROGRESS
     /// until [`ShareCoordinator::load_done`].
     pub fn load_start(&mut self, partition: i32) {
@@ -399,9 +429,15 @@ impl ShareCoordinator {
         if self.partition_for(record.key()) != partition {
             return;
         }
-        self.live.entry(partition).or_default().apply(&record);
+        self.live
+            .entry(partition)
+            .or_default()
+            .apply(&record, Some(offset));
         if committed {
-            self.committed.entry(partition).or_default().apply(&record);
+            self.committed
+                .entry(partition)
+                .or_default()
+                .apply(&record, Some(offset));
         } else {
             self.pending
                 .entry(partition)
@@ -464,8 +500,11 @@ impl ShareCoordinator {
         let image = self.committed.entry(partition).or_default();
         let mut writes = Vec::new();
         for w in done {
-            for r in &w.records {
-                image.apply(r);
+            // Checked by the loop above: every write taken has its end offset.
+            let end = w.end_offset.unwrap_or(offset);
+            let first = end - w.records.len() as i64;
+            for (i, r) in w.records.iter().enumerate() {
+                image.apply(r, Some(first + i as i64));
             }
             writes.extend(w.write);
         }
@@ -601,7 +640,7 @@ impl ShareCoordinator {
         };
         let image = self.live.entry(partition).or_default();
         for r in &records {
-            image.apply(r);
+            image.apply(r, None);
         }
         // The answer as of these records: it is sent once they are committed.
         let reply = match &request {

@@ -88,13 +88,21 @@ impl Harness {
 
     /// A new coordinator that loads every partition from the log, as after a failover.
     fn failover(&self) -> ShareCoordinator {
+        self.failover_pruned(&BTreeMap::new())
+    }
+
+    /// The same, after the records below `pruned[partition]` were deleted.
+    fn failover_pruned(&self, pruned: &BTreeMap<i32, i64>) -> ShareCoordinator {
         let mut c = ShareCoordinator::new(self.config.clone());
         for p in 0..self.config.state_topic_num_partitions {
             c.load_start(p);
             let hw = self.hw.get(&p).copied().unwrap_or(0);
+            let from = pruned.get(&p).copied().unwrap_or(0);
             for (offset, r) in self.log.get(&p).into_iter().flatten().enumerate() {
                 let offset = offset as i64;
-                c.replay(p, offset, r.clone(), offset < hw);
+                if offset >= from {
+                    c.replay(p, offset, r.clone(), offset < hw);
+                }
             }
             c.load_done(p);
         }
@@ -234,6 +242,8 @@ fn updates_fold_into_a_snapshot_every_n_writes() {
     assert_eq!((v.snapshot_epoch, v.start_offset), (2, 80));
     assert_eq!(v.state_batches, vec![sb(80, 99, Available, 1)]);
     assert_eq!(h.failover().committed_keys(0), h.c.committed_keys(0));
+    // Only the last snapshot and what follows it are needed.
+    assert_eq!(h.c.last_redundant_offset(0), Some(8));
 }
 
 #[test]
@@ -362,6 +372,8 @@ fn delete_writes_tombstones_and_forgets() {
     ));
     assert_eq!(h.call_committed(read(&k, 0), 2), read_ok(-1, vec![]));
     assert_eq!(h.failover().committed_keys(0), vec![]);
+    // Nothing of a deleted share-partition is needed any more.
+    assert_eq!(h.c.last_redundant_offset(0), Some(3));
     // Deleting what is not there writes nothing.
     assert_eq!(
         h.call(delete, 3),
@@ -417,9 +429,18 @@ proptest! {
             prop_assert_eq!(got, expected.get(k).cloned());
         }
         let replayed = h.failover();
+        // What is below the redundant offset is not needed: a load without it agrees too.
+        let pruned: BTreeMap<i32, i64> = (0..2)
+            .filter_map(|p| h.c.last_redundant_offset(p).map(|o| (p, o)))
+            .collect();
+        let replayed_pruned = h.failover_pruned(&pruned);
         for p in 0..2 {
             prop_assert_eq!(replayed.committed_keys(p), h.c.committed_keys(p));
             prop_assert_eq!(replayed.live_keys(p), h.c.live_keys(p));
+            prop_assert_eq!(replayed_pruned.committed_keys(p), h.c.committed_keys(p));
+            if let Some(o) = pruned.get(&p) {
+                prop_assert!(*o <= h.hw.get(&p).copied().unwrap_or(0), "prunes above the high watermark");
+            }
         }
         // Bounded replay: no key has more than `per_snapshot` updates after its snapshot.
         for (p, log) in &h.log {

@@ -3,7 +3,7 @@
 //! sometimes name records they do not hold), let locks expire, leave; the coordinator's
 //! high watermark lags, and the partition leader fails over (a rebuild from the committed
 //! state, at the next leader epoch), sometimes together with the coordinator, which then
-//! loses its unreplicated tail. An acknowledgement counts as done only once the broker
+//! loses its unreplicated tail and loads what its prune left. An acknowledgement counts as done only once the broker
 //! could answer it: its write replicated.
 //!
 //! After every step it checks DESIGN.md's invariant 12 and the bookkeeping behind it:
@@ -74,6 +74,8 @@ struct Sim {
     /// `__share_group_state` partition 0, and its high watermark.
     state_log: Vec<ShareCoordinatorRecord>,
     state_hw: i64,
+    /// Records below this were deleted as redundant (the coordinator's prune).
+    state_log_start: i64,
     pending: Vec<PendingAck>,
     /// Offsets whose ACCEPT / REJECT was answered.
     accepted: BTreeSet<i64>,
@@ -120,6 +122,7 @@ impl Sim {
             coordinator,
             state_log: Vec::new(),
             state_hw: 0,
+            state_log_start: 0,
             pending: Vec::new(),
             accepted: BTreeSet::new(),
             rejected: BTreeSet::new(),
@@ -413,12 +416,24 @@ impl Sim {
     fn failover(&mut self, coordinator_too: bool) -> Result<(), String> {
         self.failovers += 1;
         if coordinator_too {
+            // The old coordinator pruned what it no longer needed, then lost its tail.
+            if let Some(redundant) = self.coordinator.last_redundant_offset(0) {
+                if redundant > self.state_hw {
+                    return Err(format!(
+                        "redundant offset {redundant} above the high watermark {}",
+                        self.state_hw
+                    ));
+                }
+                self.state_log_start = self.state_log_start.max(redundant);
+            }
             self.state_log.truncate(self.state_hw as usize);
             self.pending.clear();
             let mut c = ShareCoordinator::new(self.coordinator.config().clone());
             c.load_start(0);
             for (offset, r) in self.state_log.iter().enumerate() {
-                c.replay(0, offset as i64, r.clone(), true);
+                if offset as i64 >= self.state_log_start {
+                    c.replay(0, offset as i64, r.clone(), true);
+                }
             }
             c.load_done(0);
             self.coordinator = c;
