@@ -19,6 +19,8 @@
 //!    mode (whole batches, KIP-932) and a hard one in record-limit mode (KIP-1206).
 //!    Offsets a reader must not see (aborted transactions under read_committed, control
 //!    batches: the `skip` hook) and offsets the log no longer holds are ARCHIVED instead.
+//!    Records near the delivery limit go out in smaller and smaller groups, and a record on
+//!    its last delivery alone (Kafka 4.2's throttling, see `acquire_range`).
 //! 3. Acknowledge: a member's ACCEPT, RELEASE, REJECT (and GAP, for offsets the log does
 //!    not hold) move records it holds to ACKNOWLEDGED, AVAILABLE, ARCHIVED; RENEW (KIP-1222)
 //!    extends the lock and changes nothing else. Every record named must be ACQUIRED by
@@ -260,6 +262,17 @@ pub struct Expired {
     pub write: Option<StateWrite>,
 }
 
+/// How far one acquire has got, across the batches it reads.
+#[derive(Debug, Default)]
+struct AcquireProgress {
+    /// Records acquired so far.
+    count: i64,
+    /// Nothing more is taken (a throttled or last-attempt record was reached).
+    stop: bool,
+    /// The most records this acquire may take, once it met a throttled record.
+    throttle_cap: Option<i64>,
+}
+
 /// One run of in-flight records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct InFlight {
@@ -481,14 +494,14 @@ impl SharePartition {
         let deadline = now_ms.saturating_add(self.config.record_lock_duration_ms);
         let mut changes = Vec::new();
         let start_before = self.start_offset;
-        let mut acquired = 0i64;
+        let mut progress = AcquireProgress::default();
         // Offsets from here to the next batch's base are not in the log.
         let mut covered_to = fetch.fetch_offset.max(self.start_offset);
         for batch in fetch.batches {
             if batch.last_offset < batch.base_offset || batch.last_offset < covered_to {
                 continue;
             }
-            if acquired >= max {
+            if progress.count >= max || progress.stop {
                 break;
             }
             if batch.base_offset > covered_to {
@@ -518,14 +531,15 @@ impl SharePartition {
             }
             let limit = match fetch.acquire_mode {
                 ShareAcquireMode::BatchOptimized => i64::MAX,
-                ShareAcquireMode::RecordLimit => max - acquired,
+                ShareAcquireMode::RecordLimit => max,
             };
-            acquired += self.acquire_range(
+            self.acquire_range(
                 member_id,
                 lo,
                 hi,
                 limit,
                 deadline,
+                &mut progress,
                 &mut out.records,
                 &mut changes,
             );
@@ -536,7 +550,15 @@ impl SharePartition {
         out
     }
 
-    /// Acquires the AVAILABLE records of `lo..=hi` (all in flight), at most `limit`.
+    /// Acquires the AVAILABLE records of `lo..=hi` (all in flight) until `progress` reaches
+    /// `limit`.
+    ///
+    /// Records near the delivery limit go out in ever smaller groups (Kafka 4.2's
+    /// throttling, so that one record that makes its consumers fail does not use up the
+    /// deliveries of a whole batch with it): a run whose delivery count has reached
+    /// `max(2, ceil(limit / 2))` is not taken together with records acquired before it, and
+    /// is itself taken only `len >> (count - threshold + 1)` records at a time (at least
+    /// one); a record on its last delivery (limit above 2) goes out alone.
     #[allow(clippy::too_many_arguments)]
     fn acquire_range(
         &mut self,
@@ -545,15 +567,17 @@ impl SharePartition {
         hi: i64,
         limit: i64,
         deadline: i64,
+        progress: &mut AcquireProgress,
         acquired: &mut Vec<AcquiredRecords>,
         changes: &mut Vec<StateBatch>,
-    ) -> i64 {
+    ) {
+        let delivery_limit = self.config.delivery_count_limit;
+        let throttle_from = ((delivery_limit + 1) / 2).max(2);
         self.split_at(lo);
         self.split_at(hi + 1);
-        let keys = self.keys_in(lo, hi);
-        let mut count = 0i64;
-        for first in keys {
-            if count >= limit {
+        for first in self.keys_in(lo, hi) {
+            let cap = progress.throttle_cap.map_or(limit, |c| c.min(limit));
+            if progress.stop || progress.count >= cap {
                 break;
             }
             let Some(run) = self.in_flight.get(&first) else {
@@ -562,11 +586,11 @@ impl SharePartition {
             if run.state != RecordState::Available {
                 continue;
             }
-            if run.delivery_count >= self.config.delivery_count_limit {
+            let count_now = run.delivery_count;
+            if count_now >= delivery_limit {
                 // Already delivered the limit times (a rebuilt state can say so): it may not
                 // go out again.
                 let last = run.last_offset;
-                let count_now = run.delivery_count;
                 self.in_flight
                     .insert(first, InFlight::new(last, RecordState::Archived, count_now));
                 changes.push(StateBatch::new(
@@ -577,7 +601,27 @@ impl SharePartition {
                 ));
                 continue;
             }
-            let last = run.last_offset.min(first.saturating_add(limit - count - 1));
+            let last_attempt = delivery_limit > 2 && count_now == delivery_limit - 1;
+            let throttled = count_now >= throttle_from;
+            if (last_attempt || throttled) && progress.count > 0 {
+                // Delivered apart, in a later fetch.
+                progress.stop = true;
+                break;
+            }
+            let mut take = cap - progress.count;
+            if last_attempt {
+                take = 1;
+                progress.stop = true;
+            } else if throttled && progress.throttle_cap.is_none() {
+                let len = run.last_offset - first + 1;
+                let shift = u32::try_from(count_now - throttle_from + 1)
+                    .unwrap_or(63)
+                    .min(63);
+                let throttle_cap = (len >> shift).max(1);
+                progress.throttle_cap = Some(throttle_cap);
+                take = take.min(throttle_cap);
+            }
+            let last = run.last_offset.min(first.saturating_add(take - 1));
             self.split_at(last + 1);
             let Some(run) = self.in_flight.get_mut(&first) else {
                 continue;
@@ -587,7 +631,7 @@ impl SharePartition {
             run.member_id = Some(member_id.to_owned());
             run.lock_deadline_ms = deadline;
             let delivery_count = run.delivery_count;
-            count += last - first + 1;
+            progress.count += last - first + 1;
             match acquired.last_mut() {
                 Some(prev)
                     if prev.last_offset + 1 == first && prev.delivery_count == delivery_count =>
@@ -602,7 +646,6 @@ impl SharePartition {
             }
         }
         self.coalesce(lo, hi + 1);
-        count
     }
 
     /// Offsets `first..=last` read as absent from the log: archived if in flight and

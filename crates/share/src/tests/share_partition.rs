@@ -176,59 +176,106 @@ fn lock_timeout_redelivers_with_the_next_delivery_count() {
 #[test]
 fn delivery_limit_then_archive() {
     let mut sp = fresh(config());
-    let log = log(5, 5);
+    let log = log(1, 1);
     let mut now = 0;
     for delivery in 1..=3 {
         let a = fetch(&mut sp, &log, "m", 100, now);
-        assert_eq!(a.records, vec![acq(0, 4, delivery)]);
+        assert_eq!(a.records, vec![acq(0, 0, delivery)]);
         now += LOCK_MS;
         let e = sp.expire(now);
         if delivery < 3 {
-            assert_eq!(e.available, vec![OffsetRange::new(0, 4)]);
+            assert_eq!(e.available, vec![OffsetRange::new(0, 0)]);
         } else {
-            // The third lock timeout archives them: the start offset moves past.
+            // The third lock timeout archives it: the start offset moves past.
             assert!(e.available.is_empty());
             let w = e.write.unwrap();
-            assert_eq!(w.start_offset, 5);
+            assert_eq!(w.start_offset, 1);
             assert_eq!(w.state_batches, vec![]);
         }
     }
-    assert_eq!(sp.start_offset(), 5);
+    assert_eq!(sp.start_offset(), 1);
     assert!(fetch(&mut sp, &log, "m", 100, now).records.is_empty());
+}
+
+#[test]
+fn records_near_the_delivery_limit_go_out_in_smaller_groups_then_alone() {
+    // Limit 5: throttled from the third delivery on (max(2, ceil(5 / 2))).
+    let mut sp = fresh(SharePartitionConfig {
+        delivery_count_limit: 5,
+        ..config()
+    });
+    let log = log(10, 10);
+    let mut now = 0;
+    for delivery in 1..=3 {
+        assert_eq!(
+            fetch(&mut sp, &log, "m", 100, now).records,
+            vec![acq(0, 9, delivery)]
+        );
+        now += LOCK_MS;
+        sp.expire(now);
+    }
+    // Fourth delivery: half the run at a time; what follows waits for another fetch.
+    assert_eq!(
+        fetch(&mut sp, &log, "m1", 100, now).records,
+        vec![acq(0, 4, 4)]
+    );
+    assert_eq!(
+        fetch(&mut sp, &log, "m2", 100, now).records,
+        vec![acq(5, 6, 4)]
+    );
+    now += LOCK_MS;
+    sp.expire(now);
+    // 7..9 were delivered three times, 0..6 four: the next fetch takes 0 alone, on its last
+    // delivery, and so one at a time until 0..6 are done.
+    for offset in 0..7 {
+        assert_eq!(
+            fetch(&mut sp, &log, "m", 100, now).records,
+            vec![acq(offset, offset, 5)]
+        );
+    }
+    // Then 7..9, a run of three on its fourth delivery: 3 >> 1 records at a time.
+    assert_eq!(
+        fetch(&mut sp, &log, "m", 100, now).records,
+        vec![acq(7, 7, 4)]
+    );
 }
 
 #[test]
 fn release_redelivers_and_at_the_limit_archives() {
     let mut sp = fresh(config());
-    let log = log(4, 4);
+    let log = log(1, 1);
     fetch(&mut sp, &log, "m1", 100, 0);
     let w = sp
-        .acknowledge("m1", &[ack(0, 3, Release)], 10)
+        .acknowledge("m1", &[ack(0, 0, Release)], 10)
         .unwrap()
         .unwrap();
-    assert_eq!(w.state_batches, vec![sb(0, 3, Available, 1)]);
+    assert_eq!(w.state_batches, vec![sb(0, 0, Available, 1)]);
     assert_eq!(
         fetch(&mut sp, &log, "m2", 100, 20).records,
-        vec![acq(0, 3, 2)]
+        vec![acq(0, 0, 2)]
     );
-    sp.acknowledge("m2", &[ack(0, 3, Release)], 30).unwrap();
+    sp.acknowledge("m2", &[ack(0, 0, Release)], 30).unwrap();
     assert_eq!(
         fetch(&mut sp, &log, "m1", 100, 40).records,
-        vec![acq(0, 3, 3)]
+        vec![acq(0, 0, 3)]
     );
     // The third delivery was the last: a release now archives.
     let w = sp
-        .acknowledge("m1", &[ack(0, 3, Release)], 50)
+        .acknowledge("m1", &[ack(0, 0, Release)], 50)
         .unwrap()
         .unwrap();
-    assert_eq!(w.start_offset, 4);
-    assert_eq!(sp.start_offset(), 4);
+    assert_eq!(w.start_offset, 1);
+    assert_eq!(sp.start_offset(), 1);
     assert!(fetch(&mut sp, &log, "m2", 100, 60).records.is_empty());
 }
 
 #[test]
 fn rejected_and_accepted_records_are_never_redelivered() {
-    let mut sp = fresh(config());
+    // Limit 2: no delivery is throttled, so every redelivery takes all that is left.
+    let mut sp = fresh(SharePartitionConfig {
+        delivery_count_limit: 2,
+        ..config()
+    });
     let log = log(10, 10);
     fetch(&mut sp, &log, "m1", 100, 0);
     let w = sp
@@ -241,7 +288,7 @@ fn rejected_and_accepted_records_are_never_redelivered() {
     );
     // Everything else times out and comes back, again and again; 2, 3, 5 and 6 never do.
     let mut now = LOCK_MS;
-    for delivery in 2..=3 {
+    for delivery in 2..=2 {
         sp.expire(now);
         let a = fetch(&mut sp, &log, "m2", 100, now);
         assert_eq!(

@@ -48,7 +48,6 @@ impl Rng {
 }
 
 const MEMBERS: [&str; 4] = ["m0", "m1", "m2", "m3"];
-const LIMIT: i16 = 3;
 const LOCK_MS: i64 = 1_000;
 
 /// An acknowledgement waiting for its write: what it settles once the write is answered.
@@ -60,6 +59,8 @@ struct PendingAck {
 
 struct Sim {
     rng: Rng,
+    /// `group.share.delivery.count.limit`, 2 to 6 by seed.
+    limit: i16,
     now: i64,
     key: SharePartitionKey,
     config: SharePartitionConfig,
@@ -90,9 +91,10 @@ struct Sim {
 
 impl Sim {
     fn new(seed: u64) -> Self {
+        let limit = 2 + (seed % 5) as i16;
         let config = SharePartitionConfig {
             record_lock_duration_ms: LOCK_MS,
-            delivery_count_limit: LIMIT,
+            delivery_count_limit: limit,
             partition_max_record_locks: 40,
         };
         let key = SharePartitionKey::new("g", Uuid::from_u64_pair(1, 2), 0);
@@ -111,6 +113,7 @@ impl Sim {
             .expect("empty state");
         Sim {
             rng: Rng(seed),
+            limit,
             now: 0,
             key,
             config,
@@ -211,7 +214,7 @@ impl Sim {
                         "offset {offset} is hidden from this isolation level"
                     ));
                 }
-                if r.delivery_count > LIMIT {
+                if r.delivery_count > self.limit {
                     return Err(format!(
                         "offset {offset} delivered with count {}",
                         r.delivery_count
