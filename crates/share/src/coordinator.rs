@@ -52,6 +52,10 @@ pub struct ShareCoordinatorConfig {
     pub state_topic_num_partitions: i32,
     /// `share.coordinator.snapshot.update.records.per.snapshot`.
     pub snapshot_update_records_per_snapshot: u32,
+    /// `share.coordinator.cold.partition.snapshot.interval.ms`: how often share-partitions
+    /// that were not snapshotted since the last time get a snapshot of their state, so that
+    /// an idle one does not hold [`ShareCoordinator::last_redundant_offset`] back forever.
+    pub cold_partition_snapshot_interval_ms: i64,
 }
 
 impl Default for ShareCoordinatorConfig {
@@ -59,6 +63,7 @@ impl Default for ShareCoordinatorConfig {
         ShareCoordinatorConfig {
             state_topic_num_partitions: 50,
             snapshot_update_records_per_snapshot: 500,
+            cold_partition_snapshot_interval_ms: 300_000,
         }
     }
 }
@@ -181,6 +186,15 @@ pub enum Output {
         records: Vec<ShareCoordinatorRecord>,
         reply: Response,
     },
+}
+
+/// Snapshots of cold share-partitions ([`ShareCoordinator::tick`]): append them to
+/// `partition` with acks=all and report them like any write; nobody waits for them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColdSnapshot {
+    pub write: WriteId,
+    pub partition: i32,
+    pub records: Vec<ShareCoordinatorRecord>,
 }
 
 /// One share-partition's state as its records say (Kafka's `ShareGroupOffset`).
@@ -317,6 +331,11 @@ pub struct ShareCoordinator {
     committed: BTreeMap<i32, Image>,
     pending: BTreeMap<i32, VecDeque<PendingWrite>>,
     next_write: u64,
+    /// When [`ShareCoordinator::tick`] next snapshots cold share-partitions.
+    cold_deadline_ms: Option<i64>,
+    /// Per partition, the committed end offset at the last cold snapshot tick: a
+    /// share-partition whose replay still starts below it was not snapshotted since.
+    cold_mark: BTreeMap<i32, i64>,
 }
 
 impl ShareCoordinator {
@@ -328,6 +347,8 @@ impl ShareCoordinator {
             committed: BTreeMap::new(),
             pending: BTreeMap::new(),
             next_write: 0,
+            cold_deadline_ms: None,
+            cold_mark: BTreeMap::new(),
         }
     }
 
@@ -451,8 +472,97 @@ impl ShareCoordinator {
     }
 
     /// The log of `partition` is replayed: its share-partitions are served.
-    pub fn load_done(&mut self, partition: i32) {
+    pub fn load_done(&mut self, partition: i32, now_ms: i64) {
         self.partitions.insert(partition, PartitionStatus::Active);
+        if self.cold_deadline_ms.is_none() {
+            self.cold_deadline_ms =
+                Some(now_ms.saturating_add(self.config.cold_partition_snapshot_interval_ms));
+        }
+    }
+
+    /// When [`ShareCoordinator::tick`] should next run.
+    pub fn next_deadline(&self) -> Option<i64> {
+        self.cold_deadline_ms
+    }
+
+    /// Snapshots the cold share-partitions (Kafka's `snapshotColdPartitions`): those whose
+    /// replay still starts below where the partition's committed log ended at the last tick,
+    /// so that every share-partition's replay starts within about two intervals of the end
+    /// and [`ShareCoordinator::last_redundant_offset`] keeps moving.
+    pub fn tick(&mut self, now_ms: i64) -> Vec<ColdSnapshot> {
+        let Some(deadline) = self.cold_deadline_ms else {
+            return Vec::new();
+        };
+        if now_ms < deadline {
+            return Vec::new();
+        }
+        self.cold_deadline_ms =
+            Some(now_ms.saturating_add(self.config.cold_partition_snapshot_interval_ms));
+        let active: Vec<i32> = self
+            .partitions
+            .iter()
+            .filter(|(_, s)| **s == PartitionStatus::Active)
+            .map(|(p, _)| *p)
+            .collect();
+        let mut out = Vec::new();
+        for partition in active {
+            let Some(committed) = self.committed.get(&partition) else {
+                continue;
+            };
+            let end = committed.end_offset.unwrap_or(0);
+            let mark = self.cold_mark.insert(partition, end);
+            let Some(mark) = mark else {
+                continue;
+            };
+            let cold: Vec<SharePartitionKey> = committed
+                .keys
+                .iter()
+                .filter(|(_, k)| k.replay_from.is_some_and(|r| r < mark))
+                .map(|(key, _)| key.clone())
+                .collect();
+            let live = self.live.entry(partition).or_default();
+            let records: Vec<ShareCoordinatorRecord> = cold
+                .into_iter()
+                .filter_map(|key| {
+                    // The newest state: a snapshot goes after every record before it.
+                    let o = &live.keys.get(&key)?.offset;
+                    Some(ShareCoordinatorRecord::ShareSnapshot {
+                        value: Some(ShareSnapshotValue {
+                            snapshot_epoch: o.snapshot_epoch + 1,
+                            state_epoch: o.state_epoch,
+                            leader_epoch: o.leader_epoch,
+                            start_offset: o.start_offset,
+                            create_timestamp_ms: o.create_timestamp_ms,
+                            write_timestamp_ms: now_ms,
+                            state_batches: o.state_batches.clone(),
+                        }),
+                        key,
+                    })
+                })
+                .collect();
+            if records.is_empty() {
+                continue;
+            }
+            for r in &records {
+                live.apply(r, None);
+            }
+            let write = WriteId(self.next_write);
+            self.next_write += 1;
+            self.pending
+                .entry(partition)
+                .or_default()
+                .push_back(PendingWrite {
+                    write: Some(write),
+                    end_offset: None,
+                    records: records.clone(),
+                });
+            out.push(ColdSnapshot {
+                write,
+                partition,
+                records,
+            });
+        }
+        out
     }
 
     /// This node no longer leads `partition` (or a write to it failed and it is reloaded):
@@ -463,6 +573,7 @@ impl ShareCoordinator {
 
     fn drop_partition(&mut self, partition: i32) {
         self.partitions.remove(&partition);
+        self.cold_mark.remove(&partition);
         self.live.remove(&partition);
         self.committed.remove(&partition);
         self.pending.remove(&partition);

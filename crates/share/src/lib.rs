@@ -48,7 +48,8 @@ mod tests;
 
 pub use auto_offset_reset::{ResetSpec, ShareAutoOffsetReset};
 pub use coordinator::{
-    Output, Request, Response, ShareCoordinator, ShareCoordinatorConfig, ShareGroupOffset, WriteId,
+    ColdSnapshot, Output, Request, Response, ShareCoordinator, ShareCoordinatorConfig,
+    ShareGroupOffset, WriteId,
 };
 pub use error::ShareError;
 pub use record::{

@@ -26,7 +26,7 @@ impl Harness {
         let mut c = ShareCoordinator::new(config.clone());
         for p in 0..config.state_topic_num_partitions {
             c.load_start(p);
-            c.load_done(p);
+            c.load_done(p, 0);
         }
         Harness {
             config,
@@ -71,6 +71,20 @@ impl Harness {
         }
     }
 
+    /// The coordinator's timer at `now`: its cold snapshots are appended and committed.
+    fn tick(&mut self, now: i64) -> usize {
+        let mut written = 0;
+        for snap in self.c.tick(now) {
+            let log = self.log.entry(snap.partition).or_default();
+            written += snap.records.len();
+            log.extend(snap.records);
+            let end = log.len() as i64;
+            self.c.appended(snap.write, snap.partition, end);
+            self.commit_up_to(snap.partition, end);
+        }
+        written
+    }
+
     fn commit_up_to(&mut self, partition: i32, offset: i64) -> Vec<Response> {
         self.hw.insert(partition, offset);
         let done = self.c.commit_up_to(partition, offset);
@@ -104,7 +118,7 @@ impl Harness {
                     c.replay(p, offset, r.clone(), offset < hw);
                 }
             }
-            c.load_done(p);
+            c.load_done(p, 0);
         }
         c
     }
@@ -216,6 +230,7 @@ fn updates_fold_into_a_snapshot_every_n_writes() {
     let mut h = Harness::new(ShareCoordinatorConfig {
         state_topic_num_partitions: 1,
         snapshot_update_records_per_snapshot: 3,
+        ..Default::default()
     });
     let k = key("g", 0);
     for i in 0..9i64 {
@@ -406,6 +421,7 @@ proptest! {
         let mut h = Harness::new(ShareCoordinatorConfig {
             state_topic_num_partitions: 2,
             snapshot_update_records_per_snapshot: per_snapshot,
+            ..Default::default()
         });
         let keys = [key("a", 0), key("a", 1), key("b", 0)];
         // The reference: every write laid over the last, as a persister promises.
@@ -457,4 +473,41 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn cold_share_partitions_are_snapshotted_so_the_log_can_be_pruned() {
+    let mut h = Harness::new(ShareCoordinatorConfig {
+        state_topic_num_partitions: 1,
+        snapshot_update_records_per_snapshot: 100,
+        cold_partition_snapshot_interval_ms: 1_000,
+    });
+    let (idle, busy) = (key("idle", 0), key("busy", 0));
+    h.call_committed(write(&idle, 0, 0, vec![sb(0, 4, Archived, 1)]), 0);
+    for i in 0..5 {
+        h.call_committed(write(&busy, 0, i, vec![]), 0);
+    }
+    // The idle share-partition's snapshot at offset 0 holds everything back.
+    assert_eq!(h.c.last_redundant_offset(0), Some(0));
+    assert_eq!(h.c.next_deadline(), Some(1_000));
+    assert_eq!(h.tick(999), 0, "not yet");
+    // The first tick only marks where the log ends.
+    assert_eq!(h.tick(1_000), 0);
+    assert_eq!(h.c.next_deadline(), Some(2_000));
+    h.call_committed(write(&busy, 0, 5, vec![]), 1_500);
+    // The second snapshots both: neither was snapshotted since the mark.
+    assert_eq!(h.tick(2_000), 2);
+    assert_eq!(h.c.last_redundant_offset(0), Some(7));
+    let pruned = BTreeMap::from([(0, 7)]);
+    assert_eq!(
+        h.failover_pruned(&pruned).committed_keys(0),
+        h.c.committed_keys(0)
+    );
+    assert_eq!(
+        h.c.committed_state(&idle)
+            .map(|o| (o.snapshot_epoch, o.state_batches.clone())),
+        Some((1, vec![sb(0, 4, Archived, 1)]))
+    );
+    // Nothing changed since: the next tick writes nothing.
+    assert_eq!(h.tick(3_000), 0);
 }

@@ -3,7 +3,8 @@
 //! sometimes name records they do not hold), let locks expire, leave; the coordinator's
 //! high watermark lags, and the partition leader fails over (a rebuild from the committed
 //! state, at the next leader epoch), sometimes together with the coordinator, which then
-//! loses its unreplicated tail and loads what its prune left. An acknowledgement counts as done only once the broker
+//! loses its unreplicated tail and loads what its prune (helped by its cold snapshots)
+//! left. An acknowledgement counts as done only once the broker
 //! could answer it: its write replicated.
 //!
 //! After every step it checks DESIGN.md's invariant 12 and the bookkeeping behind it:
@@ -101,9 +102,10 @@ impl Sim {
         let mut coordinator = ShareCoordinator::new(ShareCoordinatorConfig {
             state_topic_num_partitions: 1,
             snapshot_update_records_per_snapshot: 4,
+            cold_partition_snapshot_interval_ms: 5_000,
         });
         coordinator.load_start(0);
-        coordinator.load_done(0);
+        coordinator.load_done(0, 0);
         let none = PersistedState {
             state_epoch: 0,
             start_offset: -1,
@@ -438,7 +440,7 @@ impl Sim {
                     c.replay(0, offset as i64, r.clone(), true);
                 }
             }
-            c.load_done(0);
+            c.load_done(0, self.now);
             self.coordinator = c;
         }
         self.leader_epoch += 1;
@@ -533,8 +535,23 @@ impl Sim {
         Ok(())
     }
 
+    /// The coordinator's timer: cold snapshots, appended like any write.
+    fn tick(&mut self) {
+        for snap in self.coordinator.tick(self.now) {
+            self.state_log.extend(snap.records);
+            self.coordinator
+                .appended(snap.write, 0, self.state_log.len() as i64);
+            self.pending.push(PendingAck {
+                write: snap.write,
+                accepted: Vec::new(),
+                rejected: Vec::new(),
+            });
+        }
+    }
+
     fn step(&mut self) -> Result<(), String> {
         self.now += self.rng.below(300) as i64;
+        self.tick();
         let member = MEMBERS[self.rng.below(MEMBERS.len() as u64) as usize];
         match self.rng.below(100) {
             0..=14 => self.produce(),
