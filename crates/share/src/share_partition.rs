@@ -62,6 +62,7 @@
 //! a failover undid before any write of the record (ACQUIRED is never persisted).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rill_protocol::Uuid;
 
@@ -279,8 +280,8 @@ struct InFlight {
     last_offset: i64,
     state: RecordState,
     delivery_count: i16,
-    /// The holder, while ACQUIRED.
-    member_id: Option<String>,
+    /// The holder, while ACQUIRED (shared: a split of a run copies it).
+    member_id: Option<Arc<str>>,
     /// When the acquisition lock expires, while ACQUIRED.
     lock_deadline_ms: i64,
 }
@@ -469,7 +470,7 @@ impl SharePartition {
                 last_offset: r.last_offset,
                 state: r.state,
                 delivery_count: r.delivery_count,
-                member_id: r.member_id.clone(),
+                member_id: r.member_id.as_deref().map(str::to_owned),
                 lock_deadline_ms: (r.state == RecordState::Acquired).then_some(r.lock_deadline_ms),
             })
             .collect()
@@ -573,6 +574,7 @@ impl SharePartition {
     ) {
         let delivery_limit = self.config.delivery_count_limit;
         let throttle_from = ((delivery_limit + 1) / 2).max(2);
+        let holder: Arc<str> = Arc::from(member_id);
         self.split_at(lo);
         self.split_at(hi + 1);
         for first in self.keys_in(lo, hi) {
@@ -628,7 +630,7 @@ impl SharePartition {
             };
             run.state = RecordState::Acquired;
             run.delivery_count += 1;
-            run.member_id = Some(member_id.to_owned());
+            run.member_id = Some(Arc::clone(&holder));
             run.lock_deadline_ms = deadline;
             let delivery_count = run.delivery_count;
             progress.count += last - first + 1;
