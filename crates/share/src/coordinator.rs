@@ -89,6 +89,7 @@ pub enum Request {
         state_epoch: i32,
         leader_epoch: i32,
         start_offset: i64,
+        delivery_complete_count: i32,
         state_batches: Vec<StateBatch>,
     },
     Delete {
@@ -136,6 +137,8 @@ pub enum Response {
         state_epoch: i32,
         leader_epoch: i32,
         start_offset: i64,
+        /// `-1`: not known.
+        delivery_complete_count: i32,
     },
 }
 
@@ -157,6 +160,7 @@ impl Response {
                 state_epoch: 0,
                 leader_epoch: -1,
                 start_offset: -1,
+                delivery_complete_count: -1,
             },
         }
     }
@@ -204,6 +208,7 @@ pub struct ShareGroupOffset {
     pub state_epoch: i32,
     pub leader_epoch: i32,
     pub start_offset: i64,
+    pub delivery_complete_count: i32,
     pub create_timestamp_ms: i64,
     pub write_timestamp_ms: i64,
     pub state_batches: Vec<StateBatch>,
@@ -248,6 +253,7 @@ impl Image {
                             state_epoch: v.state_epoch,
                             leader_epoch: v.leader_epoch,
                             start_offset: v.start_offset,
+                            delivery_complete_count: v.delivery_complete_count,
                             create_timestamp_ms: v.create_timestamp_ms,
                             write_timestamp_ms: v.write_timestamp_ms,
                             state_batches: combine(&[], &v.state_batches, v.start_offset),
@@ -270,6 +276,9 @@ impl Image {
                         if v.leader_epoch >= 0 {
                             o.leader_epoch = o.leader_epoch.max(v.leader_epoch);
                         }
+                        if v.delivery_complete_count >= 0 {
+                            o.delivery_complete_count = v.delivery_complete_count;
+                        }
                         o.state_batches =
                             combine(&o.state_batches, &v.state_batches, o.start_offset);
                         k.updates_since_snapshot = k.updates_since_snapshot.saturating_add(1);
@@ -285,6 +294,7 @@ impl Image {
                                     state_epoch: 0,
                                     leader_epoch: v.leader_epoch,
                                     start_offset: v.start_offset,
+                                    delivery_complete_count: v.delivery_complete_count,
                                     create_timestamp_ms: -1,
                                     write_timestamp_ms: -1,
                                     state_batches: combine(&[], &v.state_batches, v.start_offset),
@@ -532,6 +542,7 @@ impl ShareCoordinator {
                             state_epoch: o.state_epoch,
                             leader_epoch: o.leader_epoch,
                             start_offset: o.start_offset,
+                            delivery_complete_count: o.delivery_complete_count,
                             create_timestamp_ms: o.create_timestamp_ms,
                             write_timestamp_ms: now_ms,
                             state_batches: o.state_batches.clone(),
@@ -649,6 +660,7 @@ impl ShareCoordinator {
                 state_epoch,
                 leader_epoch,
                 start_offset,
+                delivery_complete_count,
                 state_batches,
                 ..
             } => {
@@ -672,6 +684,7 @@ impl ShareCoordinator {
                     *state_epoch,
                     *leader_epoch,
                     *start_offset,
+                    *delivery_complete_count,
                     state_batches,
                     now_ms,
                 )]
@@ -690,6 +703,7 @@ impl ShareCoordinator {
                             snapshot_epoch: k.offset.snapshot_epoch,
                             leader_epoch: *leader_epoch,
                             start_offset: -1,
+                            delivery_complete_count: -1,
                             state_batches: Vec::new(),
                         }),
                     }]
@@ -723,8 +737,11 @@ impl ShareCoordinator {
                     value: Some(ShareSnapshotValue {
                         snapshot_epoch: live.as_ref().map_or(0, |k| k.offset.snapshot_epoch + 1),
                         state_epoch: *state_epoch,
-                        leader_epoch: live.as_ref().map_or(-1, |k| k.offset.leader_epoch),
+                        // Kafka starts the leader epochs over: the new state epoch fences
+                        // the leaders of the old one.
+                        leader_epoch: 0,
                         start_offset: *start_offset,
+                        delivery_complete_count: if *start_offset < 0 { -1 } else { 0 },
                         create_timestamp_ms: now_ms,
                         write_timestamp_ms: now_ms,
                         state_batches: Vec::new(),
@@ -796,6 +813,7 @@ impl ShareCoordinator {
         state_epoch: i32,
         leader_epoch: i32,
         start_offset: i64,
+        delivery_complete_count: i32,
         state_batches: &[StateBatch],
         now_ms: i64,
     ) -> ShareCoordinatorRecord {
@@ -807,6 +825,7 @@ impl ShareCoordinator {
                     state_epoch,
                     leader_epoch,
                     start_offset,
+                    delivery_complete_count,
                     create_timestamp_ms: now_ms,
                     write_timestamp_ms: now_ms,
                     state_batches: combine(&[], state_batches, start_offset),
@@ -836,6 +855,11 @@ impl ShareCoordinator {
                             leader_epoch
                         },
                         start_offset: start,
+                        delivery_complete_count: if delivery_complete_count < 0 {
+                            o.delivery_complete_count
+                        } else {
+                            delivery_complete_count
+                        },
                         create_timestamp_ms: o.create_timestamp_ms,
                         write_timestamp_ms: now_ms,
                         state_batches: combine(&o.state_batches, state_batches, start),
@@ -848,6 +872,7 @@ impl ShareCoordinator {
                     snapshot_epoch: k.offset.snapshot_epoch,
                     leader_epoch,
                     start_offset,
+                    delivery_complete_count,
                     state_batches: combine(&[], state_batches, start_offset),
                 }),
             },
@@ -886,12 +911,14 @@ impl ShareCoordinator {
                 state_epoch: o.state_epoch,
                 leader_epoch: o.leader_epoch,
                 start_offset: o.start_offset,
+                delivery_complete_count: o.delivery_complete_count,
             },
             None => Response::ReadSummary {
                 error: ErrorCode::NONE,
                 state_epoch: 0,
                 leader_epoch: -1,
                 start_offset: -1,
+                delivery_complete_count: -1,
             },
         }
     }

@@ -57,6 +57,9 @@ pub struct ShareSnapshotValue {
     pub state_epoch: i32,
     pub leader_epoch: i32,
     pub start_offset: i64,
+    /// Records from the start offset on whose delivery is over (KIP-1226, for lag); `-1`
+    /// when not known.
+    pub delivery_complete_count: i32,
     pub create_timestamp_ms: i64,
     pub write_timestamp_ms: i64,
     pub state_batches: Vec<StateBatch>,
@@ -69,6 +72,7 @@ pub struct ShareUpdateValue {
     pub snapshot_epoch: i32,
     pub leader_epoch: i32,
     pub start_offset: i64,
+    pub delivery_complete_count: i32,
     pub state_batches: Vec<StateBatch>,
 }
 

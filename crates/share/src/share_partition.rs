@@ -243,6 +243,9 @@ pub struct StateWrite {
     pub state_epoch: i32,
     pub leader_epoch: i32,
     pub start_offset: i64,
+    /// In-flight records whose delivery is over (KIP-1226's `DeliveryCompleteCount`, from
+    /// which a share group's lag is computed).
+    pub delivery_complete_count: i32,
     pub state_batches: Vec<StateBatch>,
 }
 
@@ -434,6 +437,18 @@ impl SharePartition {
     /// SPEO (exclusive): the first offset never taken in flight.
     pub fn end_offset(&self) -> i64 {
         self.end_offset
+    }
+
+    /// Records in flight whose delivery is over (acknowledged or archived): with the start
+    /// offset and the partition's high watermark, a share group's lag (KIP-1226).
+    pub fn delivery_complete_count(&self) -> i32 {
+        let n: i64 = self
+            .in_flight
+            .iter()
+            .filter(|(_, r)| r.state.is_terminal())
+            .map(|(first, r)| r.last_offset - first + 1)
+            .sum();
+        i32::try_from(n).unwrap_or(i32::MAX)
     }
 
     /// Where the broker should read the log for the next acquire: the first AVAILABLE
@@ -1021,6 +1036,7 @@ impl SharePartition {
             state_epoch: self.state_epoch,
             leader_epoch: self.leader_epoch,
             start_offset: self.start_offset,
+            delivery_complete_count: self.delivery_complete_count(),
             state_batches,
         })
     }

@@ -143,6 +143,11 @@ fn write(
         state_epoch: 0,
         leader_epoch,
         start_offset: start,
+        delivery_complete_count: batches
+            .iter()
+            .filter(|b| b.delivery_state.is_terminal())
+            .map(|b| b.len() as i32)
+            .sum(),
         state_batches: batches,
     }
 }
@@ -320,13 +325,15 @@ fn leader_and_state_epochs_fence_stale_writers() {
         },
         8,
     );
+    // Kafka starts leader epochs over at an initialization.
     assert_eq!(
         summary,
         Response::ReadSummary {
             error: ErrorCode::NONE,
             state_epoch: 1,
-            leader_epoch: 6,
-            start_offset: 100
+            leader_epoch: 0,
+            start_offset: 100,
+            delivery_complete_count: 0,
         }
     );
 }
@@ -510,4 +517,45 @@ fn cold_share_partitions_are_snapshotted_so_the_log_can_be_pruned() {
     );
     // Nothing changed since: the next tick writes nothing.
     assert_eq!(h.tick(3_000), 0);
+}
+
+#[test]
+fn read_summary_reports_the_delivery_complete_count_of_the_last_write() {
+    let mut h = Harness::new(ShareCoordinatorConfig {
+        state_topic_num_partitions: 1,
+        ..Default::default()
+    });
+    let k = key("g", 0);
+    let summary = |h: &mut Harness| {
+        h.call_committed(
+            Request::ReadSummary {
+                key: k.clone(),
+                leader_epoch: -1,
+            },
+            0,
+        )
+    };
+    assert_eq!(
+        summary(&mut h),
+        Response::ReadSummary {
+            error: ErrorCode::NONE,
+            state_epoch: 0,
+            leader_epoch: -1,
+            start_offset: -1,
+            delivery_complete_count: -1,
+        }
+    );
+    h.call_committed(write(&k, 1, 0, vec![sb(3, 9, Acknowledged, 1)]), 0);
+    // A new leader's read records its epoch without touching the count.
+    h.call_committed(read(&k, 2), 0);
+    assert_eq!(
+        summary(&mut h),
+        Response::ReadSummary {
+            error: ErrorCode::NONE,
+            state_epoch: 0,
+            leader_epoch: 2,
+            start_offset: 0,
+            delivery_complete_count: 7,
+        }
+    );
 }

@@ -327,6 +327,10 @@ fn partial_acknowledgement_splits_a_batch_per_record() {
         ]
     );
     assert_eq!(sp.start_offset(), 1, "0 is accepted, 1 is available again");
+    assert_eq!(
+        w.delivery_complete_count, 2,
+        "2 and 3 are done, 0 is below the start"
+    );
     let runs = sp.in_flight();
     assert_eq!(
         runs.iter()

@@ -14,7 +14,9 @@
 //!   leaving gave back, reset to the persisted count by a failover);
 //! - what the members believe they hold is exactly what the share-partition says is
 //!   ACQUIRED by them, and no lock past its deadline survives an expiry;
-//! - the start offset never passes a record that is not acknowledged or archived;
+//! - a settled record is acknowledged or archived, or below the start offset, forever;
+//! - after a failover, the rebuilt share-partition counts as many finished records as the
+//!   last write reported (KIP-1226's `DeliveryCompleteCount`, the lag's input);
 //!
 //! and at the end, once the producer stops and one member drains the partition accepting
 //! everything, that every produced record was accepted or archived, and the start offset
@@ -343,6 +345,7 @@ impl Sim {
             state_epoch: w.state_epoch,
             leader_epoch: w.leader_epoch,
             start_offset: w.start_offset,
+            delivery_complete_count: w.delivery_complete_count,
             state_batches: w.state_batches,
         };
         match self.coordinator.handle(request, self.now) {
@@ -492,6 +495,17 @@ impl Sim {
             0,
         )
         .map_err(|e| format!("rebuild: {e}"))?;
+        // The count of finished records the last write reported is what the rebuilt state
+        // says too: it is what the lag is computed from.
+        if let Some(persisted) = self.coordinator.committed_state(&self.key) {
+            if persisted.delivery_complete_count != self.sp.delivery_complete_count() {
+                return Err(format!(
+                    "persisted delivery complete count {} but the rebuilt state has {}",
+                    persisted.delivery_complete_count,
+                    self.sp.delivery_complete_count()
+                ));
+            }
+        }
         // Every lock is gone; deliveries count as persisted.
         self.held.clear();
         for (offset, c) in self.counted.iter_mut() {
