@@ -36,29 +36,33 @@
 //! assert_eq!((sp.start_offset(), write.start_offset), (10, 10));
 //! ```
 
+mod acknowledgement;
 mod auto_offset_reset;
 mod coordinator;
 mod error;
+mod persister;
 mod record;
+mod share_fetch;
 mod share_partition;
 mod state_batch;
 
 #[cfg(test)]
 mod tests;
 
+pub use acknowledgement::{AcknowledgeType, AcknowledgementBatch};
 pub use auto_offset_reset::{ResetSpec, ShareAutoOffsetReset};
 pub use coordinator::{
     ColdSnapshot, Output, Request, Response, ShareCoordinator, ShareCoordinatorConfig,
     ShareGroupOffset, WriteId,
 };
 pub use error::ShareError;
+pub use persister::{PersistedState, StateWrite};
 pub use record::{
     ShareCoordinatorRecord, SharePartitionKey, ShareSnapshotValue, ShareUpdateValue,
     SHARE_GROUP_STATE_TOPIC,
 };
-pub use share_partition::{
-    AcknowledgeType, AcknowledgementBatch, Acquired, AcquiredRecords, Expired, FetchedBatch,
-    InFlightRecords, OffsetRange, PersistedState, ShareAcquireMode, ShareFetch, SharePartition,
-    SharePartitionConfig, StateWrite,
+pub use share_fetch::{
+    Acquired, AcquiredRecords, FetchedBatch, OffsetRange, ShareAcquireMode, ShareFetch,
 };
+pub use share_partition::{Expired, InFlightRecords, SharePartition, SharePartitionConfig};
 pub use state_batch::{combine, RecordState, StateBatch};

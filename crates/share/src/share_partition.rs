@@ -66,7 +66,10 @@ use std::sync::Arc;
 
 use rill_protocol::Uuid;
 
+use crate::acknowledgement::{AcknowledgeType, AcknowledgementBatch};
 use crate::error::ShareError;
+use crate::persister::{PersistedState, StateWrite};
+use crate::share_fetch::{Acquired, AcquiredRecords, OffsetRange, ShareAcquireMode, ShareFetch};
 use crate::state_batch::{RecordState, StateBatch};
 
 /// The leader's limits for its share-partitions, under Kafka's broker config names.
@@ -88,174 +91,6 @@ impl Default for SharePartitionConfig {
             partition_max_record_locks: 2_000,
         }
     }
-}
-
-/// A ShareFetch or ShareAcknowledge acknowledge type (the `AcknowledgeTypes` bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AcknowledgeType {
-    /// The offset holds no record (compaction, a control record): archive it.
-    Gap,
-    Accept,
-    Release,
-    Reject,
-    /// Extend the acquisition lock (KIP-1222, Kafka 4.2).
-    Renew,
-}
-
-impl TryFrom<i8> for AcknowledgeType {
-    type Error = ShareError;
-
-    fn try_from(id: i8) -> Result<Self, ShareError> {
-        Ok(match id {
-            0 => AcknowledgeType::Gap,
-            1 => AcknowledgeType::Accept,
-            2 => AcknowledgeType::Release,
-            3 => AcknowledgeType::Reject,
-            4 => AcknowledgeType::Renew,
-            _ => {
-                return Err(ShareError::InvalidRequest(format!(
-                    "unknown acknowledge type {id}"
-                )))
-            }
-        })
-    }
-}
-
-/// ShareFetch's `ShareAcquireMode` (KIP-1206).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum ShareAcquireMode {
-    /// `max_records` is a soft limit: whole fetched batches are acquired.
-    #[default]
-    BatchOptimized,
-    /// `max_records` is a hard limit: batches are split to acquire exactly that many.
-    RecordLimit,
-}
-
-impl TryFrom<i8> for ShareAcquireMode {
-    type Error = ShareError;
-
-    fn try_from(id: i8) -> Result<Self, ShareError> {
-        match id {
-            0 => Ok(ShareAcquireMode::BatchOptimized),
-            1 => Ok(ShareAcquireMode::RecordLimit),
-            _ => Err(ShareError::InvalidRequest(format!(
-                "unknown share acquire mode {id}"
-            ))),
-        }
-    }
-}
-
-/// Offsets `first..=last`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OffsetRange {
-    pub first: i64,
-    pub last: i64,
-}
-
-impl OffsetRange {
-    pub fn new(first: i64, last: i64) -> Self {
-        OffsetRange { first, last }
-    }
-}
-
-/// One record batch the broker read from the log: its base and last offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FetchedBatch {
-    pub base_offset: i64,
-    pub last_offset: i64,
-}
-
-/// What the broker read for an acquire.
-#[derive(Debug, Clone, Copy)]
-pub struct ShareFetch<'a> {
-    /// Where the read started ([`SharePartition::next_fetch_offset`] at the time).
-    pub fetch_offset: i64,
-    /// Every batch the log holds from the batch containing `fetch_offset` on, in order, as
-    /// far as the read went. Offsets from `fetch_offset` that no batch covers are not in the
-    /// log (compaction) and are archived.
-    pub batches: &'a [FetchedBatch],
-    /// ShareFetch's `MaxRecords`.
-    pub max_records: i32,
-    pub acquire_mode: ShareAcquireMode,
-    /// The isolation hook: offsets the fetch's isolation level hides (records of aborted
-    /// transactions under read_committed, control batches), in order. They are archived,
-    /// never acquired.
-    pub skip: &'a [OffsetRange],
-}
-
-/// Kafka's `AcquiredRecords`: what ShareFetch returns per run of acquired records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AcquiredRecords {
-    pub first_offset: i64,
-    pub last_offset: i64,
-    pub delivery_count: i16,
-}
-
-/// The answer to [`SharePartition::acquire`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Acquired {
-    pub records: Vec<AcquiredRecords>,
-    /// Offsets archived on the way (not in the log, or hidden by the isolation level).
-    pub write: Option<StateWrite>,
-}
-
-impl Acquired {
-    /// How many records were acquired.
-    pub fn count(&self) -> i64 {
-        self.records
-            .iter()
-            .map(|r| r.last_offset - r.first_offset + 1)
-            .sum()
-    }
-}
-
-/// One acknowledgement batch of ShareFetch or ShareAcknowledge: one type for the whole
-/// range, or one per offset.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AcknowledgementBatch {
-    pub first_offset: i64,
-    pub last_offset: i64,
-    pub acknowledge_types: Vec<AcknowledgeType>,
-}
-
-impl AcknowledgementBatch {
-    pub fn new(first_offset: i64, last_offset: i64, ty: AcknowledgeType) -> Self {
-        AcknowledgementBatch {
-            first_offset,
-            last_offset,
-            acknowledge_types: vec![ty],
-        }
-    }
-
-    fn type_of(&self, offset: i64) -> AcknowledgeType {
-        if self.acknowledge_types.len() == 1 {
-            self.acknowledge_types[0]
-        } else {
-            // Validated: one type per offset.
-            self.acknowledge_types[(offset - self.first_offset) as usize]
-        }
-    }
-}
-
-/// What the broker persists with WriteShareGroupState.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateWrite {
-    pub state_epoch: i32,
-    pub leader_epoch: i32,
-    pub start_offset: i64,
-    /// In-flight records whose delivery is over (KIP-1226's `DeliveryCompleteCount`, from
-    /// which a share group's lag is computed).
-    pub delivery_complete_count: i32,
-    pub state_batches: Vec<StateBatch>,
-}
-
-/// What ReadShareGroupState answered: the persisted state a leader starts from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PersistedState {
-    pub state_epoch: i32,
-    /// `-1`: nothing was persisted (or it was reset); `share.auto.offset.reset` decides.
-    pub start_offset: i64,
-    pub state_batches: Vec<StateBatch>,
 }
 
 /// The answer to [`SharePartition::expire`].
@@ -704,9 +539,13 @@ impl SharePartition {
             // Runs of offsets with one acknowledge type.
             let mut from = first;
             while from <= batch.last_offset {
-                let ty = batch.type_of(from);
+                // Validated: the types cover the batch.
+                let Some(ty) = batch.type_of(from) else {
+                    debug_assert!(false, "acknowledge types do not cover offset {from}");
+                    break;
+                };
                 let mut to = from;
-                while to < batch.last_offset && batch.type_of(to + 1) == ty {
+                while to < batch.last_offset && batch.type_of(to + 1) == Some(ty) {
                     to += 1;
                 }
                 self.transition(from, to, &mut changes, |r| {
