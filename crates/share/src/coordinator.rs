@@ -20,8 +20,8 @@
 //!    leader epoch is below it is FENCED_LEADER_EPOCH, and a read with a higher one records
 //!    the new leader epoch (a `ShareUpdate` without batches) before it is answered, so the
 //!    old leader's later writes are fenced even after a coordinator failover. Initialize
-//!    with an older state epoch is FENCED_STATE_EPOCH. A negative partition, a zero topic id
-//!    or an empty group id is INVALID_REQUEST.
+//!    with an older state epoch is FENCED_STATE_EPOCH. A negative partition, a zero topic id,
+//!    an empty group id or a state batch that cannot describe records is INVALID_REQUEST.
 //! 4. Delete writes tombstones of both record keys.
 //! 5. The broker appends the records with acks=all, says where each write ended
 //!    ([`ShareCoordinator::appended`]) and, as the partition's high watermark moves,
@@ -649,6 +649,17 @@ impl ShareCoordinator {
         }
         if key.partition < 0 || key.topic_id.is_zero() || key.group_id.is_empty() {
             return Output::Reply(Response::error(&request, ErrorCode::INVALID_REQUEST));
+        }
+        if let Request::Write { state_batches, .. } = &request {
+            let bad = state_batches.iter().any(|b| {
+                b.is_empty()
+                    || b.first_offset < 0
+                    || b.last_offset == i64::MAX
+                    || b.delivery_count < 0
+            });
+            if bad {
+                return Output::Reply(Response::error(&request, ErrorCode::INVALID_REQUEST));
+            }
         }
         let live = self
             .live

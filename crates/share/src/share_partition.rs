@@ -204,9 +204,9 @@ impl SharePartition {
             return Ok(sp);
         }
         for b in &persisted.state_batches {
-            if b.is_empty() {
+            if b.is_empty() || b.first_offset < 0 || b.last_offset == i64::MAX {
                 return Err(ShareError::BadPersistedState(format!(
-                    "batch {}..={} is empty",
+                    "batch {}..={} is empty or out of range",
                     b.first_offset, b.last_offset
                 )));
             }
@@ -423,7 +423,7 @@ impl SharePartition {
         changes: &mut Vec<StateBatch>,
     ) {
         let delivery_limit = self.config.delivery_count_limit;
-        let throttle_from = ((delivery_limit + 1) / 2).max(2);
+        let throttle_from = (delivery_limit.saturating_add(1) / 2).max(2);
         let holder: Arc<str> = Arc::from(member_id);
         self.split_at(lo);
         self.split_at(hi + 1);

@@ -103,7 +103,8 @@ impl StateBatch {
 /// Lays `newer` over `current` (each offset takes the state of the last batch that covers
 /// it, `newer` in order after `current`), drops what is below `start_offset` (`-1`: keep
 /// everything), and returns the result sorted, without overlap, with touching batches of the
-/// same state and count merged.
+/// same state and count merged. Batches that cannot describe records (empty, a negative
+/// offset, up to `i64::MAX`) are left out.
 ///
 /// Kafka's `PersisterStateBatchCombiner` resolves an overlap by keeping the batch with the
 /// higher delivery count (then state). A share-partition's leader only ever writes a record's
@@ -114,7 +115,10 @@ pub fn combine(current: &[StateBatch], newer: &[StateBatch], start_offset: i64) 
     // first offset -> batch, never overlapping.
     let mut map: BTreeMap<i64, StateBatch> = BTreeMap::new();
     for b in current.iter().chain(newer) {
-        if b.is_empty() {
+        // An empty batch says nothing, and no record has a negative offset or the last one
+        // (which would leave no room for the offset after it): such a batch, from a client or
+        // a damaged record, is dropped rather than trusted.
+        if b.is_empty() || b.first_offset < 0 || b.last_offset == i64::MAX {
             continue;
         }
         overlay(&mut map, *b);

@@ -359,6 +359,18 @@ fn malformed_keys_and_partitions_not_led_are_refused() {
         );
     }
     let k = key("g", 0);
+    for bad in [
+        sb(5, 4, Archived, 1),
+        sb(-3, 4, Archived, 1),
+        sb(5, i64::MAX, Archived, 1),
+        sb(5, 6, Archived, -1),
+    ] {
+        assert_eq!(
+            h.call_committed(write(&k, 0, 0, vec![bad]), 0).error_code(),
+            ErrorCode::INVALID_REQUEST,
+            "{bad:?}"
+        );
+    }
     let p = h.c.partition_for(&k);
     h.c.unload(p);
     assert_eq!(

@@ -627,6 +627,12 @@ fn rebuild_fills_gaps_between_persisted_batches_with_undelivered_records() {
     };
     let err = SharePartition::from_persisted("g", topic(), 0, config(), 1, &bad, 0).unwrap_err();
     assert_eq!(err.error_code(), ErrorCode::UNKNOWN_SERVER_ERROR);
+    let to_the_end = PersistedState {
+        state_epoch: 0,
+        start_offset: 10,
+        state_batches: vec![sb(10, i64::MAX, Available, 1)],
+    };
+    assert!(SharePartition::from_persisted("g", topic(), 0, config(), 1, &to_the_end, 0).is_err());
 }
 
 #[test]
