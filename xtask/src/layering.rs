@@ -12,6 +12,7 @@ mod tests {
         ("rill-storage", &["rill-protocol"]),
         ("rill-group", &["rill-protocol"]),
         ("rill-transaction", &["rill-protocol"]),
+        ("rill-share", &["rill-protocol"]),
         ("rill-metadata", &["rill-protocol"]),
         ("rill-client", &["rill-protocol"]),
         (
