@@ -429,6 +429,9 @@ pub struct DescribedConsumerGroupMember {
     pub subscribed_topic_regex: Option<String>,
     pub assignment: Vec<DescribedTopicPartitions>,
     pub target_assignment: Vec<DescribedTopicPartitions>,
+    /// A classic-protocol member of a consumer group (KIP-848's online upgrade): what
+    /// ConsumerGroupDescribe v1 reports as its member type (KIP-1099).
+    pub uses_classic_protocol: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

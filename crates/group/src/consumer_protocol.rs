@@ -1121,6 +1121,7 @@ impl GroupCoordinator {
                             subscribed_topic_regex: m.subscribed_topic_regex.clone(),
                             assignment: described(&m.assigned_partitions, &self.topics),
                             target_assignment: described(&g.target_of(&m.member_id), &self.topics),
+                            uses_classic_protocol: m.uses_classic_protocol(),
                         })
                         .collect(),
                 }

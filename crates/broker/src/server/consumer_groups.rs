@@ -201,6 +201,8 @@ impl Broker {
                             subscribed_topic_regex: m.subscribed_topic_regex,
                             assignment: assignment(m.assignment),
                             target_assignment: assignment(m.target_assignment),
+                            // KIP-1099's MemberType (version 1): 0 classic, 1 consumer.
+                            member_type: if m.uses_classic_protocol { 0 } else { 1 },
                             ..Default::default()
                         })
                         .collect(),

@@ -307,8 +307,8 @@ impl Broker {
                 .into()
             }),
             RequestBody::AlterUserScramCredentials(r) => alter_user_scram_credentials(a, r),
-            RequestBody::ListClientMetricsResources(_) => cluster_or(a, DescribeConfigs, || {
-                ListClientMetricsResourcesResponse {
+            RequestBody::ListConfigResources(_) => cluster_or(a, DescribeConfigs, || {
+                ListConfigResourcesResponse {
                     error_code: CAF.code(),
                     ..Default::default()
                 }
