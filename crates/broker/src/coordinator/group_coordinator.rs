@@ -64,6 +64,8 @@ pub enum GroupCall {
     TxnOffsetCommit(rill_group::TxnOffsetCommitRequest),
     ConsumerGroupHeartbeat(rill_group::ConsumerGroupHeartbeatRequest),
     ConsumerGroupDescribe(rill_group::ConsumerGroupDescribeRequest),
+    ShareGroupHeartbeat(rill_group::ShareGroupHeartbeatRequest),
+    ShareGroupDescribe(rill_group::ShareGroupDescribeRequest),
     /// The cluster's topics changed (the metadata publisher): consumer groups resolve
     /// their subscriptions against them.
     UpdateTopics(rill_group::TopicsImage),
@@ -85,6 +87,7 @@ pub enum GroupReply {
     DescribeGroups(rill_group::DescribeGroupsResponse),
     ListGroups(rill_group::ListGroupsResponse),
     ConsumerGroupDescribe(rill_group::ConsumerGroupDescribeResponse),
+    ShareGroupDescribe(rill_group::ShareGroupDescribeResponse),
     /// The topics were taken.
     TopicsUpdated,
     /// How many pending transactional offsets a marker made visible.
@@ -284,6 +287,12 @@ impl CoordinatorShard for GroupShard {
                 return Handled::Reply(GroupReply::TopicsUpdated);
             }
             GroupCall::ConsumerGroupHeartbeat(r) => c.handle_consumer_group_heartbeat(r, now, id),
+            GroupCall::ShareGroupDescribe(r) => {
+                return Handled::Reply(GroupReply::ShareGroupDescribe(
+                    c.handle_share_group_describe(&r),
+                ))
+            }
+            GroupCall::ShareGroupHeartbeat(r) => c.handle_share_group_heartbeat(r, now, id),
             GroupCall::Snapshot => {
                 let overview = c.group_overview();
                 // Groups gone from here (deleted, or their partition moved away) leave
