@@ -454,6 +454,34 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// One topic, any number of members and partitions, with or without a previous
+        /// target: every partition is assigned, and either each partition has one member
+        /// and loads differ by at most one, or each member has one partition and the
+        /// partitions' member counts differ by at most one.
+        #[test]
+        fn simple_covers_and_balances(members in 1usize..12, partitions in 1i32..12, prev_members in 0usize..12) {
+            let topics = parts(&[(1, partitions)]);
+            let ids: Vec<String> = (0..members).map(|i| format!("m{i:02}")).collect();
+            let prev_ids: Vec<String> = (0..prev_members).map(|i| format!("m{i:02}")).collect();
+            let prev_specs: Vec<MemberSpec<'_>> = prev_ids.iter().map(|id| spec(id, &[1], None)).collect();
+            let previous = simple_assign(&prev_specs, &topics);
+            let specs: Vec<MemberSpec<'_>> = ids.iter().map(|id| spec(id, &[1], previous.get(id))).collect();
+            let a = simple_assign(&specs, &topics);
+            let counts: Vec<usize> = (0..partitions).map(|p| shared_by(&a, 1, p)).collect();
+            proptest::prop_assert!(counts.iter().all(|c| *c >= 1), "{counts:?}");
+            let s = sizes(&a);
+            let spread = |v: &[usize]| v.iter().max().unwrap() - v.iter().min().unwrap();
+            if members <= partitions as usize {
+                proptest::prop_assert!(counts.iter().all(|c| *c == 1));
+                proptest::prop_assert!(spread(&s) <= 1, "{s:?}");
+            } else {
+                proptest::prop_assert!(s.iter().all(|n| *n == 1), "{s:?}");
+                proptest::prop_assert!(spread(&counts) <= 1, "{counts:?}");
+            }
+        }
+    }
+
     #[test]
     fn simple_assigns_only_the_given_partitions_of_subscribed_topics() {
         let mut topics = parts(&[(1, 4), (2, 2)]);

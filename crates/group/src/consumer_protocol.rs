@@ -1100,7 +1100,7 @@ impl GroupCoordinator {
                     return DescribedConsumerGroup::error(id, code, None);
                 }
                 let Some(g) = self.committed_consumer.group(id) else {
-                    let message = if self.groups.contains_key(id) {
+                    let message = if self.groups.contains_key(id) || self.is_share_group(id) {
                         format!("Group {id} is not a consumer group.")
                     } else {
                         format!("Group {id} not found.")

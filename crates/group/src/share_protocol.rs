@@ -683,9 +683,17 @@ impl GroupCoordinator {
         if self.coordinator_error(group_id).is_some() {
             return Vec::new();
         }
-        let Some(g) = self.share_groups.get(group_id) else {
+        let Some(live) = self.share_groups.get_mut(group_id) else {
             return Vec::new();
         };
+        // Answered: no longer an ask in flight (keeps the set bounded by what is
+        // initializing).
+        for t in topics {
+            for p in &t.partitions {
+                live.initialize_requested.remove(&(t.topic_id, *p));
+            }
+        }
+        let g = live.clone();
         let mut next = g.clone();
         let mut moved = false;
         for t in topics {

@@ -495,6 +495,18 @@ fn share_classic_and_consumer_groups_share_one_id_space() {
         api_version: 6,
     });
     assert_eq!(d.groups[0].error_code, error_code::GROUP_ID_NOT_FOUND);
+    // Nor does ConsumerGroupDescribe.
+    let d =
+        h.c.handle_consumer_group_describe(&ConsumerGroupDescribeRequest {
+            group_ids: vec!["s".into()],
+        })
+        .groups
+        .remove(0);
+    assert_eq!(d.error_code, error_code::GROUP_ID_NOT_FOUND);
+    assert_eq!(
+        d.error_message.as_deref(),
+        Some("Group s is not a consumer group.")
+    );
     // ShareGroupDescribe does not know the classic group.
     let d = h.describe_share("classic");
     assert_eq!(d.error_code, error_code::GROUP_ID_NOT_FOUND);
