@@ -1,8 +1,8 @@
 //! A share group's membership (KIP-932) on the wire against a real `rill server`:
 //! ShareGroupHeartbeat v1 and ShareGroupDescribe v1 built with the protocol crate's types
 //! over a plain TCP connection, as a share consumer sends them (a made-up member id,
-//! epoch 0 to join, the epoch it was given after), and `rill group list|describe` showing
-//! the group. confluent-kafka's `ShareConsumer` cannot be used until ShareFetch is served
+//! epoch 0 to join, the epoch it was given after), `rill group list|describe` showing
+//! the group, and a `kill -9` restart replaying it. confluent-kafka's `ShareConsumer` cannot be used until ShareFetch is served
 //! (it refuses a broker without it), so this is the client.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test harness: a failure is a test failure
@@ -158,14 +158,15 @@ impl Member {
 
 #[test]
 fn share_group_membership_on_the_wire() {
-    let server = start_server(&[
+    let mut server = start_server(&[
         "offsets.topic.num.partitions=1",
         "group.share.min.session.timeout.ms=1000",
         &format!("group.share.session.timeout.ms={SESSION_MS}"),
         "group.share.min.heartbeat.interval.ms=100",
         &format!("group.share.heartbeat.interval.ms={INTERVAL_MS}"),
     ]);
-    let bootstrap = server.bootstrap.as_str();
+    let bootstrap = server.bootstrap.clone();
+    let bootstrap = bootstrap.as_str();
     rill_json(bootstrap, &["topic", "create", "orders", "-p", "3"]);
     let mut wire = Wire::connect(bootstrap);
     // FindCoordinator makes `__consumer_offsets`; a single node coordinates every group.
@@ -235,6 +236,25 @@ fn share_group_membership_on_the_wire() {
         .map(|t| t["partitions"].as_array().unwrap().len())
         .sum();
     assert_eq!(listed_partitions, 3, "{describe}");
+
+    // A restart (kill -9) replays the group from `__consumer_offsets`: the same epochs,
+    // members and assignments, and the members carry on where they were.
+    let before = wire.describe("g").groups.remove(0);
+    server.restart();
+    let mut wire = Wire::connect(bootstrap);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let g = wire.describe("g").groups.remove(0);
+        if g.error_code == 0 || Instant::now() > deadline {
+            break g;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(after, before);
+    let epochs = (a.epoch, b.epoch);
+    a.heartbeat(&mut wire, "g");
+    b.heartbeat(&mut wire, "g");
+    assert_eq!((a.epoch, b.epoch), epochs);
 
     // The second member goes silent: its session ends and the first gets everything.
     let silent_from = Instant::now();

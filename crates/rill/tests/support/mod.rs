@@ -49,8 +49,9 @@ fn free_port() -> u16 {
 /// A `rill server` on a free loopback port with its own data directory.
 pub struct Server {
     pub bootstrap: String,
-    _guard: ServerGuard,
-    _dir: TempDir,
+    overrides: Vec<String>,
+    guard: ServerGuard,
+    dir: TempDir,
 }
 
 /// The server, with broker settings (`key=value`) on top of the defaults.
@@ -58,14 +59,35 @@ pub fn start_server(overrides: &[&str]) -> Server {
     let dir = TempDir::new();
     let port = free_port();
     let bootstrap = format!("127.0.0.1:{port}");
+    let overrides: Vec<String> = overrides.iter().map(|o| (*o).to_owned()).collect();
+    let guard = spawn(&bootstrap, &dir, &overrides);
+    Server {
+        bootstrap,
+        overrides,
+        guard,
+        dir,
+    }
+}
+
+impl Server {
+    /// `kill -9` and start again on the same port and data directory.
+    #[allow(dead_code, reason = "not every test binary restarts its server")]
+    pub fn restart(&mut self) {
+        let _ = self.guard.0.kill();
+        let _ = self.guard.0.wait();
+        self.guard = spawn(&self.bootstrap, &self.dir, &self.overrides);
+    }
+}
+
+fn spawn(bootstrap: &str, dir: &TempDir, overrides: &[String]) -> ServerGuard {
     let mut guard = ServerGuard(
         Command::new(RILL)
-            .args(["server", "--listen", &bootstrap, "--data-dir"])
+            .args(["server", "--listen", bootstrap, "--data-dir"])
             .arg(&dir.0)
             .args(["--override", "group.initial.rebalance.delay.ms=0"])
             // Off: tests run in parallel and would all take the default 9644.
             .args(["--override", "http.listeners="])
-            .args(overrides.iter().flat_map(|o| ["--override", o]))
+            .args(overrides.iter().flat_map(|o| ["--override", o.as_str()]))
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -88,11 +110,7 @@ pub fn start_server(overrides: &[&str]) -> Server {
     ready_rx
         .recv_timeout(Duration::from_secs(30))
         .expect("server did not start");
-    Server {
-        bootstrap,
-        _guard: guard,
-        _dir: dir,
-    }
+    guard
 }
 
 /// `rill <args> -b <bootstrap> --output json`, which must succeed; its JSON.
