@@ -12,8 +12,8 @@
 //!    taken by a classic or consumer group is GROUP_ID_NOT_FOUND ("is not a share group",
 //!    as Kafka answers; a JoinGroup or ConsumerGroupHeartbeat to a share group's id is
 //!    answered INCONSISTENT_GROUP_PROTOCOL / GROUP_ID_NOT_FOUND by their handlers).
-//! 2. The group is found, or made by a join; a new member beyond `group.share.max.size` is
-//!    GROUP_MAX_SIZE_REACHED. The member is found, or made by a join; an unknown member
+//! 2. The group is found, or made by a join (else GROUP_ID_NOT_FOUND); a new member beyond
+//!    `group.share.max.size` is GROUP_MAX_SIZE_REACHED. The member is found, or made by a join; an unknown member
 //!    that does not join is UNKNOWN_MEMBER_ID; an epoch other than the member's, or its
 //!    previous one (a lost response), is FENCED_MEMBER_EPOCH.
 //! 3. A changed subscription bumps the group epoch; so does a different metadata hash of
@@ -78,6 +78,13 @@ struct SharePlan {
     records: Vec<ShareGroupRecord>,
     response: ShareGroupHeartbeatResponse,
     initialize: Vec<ShareTopicPartitions>,
+}
+
+fn share_group_not_found<T>(group_id: &str) -> Result<T, HeartbeatError> {
+    err(
+        error_code::GROUP_ID_NOT_FOUND,
+        format!("Share group {group_id} not found."),
+    )
 }
 
 fn to_share_topics(sets: &TopicPartitionSets) -> Vec<ShareTopicPartitions> {
@@ -214,15 +221,16 @@ impl GroupCoordinator {
     }
 
     fn validate_share_heartbeat(req: &ShareGroupHeartbeatRequest) -> Result<(), HeartbeatError> {
+        // Kafka 4.2's order (`GroupCoordinatorService`): member id, group id, rack, epoch.
         let invalid = |m: &str| err(error_code::INVALID_REQUEST, m);
+        if req.member_id.is_empty() {
+            return invalid("MemberId can't be empty.");
+        }
         if req.group_id.is_empty() {
             return invalid("GroupId can't be empty.");
         }
         if req.rack_id.as_deref() == Some("") {
             return invalid("RackId can't be empty.");
-        }
-        if req.member_id.is_empty() {
-            return invalid("MemberId can't be empty.");
         }
         match req.member_epoch {
             e if e > 0 || e == LEAVE_GROUP_MEMBER_EPOCH => Ok(()),
@@ -299,17 +307,8 @@ impl GroupCoordinator {
                 fresh = ShareGroup::new(&req.group_id, partition);
                 &fresh
             }
-            // No group: the member is unknown here (its group was deleted, or it never
-            // joined); it rejoins with epoch 0.
-            None => {
-                return err(
-                    error_code::UNKNOWN_MEMBER_ID,
-                    format!(
-                        "Member {} is not a member of group {}.",
-                        req.member_id, req.group_id
-                    ),
-                )
-            }
+            // Only a join makes a group (Kafka 4.2's `getOrMaybeCreateShareGroup`).
+            None => return share_group_not_found(&req.group_id),
         };
         let existing = group.members.get(&req.member_id);
         let max = usize::try_from(self.config.share_group_max_size).unwrap_or(0);
@@ -596,10 +595,7 @@ impl GroupCoordinator {
         req: &ShareGroupHeartbeatRequest,
     ) -> Result<SharePlan, HeartbeatError> {
         let Some(g) = self.share_groups.get(&req.group_id) else {
-            return err(
-                error_code::GROUP_ID_NOT_FOUND,
-                format!("Group {} not found.", req.group_id),
-            );
+            return share_group_not_found(&req.group_id);
         };
         if !g.members.contains_key(&req.member_id) {
             return err(

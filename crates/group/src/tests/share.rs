@@ -285,6 +285,9 @@ fn invalid_heartbeats_are_refused_as_kafka_refuses_them() {
     let r = h.share(no_id);
     assert_eq!(r.error_code, error_code::INVALID_REQUEST);
     assert_eq!(r.error_message.as_deref(), Some("MemberId can't be empty."));
+    // The member id is checked before the group id, as Kafka 4.2 does.
+    let r = h.share(req("", "", 0));
+    assert_eq!(r.error_message.as_deref(), Some("MemberId can't be empty."));
     let r = h.share(req("g", "m", 0));
     assert_eq!(r.error_code, error_code::INVALID_REQUEST);
     let mut empty = req("g", "m", 0);
@@ -301,12 +304,21 @@ fn invalid_heartbeats_are_refused_as_kafka_refuses_them() {
     let mut no_group = req("", "m", 0);
     no_group.subscribed_topic_names = Some(vec!["orders".into()]);
     assert_eq!(h.share(no_group).error_code, error_code::INVALID_REQUEST);
-    // A member that never joined.
+    assert!(h.log.is_empty(), "nothing refused wrote anything");
+    // No group but by a join, as Kafka 4.2 answers.
+    let r = h.share(req("g", "m", 5));
+    assert_eq!(r.error_code, error_code::GROUP_ID_NOT_FOUND);
+    assert_eq!(r.error_message.as_deref(), Some("Share group g not found."));
+    let r = h.share(req("g", "m", LEAVE_GROUP_MEMBER_EPOCH));
+    assert_eq!(r.error_code, error_code::GROUP_ID_NOT_FOUND);
+    // In a group it never joined, a member is unknown.
+    let mut other = req("g", "other", 0);
+    other.subscribed_topic_names = Some(vec!["orders".into()]);
+    assert_eq!(h.share(other).error_code, error_code::NONE);
     assert_eq!(
         h.share(req("g", "m", 5)).error_code,
         error_code::UNKNOWN_MEMBER_ID
     );
-    assert!(h.log.is_empty(), "nothing refused wrote anything");
 }
 
 #[test]
