@@ -595,7 +595,11 @@ impl GroupCoordinator {
         req: &ShareGroupHeartbeatRequest,
     ) -> Result<SharePlan, HeartbeatError> {
         let Some(g) = self.share_groups.get(&req.group_id) else {
-            return share_group_not_found(&req.group_id);
+            // Kafka's `shareGroupLeave` looks the group up as describe does.
+            return err(
+                error_code::GROUP_ID_NOT_FOUND,
+                format!("Group {} not found.", req.group_id),
+            );
         };
         if !g.members.contains_key(&req.member_id) {
             return err(

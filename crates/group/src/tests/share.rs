@@ -311,6 +311,7 @@ fn invalid_heartbeats_are_refused_as_kafka_refuses_them() {
     assert_eq!(r.error_message.as_deref(), Some("Share group g not found."));
     let r = h.share(req("g", "m", LEAVE_GROUP_MEMBER_EPOCH));
     assert_eq!(r.error_code, error_code::GROUP_ID_NOT_FOUND);
+    assert_eq!(r.error_message.as_deref(), Some("Group g not found."));
     // In a group it never joined, a member is unknown.
     let mut other = req("g", "other", 0);
     other.subscribed_topic_names = Some(vec!["orders".into()]);
