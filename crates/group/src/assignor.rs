@@ -250,7 +250,10 @@ fn range(members: &[MemberSpec<'_>], topics: &BTreeMap<Uuid, i32>) -> BTreeMap<S
 ///
 /// # Design note (simple)
 ///
-/// Topic by topic, with its subscribers in member id order and its partitions ascending:
+/// Over every subscribed partition when all members subscribe to the same topics (Kafka's
+/// `SimpleHomogeneousAssignmentBuilder`), else topic by topic among its subscribers
+/// (Kafka's heterogeneous builder works per topic too); members in member id order,
+/// partitions ascending:
 ///
 /// 1. With no more subscribers than partitions, each partition goes to exactly one
 ///    subscriber and each subscriber gets ⌊P/M⌋ or ⌈P/M⌉ of them; with more subscribers
@@ -268,8 +271,7 @@ fn range(members: &[MemberSpec<'_>], topics: &BTreeMap<Uuid, i32>) -> BTreeMap<S
 /// last step always finds a bin and every item is placed; when subscribers outnumber
 /// partitions ⌊M/P⌋ ≥ 1, and the ⌊I/B⌋ places of every bin are filled before any bin gets
 /// a ⌈I/B⌉-th, so every partition has a member. Members with different subscriptions are
-/// balanced within each topic, not across topics (Kafka's assignor is a heuristic there
-/// too).
+/// balanced within each topic, not across topics (a heuristic there, as Kafka's is).
 pub fn simple_assign(
     members: &[MemberSpec<'_>],
     partitions: &BTreeMap<Uuid, BTreeSet<i32>>,
@@ -278,40 +280,58 @@ pub fn simple_assign(
         .iter()
         .map(|m| (m.member_id.to_owned(), Assignment::new()))
         .collect();
-    for (topic, ps) in partitions {
+    let homogeneous = members
+        .windows(2)
+        .all(|w| w[0].subscribed == w[1].subscribed);
+    // One problem over every subscribed partition when the members all subscribe to the
+    // same topics, else one per topic among its subscribers.
+    let problems: Vec<Vec<(Uuid, i32)>> = if homogeneous {
+        vec![partitions
+            .iter()
+            .filter(|(t, _)| members.first().is_some_and(|m| m.subscribed.contains(t)))
+            .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
+            .collect()]
+    } else {
+        partitions
+            .iter()
+            .map(|(t, ps)| ps.iter().map(|p| (*t, *p)).collect())
+            .collect()
+    };
+    for parts in problems {
+        let Some((topic, _)) = parts.first() else {
+            continue;
+        };
         let mut subs: Vec<&MemberSpec<'_>> = members
             .iter()
             .filter(|m| m.subscribed.contains(topic))
             .collect();
-        if subs.is_empty() || ps.is_empty() {
+        if subs.is_empty() {
             continue;
         }
         subs.sort_by_key(|m| m.member_id);
-        let ps: Vec<i32> = ps.iter().copied().collect();
         // (subscriber index, partition index) pairs of the previous targets.
         let mut previous = BTreeSet::new();
         for (mi, m) in subs.iter().enumerate() {
-            if let Some(prev) = m.previous.and_then(|a| a.get(topic)) {
-                for (pi, p) in ps.iter().enumerate() {
-                    if prev.contains(p) {
-                        previous.insert((mi, pi));
-                    }
+            let Some(prev) = m.previous else { continue };
+            for (pi, (t, p)) in parts.iter().enumerate() {
+                if prev.get(t).is_some_and(|set| set.contains(p)) {
+                    previous.insert((mi, pi));
                 }
             }
         }
-        let pairs: Vec<(usize, usize)> = if subs.len() <= ps.len() {
+        let pairs: Vec<(usize, usize)> = if subs.len() <= parts.len() {
             let prev: BTreeSet<(usize, usize)> = previous.iter().map(|(m, p)| (*p, *m)).collect();
-            balanced_placement(ps.len(), subs.len(), &prev)
+            balanced_placement(parts.len(), subs.len(), &prev)
                 .into_iter()
                 .map(|(p, m)| (m, p))
                 .collect()
         } else {
-            balanced_placement(subs.len(), ps.len(), &previous)
+            balanced_placement(subs.len(), parts.len(), &previous)
         };
         for (mi, pi) in pairs {
-            if let (Some(m), Some(p)) = (subs.get(mi), ps.get(pi)) {
+            if let (Some(m), Some((t, p))) = (subs.get(mi), parts.get(pi)) {
                 if let Some(a) = out.get_mut(m.member_id) {
-                    a.entry(*topic).or_default().insert(*p);
+                    a.entry(*t).or_default().insert(*p);
                 }
             }
         }
@@ -480,6 +500,18 @@ mod tests {
                 proptest::prop_assert!(spread(&counts) <= 1, "{counts:?}");
             }
         }
+    }
+
+    #[test]
+    fn simple_balances_across_topics_when_subscriptions_are_the_same() {
+        // Two one-partition topics, two members: one partition each, nothing shared.
+        let topics = parts(&[(1, 1), (2, 1)]);
+        let a = simple_assign(
+            &[spec("a", &[1, 2], None), spec("b", &[1, 2], None)],
+            &topics,
+        );
+        assert_eq!(sizes(&a), vec![1, 1]);
+        assert_eq!((shared_by(&a, 1, 0), shared_by(&a, 2, 0)), (1, 1));
     }
 
     #[test]
