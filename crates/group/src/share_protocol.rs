@@ -818,6 +818,22 @@ impl GroupCoordinator {
         error_code::NONE
     }
 
+    /// Every share group this node knows (as of the high watermark), with its state,
+    /// group epoch and members, for the broker's metrics.
+    pub fn share_group_overview(&self) -> Vec<(String, crate::ShareGroupState, i32, usize)> {
+        self.committed_consumer
+            .share_groups()
+            .map(|g| {
+                (
+                    g.group_id.clone(),
+                    g.state(),
+                    g.group_epoch,
+                    g.members.len(),
+                )
+            })
+            .collect()
+    }
+
     /// The share group's state, if this node knows the group (newest state).
     pub fn share_group_state(&self, group_id: &str) -> Option<crate::ShareGroupState> {
         self.share_groups.get(group_id).map(ShareGroup::state)

@@ -102,6 +102,8 @@ pub struct GroupSnapshot {
     pub groups: Vec<(String, String)>,
     /// Consumer groups of KIP-848's protocol: (group id, state as Kafka names it).
     pub consumer_groups: Vec<(String, String)>,
+    /// Share groups of KIP-932: (group id, state as Kafka names it).
+    pub share_groups: Vec<(String, String)>,
     /// (group, topic, partition, committed offset): what OffsetFetch would serve.
     pub offsets: Vec<(String, String, i32, i64)>,
     /// (group id, members).
@@ -307,6 +309,7 @@ impl CoordinatorShard for GroupShard {
                     .map(|(k, v)| (k.group, k.topic, k.partition, v.offset))
                     .collect();
                 let consumer = c.consumer_group_overview();
+                let share = c.share_group_overview();
                 return Handled::Reply(GroupReply::Snapshot(GroupSnapshot {
                     groups: overview
                         .into_iter()
@@ -316,12 +319,17 @@ impl CoordinatorShard for GroupShard {
                         .iter()
                         .map(|(id, s, _, _)| (id.clone(), s.to_string()))
                         .collect(),
+                    share_groups: share
+                        .iter()
+                        .map(|(id, s, _, _)| (id.clone(), s.to_string()))
+                        .collect(),
                     offsets,
                     members: c
                         .group_sizes()
                         .into_iter()
                         .map(|(id, n)| (id, n as u64))
                         .chain(consumer.iter().map(|(id, _, _, n)| (id.clone(), *n as u64)))
+                        .chain(share.iter().map(|(id, _, _, n)| (id.clone(), *n as u64)))
                         .collect(),
                 }));
             }
