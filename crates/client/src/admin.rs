@@ -784,6 +784,11 @@ impl Admin {
                         out.push(GroupDescription::from(cg));
                         continue;
                     }
+                    // Nor a share group (KIP-932): ShareGroupDescribe shows it.
+                    if let Some(sg) = self.describe_share_group(group).await? {
+                        out.push(GroupDescription::from(sg));
+                        continue;
+                    }
                 }
                 out.push(GroupDescription {
                     group_id: g.group_id,

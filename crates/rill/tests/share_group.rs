@@ -256,6 +256,20 @@ fn share_group_membership_on_the_wire() {
     b.heartbeat(&mut wire, "g");
     assert_eq!((a.epoch, b.epoch), epochs);
 
+    // The admin client's DescribeGroups falls back to ShareGroupDescribe (the console
+    // shows groups through it).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let described = runtime.block_on(async {
+        let admin = rill_client::Admin::new(rill_client::ClientConfig::new(bootstrap)).unwrap();
+        admin.describe_groups(&["g".to_owned()]).await.unwrap()
+    });
+    assert_eq!(described[0].protocol_type, "share");
+    assert_eq!(described[0].state, "Stable");
+    assert_eq!(described[0].members.len(), 2);
+
     // The second member goes silent: its session ends and the first gets everything.
     let silent_from = Instant::now();
     a.until(&mut wire, "g", |m| m.assigned.len() == 3);

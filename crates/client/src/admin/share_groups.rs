@@ -4,7 +4,7 @@
 use rill_protocol::generated::{ApiKey, ShareGroupDescribeRequest};
 use rill_protocol::ErrorCode;
 
-use super::Admin;
+use super::{Admin, GroupDescription, MemberDescription};
 use crate::error::{check, Error, Result};
 use crate::network::BrokerMetadata;
 use crate::ops;
@@ -38,6 +38,32 @@ pub struct ShareGroupDescription {
     pub assignor: String,
     pub members: Vec<ShareGroupMemberDescription>,
     pub coordinator: BrokerMetadata,
+}
+
+impl From<ShareGroupDescription> for GroupDescription {
+    /// A share group in DescribeGroups' shape: protocol type `share`, the assignor as the
+    /// protocol, each member's partitions.
+    fn from(sg: ShareGroupDescription) -> Self {
+        GroupDescription {
+            group_id: sg.group_id,
+            state: sg.state,
+            protocol_type: "share".into(),
+            protocol: sg.assignor,
+            members: sg
+                .members
+                .into_iter()
+                .map(|m| MemberDescription {
+                    member_id: m.member_id,
+                    group_instance_id: None,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    subscribed_topics: m.subscribed_topic_names,
+                    assignment: m.assignment,
+                })
+                .collect(),
+            coordinator: sg.coordinator,
+        }
+    }
 }
 
 impl Admin {
