@@ -326,3 +326,93 @@ fn share_group_membership_on_the_wire() {
         Some("Group classic is not a share group.")
     );
 }
+
+/// Polls `f` until it returns `Some`, for at most ten seconds (ACLs reach the broker
+/// through the metadata log).
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn share_group_apis_are_authorized_as_kafka_authorizes_them() {
+    let server = start_server(&[
+        "offsets.topic.num.partitions=1",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        // The PLAINTEXT principal (User:ANONYMOUS) may do what no ACL speaks of.
+        "allow.everyone.if.no.acl.found=true",
+        &format!("group.share.heartbeat.interval.ms={INTERVAL_MS}"),
+        "group.share.min.heartbeat.interval.ms=100",
+    ]);
+    let bootstrap = server.bootstrap.as_str();
+    rill_json(bootstrap, &["topic", "create", "orders", "-p", "1"]);
+    rill_json(bootstrap, &["topic", "create", "secret", "-p", "1"]);
+    let mut wire = Wire::connect(bootstrap);
+    let find = FindCoordinatorRequest {
+        key_type: 0,
+        coordinator_keys: vec!["g".into()],
+        ..Default::default()
+    };
+    wire.call(ApiKey::FindCoordinator, 4, &find);
+    let join = |group: &str, member: &str, topics: &[&str]| ShareGroupHeartbeatRequest {
+        group_id: group.into(),
+        member_id: member.into(),
+        member_epoch: 0,
+        subscribed_topic_names: Some(topics.iter().map(|t| (*t).to_owned()).collect()),
+        ..Default::default()
+    };
+    assert_eq!(
+        wire.heartbeat(&join("g", "m1", &["orders", "secret"]))
+            .error_code,
+        0
+    );
+    assert_eq!(
+        wire.heartbeat(&join("open", "m2", &["orders"])).error_code,
+        0
+    );
+    assert_eq!(wire.describe("g").groups[0].error_code, 0);
+
+    for args in [
+        ["--topic", "secret", "--operation", "Describe"],
+        ["--group", "locked", "--operation", "All"],
+    ] {
+        let mut cmd = vec!["acl", "add", "--deny-principal", "User:ANONYMOUS"];
+        cmd.extend(args);
+        rill_json(bootstrap, &cmd);
+    }
+    // A group that uses a topic the client may not describe is not shown.
+    let hidden = eventually("the topic ACL applies", || {
+        let g = wire.describe("g").groups.remove(0);
+        (g.error_code != 0).then_some(g)
+    });
+    assert_eq!(
+        hidden.error_code,
+        ErrorCode::TOPIC_AUTHORIZATION_FAILED.code()
+    );
+    assert!(hidden.members.is_empty());
+    let open = wire.describe("open").groups.remove(0);
+    assert_eq!((open.error_code, open.members.len()), (0, 1));
+    // Nor may a member subscribe to it.
+    let refused = wire.heartbeat(&join("g", "m3", &["orders", "secret"]));
+    assert_eq!(
+        refused.error_code,
+        ErrorCode::TOPIC_AUTHORIZATION_FAILED.code()
+    );
+    // A group the client may not read or describe.
+    let locked = eventually("the group ACL applies", || {
+        let r = wire.heartbeat(&join("locked", "m4", &["orders"]));
+        (r.error_code != 0).then_some(r)
+    });
+    assert_eq!(
+        locked.error_code,
+        ErrorCode::GROUP_AUTHORIZATION_FAILED.code()
+    );
+    let d = wire.describe("locked").groups.remove(0);
+    assert_eq!(d.error_code, ErrorCode::GROUP_AUTHORIZATION_FAILED.code());
+}

@@ -970,7 +970,8 @@ fn share_group_heartbeat(a: &Authz, r: &ShareGroupHeartbeatRequest) -> Gate {
 }
 
 /// Kafka's `handleShareGroupDescribe`: DESCRIBE on each group; the authorized operations
-/// when asked.
+/// when asked; and (v1) a group whose members subscribe to or are assigned a topic the
+/// client may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED instead of shown.
 fn share_group_describe(a: &Authz, r: &mut ShareGroupDescribeRequest) -> Gate {
     let denied = take_denied(&mut r.group_ids, |g| a.group(Describe, g));
     let ops: Option<Vec<(String, i32)>> = r.include_authorized_operations.then(|| {
@@ -979,23 +980,47 @@ fn share_group_describe(a: &Authz, r: &mut ShareGroupDescribeRequest) -> Gate {
             .map(|g| (g.clone(), a.operations(ResourceType::Group, g)))
             .collect()
     });
-    if denied.is_empty() && ops.is_none() {
+    let topic_allowed = a
+        .enabled()
+        .then(|| a.checker(Describe, ResourceType::Topic));
+    if denied.is_empty() && ops.is_none() && topic_allowed.is_none() {
         return Gate::Proceed(None);
     }
     patch!(ShareGroupDescribe, |resp| {
-        if let Some(ops) = &ops {
-            for g in &mut resp.groups {
-                if g.error_code == ErrorCode::NONE.code() {
-                    if let Some((_, bits)) = ops.iter().find(|(id, _)| *id == g.group_id) {
-                        g.authorized_operations = *bits;
-                    }
-                }
+        for g in &mut resp.groups {
+            if g.error_code != ErrorCode::NONE.code() {
+                continue;
+            }
+            let hidden = topic_allowed.as_ref().is_some_and(|allowed| {
+                g.members.iter().any(|m| {
+                    m.subscribed_topic_names.iter().any(|t| !allowed(t))
+                        || m.assignment
+                            .topic_partitions
+                            .iter()
+                            .any(|tp| !allowed(&tp.topic_name))
+                })
+            });
+            if hidden {
+                *g = share_group_describe_response::DescribedGroup {
+                    error_code: TAF.code(),
+                    error_message: Some(
+                        "The described group uses topics that the client is not authorized \
+                         to describe."
+                            .into(),
+                    ),
+                    group_id: std::mem::take(&mut g.group_id),
+                    ..Default::default()
+                };
+            } else if let Some((_, bits)) = ops
+                .as_ref()
+                .and_then(|ops| ops.iter().find(|(id, _)| *id == g.group_id))
+            {
+                g.authorized_operations = *bits;
             }
         }
         resp.groups.extend(denied.into_iter().map(|g| {
             share_group_describe_response::DescribedGroup {
                 error_code: GAF.code(),
-                error_message: Some("Group authorization failed.".into()),
                 group_id: g,
                 ..Default::default()
             }
