@@ -644,7 +644,8 @@ pub enum Output {
     /// assigns them (KIP-932: the group coordinator sends InitializeShareGroupState to the
     /// share coordinator once the records marking them initializing are written); report
     /// success with [`crate::GroupCoordinator::share_group_state_initialized`]. Follows the
-    /// `Persist` that wrote the initializing mark.
+    /// `Persist` that wrote the initializing mark, or comes alone when a heartbeat asks
+    /// again for partitions a previous coordinator marked but never saw initialised.
     InitializeShareGroupState {
         group_id: String,
         group_epoch: i32,

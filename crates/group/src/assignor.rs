@@ -260,7 +260,7 @@ fn range(members: &[MemberSpec<'_>], topics: &BTreeMap<Uuid, i32>) -> BTreeMap<S
 ///    than partitions, each subscriber gets exactly one partition and each partition goes
 ///    to ⌊M/P⌋ or ⌈M/P⌉ subscribers. Both are one problem: place every *item* (the
 ///    partitions, or the subscribers) in one *bin* (the subscribers, or the partitions) so
-///    that the bins' sizes differ by at most one ([`balanced_placement`]).
+///    that the bins' sizes differ by at most one (`balanced_placement`).
 /// 2. Stickiness: an item first goes back to a bin it was in (its member's previous
 ///    target) while that bin is under ⌊I/B⌋, then, while ⌈I/B⌉ places remain, to a
 ///    previous bin at ⌊I/B⌋; only the rest goes to the first bin under ⌊I/B⌋, then to the
