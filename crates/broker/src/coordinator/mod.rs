@@ -18,5 +18,6 @@
 pub mod consumer_group_codec;
 pub mod group_coordinator;
 pub mod runtime;
+pub mod share_group_codec;
 pub mod transaction_coordinator;
 pub mod transaction_marker;

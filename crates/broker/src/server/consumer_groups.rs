@@ -53,7 +53,7 @@ fn heartbeat_error(code: i16, message: Option<String>) -> chs::ConsumerGroupHear
 
 impl Broker {
     /// A GROUP config of `group_id` as an int: its override, else the broker's key.
-    fn group_config_ms(&self, group_id: &str, name: &str, broker_key: &str) -> i32 {
+    pub(crate) fn group_config_ms(&self, group_id: &str, name: &str, broker_key: &str) -> i32 {
         let image = self.image();
         let own = image
             .configs

@@ -32,6 +32,7 @@ mod quorum;
 pub(crate) mod quotas;
 mod request_authorization;
 pub(crate) mod sasl;
+mod share_groups;
 pub(crate) use sasl::scram_credential;
 mod topics;
 mod transactions;
@@ -80,6 +81,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // expression subscription.
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // KIP-932's share groups: membership only until ShareFetch is served (issue #21);
+    // Kafka 4.1 and 4.2 offer v1 of both.
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
@@ -368,6 +373,13 @@ impl Broker {
             }
             RequestBody::ConsumerGroupDescribe(r) => {
                 respond!(self.handle_consumer_group_describe(r).await)
+            }
+            RequestBody::ShareGroupHeartbeat(r) => {
+                let client_id = header.client_id.as_deref().unwrap_or_default();
+                respond!(self.handle_share_group_heartbeat(r, client_id, peer).await)
+            }
+            RequestBody::ShareGroupDescribe(r) => {
+                respond!(self.handle_share_group_describe(r).await)
             }
             RequestBody::AddPartitionsToTxn(r) => {
                 respond!(self.handle_add_partitions_to_txn(r, version).await)

@@ -5440,19 +5440,11 @@ impl RandomValue
     }
 }
 
-impl RandomValue for rill_protocol::generated::group_coordinator::share_group_metadata_value::ShareGroupMetadataValue { fn random(rng: &mut Rng) -> Self { Self {epoch: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
-
-impl RandomValue for rill_protocol::generated::group_coordinator::share_group_partition_metadata_key::ShareGroupPartitionMetadataKey { fn random(rng: &mut Rng) -> Self { Self {group_id: RandomValue::random(rng),} } }
-
-impl RandomValue for rill_protocol::generated::group_coordinator::share_group_partition_metadata_value::ShareGroupPartitionMetadataValue { fn random(rng: &mut Rng) -> Self { Self {topics: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
-
-impl RandomValue for rill_protocol::generated::group_coordinator::share_group_partition_metadata_value::TopicMetadata { fn random(rng: &mut Rng) -> Self { Self {topic_id: RandomValue::random(rng),topic_name: RandomValue::random(rng),num_partitions: RandomValue::random(rng),partition_metadata: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
-
-impl RandomValue for rill_protocol::generated::group_coordinator::share_group_partition_metadata_value::PartitionMetadata { fn random(rng: &mut Rng) -> Self { Self {partition: RandomValue::random(rng),racks: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+impl RandomValue for rill_protocol::generated::group_coordinator::share_group_metadata_value::ShareGroupMetadataValue { fn random(rng: &mut Rng) -> Self { Self {epoch: RandomValue::random(rng),metadata_hash: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
 
 impl RandomValue for rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_key::ShareGroupStatePartitionMetadataKey { fn random(rng: &mut Rng) -> Self { Self {group_id: RandomValue::random(rng),} } }
 
-impl RandomValue for rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_value::ShareGroupStatePartitionMetadataValue { fn random(rng: &mut Rng) -> Self { Self {initialized_topics: RandomValue::random(rng),deleting_topics: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+impl RandomValue for rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_value::ShareGroupStatePartitionMetadataValue { fn random(rng: &mut Rng) -> Self { Self {initializing_topics: RandomValue::random(rng),initialized_topics: RandomValue::random(rng),deleting_topics: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
 
 impl RandomValue for rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_value::TopicPartitionsInfo { fn random(rng: &mut Rng) -> Self { Self {topic_id: RandomValue::random(rng),topic_name: RandomValue::random(rng),partitions: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
 
@@ -6184,19 +6176,17 @@ $m!(rill_protocol::generated::group_coordinator::group_metadata_key::GroupMetada
 $m!(rill_protocol::generated::group_coordinator::group_metadata_value::GroupMetadataValue, 0, 4);
 $m!(rill_protocol::generated::group_coordinator::offset_commit_key::OffsetCommitKey, 0, 1);
 $m!(rill_protocol::generated::group_coordinator::offset_commit_value::OffsetCommitValue, 0, 4);
-$m!(rill_protocol::generated::group_coordinator::share_group_current_member_assignment_key::ShareGroupCurrentMemberAssignmentKey, 14, 14);
+$m!(rill_protocol::generated::group_coordinator::share_group_current_member_assignment_key::ShareGroupCurrentMemberAssignmentKey, 0, 0);
 $m!(rill_protocol::generated::group_coordinator::share_group_current_member_assignment_value::ShareGroupCurrentMemberAssignmentValue, 0, 0);
-$m!(rill_protocol::generated::group_coordinator::share_group_member_metadata_key::ShareGroupMemberMetadataKey, 10, 10);
+$m!(rill_protocol::generated::group_coordinator::share_group_member_metadata_key::ShareGroupMemberMetadataKey, 0, 0);
 $m!(rill_protocol::generated::group_coordinator::share_group_member_metadata_value::ShareGroupMemberMetadataValue, 0, 0);
-$m!(rill_protocol::generated::group_coordinator::share_group_metadata_key::ShareGroupMetadataKey, 11, 11);
+$m!(rill_protocol::generated::group_coordinator::share_group_metadata_key::ShareGroupMetadataKey, 0, 0);
 $m!(rill_protocol::generated::group_coordinator::share_group_metadata_value::ShareGroupMetadataValue, 0, 0);
-$m!(rill_protocol::generated::group_coordinator::share_group_partition_metadata_key::ShareGroupPartitionMetadataKey, 9, 9);
-$m!(rill_protocol::generated::group_coordinator::share_group_partition_metadata_value::ShareGroupPartitionMetadataValue, 0, 0);
-$m!(rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_key::ShareGroupStatePartitionMetadataKey, 15, 15);
+$m!(rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_key::ShareGroupStatePartitionMetadataKey, 0, 0);
 $m!(rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_value::ShareGroupStatePartitionMetadataValue, 0, 0);
-$m!(rill_protocol::generated::group_coordinator::share_group_target_assignment_member_key::ShareGroupTargetAssignmentMemberKey, 13, 13);
+$m!(rill_protocol::generated::group_coordinator::share_group_target_assignment_member_key::ShareGroupTargetAssignmentMemberKey, 0, 0);
 $m!(rill_protocol::generated::group_coordinator::share_group_target_assignment_member_value::ShareGroupTargetAssignmentMemberValue, 0, 0);
-$m!(rill_protocol::generated::group_coordinator::share_group_target_assignment_metadata_key::ShareGroupTargetAssignmentMetadataKey, 12, 12);
+$m!(rill_protocol::generated::group_coordinator::share_group_target_assignment_metadata_key::ShareGroupTargetAssignmentMetadataKey, 0, 0);
 $m!(rill_protocol::generated::group_coordinator::share_group_target_assignment_metadata_value::ShareGroupTargetAssignmentMetadataValue, 0, 0);
 $m!(rill_protocol::generated::metadata::abort_transaction_record::AbortTransactionRecord, 0, 0);
 $m!(rill_protocol::generated::metadata::access_control_entry_record::AccessControlEntryRecord, 0, 0);
