@@ -149,6 +149,12 @@ const JAR_SPECS: &[JarSpecs] = &[
             // KIP-1102: a top-level error code in the response (v13).
             "MetadataRequest",
             "MetadataResponse",
+            // KIP-1166: a follower's high watermark, tagged (v18).
+            "FetchRequest",
+            "FetchResponse",
+            // KIP-516: topics named by id (v13).
+            "ProduceRequest",
+            "ProduceResponse",
         ],
         // Kafka 4.1 renamed api key 74 from ListClientMetricsResources to
         // ListConfigResources when KIP-1142 made it list every kind of config resource.

@@ -700,6 +700,7 @@ impl Broker {
             if bytes >= min_bytes
                 || errored
                 || remote_read
+                || follower_high_watermark_behind(request, version, &response)
                 || tokio::time::Instant::now() >= deadline
             {
                 if let Some((_, sent)) = throttled.filter(|(_, sent)| *sent > 0) {
@@ -1586,6 +1587,31 @@ impl Broker {
     }
 }
 
+/// KIP-1166 (Fetch v18): a follower sends the high watermark it knows; when the leader's
+/// has moved past it, the fetch is answered at once rather than parked, so that the
+/// follower (which may serve consumers) learns it without waiting for new records.
+fn follower_high_watermark_behind(
+    request: &FetchRequest,
+    version: i16,
+    response: &FetchResponse,
+) -> bool {
+    version >= 18
+        && fetch_replica_id(request, version) >= 0
+        && request
+            .topics
+            .iter()
+            .zip(&response.responses)
+            .any(|(asked, answered)| {
+                asked
+                    .partitions
+                    .iter()
+                    .zip(&answered.partitions)
+                    .any(|(p, a)| {
+                        p.high_watermark != i64::MAX && a.high_watermark > p.high_watermark
+                    })
+            })
+}
+
 /// The chunk encoder covers what `read_fetch` builds: no tagged field of any kind set.
 /// Anything else returns `Ok(None)` and takes the generated encoder's path instead.
 /// The replica id of a fetch: in the body before v15, in its replica state since (KIP-903);
@@ -1617,14 +1643,14 @@ fn chunkable(response: &FetchResponse, ranges: &[Option<FileRange>]) -> bool {
 /// Encodes a whole Fetch response frame (size prefix, header, body) as chunks, byte for
 /// byte what the generated encoder writes once each partition's records are those of its
 /// file range (`ranges` holds one entry per partition in response order; a `None` entry
-/// keeps the partition's own `records`). Versions 4 to 17, the ones the broker serves.
+/// keeps the partition's own `records`). Versions 4 to 18, the ones the broker serves.
 fn encode_fetch_chunks(
     correlation_id: i32,
     version: i16,
     response: &FetchResponse,
     ranges: &[Option<FileRange>],
 ) -> Result<Option<Vec<ResponseChunk>>, String> {
-    if !(4..=17).contains(&version) || !chunkable(response, ranges) {
+    if !(4..=18).contains(&version) || !chunkable(response, ranges) {
         return Ok(None);
     }
     let err = |e: EncodeError| format!("encoding Fetch: {e}");
@@ -1786,7 +1812,7 @@ mod tests {
             records,
             ..Default::default()
         };
-        for version in 4..=17i16 {
+        for version in 4..=18i16 {
             let topic = |name: &str, id: u8, partitions| FetchableTopicResponse {
                 topic: if version <= 12 {
                     name.into()

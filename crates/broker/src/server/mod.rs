@@ -28,6 +28,7 @@ mod groups;
 mod log_dirs;
 pub(crate) mod metadata;
 mod partitions;
+mod produce_topic_ids;
 mod quorum;
 pub(crate) mod quotas;
 mod request_authorization;
@@ -64,8 +65,8 @@ pub use transactions::BrokerLeaders;
 /// the specs where old versions need a record format Rill does not store (magic 0/1) or
 /// where a newer version's semantics are not implemented yet.
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 12),
-    (ApiKey::Fetch, 4, 17),
+    (ApiKey::Produce, 3, 13),
+    (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 13),
     (ApiKey::OffsetCommit, 0, 9),
@@ -146,6 +147,9 @@ pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
         .find(|(k, _, _)| *k == api)
         .map(|(_, lo, hi)| (*lo, *hi))
 }
+
+/// The first Produce version that names topics by id (KIP-516).
+const PRODUCE_TOPIC_ID_VERSION: i16 = 13;
 
 /// Counts the error codes of a response for `ErrorsPerSec`. Produce and Fetch count their
 /// partitions' errors in their handlers, beside the topic counters (an acks=0 produce has
@@ -242,14 +246,32 @@ impl Broker {
         tracing::trace!(api = api.name(), version, correlation_id, %peer, "request");
         acls::validate(&request)
             .map_err(|e| format!("{} v{version} from {peer}: {e}", api.name()))?;
+        // Produce v13 names topics by id: back to names before anything else looks.
+        let topic_ids_patch = match &mut request {
+            RequestBody::Produce(r) if version >= PRODUCE_TOPIC_ID_VERSION => {
+                Some(produce_topic_ids::resolve(&self.image(), r))
+            }
+            _ => None,
+        };
         let authz = self.authz(session);
         let throttle_ms = |t: &Option<&mut Throttling<'_, '_>>| {
             t.as_ref()
                 .map_or(0, |t| t.throttle.as_millis().min(i32::MAX as u128) as i32)
         };
         let patch = match self.authorize_request(&authz, version, listener, &mut request) {
-            Gate::Proceed(patch) => patch,
+            Gate::Proceed(patch) => match (patch, topic_ids_patch) {
+                (patch, None) => patch,
+                (None, Some(ids)) => Some(ids),
+                (Some(patch), Some(ids)) => Some(Box::new(move |body: &mut ResponseBody| {
+                    patch(body);
+                    ids(body);
+                })
+                    as request_authorization::Patch),
+            },
             Gate::Respond(mut body) => {
+                if let Some(ids) = topic_ids_patch {
+                    ids(&mut body);
+                }
                 let throttle_ms = throttle_ms(&throttling);
                 body.raise_throttle_time_ms(throttle_ms);
                 count_errors(api, &body, true);

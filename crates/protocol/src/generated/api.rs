@@ -589,8 +589,8 @@ impl ApiKey {
     /// The request's valid versions, lowest and highest.
     pub const fn valid_versions(self) -> (i16, i16) {
         match self {
-            ApiKey::Produce => (0, 12),
-            ApiKey::Fetch => (0, 17),
+            ApiKey::Produce => (3, 13),
+            ApiKey::Fetch => (4, 18),
             ApiKey::ListOffsets => (0, 10),
             ApiKey::Metadata => (0, 13),
             ApiKey::LeaderAndIsr => (0, 7),
@@ -880,8 +880,8 @@ impl ApiKey {
     /// Which listeners serve the api in Kafka (`broker`, `controller`, `zkBroker`).
     pub const fn listeners(self) -> &'static [&'static str] {
         match self {
-            ApiKey::Produce => &["zkBroker", "broker"],
-            ApiKey::Fetch => &["zkBroker", "broker", "controller"],
+            ApiKey::Produce => &["broker"],
+            ApiKey::Fetch => &["broker", "controller"],
             ApiKey::ListOffsets => &["zkBroker", "broker"],
             ApiKey::Metadata => &["broker"],
             ApiKey::LeaderAndIsr => &["zkBroker"],

@@ -2660,6 +2660,7 @@ impl RandomValue for rill_protocol::generated::fetch_request::FetchPartition {
             log_start_offset: RandomValue::random(rng),
             partition_max_bytes: RandomValue::random(rng),
             replica_directory_id: RandomValue::random(rng),
+            high_watermark: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
         }
     }
@@ -3897,6 +3898,7 @@ impl RandomValue for rill_protocol::generated::produce_request::TopicProduceData
     fn random(rng: &mut Rng) -> Self {
         Self {
             name: RandomValue::random(rng),
+            topic_id: RandomValue::random(rng),
             partition_data: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
         }
@@ -3928,6 +3930,7 @@ impl RandomValue for rill_protocol::generated::produce_response::TopicProduceRes
     fn random(rng: &mut Rng) -> Self {
         Self {
             name: RandomValue::random(rng),
+            topic_id: RandomValue::random(rng),
             partition_responses: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
         }
@@ -6067,8 +6070,8 @@ $m!(rill_protocol::generated::envelope_request::EnvelopeRequest, 0, 0);
 $m!(rill_protocol::generated::envelope_response::EnvelopeResponse, 0, 0);
 $m!(rill_protocol::generated::expire_delegation_token_request::ExpireDelegationTokenRequest, 0, 2);
 $m!(rill_protocol::generated::expire_delegation_token_response::ExpireDelegationTokenResponse, 0, 2);
-$m!(rill_protocol::generated::fetch_request::FetchRequest, 0, 17);
-$m!(rill_protocol::generated::fetch_response::FetchResponse, 0, 17);
+$m!(rill_protocol::generated::fetch_request::FetchRequest, 4, 18);
+$m!(rill_protocol::generated::fetch_response::FetchResponse, 4, 18);
 $m!(rill_protocol::generated::fetch_snapshot_request::FetchSnapshotRequest, 0, 1);
 $m!(rill_protocol::generated::fetch_snapshot_response::FetchSnapshotResponse, 0, 1);
 $m!(rill_protocol::generated::find_coordinator_request::FindCoordinatorRequest, 0, 6);
@@ -6111,8 +6114,8 @@ $m!(rill_protocol::generated::offset_fetch_request::OffsetFetchRequest, 0, 9);
 $m!(rill_protocol::generated::offset_fetch_response::OffsetFetchResponse, 0, 9);
 $m!(rill_protocol::generated::offset_for_leader_epoch_request::OffsetForLeaderEpochRequest, 0, 4);
 $m!(rill_protocol::generated::offset_for_leader_epoch_response::OffsetForLeaderEpochResponse, 0, 4);
-$m!(rill_protocol::generated::produce_request::ProduceRequest, 0, 12);
-$m!(rill_protocol::generated::produce_response::ProduceResponse, 0, 12);
+$m!(rill_protocol::generated::produce_request::ProduceRequest, 3, 13);
+$m!(rill_protocol::generated::produce_response::ProduceResponse, 3, 13);
 $m!(rill_protocol::generated::push_telemetry_request::PushTelemetryRequest, 0, 0);
 $m!(rill_protocol::generated::push_telemetry_response::PushTelemetryResponse, 0, 0);
 $m!(rill_protocol::generated::read_share_group_state_request::ReadShareGroupStateRequest, 0, 0);
