@@ -255,14 +255,19 @@ mod tests {
 
     use super::*;
 
+    /// A record's key and value in Kafka's format.
+    type Encoded = (Vec<u8>, Option<Vec<u8>>);
+    /// A write appended and not yet replicated: write, partition, end offset, replies.
+    type Held = (u64, i32, i64, Vec<(ResponderId, Response)>);
+
     /// The shard as the runtime drives it, with a log of what was appended and a high
     /// watermark the test moves (`commit_up_to`), so a write can be held uncommitted.
     struct Harness {
         shard: ShareShard,
         /// Encoded records of each partition, in log order.
-        log: std::collections::BTreeMap<i32, Vec<(Vec<u8>, Option<Vec<u8>>)>>,
+        log: std::collections::BTreeMap<i32, Vec<Encoded>>,
         /// Writes appended and not yet replicated: (write, partition, end, replies).
-        held: Vec<(u64, i32, i64, Vec<(ResponderId, Response)>)>,
+        held: Vec<Held>,
         next_responder: ResponderId,
     }
 

@@ -326,7 +326,7 @@ mod tests {
             Err(ShareRecordError::Body { .. })
         ));
         // A consumer offsets key (version 1) is not ours either.
-        assert_eq!(decode(&[0, 1], None).is_err(), true);
+        assert!(decode(&[0, 1], None).is_err());
         let (k, _) = encode(&ShareCoordinatorRecord::ShareUpdate {
             key: key(),
             value: None,
