@@ -15,8 +15,13 @@
 //!    a client reads its own write.
 //! 3. A load replays the partition's log into the state machine, what is at or above the
 //!    high watermark as pending; the runtime's high watermark polls commit it. Until the
-//!    load is done its share-partitions answer COORDINATOR_LOAD_IN_PROGRESS, and on a
-//!    partition this broker does not lead, NOT_COORDINATOR.
+//!    high watermark has reached the end of what the load read, the partition's
+//!    share-partitions answer COORDINATOR_LOAD_IN_PROGRESS (and on a partition this broker
+//!    does not lead, NOT_COORDINATOR): a new leader's high watermark may lag the writes
+//!    its predecessor answered, and a read served from the committed state meanwhile
+//!    would give a share-partition leader a state without acknowledgements it was told
+//!    were persisted (invariant 12). Kafka's runtime gets the same from running reads as
+//!    write operations, which wait for every earlier write to commit.
 //! 4. The state machine lays a write's records over its newest state as soon as it decides
 //!    them, and has no way to take them back; so a write that fails (append or replication
 //!    wait) reloads the partition from the log, which says what was written
@@ -26,6 +31,7 @@
 //!    share-partitions (`share.coordinator.cold.partition.snapshot.interval.ms`); nobody
 //!    waits for them.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,6 +55,9 @@ pub type ShareCoordinatorHandle = CoordinatorHandle<ShareShard>;
 /// The `rill-share` state machine under the runtime.
 pub struct ShareShard {
     coordinator: ShareCoordinator,
+    /// Partitions loaded whose high watermark has not reached the end of what the load
+    /// read: the offset after the last record replayed (design note, step 3).
+    catching_up: BTreeMap<i32, i64>,
     /// `share.coordinator.write.timeout.ms`.
     write_timeout: Duration,
 }
@@ -57,6 +66,7 @@ impl ShareShard {
     pub fn new(config: ShareCoordinatorConfig, write_timeout: Duration) -> Self {
         ShareShard {
             coordinator: ShareCoordinator::new(config),
+            catching_up: BTreeMap::new(),
             write_timeout,
         }
     }
@@ -147,6 +157,13 @@ impl CoordinatorShard for ShareShard {
         responder: ResponderId,
         now_ms: i64,
     ) -> Handled<ShareCoordinatorRecord, Response> {
+        let partition = self.coordinator.partition_for(call.key());
+        if self.catching_up.contains_key(&partition) {
+            return Handled::Reply(Response::error(
+                &call,
+                ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+            ));
+        }
         match self.coordinator.handle(call, now_ms) {
             Output::Reply(reply) => Handled::Reply(reply),
             Output::Persist {
@@ -185,6 +202,7 @@ impl CoordinatorShard for ShareShard {
 
     fn load_start(&mut self, partition: i32) -> Outputs<Self> {
         self.coordinator.load_start(partition);
+        self.catching_up.insert(partition, 0);
         Vec::new()
     }
 
@@ -196,6 +214,9 @@ impl CoordinatorShard for ShareShard {
         committed: bool,
         _producer_id: Option<i64>,
     ) -> Result<(), String> {
+        if let Some(end) = self.catching_up.get_mut(&partition) {
+            *end = (*end).max(offset.saturating_add(1));
+        }
         self.coordinator
             .replay(partition, offset, record, committed);
         Ok(())
@@ -209,6 +230,7 @@ impl CoordinatorShard for ShareShard {
 
     fn unload(&mut self, partition: i32) -> Outputs<Self> {
         self.coordinator.unload(partition);
+        self.catching_up.remove(&partition);
         Vec::new()
     }
 
@@ -239,11 +261,24 @@ impl CoordinatorShard for ShareShard {
     }
 
     fn uncommitted_partitions(&self) -> Vec<i32> {
-        self.coordinator.uncommitted_partitions()
+        let mut partitions = self.coordinator.uncommitted_partitions();
+        for p in self.catching_up.keys() {
+            if !partitions.contains(p) {
+                partitions.push(*p);
+            }
+        }
+        partitions
     }
 
     fn commit_up_to(&mut self, partition: i32, offset: i64) -> Outputs<Self> {
         self.coordinator.commit_up_to(partition, offset);
+        if self
+            .catching_up
+            .get(&partition)
+            .is_some_and(|end| offset >= *end)
+        {
+            self.catching_up.remove(&partition);
+        }
         Vec::new()
     }
 }
@@ -284,6 +319,7 @@ mod tests {
             for p in 0..3 {
                 shard.load_start(p);
                 shard.load_done(p, 0, NOW);
+                shard.commit_up_to(p, 0);
             }
             Harness {
                 shard,
@@ -348,6 +384,27 @@ mod tests {
             self.log.get(&partition).map_or(0, |l| l.len() as i64)
         }
 
+        /// Another broker loads `partition` from the log without its records from `end` on
+        /// (truncated by the new leader), all of them committed.
+        fn failover_truncated(&self, partition: i32, end: i64) -> ShareShard {
+            let mut shard = ShareShard::new(
+                self.shard.coordinator.config().clone(),
+                Duration::from_secs(5),
+            );
+            shard.load_start(partition);
+            for (offset, (k, v)) in self.log.get(&partition).into_iter().flatten().enumerate() {
+                let offset = offset as i64;
+                if offset >= end {
+                    break;
+                }
+                let record = shard.decode(Some(k), v.as_deref()).unwrap();
+                shard.replay(partition, offset, record, true, None).unwrap();
+            }
+            shard.load_done(partition, 1, NOW);
+            shard.commit_up_to(partition, end);
+            shard
+        }
+
         /// Another broker loads `partition` from the log: committed up to `high_watermark`.
         fn failover(&self, partition: i32, high_watermark: i64) -> ShareShard {
             let mut shard = ShareShard::new(
@@ -363,6 +420,7 @@ mod tests {
                     .unwrap();
             }
             shard.load_done(partition, 1, NOW);
+            shard.commit_up_to(partition, high_watermark);
             shard
         }
     }
@@ -469,7 +527,27 @@ mod tests {
         let committed_end = h.log_end(p) - 1;
         let want = read(&mut h.shard, 1);
         let mut new = h.failover(p, committed_end);
-        assert_eq!(read(&mut new, 1), want);
+        // The new leader's high watermark lags the last record it holds: it is loading
+        // until the mark gets there, and then serves the write it found.
+        assert_eq!(
+            read(&mut new, 1).error_code(),
+            ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+        );
+        assert_eq!(new.uncommitted_partitions(), vec![p]);
+        new.commit_up_to(p, committed_end + 1);
+        assert_ne!(read(&mut new, 1), want);
+        assert!(new.uncommitted_partitions().is_empty());
+        let mut new = h.failover(p, committed_end + 1);
+        let found = read(&mut new, 1);
+        assert!(
+            matches!(&found, Response::Read { state_batches, .. }
+                if state_batches.contains(&StateBatch::new(10, 80, RecordState::Archived, 3))),
+            "{found:?}"
+        );
+        // And a new leader that truncated the unreplicated record serves what was
+        // committed.
+        let mut truncated = h.failover_truncated(p, committed_end);
+        assert_eq!(read(&mut truncated, 1), want);
         // A fenced leader epoch is refused by the new coordinator too.
         let Handled::Reply(fenced) = new.handle(write(0, 10, vec![]), 5, NOW) else {
             panic!("a fenced write is answered at once");
@@ -498,6 +576,12 @@ mod tests {
             ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
         );
         shard.load_done(0, 0, NOW);
+        // Loaded, until the high watermark is known to have reached what the load read.
+        assert_eq!(
+            read(&mut shard, 0).error_code(),
+            ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+        );
+        shard.commit_up_to(0, 0);
         assert_eq!(read(&mut shard, 0).error_code(), ErrorCode::NONE);
         shard.unload(0);
         assert_eq!(read(&mut shard, 0).error_code(), ErrorCode::NOT_COORDINATOR);
