@@ -293,6 +293,62 @@ mod tests {
         assert_eq!(decode(&k, v.as_deref()).unwrap(), record);
     }
 
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// The bytes Kafka 4.2.2's own classes write (`MessageUtil.toCoordinatorTypePrefixedBytes`
+    /// of the generated `ShareUpdateKey`/`ShareSnapshotKey`, `toVersionPrefixedBytes(0, ..)`
+    /// of the values, as `CoordinatorRecordSerde` does), taken from a small Java program run
+    /// against `kafka-share-coordinator-4.2.2.jar`; the snapshot carries the tagged
+    /// DeliveryCompleteCount.
+    #[test]
+    fn kafkas_own_bytes_decode_and_encode_alike() {
+        let update = (
+            "0001000267310102030405060708090a0b0c0d0e0f1000000003",
+            "000000000002000000050000000000000064020000000000000064000000000000006d0200010000",
+            ShareCoordinatorRecord::ShareUpdate {
+                key: key(),
+                value: Some(ShareUpdateValue {
+                    snapshot_epoch: 2,
+                    leader_epoch: 5,
+                    start_offset: 100,
+                    delivery_complete_count: -1,
+                    state_batches: vec![StateBatch::new(100, 109, RecordState::Acknowledged, 1)],
+                }),
+            },
+        );
+        let snapshot = (
+            "0000000267310102030405060708090a0b0c0d0e0f1000000003",
+            "000000000001000000020000000300000000000000280000018bcfe568000000018bcfe569f403000000\
+             00000000280000000000000031040003000000000000000032000000000000003b0000010001000400000007",
+            ShareCoordinatorRecord::ShareSnapshot {
+                key: key(),
+                value: Some(ShareSnapshotValue {
+                    snapshot_epoch: 1,
+                    state_epoch: 2,
+                    leader_epoch: 3,
+                    start_offset: 40,
+                    delivery_complete_count: 7,
+                    create_timestamp_ms: 1_700_000_000_000,
+                    write_timestamp_ms: 1_700_000_000_500,
+                    state_batches: vec![
+                        StateBatch::new(40, 49, RecordState::Archived, 3),
+                        StateBatch::new(50, 59, RecordState::Available, 1),
+                    ],
+                }),
+            },
+        );
+        for (k, v, record) in [update, snapshot] {
+            let (k, v) = (unhex(k), unhex(v));
+            assert_eq!(decode(&k, Some(&v)).unwrap(), record);
+            assert_eq!(encode(&record).unwrap(), (k, Some(v)));
+        }
+    }
+
     #[test]
     fn tombstones_round_trip() {
         for record in [
