@@ -18,6 +18,7 @@ import struct
 import time
 import uuid
 
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -331,6 +332,40 @@ def test_single_node_share_state_round_trip(rill_factory):
     server.restart()
     answer = until("a loaded coordinator", settled(lambda: read(server.port, *sp.args(), 4)))
     assert answer == [(NONE, 1, 10, BATCHES[1:])]
+
+
+def test_pruned_state_reloads_the_same(rill_factory):
+    """The prune job deletes the records no replay needs (a snapshot every two updates
+    here, pruned every 300 ms); a restart loads what is left into the same state."""
+    server = rill_factory({
+        "share.coordinator.state.topic.num.partitions": str(STATE_PARTITIONS),
+        "share.coordinator.snapshot.update.records.per.snapshot": "2",
+        "share.coordinator.state.topic.prune.interval.ms": "300",
+    })
+    sp = SharePartition()
+    port = server.port
+    # FindCoordinator creates `__share_group_state`, as a share-partition leader's
+    # persister does before its first call.
+    assert until("a share coordinator", settled(lambda: find_share_coordinator(port, sp.key))) == (NONE, 1)
+    assert until("initialize", settled(lambda: initialize(port, *sp.args(), 1, 0))) == [NONE]
+    for i in range(10):
+        batch = (10 * i, 10 * i + 9, ACKNOWLEDGED if i % 2 else ARCHIVED, 1)
+        assert write(port, *sp.args(), 1, 1, 0, [batch]) == [NONE]
+    want = read(port, *sp.args(), 1)
+    assert want[0][0] == NONE and len(want[0][3]) == 10
+    state = TopicPartition("__share_group_state", state_partition(sp.key, STATE_PARTITIONS))
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "unused"})
+    try:
+        low = until("a pruned __share_group_state",
+                    lambda: (lambda lo: lo if lo > 0 else None)(
+                        consumer.get_watermark_offsets(state, timeout=5)[0]))
+        high = consumer.get_watermark_offsets(state, timeout=5)[1]
+    finally:
+        consumer.close()
+    # Initialize, then ten writes: the snapshots after them are kept, the rest pruned.
+    assert 0 < low < high == 11
+    server.restart()
+    assert until("a loaded coordinator", settled(lambda: read(port, *sp.args(), 1))) == want
 
 
 def test_cluster_share_state_survives_a_coordinator_kill9(rill_cluster_factory):

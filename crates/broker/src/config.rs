@@ -1673,6 +1673,7 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("share.coordinator.snapshot.update.records.per.snapshot", "500"),
     ("share.coordinator.cold.partition.snapshot.interval.ms", "300000"),
     ("share.coordinator.write.timeout.ms", "5000"),
+    ("share.coordinator.state.topic.prune.interval.ms", "300000"),
     ("group.streams.session.timeout.ms", "45000"),
     ("group.streams.min.session.timeout.ms", "45000"),
     ("group.streams.max.session.timeout.ms", "60000"),
@@ -2788,11 +2789,19 @@ impl BrokerConfig {
         })
     }
 
-    /// The share coordinator's settings from `share.coordinator.*` keys, and its write
-    /// timeout (`share.coordinator.write.timeout.ms`).
+    /// The share coordinator's settings from `share.coordinator.*` keys, its write
+    /// timeout (`share.coordinator.write.timeout.ms`) and how often it prunes
+    /// `__share_group_state` (`share.coordinator.state.topic.prune.interval.ms`).
     pub fn share_coordinator_config(
         &self,
-    ) -> Result<(rill_share::ShareCoordinatorConfig, std::time::Duration), BrokerError> {
+    ) -> Result<
+        (
+            rill_share::ShareCoordinatorConfig,
+            std::time::Duration,
+            std::time::Duration,
+        ),
+        BrokerError,
+    > {
         let partitions: i32 = self.parse("share.coordinator.state.topic.num.partitions")?;
         if !(1..=1000).contains(&partitions) {
             return Err(BrokerError::Config(format!(
@@ -2817,6 +2826,7 @@ impl BrokerConfig {
         };
         let cold = positive("share.coordinator.cold.partition.snapshot.interval.ms")?;
         let write_timeout = positive("share.coordinator.write.timeout.ms")?;
+        let prune_interval = positive("share.coordinator.state.topic.prune.interval.ms")?;
         Ok((
             rill_share::ShareCoordinatorConfig {
                 state_topic_num_partitions: partitions,
@@ -2824,6 +2834,7 @@ impl BrokerConfig {
                 cold_partition_snapshot_interval_ms: cold,
             },
             std::time::Duration::from_millis(u64::try_from(write_timeout).unwrap_or(5000)),
+            std::time::Duration::from_millis(u64::try_from(prune_interval).unwrap_or(300_000)),
         ))
     }
 

@@ -236,10 +236,12 @@ impl Server {
             node_id,
             connector.clone(),
         );
-        let (share_config, share_write_timeout) = config.share_coordinator_config()?;
+        let (share_config, share_write_timeout, share_prune_interval) =
+            config.share_coordinator_config()?;
         let shares = coordinator::share_coordinator::start(
             share_config,
             share_write_timeout,
+            share_prune_interval,
             replicas.clone(),
         );
         let share_persister = Arc::new(server::share_persister::ShareStatePersister::new(

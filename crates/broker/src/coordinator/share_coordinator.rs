@@ -30,6 +30,12 @@
 //! 5. `tick` at the state machine's deadline appends the snapshots of cold
 //!    share-partitions (`share.coordinator.cold.partition.snapshot.interval.ms`); nobody
 //!    waits for them.
+//! 6. Every `share.coordinator.state.topic.prune.interval.ms`, `tick` deletes the records
+//!    of each served partition below its last redundant offset (Kafka's prune job): every
+//!    share-partition's replay starts at or after it, and it is computed on committed
+//!    records only, so it is at most the high watermark and a load of what is left
+//!    rebuilds the same state. The cold snapshots keep it moving for idle
+//!    share-partitions; the topic's cleanup policy is delete, as KIP-932 has it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -60,15 +66,48 @@ pub struct ShareShard {
     catching_up: BTreeMap<i32, i64>,
     /// `share.coordinator.write.timeout.ms`.
     write_timeout: Duration,
+    /// `share.coordinator.state.topic.prune.interval.ms`.
+    prune_interval_ms: i64,
+    /// When `tick` next prunes; set at the first load.
+    next_prune_ms: Option<i64>,
+    /// Per partition, the offset the last prune deleted below.
+    pruned: BTreeMap<i32, i64>,
 }
 
 impl ShareShard {
-    pub fn new(config: ShareCoordinatorConfig, write_timeout: Duration) -> Self {
+    pub fn new(
+        config: ShareCoordinatorConfig,
+        write_timeout: Duration,
+        prune_interval: Duration,
+    ) -> Self {
         ShareShard {
             coordinator: ShareCoordinator::new(config),
             catching_up: BTreeMap::new(),
             write_timeout,
+            prune_interval_ms: i64::try_from(prune_interval.as_millis())
+                .unwrap_or(i64::MAX)
+                .max(1),
+            next_prune_ms: None,
+            pruned: BTreeMap::new(),
         }
+    }
+
+    /// Design note, step 6.
+    fn prune(&mut self) -> Outputs<Self> {
+        let mut out = Vec::new();
+        for partition in self.coordinator.loaded_partitions() {
+            if self.catching_up.contains_key(&partition) {
+                continue;
+            }
+            let Some(offset) = self.coordinator.last_redundant_offset(partition) else {
+                continue;
+            };
+            if offset > self.pruned.get(&partition).copied().unwrap_or(0) {
+                self.pruned.insert(partition, offset);
+                out.push(CoordinatorOutput::DeleteRecordsBefore { partition, offset });
+            }
+        }
+        out
     }
 }
 
@@ -76,9 +115,13 @@ impl ShareShard {
 pub fn start(
     config: ShareCoordinatorConfig,
     write_timeout: Duration,
+    prune_interval: Duration,
     replicas: Arc<ReplicaManager>,
 ) -> ShareCoordinatorHandle {
-    runtime::start(ShareShard::new(config, write_timeout), replicas)
+    runtime::start(
+        ShareShard::new(config, write_timeout, prune_interval),
+        replicas,
+    )
 }
 
 /// Kafka's mapping of a failed `__share_group_state` write (`handleOperationException`):
@@ -181,7 +224,8 @@ impl CoordinatorShard for ShareShard {
     }
 
     fn tick(&mut self, now_ms: i64) -> Outputs<Self> {
-        self.coordinator
+        let mut out: Outputs<Self> = self
+            .coordinator
             .tick(now_ms)
             .into_iter()
             .map(|s| CoordinatorOutput::Append {
@@ -190,14 +234,22 @@ impl CoordinatorShard for ShareShard {
                 replies: Vec::new(),
                 transactional: None,
             })
-            .collect()
+            .collect();
+        if self.next_prune_ms.is_some_and(|at| now_ms >= at) {
+            self.next_prune_ms = Some(now_ms.saturating_add(self.prune_interval_ms));
+            out.extend(self.prune());
+        }
+        out
     }
 
     fn next_deadline(&self) -> Option<i64> {
         if self.coordinator.loaded_partitions().is_empty() {
             return None;
         }
-        self.coordinator.next_deadline()
+        match (self.coordinator.next_deadline(), self.next_prune_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn load_start(&mut self, partition: i32) -> Outputs<Self> {
@@ -224,6 +276,9 @@ impl CoordinatorShard for ShareShard {
 
     fn load_done(&mut self, partition: i32, _leader_epoch: i32, now_ms: i64) -> Outputs<Self> {
         self.coordinator.load_done(partition, now_ms);
+        if self.next_prune_ms.is_none() {
+            self.next_prune_ms = Some(now_ms.saturating_add(self.prune_interval_ms));
+        }
         tracing::info!(partition, "share coordinator partition loaded");
         Vec::new()
     }
@@ -231,6 +286,7 @@ impl CoordinatorShard for ShareShard {
     fn unload(&mut self, partition: i32) -> Outputs<Self> {
         self.coordinator.unload(partition);
         self.catching_up.remove(&partition);
+        self.pruned.remove(&partition);
         Vec::new()
     }
 
@@ -307,6 +363,7 @@ mod tests {
     }
 
     const NOW: i64 = 1_000_000;
+    const PRUNE: Duration = Duration::from_secs(300);
 
     impl Harness {
         fn new() -> Self {
@@ -315,7 +372,7 @@ mod tests {
                 snapshot_update_records_per_snapshot: 2,
                 cold_partition_snapshot_interval_ms: 60_000,
             };
-            let mut shard = ShareShard::new(config, Duration::from_secs(5));
+            let mut shard = ShareShard::new(config, Duration::from_secs(5), PRUNE);
             for p in 0..3 {
                 shard.load_start(p);
                 shard.load_done(p, 0, NOW);
@@ -390,6 +447,7 @@ mod tests {
             let mut shard = ShareShard::new(
                 self.shard.coordinator.config().clone(),
                 Duration::from_secs(5),
+                PRUNE,
             );
             shard.load_start(partition);
             for (offset, (k, v)) in self.log.get(&partition).into_iter().flatten().enumerate() {
@@ -405,11 +463,34 @@ mod tests {
             shard
         }
 
+        /// Another broker loads `partition` from `log_start` on (what a prune left), all
+        /// of it committed.
+        fn failover_from(&self, partition: i32, log_start: i64) -> ShareShard {
+            let mut shard = ShareShard::new(
+                self.shard.coordinator.config().clone(),
+                Duration::from_secs(5),
+                PRUNE,
+            );
+            shard.load_start(partition);
+            for (offset, (k, v)) in self.log.get(&partition).into_iter().flatten().enumerate() {
+                let offset = offset as i64;
+                if offset < log_start {
+                    continue;
+                }
+                let record = shard.decode(Some(k), v.as_deref()).unwrap();
+                shard.replay(partition, offset, record, true, None).unwrap();
+            }
+            shard.load_done(partition, 1, NOW);
+            shard.commit_up_to(partition, self.log_end(partition));
+            shard
+        }
+
         /// Another broker loads `partition` from the log: committed up to `high_watermark`.
         fn failover(&self, partition: i32, high_watermark: i64) -> ShareShard {
             let mut shard = ShareShard::new(
                 self.shard.coordinator.config().clone(),
                 Duration::from_secs(5),
+                PRUNE,
             );
             shard.load_start(partition);
             for (offset, (k, v)) in self.log.get(&partition).into_iter().flatten().enumerate() {
@@ -561,6 +642,66 @@ mod tests {
     }
 
     #[test]
+    fn prunes_only_what_no_replay_needs() {
+        let mut h = Harness::new();
+        let p = h.shard.coordinator.partition_for(&key());
+        let other = SharePartitionKey::new("g2", Uuid::from_u64_pair(3, 4), 1);
+        let other_partition = h.shard.coordinator.partition_for(&other);
+        // Many writes of one share-partition: snapshots every two updates.
+        for i in 0..7 {
+            let first = 10 + 10 * i;
+            h.call(write(
+                1,
+                10,
+                vec![StateBatch::new(
+                    first,
+                    first + 9,
+                    RecordState::Acknowledged,
+                    1,
+                )],
+            ));
+            let end = h.log_end(p);
+            h.commit_up_to(p, end);
+        }
+        // Nothing is pruned before the interval.
+        assert!(h.shard.tick(NOW + 1).is_empty());
+        let deadline = h.shard.next_deadline().unwrap();
+        assert!(deadline <= NOW + 300_000);
+        let pruned: Vec<(i32, i64)> = h
+            .shard
+            .tick(NOW + 300_000)
+            .into_iter()
+            .filter_map(|o| match o {
+                CoordinatorOutput::DeleteRecordsBefore { partition, offset } => {
+                    Some((partition, offset))
+                }
+                _ => None,
+            })
+            .collect();
+        let Some(&(partition, offset)) = pruned.iter().find(|(q, _)| *q == p) else {
+            panic!("nothing pruned of {p}: {pruned:?}");
+        };
+        assert_eq!(partition, p);
+        assert!(
+            offset > 0 && offset < h.log_end(p),
+            "{offset} of {}",
+            h.log_end(p)
+        );
+        // A load of what is left serves the same state.
+        let want = read(&mut h.shard, 1);
+        let mut new = h.failover_from(p, offset);
+        assert_eq!(read(&mut new, 1), want);
+        // Once pruned, the same offset is not asked for again; partitions with nothing
+        // written have nothing to prune.
+        let again = h.shard.tick(NOW + 600_000);
+        assert!(!again.iter().any(|o| matches!(o,
+            CoordinatorOutput::DeleteRecordsBefore { partition, .. } if *partition == p)));
+        if other_partition != p {
+            assert!(!pruned.iter().any(|(q, _)| *q == other_partition));
+        }
+    }
+
+    #[test]
     fn calls_for_partitions_not_led_or_loading_are_refused() {
         let mut shard = ShareShard::new(
             ShareCoordinatorConfig {
@@ -568,6 +709,7 @@ mod tests {
                 ..Default::default()
             },
             Duration::from_secs(5),
+            PRUNE,
         );
         assert_eq!(read(&mut shard, 0).error_code(), ErrorCode::NOT_COORDINATOR);
         shard.load_start(0);
@@ -589,7 +731,11 @@ mod tests {
 
     #[test]
     fn failed_writes_answer_kafkas_errors() {
-        let shard = ShareShard::new(ShareCoordinatorConfig::default(), Duration::from_secs(5));
+        let shard = ShareShard::new(
+            ShareCoordinatorConfig::default(),
+            Duration::from_secs(5),
+            PRUNE,
+        );
         let ok = Response::Write {
             error: ErrorCode::NONE,
         };

@@ -448,7 +448,7 @@ impl Broker {
     pub(crate) fn share_state_partitions(&self) -> i32 {
         self.config
             .share_coordinator_config()
-            .map(|(c, _)| c.state_topic_num_partitions)
+            .map(|(c, _, _)| c.state_topic_num_partitions)
             .unwrap_or(50)
     }
 
@@ -459,6 +459,10 @@ impl Broker {
         for c in calls {
             let rx = self.shares.submit(c.request.clone()).await;
             waiting.push((c, rx));
+        }
+        if !waiting.is_empty() {
+            // Writes wait for their replication: the request's slot goes back meanwhile.
+            crate::network::request_slot::park();
         }
         let mut answers = Vec::with_capacity(waiting.len());
         for (c, rx) in waiting {
