@@ -319,8 +319,9 @@ def test_single_node_share_state_round_trip(rill_factory):
     assert (error, node) == (NONE, 1)
     write_and_check(server.port, sp)
     assert read(server.port, *sp.args(), 4) == [(NONE, 1, 10, BATCHES[1:])]
-    # FindCoordinator before v6 has no SHARE key.
+    # FindCoordinator before v6 has no SHARE key, and a SHARE key is a share-partition's.
     assert find_share_coordinator(server.port, sp.key, version=5)[0] == INVALID_REQUEST
+    assert find_share_coordinator(server.port, f"{sp.group}:not-a-topic:0") == (INVALID_REQUEST, -1)
     # Invalid share-partitions are refused, not stored.
     assert write(server.port, sp.group, bytes(16), 0, 1, 4, 0, []) == [INVALID_REQUEST]
     assert write(server.port, sp.group, sp.topic_id, 0, 1, 4, 0, [(5, 3, AVAILABLE, 1)]) == [INVALID_REQUEST]

@@ -438,6 +438,17 @@ pub(crate) fn summary_calls_answers(
         .collect()
 }
 
+/// A FindCoordinator SHARE key, `group:topicId:partition` (Kafka's
+/// `SharePartitionKey.getInstance`); `None` for one that is not (INVALID_REQUEST).
+pub(crate) fn parse_coordinator_key(key: &str) -> Option<SharePartitionKey> {
+    let mut parts = key.rsplitn(3, ':');
+    let partition: i32 = parts.next()?.parse().ok()?;
+    let topic_id: Uuid = parts.next()?.parse().ok()?;
+    let group_id = parts.next()?;
+    (!group_id.is_empty() && partition >= 0)
+        .then(|| SharePartitionKey::new(group_id, topic_id, partition))
+}
+
 /// Whether a request names anything Kafka's service would work on: a group id and, in
 /// every topic, partitions.
 fn answerable<T>(group_id: &str, topics: &[T], partitions: impl Fn(&T) -> usize) -> bool {
@@ -548,12 +559,13 @@ impl Broker {
         key: &str,
         listener: &str,
     ) -> Result<(i32, String, i32), ErrorCode> {
+        let key = parse_coordinator_key(key).ok_or(ErrorCode::INVALID_REQUEST)?;
         let partitions = self.share_state_partitions();
         if self.image().topic(SHARE_GROUP_STATE_TOPIC).is_none() {
             self.ensure_share_group_state_topic(partitions).await?;
         }
         let image = self.image();
-        let p = rill_protocol::partition_for(key, partitions);
+        let p = key.partition_for(partitions);
         let leader = image
             .partition(SHARE_GROUP_STATE_TOPIC, p)
             .map(|p| p.leader)
@@ -683,6 +695,25 @@ mod tests {
             matches!(&calls[1], Ok(c) if matches!(&c.request, Request::Write { state_batches, .. }
             if state_batches == &[StateBatch::new(0, 1, RecordState::Acknowledged, 1)]))
         );
+    }
+
+    #[test]
+    fn coordinator_keys_are_kafkas_share_partition_keys() {
+        let topic_id = Uuid::from_u64_pair(0x0102_0304_0506_0708, 0x090a_0b0c_0d0e_0f10);
+        let key = format!("g:1:{topic_id}:7");
+        let parsed = parse_coordinator_key(&key).unwrap();
+        assert_eq!(parsed, SharePartitionKey::new("g:1", topic_id, 7));
+        assert_eq!(parsed.coordinator_key(), key);
+        for bad in [
+            "",
+            "g",
+            &format!(":{topic_id}:0"),
+            &format!("g:{topic_id}:-1"),
+            &format!("g:{topic_id}:x"),
+            "g:not-a-topic-id:0",
+        ] {
+            assert_eq!(parse_coordinator_key(bad), None, "{bad}");
+        }
     }
 
     #[test]
