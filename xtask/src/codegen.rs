@@ -56,17 +56,25 @@ struct JarSpecs {
     /// The submodule the specs become, like a subdirectory of `../shared/`; `None` for the
     /// top level.
     subdir: Option<&'static str>,
+    /// Whether the jar is the whole subdirectory (nothing of it is read from `../shared/`)
+    /// rather than replacing only the listed stems there.
+    whole_subdir: bool,
     stems: &'static [&'static str],
+    /// Stems of `../shared/` in the same subdirectory that the jar's version removed.
+    removed: &'static [&'static str],
 }
 
 /// The share-group family (KIP-932), from Kafka 4.2.2's jars. `../shared/` holds Kafka 4.0's
 /// specs, whose share-group apis are the early-access v0 that Kafka 4.1 removed: Kafka 4.1
 /// and 4.2's Java clients and confluent-kafka 2.16's `ShareConsumer` speak
 /// `ShareGroupHeartbeat` v1, `ShareFetch` and `ShareAcknowledge` v1-2, and issue #21 asks for
-/// the versions Kafka 4.2 offers. A top-level stem listed here replaces its 4.0 namesake in
-/// `../shared/`; a subdirectory listed here is not read from `../shared/` at all.
+/// the versions Kafka 4.2 offers. A stem listed here replaces its 4.0 namesake in
+/// `../shared/`; a `whole_subdir` entry's subdirectory is not read from `../shared/` at all.
 /// `kafka-clients` has every request and response; `kafka-share-coordinator` has the records
-/// of `__share_group_state`.
+/// of `__share_group_state`; `kafka-group-coordinator` has the share groups' records in
+/// `__consumer_offsets`, which Kafka 4.2 changed (`ShareGroupMetadataValue` gained
+/// `MetadataHash`, `ShareGroupStatePartitionMetadataValue` gained `InitializingTopics`,
+/// `ShareGroupPartitionMetadata*` is gone).
 const JAR_SPECS: &[JarSpecs] = &[
     JarSpecs {
         artifact: Artifact {
@@ -75,6 +83,7 @@ const JAR_SPECS: &[JarSpecs] = &[
             version: "4.2.2",
         },
         subdir: None,
+        whole_subdir: false,
         stems: &[
             // What share consumers send (api keys 76-79).
             "ShareGroupHeartbeatRequest",
@@ -104,6 +113,49 @@ const JAR_SPECS: &[JarSpecs] = &[
             "DeleteShareGroupOffsetsRequest",
             "DeleteShareGroupOffsetsResponse",
         ],
+        removed: &[],
+    },
+    // Versions Kafka 4.1 added to apis ../shared/ has at 4.0's range (issue #19): a Kafka 4.1
+    // client asks for them, and the differential harness compares against a Kafka 4.1 broker.
+    // 4.2.2's jar has the same ranges for these as 4.1's (tests/compat/kafka-diff's
+    // kafka-api-versions.json); the broker's SUPPORTED_APIS says what Rill offers of them.
+    JarSpecs {
+        artifact: Artifact {
+            group: "org.apache.kafka",
+            artifact: "kafka-clients",
+            version: "4.2.2",
+        },
+        subdir: None,
+        whole_subdir: false,
+        stems: &[
+            // KIP-860: AllowReplicationFactorChange (v1).
+            "AlterPartitionReassignmentsRequest",
+            "AlterPartitionReassignmentsResponse",
+            // KIP-1099: the member's type (v1).
+            "ConsumerGroupDescribeRequest",
+            "ConsumerGroupDescribeResponse",
+            // KIP-1073: IncludeFencedBrokers and IsFenced (v2).
+            "DescribeClusterRequest",
+            "DescribeClusterResponse",
+            // KIP-1043: GROUP_ID_NOT_FOUND for a group that does not exist (v6).
+            "DescribeGroupsRequest",
+            "DescribeGroupsResponse",
+            // KIP-1142: every config resource, by type (v1).
+            "ListConfigResourcesRequest",
+            "ListConfigResourcesResponse",
+            // KIP-1152: TransactionalIdPattern (v2).
+            "ListTransactionsRequest",
+            "ListTransactionsResponse",
+            // KIP-1102: a top-level error code in the response (v13).
+            "MetadataRequest",
+            "MetadataResponse",
+        ],
+        // Kafka 4.1 renamed api key 74 from ListClientMetricsResources to
+        // ListConfigResources when KIP-1142 made it list every kind of config resource.
+        removed: &[
+            "ListClientMetricsResourcesRequest",
+            "ListClientMetricsResourcesResponse",
+        ],
     },
     JarSpecs {
         artifact: Artifact {
@@ -112,11 +164,40 @@ const JAR_SPECS: &[JarSpecs] = &[
             version: "4.2.2",
         },
         subdir: Some("share-coordinator"),
+        whole_subdir: true,
         stems: &[
             "ShareSnapshotKey",
             "ShareSnapshotValue",
             "ShareUpdateKey",
             "ShareUpdateValue",
+        ],
+        removed: &[],
+    },
+    JarSpecs {
+        artifact: Artifact {
+            group: "org.apache.kafka",
+            artifact: "kafka-group-coordinator",
+            version: "4.2.2",
+        },
+        subdir: Some("group-coordinator"),
+        whole_subdir: false,
+        stems: &[
+            "ShareGroupCurrentMemberAssignmentKey",
+            "ShareGroupCurrentMemberAssignmentValue",
+            "ShareGroupMemberMetadataKey",
+            "ShareGroupMemberMetadataValue",
+            "ShareGroupMetadataKey",
+            "ShareGroupMetadataValue",
+            "ShareGroupStatePartitionMetadataKey",
+            "ShareGroupStatePartitionMetadataValue",
+            "ShareGroupTargetAssignmentMemberKey",
+            "ShareGroupTargetAssignmentMemberValue",
+            "ShareGroupTargetAssignmentMetadataKey",
+            "ShareGroupTargetAssignmentMetadataValue",
+        ],
+        removed: &[
+            "ShareGroupPartitionMetadataKey",
+            "ShareGroupPartitionMetadataValue",
         ],
     },
 ];
@@ -235,9 +316,11 @@ pub fn generate(
     jars: &[PathBuf],
 ) -> anyhow::Result<BTreeMap<PathBuf, String>> {
     let mut messages = Vec::new();
-    let shared_subdirs = SUBDIRS
-        .iter()
-        .filter(|s| !JAR_SPECS.iter().any(|j| j.subdir == Some(**s)));
+    let shared_subdirs = SUBDIRS.iter().filter(|s| {
+        !JAR_SPECS
+            .iter()
+            .any(|j| j.whole_subdir && j.subdir == Some(**s))
+    });
     for sub in std::iter::once(None).chain(shared_subdirs.map(|s| Some(*s))) {
         let dir = match sub {
             None => specs.to_path_buf(),
@@ -255,9 +338,10 @@ pub fn generate(
                 .and_then(|s| s.to_str())
                 .unwrap_or_default()
                 .to_string();
-            let from_jar = JAR_SPECS
-                .iter()
-                .any(|j| j.subdir == sub && j.stems.contains(&stem.as_str()));
+            let from_jar = JAR_SPECS.iter().any(|j| {
+                j.subdir == sub
+                    && (j.stems.contains(&stem.as_str()) || j.removed.contains(&stem.as_str()))
+            });
             if from_jar {
                 continue;
             }
@@ -413,7 +497,10 @@ fn mod_rs(messages: &[Message], subdir: Option<&str>) -> String {
             );
             out.push_str("pub mod api;\n");
         }
-        Some(s) => match JAR_SPECS.iter().find(|j| j.subdir == Some(s)) {
+        Some(s) => match JAR_SPECS
+            .iter()
+            .find(|j| j.whole_subdir && j.subdir == Some(s))
+        {
             Some(j) => {
                 let _ = writeln!(
                     out,
@@ -831,5 +918,29 @@ mod tests {
                 assert_eq!(m.subdir.as_deref(), Some("share-coordinator"));
             }
         }
+        // The share groups' records in `__consumer_offsets`, as Kafka 4.2 writes them.
+        for (record, key) in [
+            ("ShareGroupMemberMetadata", 10),
+            ("ShareGroupMetadata", 11),
+            ("ShareGroupTargetAssignmentMetadata", 12),
+            ("ShareGroupTargetAssignmentMember", 13),
+            ("ShareGroupCurrentMemberAssignment", 14),
+            ("ShareGroupStatePartitionMetadata", 15),
+        ] {
+            for (side, kind) in [("Key", "coordinator-key"), ("Value", "coordinator-value")] {
+                let m = find(&format!("{record}{side}"));
+                assert_eq!(
+                    (m.kind.as_str(), m.api_key),
+                    (kind, Some(key)),
+                    "{}",
+                    m.name
+                );
+                assert_eq!(m.subdir.as_deref(), Some("group-coordinator"));
+            }
+        }
+        let metadata = find("ShareGroupMetadataValue");
+        assert!(metadata.fields.iter().any(|f| f.name == "MetadataHash"));
+        let state = find("ShareGroupStatePartitionMetadataValue");
+        assert!(state.fields.iter().any(|f| f.name == "InitializingTopics"));
     }
 }

@@ -1656,6 +1656,8 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("group.consumer.max.size", "2147483647"),
     // KIP-848's online migration: `disabled`, `upgrade`, `downgrade` or `bidirectional`.
     ("group.consumer.migration.policy", "bidirectional"),
+    // KIP-932: the most members a share group takes (GROUP_MAX_SIZE_REACHED beyond).
+    ("group.share.max.size", "200"),
     ("group.share.session.timeout.ms", "45000"),
     ("group.share.min.session.timeout.ms", "45000"),
     ("group.share.max.session.timeout.ms", "60000"),
@@ -2726,6 +2728,8 @@ impl BrokerConfig {
                 })?
             },
             consumer_group_session_timeout_ms: self.parse("group.consumer.session.timeout.ms")?,
+            share_group_max_size: self.parse("group.share.max.size")?,
+            share_group_session_timeout_ms: self.parse("group.share.session.timeout.ms")?,
             ..defaults
         })
     }

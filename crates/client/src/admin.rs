@@ -10,9 +10,11 @@ mod acls;
 mod consumer_groups;
 mod delegation_tokens;
 mod quotas;
+mod share_groups;
 pub use consumer_groups::{ConsumerGroupDescription, ConsumerGroupMemberDescription};
 pub use delegation_tokens::{hmac_from_base64, DelegationToken};
 pub use quotas::{QuotaAlteration, QuotaEntity, QuotaMatch, QuotaValues};
+pub use share_groups::{ShareGroupDescription, ShareGroupMemberDescription};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -241,7 +243,8 @@ pub struct GroupListing {
     pub group_id: String,
     pub protocol_type: String,
     pub state: String,
-    /// `classic` or `consumer` (KIP-848), as ListGroups v5 tells it (KIP-1043).
+    /// `classic`, `consumer` (KIP-848) or `share` (KIP-932), as ListGroups v5 tells it
+    /// (KIP-1043).
     pub group_type: String,
     pub coordinator: i32,
 }
@@ -779,6 +782,11 @@ impl Admin {
                     // `Admin.describeConsumerGroups` falls back between the two.
                     if let Some(cg) = self.describe_consumer_group(group).await? {
                         out.push(GroupDescription::from(cg));
+                        continue;
+                    }
+                    // Nor a share group (KIP-932): ShareGroupDescribe shows it.
+                    if let Some(sg) = self.describe_share_group(group).await? {
+                        out.push(GroupDescription::from(sg));
                         continue;
                     }
                 }

@@ -59,8 +59,8 @@ pub use admin::{
     hmac_from_base64, Admin, AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType,
     ConsumerGroupDescription, ConsumerGroupMemberDescription, DelegationToken, GroupDescription,
     GroupListing, MemberDescription, NewPartitions, NewTopic, PartitionResults, QuotaAlteration,
-    QuotaEntity, QuotaMatch, QuotaValues, ScramCredentialUpsertion, TransactionDescription,
-    TransactionListing,
+    QuotaEntity, QuotaMatch, QuotaValues, ScramCredentialUpsertion, ShareGroupDescription,
+    ShareGroupMemberDescription, TransactionDescription, TransactionListing,
 };
 pub use admin_producers::{AbortTransactionSpec, ProducerState};
 pub use assignor::{Assignor, GroupSubscription, MemberSubscription};

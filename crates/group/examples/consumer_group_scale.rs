@@ -90,7 +90,7 @@ impl Driver {
                         }
                     }
                 }
-                Output::PersistTransactional { .. } => {}
+                Output::PersistTransactional { .. } | Output::InitializeShareGroupState { .. } => {}
             }
         }
         for r in responses {

@@ -313,7 +313,7 @@ pub struct DescribeGroupsResponse {
 pub struct ListGroupsRequest {
     /// Case-insensitive state names; empty means all.
     pub states_filter: Vec<String>,
-    /// Case-insensitive group types (`classic`, `consumer`); empty means all.
+    /// Case-insensitive group types (`classic`, `consumer`, `share`); empty means all.
     pub types_filter: Vec<String>,
 }
 
@@ -429,6 +429,9 @@ pub struct DescribedConsumerGroupMember {
     pub subscribed_topic_regex: Option<String>,
     pub assignment: Vec<DescribedTopicPartitions>,
     pub target_assignment: Vec<DescribedTopicPartitions>,
+    /// A classic-protocol member of a consumer group (KIP-848's online upgrade): what
+    /// ConsumerGroupDescribe v1 reports as its member type (KIP-1099).
+    pub uses_classic_protocol: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -463,10 +466,93 @@ pub struct ConsumerGroupDescribeResponse {
     pub groups: Vec<DescribedConsumerGroup>,
 }
 
+/// ShareGroupHeartbeat v1 (KIP-932), with the session timeout and heartbeat interval the
+/// broker resolved for the group (its `share.*` GROUP config overrides, else the broker's
+/// `group.share.*` settings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareGroupHeartbeatRequest {
+    pub group_id: String,
+    /// Made by the client (a UUID) from v1; never empty.
+    pub member_id: String,
+    /// 0 to join, -1 to leave.
+    pub member_epoch: i32,
+    pub rack_id: Option<String>,
+    /// `None`: unchanged since the last heartbeat.
+    pub subscribed_topic_names: Option<Vec<String>>,
+    pub client_id: String,
+    pub client_host: String,
+    /// `group.share.session.timeout.ms` (or the group's `share.session.timeout.ms`).
+    pub session_timeout_ms: i32,
+    /// `group.share.heartbeat.interval.ms` (or the group's `share.heartbeat.interval.ms`).
+    pub heartbeat_interval_ms: i32,
+}
+
+/// ShareGroupHeartbeat's answer has the fields of ConsumerGroupHeartbeat's.
+pub type ShareGroupHeartbeatResponse = ConsumerGroupHeartbeatResponse;
+
+/// ShareGroupDescribe; answered from replicated state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareGroupDescribeRequest {
+    pub group_ids: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedShareGroupMember {
+    pub member_id: String,
+    pub rack_id: Option<String>,
+    pub member_epoch: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub assignment: Vec<DescribedTopicPartitions>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedShareGroup {
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub group_id: String,
+    pub group_state: String,
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor_name: String,
+    pub members: Vec<DescribedShareGroupMember>,
+}
+
+impl DescribedShareGroup {
+    pub fn error(group_id: &str, error_code: i16, message: Option<String>) -> Self {
+        DescribedShareGroup {
+            error_code,
+            error_message: message,
+            group_id: group_id.to_owned(),
+            group_state: String::new(),
+            group_epoch: 0,
+            assignment_epoch: 0,
+            assignor_name: String::new(),
+            members: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareGroupDescribeResponse {
+    pub groups: Vec<DescribedShareGroup>,
+}
+
+/// Partitions of one topic whose share-partition state a share group needs initialised
+/// (Kafka's `InitializeShareGroupState` request to the share coordinator).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareTopicPartitions {
+    pub topic_id: rill_protocol::Uuid,
+    pub topic_name: String,
+    pub partitions: Vec<i32>,
+}
+
 /// A response for the broker to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Response {
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse),
+    ShareGroupHeartbeat(ShareGroupHeartbeatResponse),
     JoinGroup(JoinGroupResponse),
     SyncGroup(SyncGroupResponse),
     LeaveGroup(LeaveGroupResponse),
@@ -484,6 +570,12 @@ impl Response {
         match self {
             Response::ConsumerGroupHeartbeat(_) => {
                 Response::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse::error(
+                    error_code,
+                    "the group's records could not be written",
+                ))
+            }
+            Response::ShareGroupHeartbeat(_) => {
+                Response::ShareGroupHeartbeat(ShareGroupHeartbeatResponse::error(
                     error_code,
                     "the group's records could not be written",
                 ))
@@ -550,5 +642,16 @@ pub enum Output {
         producer_epoch: i16,
         records: Vec<(i32, Record)>,
         responses: Vec<Respond>,
+    },
+    /// A share group needs these partitions' share-partition state initialised before it
+    /// assigns them (KIP-932: the group coordinator sends InitializeShareGroupState to the
+    /// share coordinator once the records marking them initializing are written); report
+    /// success with [`crate::GroupCoordinator::share_group_state_initialized`]. Follows the
+    /// `Persist` that wrote the initializing mark, or comes alone when a heartbeat asks
+    /// again for partitions a previous coordinator marked but never saw initialised.
+    InitializeShareGroupState {
+        group_id: String,
+        group_epoch: i32,
+        topics: Vec<ShareTopicPartitions>,
     },
 }

@@ -1,5 +1,6 @@
-//! The consumer groups as of each `__consumer_offsets` partition's high watermark, which
-//! reads (ConsumerGroupDescribe, ListGroups, OffsetFetch's member check) are served from,
+//! The consumer groups and share groups as of each `__consumer_offsets` partition's high
+//! watermark, which reads (ConsumerGroupDescribe, ShareGroupDescribe, ListGroups,
+//! OffsetFetch's member check) are served from,
 //! and the writes above it with the answers that wait for them.
 //!
 //! # Design note
@@ -9,8 +10,8 @@
 //! soon as a handler makes them (so the next decision sees them), and into this view
 //! once the high watermark passes them.
 //!
-//! 1. Every write of a partition is queued here with its consumer group records (possibly
-//!    none: an offset commit), in the order the writes are made.
+//! 1. Every write of a partition is queued here with its consumer and share group records
+//!    (possibly none: an offset commit), in the order the writes are made.
 //! 2. The broker says where each write's batch ended ([`CommittedConsumerGroups::appended`])
 //!    and, later, how far the high watermark is ([`CommittedConsumerGroups::commit_up_to`]):
 //!    the writes that ended at or below it are replayed here, oldest first.
@@ -31,13 +32,16 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::api::Respond;
 use crate::committed_offsets::WriteId;
 use crate::consumer_group::ConsumerGroup;
-use crate::consumer_group_record::ConsumerGroupRecord;
+use crate::record::Record;
+use crate::share_group::ShareGroup;
+use crate::share_group_record::ShareGroupRecord;
 
 #[derive(Debug)]
 struct PendingWrite {
     write: WriteId,
     end_offset: Option<i64>,
-    records: Vec<ConsumerGroupRecord>,
+    /// Only consumer and share group records.
+    records: Vec<Record>,
     /// Answers computed after this write, released with it.
     held: Vec<Respond>,
 }
@@ -45,6 +49,7 @@ struct PendingWrite {
 #[derive(Debug, Default)]
 pub(crate) struct CommittedConsumerGroups {
     groups: BTreeMap<String, ConsumerGroup>,
+    share_groups: BTreeMap<String, ShareGroup>,
     pending: BTreeMap<i32, VecDeque<PendingWrite>>,
 }
 
@@ -57,8 +62,42 @@ impl CommittedConsumerGroups {
         self.groups.values()
     }
 
+    pub(crate) fn share_group(&self, group_id: &str) -> Option<&ShareGroup> {
+        self.share_groups.get(group_id)
+    }
+
+    pub(crate) fn share_groups(&self) -> impl Iterator<Item = &ShareGroup> {
+        self.share_groups.values()
+    }
+
     /// Replays a record that is below its partition's high watermark.
-    pub(crate) fn apply(&mut self, partition: i32, record: &ConsumerGroupRecord) {
+    pub(crate) fn apply(&mut self, partition: i32, record: &Record) {
+        match record {
+            Record::ConsumerGroup(r) => self.apply_consumer(partition, r),
+            Record::ShareGroup(r) => self.apply_share(partition, r),
+            Record::GroupMetadata(_) | Record::OffsetCommit(_) => {}
+        }
+    }
+
+    fn apply_share(&mut self, partition: i32, record: &ShareGroupRecord) {
+        let group_id = record.group_id();
+        if !self.share_groups.contains_key(group_id) {
+            if record.is_tombstone() {
+                return;
+            }
+            self.share_groups
+                .insert(group_id.to_owned(), ShareGroup::new(group_id, partition));
+        }
+        let keep = self
+            .share_groups
+            .get_mut(group_id)
+            .is_some_and(|g| g.replay(record));
+        if !keep {
+            self.share_groups.remove(group_id);
+        }
+    }
+
+    fn apply_consumer(&mut self, partition: i32, record: &crate::ConsumerGroupRecord) {
         let group_id = record.group_id();
         if !self.groups.contains_key(group_id) {
             if record.is_tombstone() {
@@ -82,7 +121,7 @@ impl CommittedConsumerGroups {
         partition: i32,
         write: WriteId,
         end_offset: Option<i64>,
-        records: Vec<ConsumerGroupRecord>,
+        records: Vec<Record>,
     ) {
         self.pending
             .entry(partition)
@@ -152,6 +191,7 @@ impl CommittedConsumerGroups {
     /// Forgets a partition; returns the answers that were waiting on it.
     pub(crate) fn unload(&mut self, partition: i32) -> Vec<Respond> {
         self.groups.retain(|_, g| g.partition != partition);
+        self.share_groups.retain(|_, g| g.partition != partition);
         self.pending
             .remove(&partition)
             .map(|q| q.into_iter().flat_map(|w| w.held).collect())

@@ -169,7 +169,10 @@ pub(crate) fn new_member_id(rng: &mut u64) -> String {
     rill_protocol::Uuid::from_u64_pair(hi, lo).to_string()
 }
 
-fn described(assignment: &Assignment, topics: &TopicsImage) -> Vec<DescribedTopicPartitions> {
+pub(crate) fn described(
+    assignment: &Assignment,
+    topics: &TopicsImage,
+) -> Vec<DescribedTopicPartitions> {
     assignment
         .iter()
         .filter(|(_, ps)| !ps.is_empty())
@@ -190,6 +193,9 @@ impl GroupCoordinator {
         }
         self.topics = Arc::new(topics);
         for g in self.consumer_groups.values_mut() {
+            g.metadata_refresh = true;
+        }
+        for g in self.share_groups.values_mut() {
             g.metadata_refresh = true;
         }
     }
@@ -513,6 +519,12 @@ impl GroupCoordinator {
         let mut converted = None;
 
         // 2. The group.
+        if self.is_share_group(&req.group_id) {
+            return err(
+                error_code::GROUP_ID_NOT_FOUND,
+                format!("Group {} is not a consumer group.", req.group_id),
+            );
+        }
         if let Some(classic_group) = self.groups.get(&req.group_id) {
             let empty =
                 classic_group.members.is_empty() && classic_group.pending_join_members.is_empty();
@@ -1088,7 +1100,7 @@ impl GroupCoordinator {
                     return DescribedConsumerGroup::error(id, code, None);
                 }
                 let Some(g) = self.committed_consumer.group(id) else {
-                    let message = if self.groups.contains_key(id) {
+                    let message = if self.groups.contains_key(id) || self.is_share_group(id) {
                         format!("Group {id} is not a consumer group.")
                     } else {
                         format!("Group {id} not found.")
@@ -1121,6 +1133,7 @@ impl GroupCoordinator {
                             subscribed_topic_regex: m.subscribed_topic_regex.clone(),
                             assignment: described(&m.assigned_partitions, &self.topics),
                             target_assignment: described(&g.target_of(&m.member_id), &self.topics),
+                            uses_classic_protocol: m.uses_classic_protocol(),
                         })
                         .collect(),
                 }

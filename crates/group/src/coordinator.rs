@@ -23,11 +23,11 @@ use crate::committed_consumer_groups::CommittedConsumerGroups;
 use crate::committed_offsets::{CommittedOffsets, WriteId};
 use crate::consumer_group::ConsumerGroup;
 use crate::consumer_group_migration::ConsumerGroupMigrationPolicy;
-use crate::consumer_group_record::ConsumerGroupRecord;
 use crate::error::{error_code, GroupError};
 use crate::group::{ClassicGroup, ClassicGroupMember, ClassicGroupState, JoinTimer};
 use crate::partition_for;
 use crate::record::*;
+use crate::share_group::ShareGroup;
 use crate::subscription::CONSUMER_PROTOCOL_TYPE;
 use crate::timer::{Timer, TimerKey};
 use crate::topics_image::TopicsImage;
@@ -77,6 +77,12 @@ pub struct GroupConfig {
     /// when a load makes this node its coordinator, until its first heartbeat here
     /// brings the group's own value.
     pub consumer_group_session_timeout_ms: i32,
+    /// `group.share.max.size`.
+    pub share_group_max_size: i32,
+    /// `group.share.session.timeout.ms`: the session a share group member gets when a
+    /// load makes this node its coordinator, until its first heartbeat here brings the
+    /// group's own value.
+    pub share_group_session_timeout_ms: i32,
 }
 
 impl Default for GroupConfig {
@@ -96,6 +102,8 @@ impl Default for GroupConfig {
             consumer_group_max_size: i32::MAX,
             consumer_group_migration_policy: ConsumerGroupMigrationPolicy::Bidirectional,
             consumer_group_session_timeout_ms: 45_000,
+            share_group_max_size: 200,
+            share_group_session_timeout_ms: 45_000,
         }
     }
 }
@@ -185,6 +193,9 @@ pub struct GroupCoordinator {
     released: Vec<Respond>,
     /// The cluster's topics, as the broker last said.
     pub(crate) topics: Arc<TopicsImage>,
+    /// Share groups (KIP-932), with the newest state; their ids are in neither `groups`
+    /// nor `consumer_groups`. Their committed view is in `committed_consumer`.
+    pub(crate) share_groups: BTreeMap<String, ShareGroup>,
 }
 
 /// Everything a group transition may touch besides the group itself.
@@ -1111,6 +1122,7 @@ impl GroupCoordinator {
             committed_consumer: CommittedConsumerGroups::default(),
             released: Vec::new(),
             topics: Arc::new(TopicsImage::default()),
+            share_groups: BTreeMap::new(),
         }
     }
 
@@ -1121,10 +1133,10 @@ impl GroupCoordinator {
         let write = WriteId(self.next_write);
         if !fx.records.is_empty() {
             self.next_write += 1;
-            let mut by_partition: BTreeMap<i32, Vec<ConsumerGroupRecord>> = BTreeMap::new();
+            let mut by_partition: BTreeMap<i32, Vec<Record>> = BTreeMap::new();
             for (p, r) in &fx.records {
                 let list = by_partition.entry(*p).or_default();
-                if let Record::ConsumerGroup(r) = r {
+                if matches!(r, Record::ConsumerGroup(_) | Record::ShareGroup(_)) {
                     list.push(r.clone());
                 }
             }
@@ -1247,6 +1259,9 @@ impl GroupCoordinator {
             Some(error_code::INVALID_GROUP_ID)
         } else if let Some(code) = self.coordinator_error(&req.group_id) {
             Some(code)
+        } else if self.share_groups.contains_key(&req.group_id) {
+            // The id is a share group's (KIP-932): Kafka answers a classic member so.
+            Some(error_code::INCONSISTENT_GROUP_PROTOCOL)
         } else if req.session_timeout_ms < self.config.group_min_session_timeout_ms
             || req.session_timeout_ms > self.config.group_max_session_timeout_ms
         {
@@ -1426,6 +1441,9 @@ impl GroupCoordinator {
         }
         let early = if let Some(code) = self.coordinator_error(&req.group_id) {
             Some(code)
+        } else if self.share_groups.contains_key(&req.group_id) {
+            // A share group commits no offsets (KIP-932); Kafka finds no group to take them.
+            Some(error_code::GROUP_ID_NOT_FOUND)
         } else if !self.groups.contains_key(&req.group_id) {
             if req.generation_id_or_member_epoch < 0 {
                 // A simple group: offsets only, no membership.
@@ -1925,6 +1943,18 @@ impl GroupCoordinator {
                     }),
             );
         }
+        if type_ok("share") {
+            groups.extend(
+                self.listed_share_groups()
+                    .filter(|g| state_ok(&g.state().to_string()))
+                    .map(|g| ListedGroup {
+                        group_id: g.group_id.clone(),
+                        protocol_type: crate::SHARE_PROTOCOL_TYPE.to_owned(),
+                        group_state: g.state().to_string(),
+                        group_type: "share".to_owned(),
+                    }),
+            );
+        }
         if type_ok("consumer") {
             // As of the high watermark (KIP-848's groups are read at the last committed
             // offset), except an id the classic side has taken since.
@@ -1963,6 +1993,8 @@ impl GroupCoordinator {
                 .map(|g| g.members.is_empty());
             let code = if let Some(code) = self.coordinator_error(&group_id) {
                 code
+            } else if self.share_groups.contains_key(&group_id) {
+                self.delete_share_group(&group_id, &mut fx)
             } else if let Some(empty) = consumer_empty {
                 if empty {
                     self.delete_consumer_group(&group_id, &mut fx);
@@ -2068,6 +2100,10 @@ impl GroupCoordinator {
                 group_id,
                 member_id,
             } => self.on_consumer_member_timeout(&group_id, &member_id, true, now_ms, fx),
+            TimerKey::ShareSession {
+                group_id,
+                member_id,
+            } => self.on_share_session_timeout(&group_id, &member_id, fx),
         }
     }
 
@@ -2172,7 +2208,9 @@ impl GroupCoordinator {
         self.replay_into_groups(partition, record)?;
         match record {
             Record::OffsetCommit(r) => self.read.apply(r),
-            Record::ConsumerGroup(r) => self.committed_consumer.apply(partition, r),
+            Record::ConsumerGroup(_) | Record::ShareGroup(_) => {
+                self.committed_consumer.apply(partition, record)
+            }
             Record::GroupMetadata(_) => {}
         }
         Ok(())
@@ -2203,7 +2241,7 @@ impl GroupCoordinator {
             );
         }
         let consumer = match record {
-            Record::ConsumerGroup(r) => vec![r.clone()],
+            Record::ConsumerGroup(_) | Record::ShareGroup(_) => vec![record.clone()],
             _ => Vec::new(),
         };
         self.committed_consumer
@@ -2226,6 +2264,7 @@ impl GroupCoordinator {
         }
         match record {
             Record::ConsumerGroup(r) => self.replay_consumer_group_record(partition, r, None),
+            Record::ShareGroup(r) => self.replay_share_group_record(partition, r),
             Record::OffsetCommit(r) if self.consumer_groups.contains_key(&group_id) => {
                 let key = (r.key.topic.clone(), r.key.partition);
                 if let Some(g) = self.consumer_groups.get_mut(&group_id) {
@@ -2308,6 +2347,7 @@ impl GroupCoordinator {
         }
         self.partitions.insert(partition, PartitionState::Active);
         self.consumer_groups_loaded(partition, now_ms);
+        self.share_groups_loaded(partition, now_ms);
         for g in self.groups.values().filter(|g| g.partition == partition) {
             for m in g.members.values() {
                 self.timer.schedule(
@@ -2334,6 +2374,7 @@ impl GroupCoordinator {
         self.unsettled_tail.remove(&partition);
         self.txn_offsets.unload(partition);
         self.unload_consumer_groups(partition, &mut fx);
+        self.unload_share_groups(partition);
         let ids: Vec<String> = self
             .groups
             .values()

@@ -2,7 +2,9 @@
 //! SyncGroup, Heartbeat, LeaveGroup) and the offset store (OffsetCommit, OffsetFetch,
 //! OffsetDelete), plus DescribeGroups, ListGroups and DeleteGroups, and KIP-848's consumer
 //! groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe: `consumer_protocol.rs` has their
-//! design note); pure and clock-injected: no I/O, no tasks, time passed in as `now_ms`.
+//! design note) and KIP-932's share groups (ShareGroupHeartbeat, ShareGroupDescribe:
+//! `share_protocol.rs`); pure and clock-injected: no I/O, no tasks, time passed in as
+//! `now_ms`.
 //!
 //! The broker owns the sockets and the `__consumer_offsets` log. It calls
 //! [`GroupCoordinator`] with each request, a responder token and the time; it appends
@@ -106,6 +108,9 @@ mod current_assignment_builder;
 mod error;
 mod group;
 mod record;
+mod share_group;
+mod share_group_record;
+mod share_protocol;
 mod subscription;
 mod timer;
 mod topics_image;
@@ -115,7 +120,7 @@ mod txn_offsets;
 mod tests;
 
 pub use api::*;
-pub use assignor::{MemberSpec, ServerAssignor};
+pub use assignor::{simple_assign, MemberSpec, ServerAssignor};
 pub use committed_offsets::WriteId;
 pub use consumer_group::ConsumerGroupState;
 pub use consumer_group_member::{
@@ -127,6 +132,9 @@ pub use coordinator::{GroupConfig, GroupCoordinator};
 pub use error::{error_code, GroupError};
 pub use group::{ClassicGroupState, UnknownGroupState};
 pub use record::*;
+pub use share_group::{ShareGroupMember, ShareGroupState};
+pub use share_group_record::*;
+pub use share_protocol::{SHARE_GROUP_ASSIGNOR, SHARE_PROTOCOL_TYPE};
 pub use subscription::{
     decode_classic_assignment, decode_classic_subscription, decode_subscribed_topics,
     encode_classic_assignment, encode_subscription, ClassicSubscription, CONSUMER_PROTOCOL_TYPE,

@@ -2,11 +2,13 @@
 //! of Kafka's `GroupMetadataKey`/`GroupMetadataValue` and `OffsetCommitKey`/
 //! `OffsetCommitValue` specs (group-coordinator/*.json), so that the broker can convert
 //! them one to one into the generated wire types. A `None` value is a tombstone. The
-//! consumer groups' records are in [`crate::consumer_group_record`].
+//! consumer groups' records are in [`crate::consumer_group_record`], the share groups' in
+//! [`crate::share_group_record`].
 
 use bytes::Bytes;
 
 use crate::consumer_group_record::ConsumerGroupRecord;
+use crate::share_group_record::ShareGroupRecord;
 
 /// Key of a group's metadata record (`GroupMetadataKey`, key version 2).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -86,6 +88,8 @@ pub enum Record {
     OffsetCommit(OffsetCommitRecord),
     /// A consumer group's (KIP-848).
     ConsumerGroup(ConsumerGroupRecord),
+    /// A share group's (KIP-932).
+    ShareGroup(ShareGroupRecord),
 }
 
 impl Record {
@@ -95,6 +99,7 @@ impl Record {
             Record::GroupMetadata(r) => &r.key.group,
             Record::OffsetCommit(r) => &r.key.group,
             Record::ConsumerGroup(r) => r.group_id(),
+            Record::ShareGroup(r) => r.group_id(),
         }
     }
 
@@ -104,6 +109,7 @@ impl Record {
             Record::GroupMetadata(r) => r.value.is_none(),
             Record::OffsetCommit(r) => r.value.is_none(),
             Record::ConsumerGroup(r) => r.is_tombstone(),
+            Record::ShareGroup(r) => r.is_tombstone(),
         }
     }
 }

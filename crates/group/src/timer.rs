@@ -19,6 +19,8 @@ pub(crate) enum TimerKey {
     /// How long a consumer group member may take to revoke partitions (its rebalance
     /// timeout), armed while it is in UnrevokedPartitions.
     ConsumerRebalance { group_id: String, member_id: String },
+    /// A share group member's session (KIP-932).
+    ShareSession { group_id: String, member_id: String },
 }
 
 impl TimerKey {
@@ -28,7 +30,8 @@ impl TimerKey {
             | TimerKey::Join { group_id }
             | TimerKey::PendingSync { group_id }
             | TimerKey::ConsumerSession { group_id, .. }
-            | TimerKey::ConsumerRebalance { group_id, .. } => Some(group_id),
+            | TimerKey::ConsumerRebalance { group_id, .. }
+            | TimerKey::ShareSession { group_id, .. } => Some(group_id),
             TimerKey::OffsetExpiration => None,
         }
     }

@@ -36,7 +36,8 @@ fn nested_error_codes_are_visited_in_field_order() {
         ],
         ..Default::default()
     };
-    assert_eq!(codes(&ResponseBody::from(metadata)), vec![3, 0, 5, 0, 6]);
+    // The top-level error code (version 13, KIP-1102) comes last in the spec's field order.
+    assert_eq!(codes(&ResponseBody::from(metadata)), vec![3, 0, 5, 0, 6, 0]);
 
     let created = CreateTopicsResponse {
         topics: vec![CreatableTopicResult {

@@ -5,118 +5,22 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test harness: a failure is a test failure
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+mod support;
 
-const RILL: &str = env!("CARGO_BIN_EXE_rill");
+use std::process::Command;
 
-/// Kills the server however the test ends.
-struct ServerGuard(Child);
-
-impl Drop for ServerGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A data directory removed at the end (no dev-dependency for one directory).
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let path =
-            std::env::temp_dir().join(format!("rill-bench-test-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use support::{rill_json, start_server, TempDir, RILL};
 
 fn bench(bootstrap: &str, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(RILL)
-        .arg("bench")
-        .args(args)
-        .args(["-b", bootstrap, "--output", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "rill bench {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    serde_json::from_str(stdout.trim()).unwrap()
-}
-
-/// A `rill server` on a free loopback port with its own data directory.
-struct Server {
-    bootstrap: String,
-    _guard: ServerGuard,
-    _dir: TempDir,
-}
-
-fn start_server() -> Server {
-    let dir = TempDir::new();
-    let port = free_port();
-    let bootstrap = format!("127.0.0.1:{port}");
-    let mut guard = ServerGuard(
-        Command::new(RILL)
-            .args(["server", "--listen", &bootstrap, "--data-dir"])
-            .arg(&dir.0)
-            .args(["--override", "group.initial.rebalance.delay.ms=0"])
-            // Off: tests run in parallel and would all take the default 9644.
-            .args(["--override", "http.listeners="])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    // Ready is the `rill listening on` line, printed once the controller has unfenced
-    // the broker; the port accepts connections earlier, when a CreateTopics still finds
-    // no available broker (INVALID_REPLICATION_FACTOR).
-    let stdout = guard.0.stdout.take().unwrap();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if line.starts_with("rill listening on") {
-                let _ = ready_tx.send(());
-            }
-        }
-    });
-    ready_rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("server did not start");
-    Server {
-        bootstrap,
-        _guard: guard,
-        _dir: dir,
-    }
+    let args: Vec<&str> = std::iter::once("bench")
+        .chain(args.iter().copied())
+        .collect();
+    rill_json(bootstrap, &args)
 }
 
 #[test]
 fn bench_produce_then_consume() {
-    let server = start_server();
+    let server = start_server(&[]);
     let bootstrap = &server.bootstrap;
 
     let produced = bench(
@@ -167,7 +71,7 @@ fn bench_produce_then_consume() {
 
 #[test]
 fn bench_e2e_reports_latency_and_nothing_missing() {
-    let server = start_server();
+    let server = start_server(&[]);
     let e2e = bench(
         &server.bootstrap,
         &[
@@ -267,7 +171,7 @@ fn bench_limits_reports_four_positive_figures() {
 
 #[test]
 fn bench_txn_compares_transactions_with_idempotence() {
-    let server = start_server();
+    let server = start_server(&[]);
     let txn = bench(
         &server.bootstrap,
         &[

@@ -1109,9 +1109,19 @@ fn end_txn_v2(
     if m.producer_id != producer_id && !retry_on_overflow {
         return fail(ErrorCode::INVALID_PRODUCER_ID_MAPPING);
     }
+    // While the last transaction's markers are written, whatever comes is asked to wait,
+    // before the epoch is looked at (KAFKA-18464): the producer already holds the bumped
+    // epoch, and its next EndTxn (an abort of a transaction it never added to, say) carries
+    // it, which the stored epoch only reaches once the transaction completes. Fencing it
+    // here would fence the producer with its own epoch.
+    if matches!(
+        m.state,
+        TransactionState::PrepareCommit | TransactionState::PrepareAbort
+    ) {
+        return fail(ErrorCode::CONCURRENT_TRANSACTIONS);
+    }
     let same_epoch = m.producer_epoch == producer_epoch;
     let valid_epoch = match m.state {
-        TransactionState::PrepareCommit | TransactionState::PrepareAbort => retry_on_bump,
         TransactionState::CompleteCommit | TransactionState::CompleteAbort => {
             retry_on_bump || retry_on_overflow || same_epoch
         }
@@ -1162,9 +1172,6 @@ fn end_txn_v2(
         (TransactionState::CompleteCommit, false) if !retry => prepare(false, true),
         (TransactionState::CompleteAbort, false) | (TransactionState::Empty, false) => {
             prepare(false, true)
-        }
-        (TransactionState::PrepareCommit, true) | (TransactionState::PrepareAbort, false) => {
-            fail(ErrorCode::CONCURRENT_TRANSACTIONS)
         }
         _ => fail(ErrorCode::INVALID_TXN_STATE),
     }

@@ -788,6 +788,39 @@ fn tv2_an_abort_needs_no_partitions_and_a_wrong_epoch_is_fenced() {
 }
 
 #[test]
+fn tv2_an_abort_at_the_bumped_epoch_while_the_commits_markers_are_written_waits() {
+    // franz-go's transactional ETL: a commit is answered (epoch 0 -> 1) as soon as it is
+    // prepared; the producer begins the next transaction at epoch 1, gives it up before
+    // anything was added and aborts it while the commit's markers are still written. That
+    // abort must be told to wait, not be fenced with the producer's own epoch (KAFKA-18464).
+    let mut h = Harness::new();
+    h.init(-1, -1, 1000, 0);
+    assert_eq!(h.add_v2(1000, 0, &[("a", 0)], 1), vec![ErrorCode::NONE]);
+    let (e, producer, out) = h.end_v(2, (1000, 0), true, -1, 2);
+    assert_eq!((e, producer), (ErrorCode::NONE, (1000, 1)));
+    assert_eq!(h.state(), TransactionState::PrepareCommit);
+    for (epoch, commit) in [(1, false), (1, true), (0, false), (2, false)] {
+        assert_eq!(
+            h.end_v(2, (1000, epoch), commit, -1, 3).0,
+            ErrorCode::CONCURRENT_TRANSACTIONS,
+            "epoch {epoch}, commit {commit}"
+        );
+    }
+    h.write_markers(&out, 4);
+    assert_eq!(h.state(), TransactionState::CompleteCommit);
+    // Retried once the commit completed, the abort is a new, empty one, and bumps.
+    let (e, producer, out) = h.end_v(2, (1000, 1), false, -1, 5);
+    assert_eq!((e, producer), (ErrorCode::NONE, (1000, 2)));
+    assert_eq!(markers(&out), vec![(false, 2, vec![])]);
+    h.write_markers(&out, 6);
+    // An epoch the producer never held is still fenced once nothing is in flight.
+    assert_eq!(
+        h.end_v(2, (1000, 4), false, -1, 7).0,
+        ErrorCode::PRODUCER_FENCED
+    );
+}
+
+#[test]
 fn tv2_the_bump_that_spends_the_last_epoch_moves_the_producer_to_a_new_id() {
     let mut h = Harness::new();
     h.init(-1, -1, 1000, 0);

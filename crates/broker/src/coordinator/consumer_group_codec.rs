@@ -34,7 +34,9 @@ pub fn is_consumer_group_key(version: i16) -> bool {
     (METADATA..=CURRENT_MEMBER_ASSIGNMENT).contains(&version)
 }
 
-fn value<T: Encodable>(v: Option<T>) -> Result<Option<Vec<u8>>, String> {
+/// A value in Kafka's format (version 0), or `None` for a tombstone; the share groups'
+/// codec writes its values the same way.
+pub(crate) fn value<T: Encodable>(v: Option<T>) -> Result<Option<Vec<u8>>, String> {
     v.map(|v| encode_versioned(VALUE_VERSION, &v)).transpose()
 }
 
@@ -206,7 +208,7 @@ pub fn encode(record: &ConsumerGroupRecord) -> Result<(Vec<u8>, Option<Vec<u8>>)
 }
 
 /// Decodes a value of `T` at its version; `None` when it does not decode.
-fn body<T: Decodable>(v: Option<(i16, Bytes)>) -> Result<Option<T>, ()> {
+pub(crate) fn body<T: Decodable>(v: Option<(i16, Bytes)>) -> Result<Option<T>, ()> {
     match v {
         None => Ok(None),
         Some((version, mut b)) => T::decode(&mut b, version).map(Some).map_err(|_| ()),

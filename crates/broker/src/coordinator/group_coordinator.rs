@@ -64,6 +64,8 @@ pub enum GroupCall {
     TxnOffsetCommit(rill_group::TxnOffsetCommitRequest),
     ConsumerGroupHeartbeat(rill_group::ConsumerGroupHeartbeatRequest),
     ConsumerGroupDescribe(rill_group::ConsumerGroupDescribeRequest),
+    ShareGroupHeartbeat(rill_group::ShareGroupHeartbeatRequest),
+    ShareGroupDescribe(rill_group::ShareGroupDescribeRequest),
     /// The cluster's topics changed (the metadata publisher): consumer groups resolve
     /// their subscriptions against them.
     UpdateTopics(rill_group::TopicsImage),
@@ -85,6 +87,7 @@ pub enum GroupReply {
     DescribeGroups(rill_group::DescribeGroupsResponse),
     ListGroups(rill_group::ListGroupsResponse),
     ConsumerGroupDescribe(rill_group::ConsumerGroupDescribeResponse),
+    ShareGroupDescribe(rill_group::ShareGroupDescribeResponse),
     /// The topics were taken.
     TopicsUpdated,
     /// How many pending transactional offsets a marker made visible.
@@ -99,6 +102,8 @@ pub struct GroupSnapshot {
     pub groups: Vec<(String, String)>,
     /// Consumer groups of KIP-848's protocol: (group id, state as Kafka names it).
     pub consumer_groups: Vec<(String, String)>,
+    /// Share groups of KIP-932: (group id, state as Kafka names it).
+    pub share_groups: Vec<(String, String)>,
     /// (group, topic, partition, committed offset): what OffsetFetch would serve.
     pub offsets: Vec<(String, String, i32, i64)>,
     /// (group id, members).
@@ -164,19 +169,27 @@ pub fn start(config: GroupConfig, replicas: Arc<ReplicaManager>) -> GroupCoordin
     runtime::start(shard, replicas)
 }
 
-fn outputs(outputs: Vec<Output>) -> Outputs<GroupShard> {
-    outputs
-        .into_iter()
-        .map(|o| match o {
-            Output::Respond(r) => CoordinatorOutput::Respond {
+/// The runtime's outputs for the state machine's. The share coordinator that
+/// initialises a share group's share-partition state is not built yet, so an
+/// [`Output::InitializeShareGroupState`] is answered here at once, after the write that
+/// marked the partitions initializing (its records follow that write's).
+fn outputs(c: &mut GroupCoordinator, outputs: Vec<Output>, now_ms: i64) -> Outputs<GroupShard> {
+    let mut out = Vec::new();
+    let mut queue: std::collections::VecDeque<Output> = outputs.into();
+    // Each initialisation answer writes at most one batch and asks nothing more, so this
+    // ends; the bound makes that a fact, not a hope.
+    let mut initialisations = 0usize;
+    while let Some(o) = queue.pop_front() {
+        match o {
+            Output::Respond(r) => out.push(CoordinatorOutput::Respond {
                 responder: r.responder,
                 reply: GroupReply::Response(r.response),
-            },
+            }),
             Output::Persist {
                 write,
                 records,
                 responses,
-            } => CoordinatorOutput::Append {
+            } => out.push(CoordinatorOutput::Append {
                 write: write.0,
                 records,
                 replies: responses
@@ -184,14 +197,14 @@ fn outputs(outputs: Vec<Output>) -> Outputs<GroupShard> {
                     .map(|r| (r.responder, GroupReply::Response(r.response)))
                     .collect(),
                 transactional: None,
-            },
+            }),
             Output::PersistTransactional {
                 write,
                 producer_id,
                 producer_epoch,
                 records,
                 responses,
-            } => CoordinatorOutput::Append {
+            } => out.push(CoordinatorOutput::Append {
                 write: write.0,
                 records,
                 replies: responses
@@ -199,9 +212,20 @@ fn outputs(outputs: Vec<Output>) -> Outputs<GroupShard> {
                     .map(|r| (r.responder, GroupReply::Response(r.response)))
                     .collect(),
                 transactional: Some((producer_id, producer_epoch)),
-            },
-        })
-        .collect()
+            }),
+            Output::InitializeShareGroupState {
+                group_id, topics, ..
+            } => {
+                initialisations += 1;
+                if initialisations > 1_000 {
+                    continue;
+                }
+                // TODO(#21): InitializeShareGroupState via the share coordinator
+                queue.extend(c.share_group_state_initialized(&group_id, &topics, now_ms));
+            }
+        }
+    }
+    out
 }
 
 impl CoordinatorShard for GroupShard {
@@ -265,6 +289,12 @@ impl CoordinatorShard for GroupShard {
                 return Handled::Reply(GroupReply::TopicsUpdated);
             }
             GroupCall::ConsumerGroupHeartbeat(r) => c.handle_consumer_group_heartbeat(r, now, id),
+            GroupCall::ShareGroupDescribe(r) => {
+                return Handled::Reply(GroupReply::ShareGroupDescribe(
+                    c.handle_share_group_describe(&r),
+                ))
+            }
+            GroupCall::ShareGroupHeartbeat(r) => c.handle_share_group_heartbeat(r, now, id),
             GroupCall::Snapshot => {
                 let overview = c.group_overview();
                 // Groups gone from here (deleted, or their partition moved away) leave
@@ -279,6 +309,7 @@ impl CoordinatorShard for GroupShard {
                     .map(|(k, v)| (k.group, k.topic, k.partition, v.offset))
                     .collect();
                 let consumer = c.consumer_group_overview();
+                let share = c.share_group_overview();
                 return Handled::Reply(GroupReply::Snapshot(GroupSnapshot {
                     groups: overview
                         .into_iter()
@@ -288,12 +319,17 @@ impl CoordinatorShard for GroupShard {
                         .iter()
                         .map(|(id, s, _, _)| (id.clone(), s.to_string()))
                         .collect(),
+                    share_groups: share
+                        .iter()
+                        .map(|(id, s, _, _)| (id.clone(), s.to_string()))
+                        .collect(),
                     offsets,
                     members: c
                         .group_sizes()
                         .into_iter()
                         .map(|(id, n)| (id, n as u64))
                         .chain(consumer.iter().map(|(id, _, _, n)| (id.clone(), *n as u64)))
+                        .chain(share.iter().map(|(id, _, _, n)| (id.clone(), *n as u64)))
                         .collect(),
                 }));
             }
@@ -329,11 +365,12 @@ impl CoordinatorShard for GroupShard {
                 )))
             }
         };
-        Handled::Outputs(outputs(out))
+        Handled::Outputs(outputs(c, out, now))
     }
 
     fn tick(&mut self, now_ms: i64) -> Outputs<Self> {
-        outputs(self.coordinator.tick(now_ms))
+        let out = self.coordinator.tick(now_ms);
+        outputs(&mut self.coordinator, out, now_ms)
     }
 
     fn next_deadline(&self) -> Option<i64> {
@@ -341,7 +378,8 @@ impl CoordinatorShard for GroupShard {
     }
 
     fn load_start(&mut self, partition: i32) -> Outputs<Self> {
-        outputs(self.coordinator.load_partition_start(partition))
+        let out = self.coordinator.load_partition_start(partition);
+        outputs(&mut self.coordinator, out, 0)
     }
 
     fn replay(
@@ -375,7 +413,8 @@ impl CoordinatorShard for GroupShard {
     }
 
     fn unload(&mut self, partition: i32) -> Outputs<Self> {
-        outputs(self.coordinator.unload_partition(partition))
+        let out = self.coordinator.unload_partition(partition);
+        outputs(&mut self.coordinator, out, 0)
     }
 
     fn loaded_partitions(&self) -> Vec<i32> {
@@ -393,7 +432,8 @@ impl CoordinatorShard for GroupShard {
         }
         // Answers that waited for this write (a consumer group heartbeat that wrote
         // nothing) go out with it.
-        outputs(self.coordinator.take_released())
+        let out = self.coordinator.take_released();
+        outputs(&mut self.coordinator, out, 0)
     }
 
     fn write_failed(&mut self, _write: u64, _failure: WriteFailure) -> Outputs<Self> {
@@ -419,7 +459,8 @@ impl CoordinatorShard for GroupShard {
 
     fn commit_up_to(&mut self, partition: i32, offset: i64) -> Outputs<Self> {
         self.coordinator.commit_up_to(partition, offset);
-        outputs(self.coordinator.take_released())
+        let out = self.coordinator.take_released();
+        outputs(&mut self.coordinator, out, 0)
     }
 }
 
@@ -523,6 +564,7 @@ pub fn encode_record(record: &Record) -> Result<(Vec<u8>, Option<Vec<u8>>), Stri
             Ok((key, value))
         }
         Record::ConsumerGroup(r) => super::consumer_group_codec::encode(r),
+        Record::ShareGroup(r) => super::share_group_codec::encode(r),
     }
 }
 
@@ -535,8 +577,8 @@ fn split_version(bytes: &[u8]) -> Option<(i16, Bytes)> {
     Some((version, b))
 }
 
-/// Decodes a `__consumer_offsets` record; `None` for records this coordinator does not
-/// own (share groups') or cannot read.
+/// Decodes a `__consumer_offsets` record; `None` for records this coordinator cannot
+/// read.
 pub fn decode_record(key: Option<&[u8]>, value: Option<&[u8]>) -> Option<Record> {
     let (key_version, mut key) = split_version(key?)?;
     let value = match value {
@@ -604,6 +646,9 @@ pub fn decode_record(key: Option<&[u8]>, value: Option<&[u8]>) -> Option<Record>
         }
         v if super::consumer_group_codec::is_consumer_group_key(v) => Some(Record::ConsumerGroup(
             super::consumer_group_codec::decode(v, key, value)?,
+        )),
+        v if super::share_group_codec::is_share_group_key(v) => Some(Record::ShareGroup(
+            super::share_group_codec::decode(v, key, value)?,
         )),
         _ => None,
     }

@@ -22,5 +22,6 @@ pub mod group_coordinator;
 pub mod runtime;
 pub mod share_coordinator;
 pub mod share_coordinator_codec;
+pub mod share_group_codec;
 pub mod transaction_coordinator;
 pub mod transaction_marker;

@@ -1246,6 +1246,21 @@ impl Collector for Page {
                     .into_iter()
                     .map(|(s, n)| (vec![("state", s.to_string())], n)),
             )?;
+            let mut by_state: BTreeMap<&str, i64> = ["Empty", "Stable", "Dead"]
+                .into_iter()
+                .map(|s| (s, 0))
+                .collect();
+            for (_, state) in &self.groups.share_groups {
+                *by_state.entry(state.as_str()).or_insert(0) += 1;
+            }
+            gauge_family(
+                &mut e,
+                "kafka_server_group_coordinator_metrics_share_group_count",
+                "Share groups (KIP-932) this broker coordinates, by state (share-group-count)",
+                by_state
+                    .into_iter()
+                    .map(|(s, n)| (vec![("state", s.to_string())], n)),
+            )?;
             counter(
                 &mut e,
                 "kafka_server_group_coordinator_metrics_classic_group_completed_rebalance",
@@ -1393,6 +1408,7 @@ mod tests {
         let snapshot = GroupSnapshot {
             groups: vec![("g".into(), "Empty".into())],
             consumer_groups: Vec::new(),
+            share_groups: Vec::new(),
             offsets: vec![
                 ("g".into(), "t".into(), 0, 120),
                 // Committed past the high watermark (a truncated log): no negative lag.
@@ -1439,6 +1455,7 @@ mod tests {
         let groups = GroupSnapshot {
             groups: vec![("g".into(), "Stable".into())],
             consumer_groups: vec![("c".into(), "Reconciling".into())],
+            share_groups: vec![("s".into(), "Stable".into())],
             offsets: vec![("g".into(), "t".into(), 0, 100)],
             members: vec![("g".into(), 3)],
         };
@@ -1537,6 +1554,8 @@ mod tests {
             "kafka_server_group_coordinator_metrics_classic_group_count{state=\"Stable\"} 1",
             "kafka_server_group_coordinator_metrics_classic_group_count{state=\"Empty\"} 0",
             "kafka_server_group_coordinator_metrics_consumer_group_count{state=\"Reconciling\"} 1",
+            "kafka_server_group_coordinator_metrics_share_group_count{state=\"Stable\"} 1",
+            "kafka_server_group_coordinator_metrics_share_group_count{state=\"Empty\"} 0",
             "kafka_server_group_coordinator_metrics_consumer_group_count{state=\"Stable\"} 0",
             "process_cpu_seconds_total 1.5",
             "kafka_server_replicamanager_follower_max_lag_records 42",

@@ -2,7 +2,7 @@
 //! (`kafka-client-metrics --alter|--describe|--delete|--list`), each naming which metrics
 //! clients that match it should push and how often. They are kept in the metadata log
 //! like group configs, validated as Kafka's `ClientMetricsConfigs` validates them, and
-//! listed by ListClientMetricsResources.
+//! listed by ListConfigResources (Kafka 4.0's ListClientMetricsResources).
 //!
 //! Rill does not receive the pushes yet: Kafka offers GetTelemetrySubscriptions and
 //! PushTelemetry only when a telemetry receiver plugin is configured, and Rill has none,
@@ -11,9 +11,6 @@
 use std::collections::BTreeMap;
 
 use rill_protocol::generated::describe_configs_response::DescribeConfigsResourceResult;
-use rill_protocol::generated::list_client_metrics_resources_response::{
-    ClientMetricsResource, ListClientMetricsResourcesResponse,
-};
 use rill_protocol::ErrorCode;
 
 use rill_metadata::{MetadataImage, RESOURCE_CLIENT_METRICS};
@@ -160,20 +157,13 @@ pub fn describe(
         .collect())
 }
 
-/// ListClientMetricsResources: the name of every subscription.
-pub fn list(image: &MetadataImage) -> ListClientMetricsResourcesResponse {
-    ListClientMetricsResourcesResponse {
-        client_metrics_resources: image
-            .configs
-            .keys()
-            .filter(|(resource_type, _)| *resource_type == RESOURCE_CLIENT_METRICS)
-            .map(|(_, name)| ClientMetricsResource {
-                name: name.clone(),
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    }
+/// The name of every subscription.
+pub fn names(image: &MetadataImage) -> impl Iterator<Item = &str> {
+    image
+        .configs
+        .keys()
+        .filter(|(resource_type, _)| *resource_type == RESOURCE_CLIENT_METRICS)
+        .map(|(_, name)| name.as_str())
 }
 
 #[cfg(test)]

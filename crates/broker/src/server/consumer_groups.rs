@@ -53,7 +53,7 @@ fn heartbeat_error(code: i16, message: Option<String>) -> chs::ConsumerGroupHear
 
 impl Broker {
     /// A GROUP config of `group_id` as an int: its override, else the broker's key.
-    fn group_config_ms(&self, group_id: &str, name: &str, broker_key: &str) -> i32 {
+    pub(crate) fn group_config_ms(&self, group_id: &str, name: &str, broker_key: &str) -> i32 {
         let image = self.image();
         let own = image
             .configs
@@ -201,6 +201,8 @@ impl Broker {
                             subscribed_topic_regex: m.subscribed_topic_regex,
                             assignment: assignment(m.assignment),
                             target_assignment: assignment(m.target_assignment),
+                            // KIP-1099's MemberType (version 1): 0 classic, 1 consumer.
+                            member_type: if m.uses_classic_protocol { 0 } else { 1 },
                             ..Default::default()
                         })
                         .collect(),

@@ -569,6 +569,9 @@ impl Broker {
                 .groups
                 .into_iter()
                 .map(|d| describe_groups_response::DescribedGroup {
+                    // Version 6 (KIP-1043) says why, as Kafka 4.1 does.
+                    error_message: (d.error_code == ErrorCode::GROUP_ID_NOT_FOUND.code())
+                        .then(|| format!("Group {} not found.", d.group_id)),
                     error_code: d.error_code,
                     group_id: d.group_id,
                     group_state: d.group_state,

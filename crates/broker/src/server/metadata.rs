@@ -399,17 +399,26 @@ impl Broker {
 
     pub(crate) fn handle_describe_cluster(
         &self,
-        _request: DescribeClusterRequest,
+        request: DescribeClusterRequest,
         listener: &str,
     ) -> DescribeClusterResponse {
         let image = self.image();
-        let brokers = live_brokers(&image, listener)
-            .map(|(broker_id, host, port, rack)| DescribeClusterBroker {
-                broker_id,
-                host,
-                port,
-                rack,
-                ..Default::default()
+        // Version 2 (KIP-1073) may ask for the fenced brokers too, marked as such, so that
+        // an operator can find a broker that registered but never caught up.
+        let brokers = image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced || request.include_fenced_brokers)
+            .filter_map(|b| {
+                let (host, port) = broker_endpoint(&image, b.id, listener)?;
+                Some(DescribeClusterBroker {
+                    broker_id: b.id,
+                    host,
+                    port,
+                    rack: b.rack.clone(),
+                    is_fenced: b.fenced,
+                    ..Default::default()
+                })
             })
             .collect();
         DescribeClusterResponse {

@@ -16,6 +16,7 @@ pub(crate) mod auth_helper;
 mod broker;
 mod client_metrics;
 mod client_quotas;
+mod config_resources;
 mod configs;
 pub(crate) mod consumer_groups;
 mod data;
@@ -31,6 +32,7 @@ mod quorum;
 pub(crate) mod quotas;
 mod request_authorization;
 pub(crate) mod sasl;
+mod share_groups;
 pub(crate) use sasl::scram_credential;
 pub mod share_persister;
 mod share_state;
@@ -67,7 +69,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 17),
     (ApiKey::ListOffsets, 1, 10),
-    (ApiKey::Metadata, 0, 12),
+    (ApiKey::Metadata, 0, 13),
     (ApiKey::OffsetCommit, 0, 9),
     (ApiKey::OffsetFetch, 0, 9),
     (ApiKey::FindCoordinator, 0, 6),
@@ -75,12 +77,16 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::SyncGroup, 0, 5),
-    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::ListGroups, 0, 5),
     // KIP-848's consumer groups (`group.protocol=consumer`); v1 adds the regular
     // expression subscription.
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
-    (ApiKey::ConsumerGroupDescribe, 0, 0),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // KIP-932's share groups: membership only until ShareFetch is served (issue #21);
+    // Kafka 4.1 and 4.2 offer v1 of both.
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
@@ -92,10 +98,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
-    (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::OffsetForLeaderEpoch, 0, 4),
     (ApiKey::ElectLeaders, 0, 2),
-    (ApiKey::AlterPartitionReassignments, 0, 0),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::UnregisterBroker, 0, 0),
     (ApiKey::AlterReplicaLogDirs, 1, 2),
@@ -106,7 +112,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::UpdateFeatures, 0, 2),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     // Kafka 4.1's v1 (ListConfigResources, of every resource type) needs its 4.1 spec.
-    (ApiKey::ListClientMetricsResources, 0, 0),
+    (ApiKey::ListConfigResources, 0, 1),
     // Transaction version 1 only: EndTxn v5 and TxnOffsetCommit v5 mean version 2
     // (KIP-890 part 2), which is not built.
     (ApiKey::AddPartitionsToTxn, 0, 5),
@@ -114,7 +120,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::EndTxn, 0, 5),
     (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::DescribeTransactions, 0, 0),
-    (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::ListTransactions, 0, 2),
     // Kafka 4.1's range: KIP-896 removed version 0 (brokers send 1).
     (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::DescribeProducers, 0, 0),
@@ -350,8 +356,8 @@ impl Broker {
             RequestBody::UpdateFeatures(r) => {
                 respond!(self.handle_update_features(r, version).await)
             }
-            RequestBody::ListClientMetricsResources(_) => {
-                respond!(client_metrics::list(&self.image()))
+            RequestBody::ListConfigResources(r) => {
+                respond!(config_resources::list(&self.image(), &r, version))
             }
             RequestBody::JoinGroup(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or_default();
@@ -377,6 +383,13 @@ impl Broker {
             }
             RequestBody::ConsumerGroupDescribe(r) => {
                 respond!(self.handle_consumer_group_describe(r).await)
+            }
+            RequestBody::ShareGroupHeartbeat(r) => {
+                let client_id = header.client_id.as_deref().unwrap_or_default();
+                respond!(self.handle_share_group_heartbeat(r, client_id, peer).await)
+            }
+            RequestBody::ShareGroupDescribe(r) => {
+                respond!(self.handle_share_group_describe(r).await)
             }
             RequestBody::AddPartitionsToTxn(r) => {
                 respond!(self.handle_add_partitions_to_txn(r, version).await)

@@ -235,9 +235,61 @@ impl Broker {
                     .map(move |p| (topic.clone(), p.partition_index, p.replicas))
             })
             .collect();
+        // Version 1 (KIP-860) may forbid a new replica count: a partition whose target has
+        // another count than its replicas (those it had before an ongoing reassignment
+        // began) is refused here and not sent to the controller.
+        let allow_rf_change = request.allow_replication_factor_change;
+        let mut refused: Vec<Outcome> = Vec::new();
+        let partitions: Vec<(String, i32, Option<Vec<i32>>)> = if allow_rf_change {
+            partitions
+        } else {
+            let image = self.image();
+            partitions
+                .into_iter()
+                .filter(|(topic, partition, target)| {
+                    let (Some(target), Some(current)) =
+                        (target, image.partition(topic, *partition))
+                    else {
+                        return true;
+                    };
+                    // As Kafka, a target that is no valid assignment (empty, a replica twice,
+                    // a broker not registered) is the controller's INVALID_REPLICA_ASSIGNMENT
+                    // first.
+                    let distinct: std::collections::BTreeSet<&i32> = target.iter().collect();
+                    if target.is_empty()
+                        || distinct.len() != target.len()
+                        || target.iter().any(|b| !image.brokers.contains_key(b))
+                    {
+                        return true;
+                    }
+                    let before = current
+                        .replicas
+                        .iter()
+                        .filter(|r| !current.adding_replicas.contains(r))
+                        .count();
+                    if target.len() == before {
+                        return true;
+                    }
+                    refused.push((
+                        topic.clone(),
+                        *partition,
+                        ErrorCode::INVALID_REPLICATION_FACTOR,
+                        Some(format!(
+                            "The replication factor is changed from {before} to {} but \
+                             allowReplicationFactorChange is false.",
+                            target.len()
+                        )),
+                    ));
+                    false
+                })
+                .collect()
+        };
         let requested: Vec<(String, i32)> =
             partitions.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
-        let mut response = AlterPartitionReassignmentsResponse::default();
+        let mut response = AlterPartitionReassignmentsResponse {
+            allow_replication_factor_change: allow_rf_change,
+            ..Default::default()
+        };
         let outcomes = if partitions.is_empty() {
             Vec::new()
         } else {
@@ -279,7 +331,7 @@ impl Broker {
                 }
             }
         };
-        response.responses = by_topic(outcomes)
+        response.responses = by_topic(outcomes.into_iter().chain(refused).collect())
             .into_iter()
             .map(|(name, partitions)| ReassignableTopicResponse {
                 name,

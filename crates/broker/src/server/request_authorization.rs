@@ -206,6 +206,8 @@ impl Broker {
             RequestBody::DescribeGroups(r) => describe_groups(a, r, version),
             RequestBody::ConsumerGroupHeartbeat(r) => consumer_group_heartbeat(a, r),
             RequestBody::ConsumerGroupDescribe(r) => consumer_group_describe(a, r),
+            RequestBody::ShareGroupHeartbeat(r) => share_group_heartbeat(a, r),
+            RequestBody::ShareGroupDescribe(r) => share_group_describe(a, r),
             RequestBody::ListGroups(_) => list_groups(a),
             RequestBody::DeleteGroups(r) => delete_groups(a, r),
             RequestBody::OffsetDelete(r) => offset_delete(a, r),
@@ -327,8 +329,8 @@ impl Broker {
                 .into()
             }),
             RequestBody::AlterUserScramCredentials(r) => alter_user_scram_credentials(a, r),
-            RequestBody::ListClientMetricsResources(_) => cluster_or(a, DescribeConfigs, || {
-                ListClientMetricsResourcesResponse {
+            RequestBody::ListConfigResources(_) => cluster_or(a, DescribeConfigs, || {
+                ListConfigResourcesResponse {
                     error_code: CAF.code(),
                     ..Default::default()
                 }
@@ -979,6 +981,90 @@ fn consumer_group_describe(a: &Authz, r: &mut ConsumerGroupDescribeRequest) -> G
             consumer_group_describe_response::DescribedGroup {
                 error_code: GAF.code(),
                 error_message: Some("Group authorization failed.".into()),
+                group_id: g,
+                ..Default::default()
+            }
+        }));
+    })
+}
+
+/// Kafka's `handleShareGroupHeartbeat`: READ on the group, then DESCRIBE on every
+/// subscribed topic name.
+fn share_group_heartbeat(a: &Authz, r: &ShareGroupHeartbeatRequest) -> Gate {
+    let refused = |code: ErrorCode| {
+        Gate::Respond(
+            ShareGroupHeartbeatResponse {
+                error_code: code.code(),
+                ..Default::default()
+            }
+            .into(),
+        )
+    };
+    if !a.group(Read, &r.group_id) {
+        return refused(GAF);
+    }
+    let topics_denied = r
+        .subscribed_topic_names
+        .as_ref()
+        .is_some_and(|names| names.iter().any(|t| !a.topic(Describe, t)));
+    if topics_denied {
+        return refused(TAF);
+    }
+    Gate::Proceed(None)
+}
+
+/// Kafka's `handleShareGroupDescribe`: DESCRIBE on each group; the authorized operations
+/// when asked; and (v1) a group whose members subscribe to or are assigned a topic the
+/// client may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED instead of shown.
+fn share_group_describe(a: &Authz, r: &mut ShareGroupDescribeRequest) -> Gate {
+    let denied = take_denied(&mut r.group_ids, |g| a.group(Describe, g));
+    let ops: Option<Vec<(String, i32)>> = r.include_authorized_operations.then(|| {
+        r.group_ids
+            .iter()
+            .map(|g| (g.clone(), a.operations(ResourceType::Group, g)))
+            .collect()
+    });
+    let topic_allowed = a
+        .enabled()
+        .then(|| a.checker(Describe, ResourceType::Topic));
+    if denied.is_empty() && ops.is_none() && topic_allowed.is_none() {
+        return Gate::Proceed(None);
+    }
+    patch!(ShareGroupDescribe, |resp| {
+        for g in &mut resp.groups {
+            if g.error_code != ErrorCode::NONE.code() {
+                continue;
+            }
+            let hidden = topic_allowed.as_ref().is_some_and(|allowed| {
+                g.members.iter().any(|m| {
+                    m.subscribed_topic_names.iter().any(|t| !allowed(t))
+                        || m.assignment
+                            .topic_partitions
+                            .iter()
+                            .any(|tp| !allowed(&tp.topic_name))
+                })
+            });
+            if hidden {
+                *g = share_group_describe_response::DescribedGroup {
+                    error_code: TAF.code(),
+                    error_message: Some(
+                        "The described group uses topics that the client is not authorized \
+                         to describe."
+                            .into(),
+                    ),
+                    group_id: std::mem::take(&mut g.group_id),
+                    ..Default::default()
+                };
+            } else if let Some((_, bits)) = ops
+                .as_ref()
+                .and_then(|ops| ops.iter().find(|(id, _)| *id == g.group_id))
+            {
+                g.authorized_operations = *bits;
+            }
+        }
+        resp.groups.extend(denied.into_iter().map(|g| {
+            share_group_describe_response::DescribedGroup {
+                error_code: GAF.code(),
                 group_id: g,
                 ..Default::default()
             }

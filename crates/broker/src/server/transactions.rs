@@ -546,6 +546,21 @@ impl Broker {
                 ..Default::default()
             };
         }
+        // Version 2 (KIP-1152): only the transactional ids the whole pattern matches (Java's
+        // `Matcher.matches`); an empty pattern filters nothing.
+        let pattern = match request.transactional_id_pattern.as_deref() {
+            None | Some("") => None,
+            Some(p) => match regex::Regex::new(&format!("^(?:{p})$")) {
+                Ok(re) => Some(re),
+                Err(_) => {
+                    return resp::ListTransactionsResponse {
+                        error_code: ErrorCode::INVALID_REGULAR_EXPRESSION.code(),
+                        unknown_state_filters,
+                        ..Default::default()
+                    }
+                }
+            },
+        };
         let call = TxnCall::List {
             states,
             producer_ids: request.producer_id_filters,
@@ -561,6 +576,11 @@ impl Broker {
             unknown_state_filters,
             transaction_states: listed
                 .into_iter()
+                .filter(|l| {
+                    pattern
+                        .as_ref()
+                        .is_none_or(|re| re.is_match(&l.transactional_id))
+                })
                 .map(|l| resp::TransactionState {
                     transactional_id: l.transactional_id,
                     producer_id: l.producer_id,

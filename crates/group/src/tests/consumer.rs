@@ -5,31 +5,12 @@
 
 use std::collections::BTreeSet;
 
-use rill_protocol::Uuid;
-
 use super::harness::*;
 use crate::*;
 
 const SESSION: i32 = 45_000;
 const INTERVAL: i32 = 5_000;
 const REBALANCE: i32 = 30_000;
-
-fn topic_id(name: &str) -> Uuid {
-    let mut b = [0u8; 16];
-    for (i, c) in name.bytes().enumerate() {
-        b[i % 16] ^= c.wrapping_add(i as u8);
-    }
-    b[15] ^= 0x5a;
-    Uuid(b)
-}
-
-fn topics(list: &[(&str, i32)]) -> TopicsImage {
-    TopicsImage::new(list.iter().map(|(n, p)| TopicImage {
-        id: topic_id(n),
-        name: (*n).to_owned(),
-        num_partitions: *p,
-    }))
-}
 
 fn req(group: &str, member_id: &str, epoch: i32) -> ConsumerGroupHeartbeatRequest {
     ConsumerGroupHeartbeatRequest {

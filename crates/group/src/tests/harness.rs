@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+use rill_protocol::Uuid;
+
 use crate::*;
 
 pub(crate) const SESSION_MS: i32 = 10_000;
@@ -33,6 +35,30 @@ pub(crate) struct H {
     held: Vec<HeldWrite>,
     /// Every response sent so far.
     pub sent: Vec<Respond>,
+    /// While set, share groups' InitializeShareGroupState asks are answered at once (as
+    /// the broker shell does until the share coordinator exists); otherwise they queue
+    /// in `initialize_asks`.
+    pub auto_initialize: bool,
+    /// (group id, group epoch, partitions) of each ask not answered.
+    pub initialize_asks: Vec<(String, i32, Vec<ShareTopicPartitions>)>,
+}
+
+/// A topic id made from the name, so that tests can name ids.
+pub(crate) fn topic_id(name: &str) -> Uuid {
+    let mut b = [0u8; 16];
+    for (i, c) in name.bytes().enumerate() {
+        b[i % 16] ^= c.wrapping_add(i as u8);
+    }
+    b[15] ^= 0x5a;
+    Uuid(b)
+}
+
+pub(crate) fn topics(list: &[(&str, i32)]) -> TopicsImage {
+    TopicsImage::new(list.iter().map(|(n, p)| TopicImage {
+        id: topic_id(n),
+        name: (*n).to_owned(),
+        num_partitions: *p,
+    }))
 }
 
 pub(crate) fn consumer_protocols(topics: &[&str]) -> Vec<(String, Bytes)> {
@@ -65,6 +91,8 @@ impl H {
             hold_commits: false,
             held: Vec::new(),
             sent: Vec::new(),
+            auto_initialize: true,
+            initialize_asks: Vec::new(),
         }
     }
 
@@ -75,9 +103,25 @@ impl H {
 
     pub fn absorb(&mut self, outputs: Vec<Output>) -> Vec<Respond> {
         let mut out = Vec::new();
+        // Answers of nested calls, already in `sent`.
+        let mut nested = Vec::new();
         for o in outputs {
             match o {
                 Output::Respond(r) => out.push(r),
+                Output::InitializeShareGroupState {
+                    group_id,
+                    group_epoch,
+                    topics,
+                } => {
+                    if self.auto_initialize {
+                        let more = self
+                            .c
+                            .share_group_state_initialized(&group_id, &topics, self.now);
+                        nested.extend(self.absorb(more));
+                    } else {
+                        self.initialize_asks.push((group_id, group_epoch, topics));
+                    }
+                }
                 Output::Persist {
                     write,
                     records,
@@ -114,6 +158,7 @@ impl H {
             }
         }
         self.sent.extend(out.iter().cloned());
+        out.extend(nested);
         out
     }
 

@@ -6,5 +6,6 @@ mod migration;
 mod offsets;
 mod rebalance;
 mod replay;
+mod share;
 mod transactional;
 mod visibility;

@@ -128,8 +128,8 @@ use super::leader_and_isr_request::LeaderAndIsrRequest;
 use super::leader_and_isr_response::LeaderAndIsrResponse;
 use super::leave_group_request::LeaveGroupRequest;
 use super::leave_group_response::LeaveGroupResponse;
-use super::list_client_metrics_resources_request::ListClientMetricsResourcesRequest;
-use super::list_client_metrics_resources_response::ListClientMetricsResourcesResponse;
+use super::list_config_resources_request::ListConfigResourcesRequest;
+use super::list_config_resources_response::ListConfigResourcesResponse;
 use super::list_groups_request::ListGroupsRequest;
 use super::list_groups_response::ListGroupsResponse;
 use super::list_offsets_request::ListOffsetsRequest;
@@ -271,7 +271,7 @@ pub enum ApiKey {
     GetTelemetrySubscriptions = 71,
     PushTelemetry = 72,
     AssignReplicasToDirs = 73,
-    ListClientMetricsResources = 74,
+    ListConfigResources = 74,
     DescribeTopicPartitions = 75,
     ShareGroupHeartbeat = 76,
     ShareGroupDescribe = 77,
@@ -367,7 +367,7 @@ impl ApiKey {
         ApiKey::GetTelemetrySubscriptions,
         ApiKey::PushTelemetry,
         ApiKey::AssignReplicasToDirs,
-        ApiKey::ListClientMetricsResources,
+        ApiKey::ListConfigResources,
         ApiKey::DescribeTopicPartitions,
         ApiKey::ShareGroupHeartbeat,
         ApiKey::ShareGroupDescribe,
@@ -463,7 +463,7 @@ impl ApiKey {
             71 => Some(ApiKey::GetTelemetrySubscriptions),
             72 => Some(ApiKey::PushTelemetry),
             73 => Some(ApiKey::AssignReplicasToDirs),
-            74 => Some(ApiKey::ListClientMetricsResources),
+            74 => Some(ApiKey::ListConfigResources),
             75 => Some(ApiKey::DescribeTopicPartitions),
             76 => Some(ApiKey::ShareGroupHeartbeat),
             77 => Some(ApiKey::ShareGroupDescribe),
@@ -566,7 +566,7 @@ impl ApiKey {
             ApiKey::GetTelemetrySubscriptions => "GetTelemetrySubscriptions",
             ApiKey::PushTelemetry => "PushTelemetry",
             ApiKey::AssignReplicasToDirs => "AssignReplicasToDirs",
-            ApiKey::ListClientMetricsResources => "ListClientMetricsResources",
+            ApiKey::ListConfigResources => "ListConfigResources",
             ApiKey::DescribeTopicPartitions => "DescribeTopicPartitions",
             ApiKey::ShareGroupHeartbeat => "ShareGroupHeartbeat",
             ApiKey::ShareGroupDescribe => "ShareGroupDescribe",
@@ -592,7 +592,7 @@ impl ApiKey {
             ApiKey::Produce => (0, 12),
             ApiKey::Fetch => (0, 17),
             ApiKey::ListOffsets => (0, 10),
-            ApiKey::Metadata => (0, 12),
+            ApiKey::Metadata => (0, 13),
             ApiKey::LeaderAndIsr => (0, 7),
             ApiKey::StopReplica => (0, 4),
             ApiKey::UpdateMetadata => (0, 8),
@@ -604,7 +604,7 @@ impl ApiKey {
             ApiKey::Heartbeat => (0, 4),
             ApiKey::LeaveGroup => (0, 5),
             ApiKey::SyncGroup => (0, 5),
-            ApiKey::DescribeGroups => (0, 5),
+            ApiKey::DescribeGroups => (0, 6),
             ApiKey::ListGroups => (0, 5),
             ApiKey::SaslHandshake => (0, 1),
             ApiKey::ApiVersions => (0, 4),
@@ -634,7 +634,7 @@ impl ApiKey {
             ApiKey::DeleteGroups => (0, 2),
             ApiKey::ElectLeaders => (0, 2),
             ApiKey::IncrementalAlterConfigs => (0, 1),
-            ApiKey::AlterPartitionReassignments => (0, 0),
+            ApiKey::AlterPartitionReassignments => (0, 1),
             ApiKey::ListPartitionReassignments => (0, 0),
             ApiKey::OffsetDelete => (0, 0),
             ApiKey::DescribeClientQuotas => (0, 1),
@@ -649,21 +649,21 @@ impl ApiKey {
             ApiKey::UpdateFeatures => (0, 2),
             ApiKey::Envelope => (0, 0),
             ApiKey::FetchSnapshot => (0, 1),
-            ApiKey::DescribeCluster => (0, 1),
+            ApiKey::DescribeCluster => (0, 2),
             ApiKey::DescribeProducers => (0, 0),
             ApiKey::BrokerRegistration => (0, 4),
             ApiKey::BrokerHeartbeat => (0, 1),
             ApiKey::UnregisterBroker => (0, 0),
             ApiKey::DescribeTransactions => (0, 0),
-            ApiKey::ListTransactions => (0, 1),
+            ApiKey::ListTransactions => (0, 2),
             ApiKey::AllocateProducerIds => (0, 0),
             ApiKey::ConsumerGroupHeartbeat => (0, 1),
-            ApiKey::ConsumerGroupDescribe => (0, 0),
+            ApiKey::ConsumerGroupDescribe => (0, 1),
             ApiKey::ControllerRegistration => (0, 0),
             ApiKey::GetTelemetrySubscriptions => (0, 0),
             ApiKey::PushTelemetry => (0, 0),
             ApiKey::AssignReplicasToDirs => (0, 0),
-            ApiKey::ListClientMetricsResources => (0, 0),
+            ApiKey::ListConfigResources => (0, 1),
             ApiKey::DescribeTopicPartitions => (0, 0),
             ApiKey::ShareGroupHeartbeat => (1, 1),
             ApiKey::ShareGroupDescribe => (1, 1),
@@ -760,7 +760,7 @@ impl ApiKey {
             ApiKey::GetTelemetrySubscriptions => Some(0),
             ApiKey::PushTelemetry => Some(0),
             ApiKey::AssignReplicasToDirs => Some(0),
-            ApiKey::ListClientMetricsResources => Some(0),
+            ApiKey::ListConfigResources => Some(0),
             ApiKey::DescribeTopicPartitions => Some(0),
             ApiKey::ShareGroupHeartbeat => Some(0),
             ApiKey::ShareGroupDescribe => Some(0),
@@ -857,7 +857,7 @@ impl ApiKey {
             ApiKey::GetTelemetrySubscriptions => Some(0),
             ApiKey::PushTelemetry => Some(0),
             ApiKey::AssignReplicasToDirs => Some(0),
-            ApiKey::ListClientMetricsResources => Some(0),
+            ApiKey::ListConfigResources => Some(0),
             ApiKey::DescribeTopicPartitions => Some(0),
             ApiKey::ShareGroupHeartbeat => Some(0),
             ApiKey::ShareGroupDescribe => Some(0),
@@ -883,7 +883,7 @@ impl ApiKey {
             ApiKey::Produce => &["zkBroker", "broker"],
             ApiKey::Fetch => &["zkBroker", "broker", "controller"],
             ApiKey::ListOffsets => &["zkBroker", "broker"],
-            ApiKey::Metadata => &["zkBroker", "broker"],
+            ApiKey::Metadata => &["broker"],
             ApiKey::LeaderAndIsr => &["zkBroker"],
             ApiKey::StopReplica => &["zkBroker"],
             ApiKey::UpdateMetadata => &["zkBroker"],
@@ -895,7 +895,7 @@ impl ApiKey {
             ApiKey::Heartbeat => &["zkBroker", "broker"],
             ApiKey::LeaveGroup => &["zkBroker", "broker"],
             ApiKey::SyncGroup => &["zkBroker", "broker"],
-            ApiKey::DescribeGroups => &["zkBroker", "broker"],
+            ApiKey::DescribeGroups => &["broker"],
             ApiKey::ListGroups => &["zkBroker", "broker"],
             ApiKey::SaslHandshake => &["zkBroker", "broker", "controller"],
             ApiKey::ApiVersions => &["zkBroker", "broker", "controller"],
@@ -925,7 +925,7 @@ impl ApiKey {
             ApiKey::DeleteGroups => &["zkBroker", "broker"],
             ApiKey::ElectLeaders => &["zkBroker", "broker", "controller"],
             ApiKey::IncrementalAlterConfigs => &["zkBroker", "broker", "controller"],
-            ApiKey::AlterPartitionReassignments => &["broker", "controller", "zkBroker"],
+            ApiKey::AlterPartitionReassignments => &["broker", "controller"],
             ApiKey::ListPartitionReassignments => &["broker", "controller", "zkBroker"],
             ApiKey::OffsetDelete => &["zkBroker", "broker"],
             ApiKey::DescribeClientQuotas => &["zkBroker", "broker"],
@@ -940,21 +940,21 @@ impl ApiKey {
             ApiKey::UpdateFeatures => &["zkBroker", "broker", "controller"],
             ApiKey::Envelope => &["controller", "zkBroker"],
             ApiKey::FetchSnapshot => &["controller"],
-            ApiKey::DescribeCluster => &["zkBroker", "broker", "controller"],
+            ApiKey::DescribeCluster => &["broker", "controller"],
             ApiKey::DescribeProducers => &["zkBroker", "broker"],
             ApiKey::BrokerRegistration => &["controller"],
             ApiKey::BrokerHeartbeat => &["controller"],
             ApiKey::UnregisterBroker => &["broker", "controller"],
             ApiKey::DescribeTransactions => &["zkBroker", "broker"],
-            ApiKey::ListTransactions => &["zkBroker", "broker"],
+            ApiKey::ListTransactions => &["broker"],
             ApiKey::AllocateProducerIds => &["zkBroker", "controller"],
             ApiKey::ConsumerGroupHeartbeat => &["zkBroker", "broker"],
-            ApiKey::ConsumerGroupDescribe => &["zkBroker", "broker"],
+            ApiKey::ConsumerGroupDescribe => &["broker"],
             ApiKey::ControllerRegistration => &["controller"],
             ApiKey::GetTelemetrySubscriptions => &["broker"],
             ApiKey::PushTelemetry => &["broker"],
             ApiKey::AssignReplicasToDirs => &["controller"],
-            ApiKey::ListClientMetricsResources => &["broker"],
+            ApiKey::ListConfigResources => &["broker"],
             ApiKey::DescribeTopicPartitions => &["broker"],
             ApiKey::ShareGroupHeartbeat => &["broker"],
             ApiKey::ShareGroupDescribe => &["broker"],
@@ -1103,7 +1103,7 @@ pub enum RequestBody {
     GetTelemetrySubscriptions(GetTelemetrySubscriptionsRequest),
     PushTelemetry(PushTelemetryRequest),
     AssignReplicasToDirs(AssignReplicasToDirsRequest),
-    ListClientMetricsResources(ListClientMetricsResourcesRequest),
+    ListConfigResources(ListConfigResourcesRequest),
     DescribeTopicPartitions(DescribeTopicPartitionsRequest),
     ShareGroupHeartbeat(ShareGroupHeartbeatRequest),
     ShareGroupDescribe(ShareGroupDescribeRequest),
@@ -1315,9 +1315,8 @@ impl RequestBody {
             ApiKey::AssignReplicasToDirs => {
                 AssignReplicasToDirsRequest::decode(buf, version).map(Self::AssignReplicasToDirs)
             }
-            ApiKey::ListClientMetricsResources => {
-                ListClientMetricsResourcesRequest::decode(buf, version)
-                    .map(Self::ListClientMetricsResources)
+            ApiKey::ListConfigResources => {
+                ListConfigResourcesRequest::decode(buf, version).map(Self::ListConfigResources)
             }
             ApiKey::DescribeTopicPartitions => DescribeTopicPartitionsRequest::decode(buf, version)
                 .map(Self::DescribeTopicPartitions),
@@ -1445,7 +1444,7 @@ impl RequestBody {
             Self::GetTelemetrySubscriptions(_) => ApiKey::GetTelemetrySubscriptions,
             Self::PushTelemetry(_) => ApiKey::PushTelemetry,
             Self::AssignReplicasToDirs(_) => ApiKey::AssignReplicasToDirs,
-            Self::ListClientMetricsResources(_) => ApiKey::ListClientMetricsResources,
+            Self::ListConfigResources(_) => ApiKey::ListConfigResources,
             Self::DescribeTopicPartitions(_) => ApiKey::DescribeTopicPartitions,
             Self::ShareGroupHeartbeat(_) => ApiKey::ShareGroupHeartbeat,
             Self::ShareGroupDescribe(_) => ApiKey::ShareGroupDescribe,
@@ -1542,7 +1541,7 @@ impl RequestBody {
             Self::GetTelemetrySubscriptions(m) => m.encode(buf, version),
             Self::PushTelemetry(m) => m.encode(buf, version),
             Self::AssignReplicasToDirs(m) => m.encode(buf, version),
-            Self::ListClientMetricsResources(m) => m.encode(buf, version),
+            Self::ListConfigResources(m) => m.encode(buf, version),
             Self::DescribeTopicPartitions(m) => m.encode(buf, version),
             Self::ShareGroupHeartbeat(m) => m.encode(buf, version),
             Self::ShareGroupDescribe(m) => m.encode(buf, version),
@@ -1639,7 +1638,7 @@ impl RequestBody {
             Self::GetTelemetrySubscriptions(m) => m.encoded_len(version),
             Self::PushTelemetry(m) => m.encoded_len(version),
             Self::AssignReplicasToDirs(m) => m.encoded_len(version),
-            Self::ListClientMetricsResources(m) => m.encoded_len(version),
+            Self::ListConfigResources(m) => m.encoded_len(version),
             Self::DescribeTopicPartitions(m) => m.encoded_len(version),
             Self::ShareGroupHeartbeat(m) => m.encoded_len(version),
             Self::ShareGroupDescribe(m) => m.encoded_len(version),
@@ -2039,9 +2038,9 @@ impl From<AssignReplicasToDirsRequest> for RequestBody {
         Self::AssignReplicasToDirs(m)
     }
 }
-impl From<ListClientMetricsResourcesRequest> for RequestBody {
-    fn from(m: ListClientMetricsResourcesRequest) -> Self {
-        Self::ListClientMetricsResources(m)
+impl From<ListConfigResourcesRequest> for RequestBody {
+    fn from(m: ListConfigResourcesRequest) -> Self {
+        Self::ListConfigResources(m)
     }
 }
 impl From<DescribeTopicPartitionsRequest> for RequestBody {
@@ -2202,7 +2201,7 @@ pub enum ResponseBody {
     GetTelemetrySubscriptions(GetTelemetrySubscriptionsResponse),
     PushTelemetry(PushTelemetryResponse),
     AssignReplicasToDirs(AssignReplicasToDirsResponse),
-    ListClientMetricsResources(ListClientMetricsResourcesResponse),
+    ListConfigResources(ListConfigResourcesResponse),
     DescribeTopicPartitions(DescribeTopicPartitionsResponse),
     ShareGroupHeartbeat(ShareGroupHeartbeatResponse),
     ShareGroupDescribe(ShareGroupDescribeResponse),
@@ -2418,9 +2417,8 @@ impl ResponseBody {
             ApiKey::AssignReplicasToDirs => {
                 AssignReplicasToDirsResponse::decode(buf, version).map(Self::AssignReplicasToDirs)
             }
-            ApiKey::ListClientMetricsResources => {
-                ListClientMetricsResourcesResponse::decode(buf, version)
-                    .map(Self::ListClientMetricsResources)
+            ApiKey::ListConfigResources => {
+                ListConfigResourcesResponse::decode(buf, version).map(Self::ListConfigResources)
             }
             ApiKey::DescribeTopicPartitions => {
                 DescribeTopicPartitionsResponse::decode(buf, version)
@@ -2552,7 +2550,7 @@ impl ResponseBody {
             Self::GetTelemetrySubscriptions(_) => ApiKey::GetTelemetrySubscriptions,
             Self::PushTelemetry(_) => ApiKey::PushTelemetry,
             Self::AssignReplicasToDirs(_) => ApiKey::AssignReplicasToDirs,
-            Self::ListClientMetricsResources(_) => ApiKey::ListClientMetricsResources,
+            Self::ListConfigResources(_) => ApiKey::ListConfigResources,
             Self::DescribeTopicPartitions(_) => ApiKey::DescribeTopicPartitions,
             Self::ShareGroupHeartbeat(_) => ApiKey::ShareGroupHeartbeat,
             Self::ShareGroupDescribe(_) => ApiKey::ShareGroupDescribe,
@@ -2649,7 +2647,7 @@ impl ResponseBody {
             Self::GetTelemetrySubscriptions(m) => m.encode(buf, version),
             Self::PushTelemetry(m) => m.encode(buf, version),
             Self::AssignReplicasToDirs(m) => m.encode(buf, version),
-            Self::ListClientMetricsResources(m) => m.encode(buf, version),
+            Self::ListConfigResources(m) => m.encode(buf, version),
             Self::DescribeTopicPartitions(m) => m.encode(buf, version),
             Self::ShareGroupHeartbeat(m) => m.encode(buf, version),
             Self::ShareGroupDescribe(m) => m.encode(buf, version),
@@ -2746,7 +2744,7 @@ impl ResponseBody {
             Self::GetTelemetrySubscriptions(m) => m.encoded_len(version),
             Self::PushTelemetry(m) => m.encoded_len(version),
             Self::AssignReplicasToDirs(m) => m.encoded_len(version),
-            Self::ListClientMetricsResources(m) => m.encoded_len(version),
+            Self::ListConfigResources(m) => m.encoded_len(version),
             Self::DescribeTopicPartitions(m) => m.encoded_len(version),
             Self::ShareGroupHeartbeat(m) => m.encoded_len(version),
             Self::ShareGroupDescribe(m) => m.encoded_len(version),
@@ -3018,7 +3016,7 @@ impl ResponseBody {
                 m.throttle_time_ms = m.throttle_time_ms.max(ms);
                 true
             }
-            Self::ListClientMetricsResources(m) => {
+            Self::ListConfigResources(m) => {
                 m.throttle_time_ms = m.throttle_time_ms.max(ms);
                 true
             }
@@ -3147,7 +3145,7 @@ impl ResponseBody {
             Self::GetTelemetrySubscriptions(m) => m.visit_error_codes(f),
             Self::PushTelemetry(m) => m.visit_error_codes(f),
             Self::AssignReplicasToDirs(m) => m.visit_error_codes(f),
-            Self::ListClientMetricsResources(m) => m.visit_error_codes(f),
+            Self::ListConfigResources(m) => m.visit_error_codes(f),
             Self::DescribeTopicPartitions(m) => m.visit_error_codes(f),
             Self::ShareGroupHeartbeat(m) => m.visit_error_codes(f),
             Self::ShareGroupDescribe(m) => m.visit_error_codes(f),
@@ -3547,9 +3545,9 @@ impl From<AssignReplicasToDirsResponse> for ResponseBody {
         Self::AssignReplicasToDirs(m)
     }
 }
-impl From<ListClientMetricsResourcesResponse> for ResponseBody {
-    fn from(m: ListClientMetricsResourcesResponse) -> Self {
-        Self::ListClientMetricsResources(m)
+impl From<ListConfigResourcesResponse> for ResponseBody {
+    fn from(m: ListConfigResourcesResponse) -> Self {
+        Self::ListConfigResources(m)
     }
 }
 impl From<DescribeTopicPartitionsResponse> for ResponseBody {

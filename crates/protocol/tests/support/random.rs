@@ -311,7 +311,7 @@ impl RandomValue
     }
 }
 
-impl RandomValue for rill_protocol::generated::alter_partition_reassignments_request::AlterPartitionReassignmentsRequest { fn random(rng: &mut Rng) -> Self { Self {timeout_ms: RandomValue::random(rng),topics: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+impl RandomValue for rill_protocol::generated::alter_partition_reassignments_request::AlterPartitionReassignmentsRequest { fn random(rng: &mut Rng) -> Self { Self {timeout_ms: RandomValue::random(rng),allow_replication_factor_change: RandomValue::random(rng),topics: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
 
 impl RandomValue
     for rill_protocol::generated::alter_partition_reassignments_request::ReassignableTopic
@@ -337,7 +337,7 @@ impl RandomValue
     }
 }
 
-impl RandomValue for rill_protocol::generated::alter_partition_reassignments_response::AlterPartitionReassignmentsResponse { fn random(rng: &mut Rng) -> Self { Self {throttle_time_ms: RandomValue::random(rng),error_code: RandomValue::random(rng),error_message: RandomValue::random(rng),responses: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+impl RandomValue for rill_protocol::generated::alter_partition_reassignments_response::AlterPartitionReassignmentsResponse { fn random(rng: &mut Rng) -> Self { Self {throttle_time_ms: RandomValue::random(rng),allow_replication_factor_change: RandomValue::random(rng),error_code: RandomValue::random(rng),error_message: RandomValue::random(rng),responses: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
 
 impl RandomValue
     for rill_protocol::generated::alter_partition_reassignments_response::ReassignableTopicResponse
@@ -942,6 +942,7 @@ impl RandomValue for rill_protocol::generated::consumer_group_describe_response:
             subscribed_topic_regex: RandomValue::random(rng),
             assignment: RandomValue::random(rng),
             target_assignment: RandomValue::random(rng),
+            member_type: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
         }
     }
@@ -1805,6 +1806,7 @@ impl RandomValue for rill_protocol::generated::describe_cluster_request::Describ
         Self {
             include_cluster_authorized_operations: RandomValue::random(rng),
             endpoint_type: RandomValue::random(rng),
+            include_fenced_brokers: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
         }
     }
@@ -1833,6 +1835,7 @@ impl RandomValue for rill_protocol::generated::describe_cluster_response::Descri
             host: RandomValue::random(rng),
             port: RandomValue::random(rng),
             rack: RandomValue::random(rng),
+            is_fenced: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
         }
     }
@@ -1984,6 +1987,7 @@ impl RandomValue for rill_protocol::generated::describe_groups_response::Describ
     fn random(rng: &mut Rng) -> Self {
         Self {
             error_code: RandomValue::random(rng),
+            error_message: RandomValue::random(rng),
             group_id: RandomValue::random(rng),
             group_state: RandomValue::random(rng),
             protocol_type: RandomValue::random(rng),
@@ -3294,16 +3298,35 @@ impl RandomValue for rill_protocol::generated::leave_group_response::MemberRespo
     }
 }
 
-impl RandomValue for rill_protocol::generated::list_client_metrics_resources_request::ListClientMetricsResourcesRequest { fn random(rng: &mut Rng) -> Self { Self {unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
-
-impl RandomValue for rill_protocol::generated::list_client_metrics_resources_response::ListClientMetricsResourcesResponse { fn random(rng: &mut Rng) -> Self { Self {throttle_time_ms: RandomValue::random(rng),error_code: RandomValue::random(rng),client_metrics_resources: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
-
 impl RandomValue
-    for rill_protocol::generated::list_client_metrics_resources_response::ClientMetricsResource
+    for rill_protocol::generated::list_config_resources_request::ListConfigResourcesRequest
 {
     fn random(rng: &mut Rng) -> Self {
         Self {
-            name: RandomValue::random(rng),
+            resource_types: RandomValue::random(rng),
+            unknown_tagged_fields: random_unknown_tagged_fields(rng),
+        }
+    }
+}
+
+impl RandomValue
+    for rill_protocol::generated::list_config_resources_response::ListConfigResourcesResponse
+{
+    fn random(rng: &mut Rng) -> Self {
+        Self {
+            throttle_time_ms: RandomValue::random(rng),
+            error_code: RandomValue::random(rng),
+            config_resources: RandomValue::random(rng),
+            unknown_tagged_fields: random_unknown_tagged_fields(rng),
+        }
+    }
+}
+
+impl RandomValue for rill_protocol::generated::list_config_resources_response::ConfigResource {
+    fn random(rng: &mut Rng) -> Self {
+        Self {
+            resource_name: RandomValue::random(rng),
+            resource_type: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
         }
     }
@@ -3436,6 +3459,7 @@ impl RandomValue for rill_protocol::generated::list_transactions_request::ListTr
             state_filters: RandomValue::random(rng),
             producer_id_filters: RandomValue::random(rng),
             duration_filter: RandomValue::random(rng),
+            transactional_id_pattern: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
         }
     }
@@ -3497,6 +3521,7 @@ impl RandomValue for rill_protocol::generated::metadata_response::MetadataRespon
             controller_id: RandomValue::random(rng),
             topics: RandomValue::random(rng),
             cluster_authorized_operations: RandomValue::random(rng),
+            error_code: RandomValue::random(rng),
             unknown_tagged_fields: random_unknown_tagged_fields(rng),
         }
     }
@@ -5415,19 +5440,11 @@ impl RandomValue
     }
 }
 
-impl RandomValue for rill_protocol::generated::group_coordinator::share_group_metadata_value::ShareGroupMetadataValue { fn random(rng: &mut Rng) -> Self { Self {epoch: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
-
-impl RandomValue for rill_protocol::generated::group_coordinator::share_group_partition_metadata_key::ShareGroupPartitionMetadataKey { fn random(rng: &mut Rng) -> Self { Self {group_id: RandomValue::random(rng),} } }
-
-impl RandomValue for rill_protocol::generated::group_coordinator::share_group_partition_metadata_value::ShareGroupPartitionMetadataValue { fn random(rng: &mut Rng) -> Self { Self {topics: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
-
-impl RandomValue for rill_protocol::generated::group_coordinator::share_group_partition_metadata_value::TopicMetadata { fn random(rng: &mut Rng) -> Self { Self {topic_id: RandomValue::random(rng),topic_name: RandomValue::random(rng),num_partitions: RandomValue::random(rng),partition_metadata: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
-
-impl RandomValue for rill_protocol::generated::group_coordinator::share_group_partition_metadata_value::PartitionMetadata { fn random(rng: &mut Rng) -> Self { Self {partition: RandomValue::random(rng),racks: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+impl RandomValue for rill_protocol::generated::group_coordinator::share_group_metadata_value::ShareGroupMetadataValue { fn random(rng: &mut Rng) -> Self { Self {epoch: RandomValue::random(rng),metadata_hash: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
 
 impl RandomValue for rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_key::ShareGroupStatePartitionMetadataKey { fn random(rng: &mut Rng) -> Self { Self {group_id: RandomValue::random(rng),} } }
 
-impl RandomValue for rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_value::ShareGroupStatePartitionMetadataValue { fn random(rng: &mut Rng) -> Self { Self {initialized_topics: RandomValue::random(rng),deleting_topics: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
+impl RandomValue for rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_value::ShareGroupStatePartitionMetadataValue { fn random(rng: &mut Rng) -> Self { Self {initializing_topics: RandomValue::random(rng),initialized_topics: RandomValue::random(rng),deleting_topics: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
 
 impl RandomValue for rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_value::TopicPartitionsInfo { fn random(rng: &mut Rng) -> Self { Self {topic_id: RandomValue::random(rng),topic_name: RandomValue::random(rng),partitions: RandomValue::random(rng),unknown_tagged_fields: random_unknown_tagged_fields(rng),} } }
 
@@ -5963,8 +5980,8 @@ $m!(rill_protocol::generated::alter_client_quotas_request::AlterClientQuotasRequ
 $m!(rill_protocol::generated::alter_client_quotas_response::AlterClientQuotasResponse, 0, 1);
 $m!(rill_protocol::generated::alter_configs_request::AlterConfigsRequest, 0, 2);
 $m!(rill_protocol::generated::alter_configs_response::AlterConfigsResponse, 0, 2);
-$m!(rill_protocol::generated::alter_partition_reassignments_request::AlterPartitionReassignmentsRequest, 0, 0);
-$m!(rill_protocol::generated::alter_partition_reassignments_response::AlterPartitionReassignmentsResponse, 0, 0);
+$m!(rill_protocol::generated::alter_partition_reassignments_request::AlterPartitionReassignmentsRequest, 0, 1);
+$m!(rill_protocol::generated::alter_partition_reassignments_response::AlterPartitionReassignmentsResponse, 0, 1);
 $m!(rill_protocol::generated::alter_partition_request::AlterPartitionRequest, 0, 3);
 $m!(rill_protocol::generated::alter_partition_response::AlterPartitionResponse, 0, 3);
 $m!(rill_protocol::generated::alter_replica_log_dirs_request::AlterReplicaLogDirsRequest, 0, 2);
@@ -5983,8 +6000,8 @@ $m!(rill_protocol::generated::broker_heartbeat_request::BrokerHeartbeatRequest, 
 $m!(rill_protocol::generated::broker_heartbeat_response::BrokerHeartbeatResponse, 0, 1);
 $m!(rill_protocol::generated::broker_registration_request::BrokerRegistrationRequest, 0, 4);
 $m!(rill_protocol::generated::broker_registration_response::BrokerRegistrationResponse, 0, 4);
-$m!(rill_protocol::generated::consumer_group_describe_request::ConsumerGroupDescribeRequest, 0, 0);
-$m!(rill_protocol::generated::consumer_group_describe_response::ConsumerGroupDescribeResponse, 0, 0);
+$m!(rill_protocol::generated::consumer_group_describe_request::ConsumerGroupDescribeRequest, 0, 1);
+$m!(rill_protocol::generated::consumer_group_describe_response::ConsumerGroupDescribeResponse, 0, 1);
 $m!(rill_protocol::generated::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest, 0, 1);
 $m!(rill_protocol::generated::consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse, 0, 1);
 $m!(rill_protocol::generated::consumer_protocol_assignment::ConsumerProtocolAssignment, 0, 3);
@@ -6018,14 +6035,14 @@ $m!(rill_protocol::generated::describe_acls_request::DescribeAclsRequest, 0, 3);
 $m!(rill_protocol::generated::describe_acls_response::DescribeAclsResponse, 0, 3);
 $m!(rill_protocol::generated::describe_client_quotas_request::DescribeClientQuotasRequest, 0, 1);
 $m!(rill_protocol::generated::describe_client_quotas_response::DescribeClientQuotasResponse, 0, 1);
-$m!(rill_protocol::generated::describe_cluster_request::DescribeClusterRequest, 0, 1);
-$m!(rill_protocol::generated::describe_cluster_response::DescribeClusterResponse, 0, 1);
+$m!(rill_protocol::generated::describe_cluster_request::DescribeClusterRequest, 0, 2);
+$m!(rill_protocol::generated::describe_cluster_response::DescribeClusterResponse, 0, 2);
 $m!(rill_protocol::generated::describe_configs_request::DescribeConfigsRequest, 0, 4);
 $m!(rill_protocol::generated::describe_configs_response::DescribeConfigsResponse, 0, 4);
 $m!(rill_protocol::generated::describe_delegation_token_request::DescribeDelegationTokenRequest, 0, 3);
 $m!(rill_protocol::generated::describe_delegation_token_response::DescribeDelegationTokenResponse, 0, 3);
-$m!(rill_protocol::generated::describe_groups_request::DescribeGroupsRequest, 0, 5);
-$m!(rill_protocol::generated::describe_groups_response::DescribeGroupsResponse, 0, 5);
+$m!(rill_protocol::generated::describe_groups_request::DescribeGroupsRequest, 0, 6);
+$m!(rill_protocol::generated::describe_groups_response::DescribeGroupsResponse, 0, 6);
 $m!(rill_protocol::generated::describe_log_dirs_request::DescribeLogDirsRequest, 0, 4);
 $m!(rill_protocol::generated::describe_log_dirs_response::DescribeLogDirsResponse, 0, 4);
 $m!(rill_protocol::generated::describe_producers_request::DescribeProducersRequest, 0, 0);
@@ -6074,18 +6091,18 @@ $m!(rill_protocol::generated::leader_and_isr_response::LeaderAndIsrResponse, 0, 
 $m!(rill_protocol::generated::leader_change_message::LeaderChangeMessage, 0, 1);
 $m!(rill_protocol::generated::leave_group_request::LeaveGroupRequest, 0, 5);
 $m!(rill_protocol::generated::leave_group_response::LeaveGroupResponse, 0, 5);
-$m!(rill_protocol::generated::list_client_metrics_resources_request::ListClientMetricsResourcesRequest, 0, 0);
-$m!(rill_protocol::generated::list_client_metrics_resources_response::ListClientMetricsResourcesResponse, 0, 0);
+$m!(rill_protocol::generated::list_config_resources_request::ListConfigResourcesRequest, 0, 1);
+$m!(rill_protocol::generated::list_config_resources_response::ListConfigResourcesResponse, 0, 1);
 $m!(rill_protocol::generated::list_groups_request::ListGroupsRequest, 0, 5);
 $m!(rill_protocol::generated::list_groups_response::ListGroupsResponse, 0, 5);
 $m!(rill_protocol::generated::list_offsets_request::ListOffsetsRequest, 0, 10);
 $m!(rill_protocol::generated::list_offsets_response::ListOffsetsResponse, 0, 10);
 $m!(rill_protocol::generated::list_partition_reassignments_request::ListPartitionReassignmentsRequest, 0, 0);
 $m!(rill_protocol::generated::list_partition_reassignments_response::ListPartitionReassignmentsResponse, 0, 0);
-$m!(rill_protocol::generated::list_transactions_request::ListTransactionsRequest, 0, 1);
-$m!(rill_protocol::generated::list_transactions_response::ListTransactionsResponse, 0, 1);
-$m!(rill_protocol::generated::metadata_request::MetadataRequest, 0, 12);
-$m!(rill_protocol::generated::metadata_response::MetadataResponse, 0, 12);
+$m!(rill_protocol::generated::list_transactions_request::ListTransactionsRequest, 0, 2);
+$m!(rill_protocol::generated::list_transactions_response::ListTransactionsResponse, 0, 2);
+$m!(rill_protocol::generated::metadata_request::MetadataRequest, 0, 13);
+$m!(rill_protocol::generated::metadata_response::MetadataResponse, 0, 13);
 $m!(rill_protocol::generated::offset_commit_request::OffsetCommitRequest, 0, 9);
 $m!(rill_protocol::generated::offset_commit_response::OffsetCommitResponse, 0, 9);
 $m!(rill_protocol::generated::offset_delete_request::OffsetDeleteRequest, 0, 0);
@@ -6159,19 +6176,17 @@ $m!(rill_protocol::generated::group_coordinator::group_metadata_key::GroupMetada
 $m!(rill_protocol::generated::group_coordinator::group_metadata_value::GroupMetadataValue, 0, 4);
 $m!(rill_protocol::generated::group_coordinator::offset_commit_key::OffsetCommitKey, 0, 1);
 $m!(rill_protocol::generated::group_coordinator::offset_commit_value::OffsetCommitValue, 0, 4);
-$m!(rill_protocol::generated::group_coordinator::share_group_current_member_assignment_key::ShareGroupCurrentMemberAssignmentKey, 14, 14);
+$m!(rill_protocol::generated::group_coordinator::share_group_current_member_assignment_key::ShareGroupCurrentMemberAssignmentKey, 0, 0);
 $m!(rill_protocol::generated::group_coordinator::share_group_current_member_assignment_value::ShareGroupCurrentMemberAssignmentValue, 0, 0);
-$m!(rill_protocol::generated::group_coordinator::share_group_member_metadata_key::ShareGroupMemberMetadataKey, 10, 10);
+$m!(rill_protocol::generated::group_coordinator::share_group_member_metadata_key::ShareGroupMemberMetadataKey, 0, 0);
 $m!(rill_protocol::generated::group_coordinator::share_group_member_metadata_value::ShareGroupMemberMetadataValue, 0, 0);
-$m!(rill_protocol::generated::group_coordinator::share_group_metadata_key::ShareGroupMetadataKey, 11, 11);
+$m!(rill_protocol::generated::group_coordinator::share_group_metadata_key::ShareGroupMetadataKey, 0, 0);
 $m!(rill_protocol::generated::group_coordinator::share_group_metadata_value::ShareGroupMetadataValue, 0, 0);
-$m!(rill_protocol::generated::group_coordinator::share_group_partition_metadata_key::ShareGroupPartitionMetadataKey, 9, 9);
-$m!(rill_protocol::generated::group_coordinator::share_group_partition_metadata_value::ShareGroupPartitionMetadataValue, 0, 0);
-$m!(rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_key::ShareGroupStatePartitionMetadataKey, 15, 15);
+$m!(rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_key::ShareGroupStatePartitionMetadataKey, 0, 0);
 $m!(rill_protocol::generated::group_coordinator::share_group_state_partition_metadata_value::ShareGroupStatePartitionMetadataValue, 0, 0);
-$m!(rill_protocol::generated::group_coordinator::share_group_target_assignment_member_key::ShareGroupTargetAssignmentMemberKey, 13, 13);
+$m!(rill_protocol::generated::group_coordinator::share_group_target_assignment_member_key::ShareGroupTargetAssignmentMemberKey, 0, 0);
 $m!(rill_protocol::generated::group_coordinator::share_group_target_assignment_member_value::ShareGroupTargetAssignmentMemberValue, 0, 0);
-$m!(rill_protocol::generated::group_coordinator::share_group_target_assignment_metadata_key::ShareGroupTargetAssignmentMetadataKey, 12, 12);
+$m!(rill_protocol::generated::group_coordinator::share_group_target_assignment_metadata_key::ShareGroupTargetAssignmentMetadataKey, 0, 0);
 $m!(rill_protocol::generated::group_coordinator::share_group_target_assignment_metadata_value::ShareGroupTargetAssignmentMetadataValue, 0, 0);
 $m!(rill_protocol::generated::metadata::abort_transaction_record::AbortTransactionRecord, 0, 0);
 $m!(rill_protocol::generated::metadata::access_control_entry_record::AccessControlEntryRecord, 0, 0);

@@ -5,14 +5,16 @@
 //! of KIP-848's protocol (with its epochs, the assignor and each member's target), else
 //! DescribeGroups —, OffsetFetch (committed offsets) and ListOffsets (log end offsets);
 //! lag is end minus committed, and a partition without a committed offset shows `-` for
-//! both.
+//! both. A share group (KIP-932) is described as `kafka-share-groups.sh --describe
+//! --members` shows it, from ShareGroupDescribe: epochs, the assignor, and each member's
+//! partitions (a partition may be in several members'); it commits no offsets.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use clap::Subcommand;
 use rill_client::{
     Admin, ConsumerGroupDescription, GroupDescription, MemberDescription, OffsetSpec,
-    TopicPartition,
+    ShareGroupDescription, TopicPartition,
 };
 use serde_json::json;
 
@@ -101,6 +103,17 @@ pub async fn run(common: &Common, command: GroupCommand) -> anyhow::Result<()> {
                             println!();
                         }
                         print_consumer_group(&cg, &rows);
+                    }
+                    continue;
+                }
+                if let Some(sg) = admin.describe_share_group(group).await? {
+                    if common.json() {
+                        json_out.push(share_group_json(&sg));
+                    } else {
+                        if i > 0 {
+                            println!();
+                        }
+                        print_share_group(&sg);
                     }
                     continue;
                 }
@@ -387,6 +400,63 @@ fn print_consumer_group(cg: &ConsumerGroupDescription, rows: &[LagRow]) {
             "MEMBER-ID",
         ],
         &table_rows,
+    );
+}
+
+fn share_group_json(sg: &ShareGroupDescription) -> serde_json::Value {
+    json!({
+        "group": sg.group_id,
+        "type": "share",
+        "protocol_type": "share",
+        "state": sg.state,
+        "assignor": sg.assignor,
+        "group_epoch": sg.group_epoch,
+        "assignment_epoch": sg.assignment_epoch,
+        "coordinator": sg.coordinator.node_id,
+        "members": sg.members.iter().map(|m| json!({
+            "member_id": m.member_id, "rack_id": m.rack_id,
+            "member_epoch": m.member_epoch, "client_id": m.client_id, "host": m.client_host,
+            "subscribed_topics": m.subscribed_topic_names,
+            "assignment": by_topic(&m.assignment),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn print_share_group(sg: &ShareGroupDescription) {
+    println!(
+        "Group: {}  Type: share  State: {}  Assignor: {}  Group epoch: {}  Assignment epoch: {}  Members: {}  Coordinator: {}",
+        sg.group_id,
+        or_dash(&sg.state),
+        or_dash(&sg.assignor),
+        sg.group_epoch,
+        sg.assignment_epoch,
+        sg.members.len(),
+        sg.coordinator.node_id
+    );
+    let members: Vec<Vec<String>> = sg
+        .members
+        .iter()
+        .map(|m| {
+            vec![
+                m.member_id.clone(),
+                m.member_epoch.to_string(),
+                m.client_id.clone(),
+                m.client_host.clone(),
+                m.subscribed_topic_names.join(","),
+                compact(&m.assignment),
+            ]
+        })
+        .collect();
+    table::print(
+        &[
+            "MEMBER-ID",
+            "EPOCH",
+            "CLIENT-ID",
+            "HOST",
+            "SUBSCRIBED",
+            "ASSIGNMENT",
+        ],
+        &members,
     );
 }
 
