@@ -501,6 +501,73 @@ mod tests {
         assert_eq!(attempts, 4);
     }
 
+    /// The remote path on a real socket: a peer that decodes the WriteShareGroupState
+    /// frame as a broker does and answers FENCED_LEADER_EPOCH for the one share-partition.
+    #[tokio::test]
+    async fn a_remote_coordinator_is_called_over_the_inter_broker_listener() {
+        use bytes::BytesMut;
+        use rill_protocol::generated::request_header::RequestHeader;
+        use rill_protocol::generated::ApiKey;
+        use rill_protocol::{decode_frame, Decodable};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peer = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = BytesMut::new();
+            let mut frame = loop {
+                if let Some(f) = decode_frame(&mut buf, 1 << 20).unwrap() {
+                    break f.freeze();
+                }
+                assert!(sock.read_buf(&mut buf).await.unwrap() > 0);
+            };
+            let api = ApiKey::WriteShareGroupState;
+            let probe = RequestHeader::decode(&mut frame.clone(), 2).unwrap();
+            assert_eq!(probe.request_api_key, api.as_i16());
+            let version = probe.request_api_version;
+            let header =
+                RequestHeader::decode(&mut frame, api.request_header_version(version)).unwrap();
+            let request = wr_req::WriteShareGroupStateRequest::decode(&mut frame, version).unwrap();
+            let calls = crate::server::share_state::write_calls(&request);
+            let answers = calls
+                .into_iter()
+                .map(|c| {
+                    let c = c.unwrap_or_else(|c| c);
+                    (
+                        c.topic_id,
+                        c.partition,
+                        Response::error(&c.request, ErrorCode::FENCED_LEADER_EPOCH),
+                    )
+                })
+                .collect();
+            let body = crate::server::share_state::write_response(answers);
+            let out =
+                crate::server::encode_response(header.correlation_id, api, version, &body).unwrap();
+            sock.write_all(&out).await.unwrap();
+            (version, request)
+        });
+        let config = crate::config::BrokerConfig::default();
+        let persister = ShareStatePersister::new(Arc::new(
+            InterBrokerConnector::from_config(&config).unwrap(),
+        ));
+        let r = request();
+        let answer = persister
+            .remote(&PeerEndpoint::of_addr(addr), "test", &r)
+            .await;
+        assert_eq!(
+            answer,
+            Response::Write {
+                error: ErrorCode::FENCED_LEADER_EPOCH
+            }
+        );
+        let (version, sent) = peer.await.unwrap();
+        assert_eq!(version, WRITE_VERSION);
+        assert_eq!(sent.group_id, "g");
+        assert_eq!(sent.topics[0].partitions[0].leader_epoch, 3);
+        assert_eq!(sent.topics[0].partitions[0].delivery_complete_count, -1);
+    }
+
     #[test]
     fn calls_travel_as_one_share_partition_rpcs_and_back() {
         use crate::server::share_state::{write_calls, write_calls_answers, write_response};
