@@ -57,6 +57,8 @@ CLUSTER_OVERRIDES = {
     "replica.lag.time.max.ms": "3000",
     "offsets.topic.replication.factor": "3",
     "offsets.topic.num.partitions": "6",
+    "share.coordinator.state.topic.replication.factor": "3",
+    "share.coordinator.state.topic.num.partitions": "6",
     "default.replication.factor": "3",
 }
 

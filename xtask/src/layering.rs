@@ -22,6 +22,7 @@ mod tests {
                 "rill-storage",
                 "rill-group",
                 "rill-transaction",
+                "rill-share",
                 "rill-metadata",
             ],
         ),

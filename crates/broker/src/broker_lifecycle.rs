@@ -325,6 +325,7 @@ async fn lose_lease(broker: &Broker, why: &str, was_unfenced: bool) {
         }
         broker.groups.resign_all().await;
         broker.transactions.resign_all().await;
+        broker.shares.resign_all().await;
     }
 }
 
@@ -335,6 +336,7 @@ async fn regain_lease(broker: &Broker) {
         tracing::info!("controller lease held");
         broker.groups.elect_led().await;
         broker.transactions.elect_led().await;
+        broker.shares.elect_led().await;
     }
 }
 

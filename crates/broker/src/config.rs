@@ -1667,6 +1667,15 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("group.share.record.lock.duration.ms", "30000"),
     ("group.share.min.record.lock.duration.ms", "15000"),
     ("group.share.max.record.lock.duration.ms", "60000"),
+    // KIP-932's share coordinator and its `__share_group_state` topic.
+    ("share.coordinator.state.topic.num.partitions", "50"),
+    ("share.coordinator.state.topic.replication.factor", "3"),
+    ("share.coordinator.state.topic.min.isr", "2"),
+    ("share.coordinator.state.topic.segment.bytes", "104857600"),
+    ("share.coordinator.snapshot.update.records.per.snapshot", "500"),
+    ("share.coordinator.cold.partition.snapshot.interval.ms", "300000"),
+    ("share.coordinator.write.timeout.ms", "5000"),
+    ("share.coordinator.state.topic.prune.interval.ms", "300000"),
     ("group.streams.session.timeout.ms", "45000"),
     ("group.streams.min.session.timeout.ms", "45000"),
     ("group.streams.max.session.timeout.ms", "60000"),
@@ -2784,6 +2793,55 @@ impl BrokerConfig {
         })
     }
 
+    /// The share coordinator's settings from `share.coordinator.*` keys, its write
+    /// timeout (`share.coordinator.write.timeout.ms`) and how often it prunes
+    /// `__share_group_state` (`share.coordinator.state.topic.prune.interval.ms`).
+    pub fn share_coordinator_config(
+        &self,
+    ) -> Result<
+        (
+            rill_share::ShareCoordinatorConfig,
+            std::time::Duration,
+            std::time::Duration,
+        ),
+        BrokerError,
+    > {
+        let partitions: i32 = self.parse("share.coordinator.state.topic.num.partitions")?;
+        if !(1..=1000).contains(&partitions) {
+            return Err(BrokerError::Config(format!(
+                "share.coordinator.state.topic.num.partitions: invalid value {partitions}: must be from 1 to 1000"
+            )));
+        }
+        let per_snapshot: i64 =
+            self.parse("share.coordinator.snapshot.update.records.per.snapshot")?;
+        let per_snapshot = u32::try_from(per_snapshot).map_err(|_| {
+            BrokerError::Config(format!(
+                "share.coordinator.snapshot.update.records.per.snapshot: invalid value {per_snapshot}: must be at least 0"
+            ))
+        })?;
+        let positive = |key: &str| -> Result<i64, BrokerError> {
+            let v: i64 = self.parse(key)?;
+            if v <= 0 {
+                return Err(BrokerError::Config(format!(
+                    "{key}: must be positive, not {v}"
+                )));
+            }
+            Ok(v)
+        };
+        let cold = positive("share.coordinator.cold.partition.snapshot.interval.ms")?;
+        let write_timeout = positive("share.coordinator.write.timeout.ms")?;
+        let prune_interval = positive("share.coordinator.state.topic.prune.interval.ms")?;
+        Ok((
+            rill_share::ShareCoordinatorConfig {
+                state_topic_num_partitions: partitions,
+                snapshot_update_records_per_snapshot: per_snapshot,
+                cold_partition_snapshot_interval_ms: cold,
+            },
+            std::time::Duration::from_millis(u64::try_from(write_timeout).unwrap_or(5000)),
+            std::time::Duration::from_millis(u64::try_from(prune_interval).unwrap_or(300_000)),
+        ))
+    }
+
     /// Checks every key this build reads, so that a bad value fails at start-up, not
     /// later; with `config.strict`, an unknown key fails too.
     pub fn validate(&self) -> Result<(), BrokerError> {
@@ -2834,6 +2892,7 @@ impl BrokerConfig {
         self.socket_request_max_bytes()?;
         self.group_config()?;
         self.transaction_config()?;
+        self.share_coordinator_config()?;
         for d in DYNAMIC_BROKER_KEYS {
             if let Some(v) = self.props.get(d.name) {
                 validate_broker_config(d.name, v).map_err(BrokerError::Config)?;

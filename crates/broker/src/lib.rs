@@ -236,6 +236,17 @@ impl Server {
             node_id,
             connector.clone(),
         );
+        let (share_config, share_write_timeout, share_prune_interval) =
+            config.share_coordinator_config()?;
+        let shares = coordinator::share_coordinator::start(
+            share_config,
+            share_write_timeout,
+            share_prune_interval,
+            replicas.clone(),
+        );
+        let share_persister = Arc::new(server::share_persister::ShareStatePersister::new(
+            connector.clone(),
+        ));
         let txn_verifier = Arc::new(server::txn_verification::TxnVerifier::new(connector));
         let remote_log = remote_log::build(&config, &metadata_log_dir)?;
         let remote_log_config = remote_log::RemoteLogManagerConfig::from_config(&config)?;
@@ -257,6 +268,8 @@ impl Server {
             replicas: replicas.clone(),
             groups,
             transactions,
+            shares,
+            share_persister,
             txn_verifier,
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             lost_lease: std::sync::atomic::AtomicBool::new(false),
@@ -270,6 +283,7 @@ impl Server {
         });
         leaders.set(&broker);
         broker.txn_verifier.set(&broker);
+        broker.share_persister.set(&broker);
         let (shutdown, rx) = watch::channel(false);
         metadata_publisher::start(broker.clone(), rx.clone());
         let weak = Arc::downgrade(&broker);

@@ -40,6 +40,7 @@ use crate::coordinator::group_coordinator::OFFSETS_TOPIC;
 use crate::replication::replica_fetcher::ThrottleSettings;
 use crate::replication::replica_manager::PartitionChange;
 use crate::server::Broker;
+use rill_share::SHARE_GROUP_STATE_TOPIC;
 use rill_transaction::TRANSACTION_STATE_TOPIC;
 
 pub fn start(broker: Arc<Broker>, shutdown: watch::Receiver<bool>) {
@@ -367,6 +368,8 @@ async fn elect_coordinator(broker: &Broker, tp: &rill_metadata::TopicPartition) 
         broker.groups.elect(tp.partition).await;
     } else if tp.topic == TRANSACTION_STATE_TOPIC {
         broker.transactions.elect(tp.partition).await;
+    } else if tp.topic == SHARE_GROUP_STATE_TOPIC {
+        broker.shares.elect(tp.partition).await;
     }
 }
 
@@ -376,5 +379,7 @@ async fn resign_coordinator(broker: &Broker, tp: &rill_metadata::TopicPartition)
         broker.groups.resign(tp.partition).await;
     } else if tp.topic == TRANSACTION_STATE_TOPIC {
         broker.transactions.resign(tp.partition).await;
+    } else if tp.topic == SHARE_GROUP_STATE_TOPIC {
+        broker.shares.resign(tp.partition).await;
     }
 }

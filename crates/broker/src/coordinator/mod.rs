@@ -10,6 +10,8 @@
 //!   [`consumer_group_codec`] for the records of KIP-848's consumer groups.
 //! - [`transaction_coordinator`]: the `rill-transaction` state machine on
 //!   `__transaction_state`, and [`transaction_marker`], the sender of its markers.
+//! - [`share_coordinator`]: the `rill-share` state machine on `__share_group_state`
+//!   (KIP-932's share coordinator), with [`share_coordinator_codec`] for its records.
 //!
 //! Architecture Invariant: a coordinator names replication (for its partitions' logs and
 //! high watermarks) and the network's request slots, nothing above: the metadata
@@ -18,6 +20,8 @@
 pub mod consumer_group_codec;
 pub mod group_coordinator;
 pub mod runtime;
+pub mod share_coordinator;
+pub mod share_coordinator_codec;
 pub mod share_group_codec;
 pub mod transaction_coordinator;
 pub mod transaction_marker;

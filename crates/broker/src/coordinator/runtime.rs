@@ -35,7 +35,10 @@
 //!    without a later write.
 //! 6. Between events the task sleeps until [`CoordinatorShard::next_deadline`] and then
 //!    calls [`CoordinatorShard::tick`].
-//! 7. The metadata publisher elects the runtime for a partition this broker now leads
+//! 7. [`CoordinatorOutput::DeleteRecordsBefore`] moves the partition's log start offset
+//!    (DeleteRecords on this leader; followers follow it), for a shard whose topic is not
+//!    compacted and that knows which prefix no replay needs.
+//! 8. The metadata publisher elects the runtime for a partition this broker now leads
 //!    ([`CoordinatorHandle::elect`]): the shard replays the partition's log, what is at or
 //!    above the high watermark marked uncommitted, before it serves the partition; a
 //!    resignation drops the partition's state and the shard answers its clients
@@ -99,6 +102,9 @@ pub enum CoordinatorOutput<R, Y> {
         /// (TxnOffsetCommit's offsets, which its transaction's marker settles).
         transactional: Option<(i64, i16)>,
     },
+    /// Delete the records of `partition` below `offset`, which no replay needs (Kafka's
+    /// share coordinator prunes `__share_group_state` so); at most its high watermark.
+    DeleteRecordsBefore { partition: i32, offset: i64 },
 }
 
 /// A shard's answer to a call.
@@ -482,6 +488,19 @@ impl<S: CoordinatorShard> Runtime<S> {
                 CoordinatorOutput::Respond { responder, reply } => {
                     if let Some(tx) = self.pending.remove(&responder) {
                         let _ = tx.send(reply);
+                    }
+                }
+                CoordinatorOutput::DeleteRecordsBefore { partition, offset } => {
+                    let tp = self.tp(partition);
+                    match self.replicas.delete_records(&tp, offset) {
+                        Ok(start) => {
+                            tracing::debug!(%tp, log_start_offset = start, "coordinator records pruned")
+                        }
+                        // Not the leader any more, or the log moved on: the next prune
+                        // (of the next leader) tries again.
+                        Err(code) => {
+                            tracing::debug!(%tp, error = code.name(), "coordinator prune skipped")
+                        }
                     }
                 }
                 CoordinatorOutput::Append {

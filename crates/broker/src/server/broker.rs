@@ -60,6 +60,10 @@ pub struct Broker {
     pub replicas: Arc<ReplicaManager>,
     pub groups: GroupCoordinatorHandle,
     pub transactions: TransactionCoordinatorHandle,
+    /// KIP-932's share coordinator, on `__share_group_state`.
+    pub shares: crate::coordinator::share_coordinator::ShareCoordinatorHandle,
+    /// The share-partition leaders' way to the share coordinators.
+    pub share_persister: Arc<crate::server::share_persister::ShareStatePersister>,
     /// KIP-890 part 1: the partition leader's verification of transactional produces.
     pub(crate) txn_verifier: Arc<crate::server::txn_verification::TxnVerifier>,
     pub(crate) producer_ids: tokio::sync::Mutex<ProducerIdBlock>,

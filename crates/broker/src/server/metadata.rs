@@ -34,6 +34,8 @@ const INTERNAL_TOPIC_REPLICATION_FACTOR: i16 = 3;
 /// `FindCoordinator` key types.
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
+/// KIP-932's share coordinator, FindCoordinator v6 on.
+const KEY_TYPE_SHARE: i8 = 2;
 
 /// A broker's endpoint on one listener as registered: `(host, port)`; `None` when the
 /// broker has no such listener (Kafka then leaves it out of what it tells that
@@ -353,6 +355,8 @@ impl Broker {
                 self.group_coordinator_node(&key, listener).await
             } else if request.key_type == KEY_TYPE_TRANSACTION {
                 self.transaction_coordinator_node(&key, listener).await
+            } else if request.key_type == KEY_TYPE_SHARE && version >= 6 {
+                self.share_coordinator_node(&key, listener).await
             } else {
                 Err(ErrorCode::INVALID_REQUEST)
             };

@@ -35,6 +35,8 @@ mod request_authorization;
 pub(crate) mod sasl;
 mod share_groups;
 pub(crate) use sasl::scram_credential;
+pub mod share_persister;
+mod share_state;
 mod topics;
 mod transactions;
 mod txn_partition;
@@ -139,6 +141,14 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteAcls, 1, 3),
     (ApiKey::DescribeClientQuotas, 0, 1),
     (ApiKey::AlterClientQuotas, 0, 1),
+    // KIP-932's share-group state, which share-partition leaders send the share
+    // coordinator (CLUSTER_ACTION); Write and ReadSummary v1 are Kafka 4.2's (KIP-1226's
+    // delivery complete count).
+    (ApiKey::InitializeShareGroupState, 0, 0),
+    (ApiKey::ReadShareGroupState, 0, 0),
+    (ApiKey::WriteShareGroupState, 0, 1),
+    (ApiKey::DeleteShareGroupState, 0, 0),
+    (ApiKey::ReadShareGroupStateSummary, 0, 1),
 ];
 
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
@@ -418,6 +428,21 @@ impl Broker {
             }
             RequestBody::ListTransactions(r) => respond!(self.handle_list_transactions(r).await),
             RequestBody::WriteTxnMarkers(r) => respond!(self.handle_write_txn_markers(r).await),
+            RequestBody::InitializeShareGroupState(r) => {
+                respond!(self.handle_initialize_share_group_state(r).await)
+            }
+            RequestBody::ReadShareGroupState(r) => {
+                respond!(self.handle_read_share_group_state(r).await)
+            }
+            RequestBody::WriteShareGroupState(r) => {
+                respond!(self.handle_write_share_group_state(r).await)
+            }
+            RequestBody::DeleteShareGroupState(r) => {
+                respond!(self.handle_delete_share_group_state(r).await)
+            }
+            RequestBody::ReadShareGroupStateSummary(r) => {
+                respond!(self.handle_read_share_group_state_summary(r).await)
+            }
             RequestBody::DescribeProducers(r) => respond!(self.handle_describe_producers(r)),
             RequestBody::DescribeUserScramCredentials(r) => {
                 respond!(self.handle_describe_user_scram_credentials(r))

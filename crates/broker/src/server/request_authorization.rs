@@ -79,6 +79,7 @@ use rill_protocol::generated::*;
 use rill_protocol::{ErrorCode, Uuid};
 
 use crate::server::auth_helper::Authz;
+use crate::server::share_state;
 use crate::server::Broker;
 
 /// What is done to a handler's response (step 3 of the module's protocol).
@@ -297,6 +298,25 @@ impl Broker {
             }
             RequestBody::TxnOffsetCommit(r) => txn_offset_commit(a, r),
             RequestBody::WriteTxnMarkers(r) => write_txn_markers(a, r),
+            RequestBody::InitializeShareGroupState(r) => share_state_gate(a, || {
+                share_state::initialize_response(refused(share_state::initialize_calls(r)))
+            }),
+            RequestBody::ReadShareGroupState(r) => share_state_gate(a, || {
+                share_state::read_response(refused(share_state::read_calls(r)))
+            }),
+            RequestBody::WriteShareGroupState(r) => share_state_gate(a, || {
+                let calls = share_state::write_calls(r)
+                    .into_iter()
+                    .map(|c| c.unwrap_or_else(|c| c))
+                    .collect();
+                share_state::write_response(refused(calls))
+            }),
+            RequestBody::DeleteShareGroupState(r) => share_state_gate(a, || {
+                share_state::delete_response(refused(share_state::delete_calls(r)))
+            }),
+            RequestBody::ReadShareGroupStateSummary(r) => share_state_gate(a, || {
+                share_state::summary_response(refused(share_state::summary_calls(r)))
+            }),
             RequestBody::DescribeTransactions(r) => describe_transactions(a, r),
             RequestBody::ListTransactions(_) => list_transactions(a),
             RequestBody::DescribeProducers(r) => describe_producers(a, r),
@@ -805,11 +825,35 @@ fn offset_fetch(a: &Authz, r: &mut OffsetFetchRequest, version: i16) -> Gate {
     })
 }
 
+/// The share-group state RPCs: inter-broker, CLUSTER_ACTION on the cluster (Kafka's
+/// `authorizeClusterOperation`), every share-partition refused otherwise.
+fn share_state_gate<B: Into<ResponseBody>>(a: &Authz, refused: impl FnOnce() -> B) -> Gate {
+    if a.is_broker() {
+        Gate::Proceed(None)
+    } else {
+        respond(refused())
+    }
+}
+
+/// Every call answered CLUSTER_AUTHORIZATION_FAILED.
+fn refused(calls: Vec<share_state::Call>) -> Vec<(Uuid, i32, rill_share::Response)> {
+    calls
+        .into_iter()
+        .map(|c| {
+            let answer = rill_share::Response::error(&c.request, CAF);
+            (c.topic_id, c.partition, answer)
+        })
+        .collect()
+}
+
 fn find_coordinator(a: &Authz, r: &mut FindCoordinatorRequest, version: i16) -> Gate {
     let check = |key_type: i8, key: &str| -> Option<ErrorCode> {
         match key_type {
             0 if !a.group(Describe, key) => Some(GAF),
             1 if !a.transactional_id(Describe, key) => Some(TIAF),
+            // SHARE (v6+; older versions are the handler's INVALID_REQUEST): only brokers
+            // look share coordinators up.
+            2 if version >= 6 && !a.is_broker() => Some(CAF),
             _ => None,
         }
     };
