@@ -1489,7 +1489,8 @@ fn encode_produce(
     topics: &[TopicBatches<'_>],
 ) -> Result<()> {
     let version = frame.version;
-    if !(0..=PRODUCE_TV2_VERSION).contains(&version) {
+    // From 3, as Kafka 4's spec (KIP-896 removed 0-2); the client sends 11 or 12.
+    if !(3..=PRODUCE_TV2_VERSION).contains(&version) {
         return Err(Error::Encode(
             rill_protocol::EncodeError::UnsupportedVersion {
                 message: "ProduceRequest",
@@ -1637,7 +1638,7 @@ mod tests {
         ];
         let empty: Vec<TopicBatches<'_>> = Vec::new();
         let cases = [(&topics, None), (&empty, None), (&topics, Some("copier-7"))];
-        for version in 0..=11i16 {
+        for version in 3..=PRODUCE_TV2_VERSION {
             for (topics, transactional_id) in cases {
                 let header = RequestHeader {
                     request_api_key: ApiKey::Produce.as_i16(),
