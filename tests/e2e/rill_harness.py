@@ -46,11 +46,21 @@ def rill_binary() -> Path:
     return binary
 
 
+# Ports this process handed out: the kernel may pick a port again once its socket is
+# closed, and a cluster given one port twice (two controllers on one address) cannot start.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A loopback port that was free a moment ago (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port that was free a moment ago (the kernel's pick for port 0), never
+    one this process handed out before."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def is_ready_line(line: str, ready_line: str) -> bool:

@@ -84,9 +84,9 @@ def test_transactional_apis_are_advertised(rill):
     # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions.
     for key in (24, 25, 26, 65, 66):
         assert key in versions, key
-    # KIP-890 part 2's versions: EndTxn v5, Produce v12, TxnOffsetCommit v5
-    # (test_txn_v2.py drives them).
-    assert versions[26][1] == 5 and versions[0][1] == 12 and versions[28][1] == 5
+    # KIP-890 part 2's versions: EndTxn v5, Produce v12 (and v13, KIP-516's topic ids),
+    # TxnOffsetCommit v5 (test_txn_v2.py drives them).
+    assert versions[26][1] == 5 and versions[0][1] == 13 and versions[28][1] == 5
 
 
 def test_confluent_init_transactions_and_describe(rill):
