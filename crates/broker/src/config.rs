@@ -1667,6 +1667,10 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     ("group.share.record.lock.duration.ms", "30000"),
     ("group.share.min.record.lock.duration.ms", "15000"),
     ("group.share.max.record.lock.duration.ms", "60000"),
+    // Kafka 4.2's share-partition limits and the share sessions a broker keeps.
+    ("group.share.delivery.count.limit", "5"),
+    ("group.share.partition.max.record.locks", "2000"),
+    ("group.share.max.share.sessions", "2000"),
     // KIP-932's share coordinator and its `__share_group_state` topic.
     ("share.coordinator.state.topic.num.partitions", "50"),
     ("share.coordinator.state.topic.replication.factor", "3"),

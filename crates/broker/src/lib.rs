@@ -270,6 +270,7 @@ impl Server {
             transactions,
             shares,
             share_persister,
+            share_partitions: Default::default(),
             txn_verifier,
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             lost_lease: std::sync::atomic::AtomicBool::new(false),
@@ -286,6 +287,7 @@ impl Server {
         broker.share_persister.set(&broker);
         let (shutdown, rx) = watch::channel(false);
         metadata_publisher::start(broker.clone(), rx.clone());
+        server::share_partitions::start_expiry(Arc::downgrade(&broker), rx.clone());
         let weak = Arc::downgrade(&broker);
         let weak_broker = weak.clone();
         log_manager::start(

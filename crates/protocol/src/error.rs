@@ -200,6 +200,11 @@ impl ErrorCode {
     pub const VOTER_NOT_FOUND: ErrorCode = ErrorCode(127);
     pub const INVALID_REGULAR_EXPRESSION: ErrorCode = ErrorCode(128);
     pub const REBOOTSTRAP_REQUIRED: ErrorCode = ErrorCode(129);
+    // Kafka 4.1's.
+    pub const STREAMS_INVALID_TOPOLOGY: ErrorCode = ErrorCode(130);
+    pub const STREAMS_INVALID_TOPOLOGY_EPOCH: ErrorCode = ErrorCode(131);
+    pub const STREAMS_TOPOLOGY_FENCED: ErrorCode = ErrorCode(132);
+    pub const SHARE_SESSION_LIMIT_REACHED: ErrorCode = ErrorCode(133);
 
     /// The wire value.
     pub const fn code(self) -> i16 {
@@ -355,6 +360,10 @@ impl ErrorCode {
             127 => Some("VOTER_NOT_FOUND"),
             128 => Some("INVALID_REGULAR_EXPRESSION"),
             129 => Some("REBOOTSTRAP_REQUIRED"),
+            130 => Some("STREAMS_INVALID_TOPOLOGY"),
+            131 => Some("STREAMS_INVALID_TOPOLOGY_EPOCH"),
+            132 => Some("STREAMS_TOPOLOGY_FENCED"),
+            133 => Some("SHARE_SESSION_LIMIT_REACHED"),
             _ => None,
         }
     }

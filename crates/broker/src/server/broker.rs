@@ -64,6 +64,8 @@ pub struct Broker {
     pub shares: crate::coordinator::share_coordinator::ShareCoordinatorHandle,
     /// The share-partition leaders' way to the share coordinators.
     pub share_persister: Arc<crate::server::share_persister::ShareStatePersister>,
+    /// The share-partitions this broker leads and the share sessions on it.
+    pub share_partitions: crate::server::share_partitions::SharePartitions,
     /// KIP-890 part 1: the partition leader's verification of transactional produces.
     pub(crate) txn_verifier: Arc<crate::server::txn_verification::TxnVerifier>,
     pub(crate) producer_ids: tokio::sync::Mutex<ProducerIdBlock>,

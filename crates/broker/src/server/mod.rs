@@ -35,6 +35,8 @@ mod request_authorization;
 pub(crate) mod sasl;
 mod share_groups;
 pub(crate) use sasl::scram_credential;
+pub mod share_fetch;
+pub mod share_partitions;
 pub mod share_persister;
 mod share_state;
 mod topics;
@@ -84,10 +86,12 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // expression subscription.
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
-    // KIP-932's share groups: membership only until ShareFetch is served (issue #21);
-    // Kafka 4.1 and 4.2 offer v1 of both.
+    // KIP-932's share groups, at Kafka 4.2's versions: v1 of the membership apis (4.1),
+    // v2 of ShareFetch and ShareAcknowledge (KIP-1206's acquire mode, KIP-1222's renew).
     (ApiKey::ShareGroupHeartbeat, 1, 1),
     (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 2),
+    (ApiKey::ShareAcknowledge, 1, 2),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
@@ -412,6 +416,12 @@ impl Broker {
             }
             RequestBody::ShareGroupDescribe(r) => {
                 respond!(self.handle_share_group_describe(r).await)
+            }
+            RequestBody::ShareFetch(r) => {
+                respond!(self.handle_share_fetch(r, &session.listener).await)
+            }
+            RequestBody::ShareAcknowledge(r) => {
+                respond!(self.handle_share_acknowledge(r, &session.listener).await)
             }
             RequestBody::AddPartitionsToTxn(r) => {
                 respond!(self.handle_add_partitions_to_txn(r, version).await)

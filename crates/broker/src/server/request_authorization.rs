@@ -208,6 +208,8 @@ impl Broker {
             RequestBody::ConsumerGroupDescribe(r) => consumer_group_describe(a, r),
             RequestBody::ShareGroupHeartbeat(r) => share_group_heartbeat(a, r),
             RequestBody::ShareGroupDescribe(r) => share_group_describe(a, r),
+            RequestBody::ShareFetch(r) => share_fetch(a, r),
+            RequestBody::ShareAcknowledge(r) => share_acknowledge(a, r),
             RequestBody::ListGroups(_) => list_groups(a),
             RequestBody::DeleteGroups(r) => delete_groups(a, r),
             RequestBody::OffsetDelete(r) => offset_delete(a, r),
@@ -1011,6 +1013,88 @@ fn share_group_heartbeat(a: &Authz, r: &ShareGroupHeartbeatRequest) -> Gate {
         return refused(TAF);
     }
     Gate::Proceed(None)
+}
+
+/// Kafka's `handleShareFetchRequest`: READ on the group, then READ on each topic; the
+/// partitions of a refused topic are answered TOPIC_AUTHORIZATION_FAILED and never join
+/// the share session.
+fn share_fetch(a: &Authz, r: &mut ShareFetchRequest) -> Gate {
+    let group = r.group_id.as_deref().unwrap_or_default();
+    if !a.group(Read, group) {
+        return respond(ShareFetchResponse {
+            error_code: GAF.code(),
+            ..Default::default()
+        });
+    }
+    let image = a.image();
+    let denied = take_denied(&mut r.topics, |t| {
+        // An unknown topic id is the handler's to answer (UNKNOWN_TOPIC_ID).
+        image
+            .topics
+            .get(&t.topic_id)
+            .is_none_or(|t| a.topic(Read, &t.name))
+    });
+    if denied.is_empty() {
+        return Gate::Proceed(None);
+    }
+    let refused: Vec<share_fetch_response::ShareFetchableTopicResponse> = denied
+        .into_iter()
+        .map(|t| share_fetch_response::ShareFetchableTopicResponse {
+            topic_id: t.topic_id,
+            partitions: t
+                .partitions
+                .iter()
+                .map(|p| share_fetch_response::PartitionData {
+                    partition_index: p.partition_index,
+                    error_code: TAF.code(),
+                    records: Some(Default::default()),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .collect();
+    patch!(ShareFetch, |resp| resp.responses.extend(refused))
+}
+
+/// Kafka's `handleShareAcknowledgeRequest`: READ on the group, then READ on each topic.
+fn share_acknowledge(a: &Authz, r: &mut ShareAcknowledgeRequest) -> Gate {
+    let group = r.group_id.as_deref().unwrap_or_default();
+    if !a.group(Read, group) {
+        return respond(ShareAcknowledgeResponse {
+            error_code: GAF.code(),
+            ..Default::default()
+        });
+    }
+    let image = a.image();
+    let denied = take_denied(&mut r.topics, |t| {
+        image
+            .topics
+            .get(&t.topic_id)
+            .is_none_or(|t| a.topic(Read, &t.name))
+    });
+    if denied.is_empty() {
+        return Gate::Proceed(None);
+    }
+    let refused: Vec<share_acknowledge_response::ShareAcknowledgeTopicResponse> = denied
+        .into_iter()
+        .map(
+            |t| share_acknowledge_response::ShareAcknowledgeTopicResponse {
+                topic_id: t.topic_id,
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|p| share_acknowledge_response::PartitionData {
+                        partition_index: p.partition_index,
+                        error_code: TAF.code(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        )
+        .collect();
+    patch!(ShareAcknowledge, |resp| resp.responses.extend(refused))
 }
 
 /// Kafka's `handleShareGroupDescribe`: DESCRIBE on each group; the authorized operations
