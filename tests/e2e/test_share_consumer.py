@@ -1,0 +1,307 @@
+"""Share groups end to end (KIP-932, issue #21) with confluent-kafka's `ShareConsumer`
+(librdkafka's share consumer): consumers that split one partition, a consumer killed with
+SIGKILL whose records go to the others once their locks expire, REJECT, RELEASE and the
+delivery limit, and a partition leader killed with SIGKILL under a three-node cluster —
+with no record accepted (its acknowledgement answered) ever delivered again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+
+# A short lock, so that redelivery after a consumer's death takes seconds.
+LOCK_MS = 3000
+SHARE_OVERRIDES = {
+    "share.coordinator.state.topic.num.partitions": "3",
+    "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.record.lock.duration.ms": str(LOCK_MS),
+    "group.share.min.heartbeat.interval.ms": "500",
+    "group.share.heartbeat.interval.ms": "500",
+}
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, rf: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, rf)])[topic].result(30)
+
+
+def start_at_earliest(bootstrap: str, group: str) -> None:
+    """`share.auto.offset.reset=earliest` for the group (a GROUP config), so that it reads
+    what was produced before it joined."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        group,
+        incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest",
+                        incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    for f in admin.incremental_alter_configs([resource]).values():
+        f.result(30)
+
+
+def produce(bootstrap: str, topic: str, count: int, partition: int = 0) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    for i in range(count):
+        producer.produce(topic, str(i).encode(), partition=partition)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def share_consumer(bootstrap: str, group: str, topic: str, **extra) -> ShareConsumer:
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, **extra})
+    c.subscribe([topic])
+    return c
+
+
+def test_four_share_consumers_split_one_partition(rill_factory):
+    """Four share consumers on a one-partition topic split 100,000 records, each record
+    delivered once and accepted once (implicit acknowledgement)."""
+    server = rill_factory(SHARE_OVERRIDES)
+    topic, group, total = "queue", "workers", 100_000
+    create_topic(server.bootstrap, topic)
+    start_at_earliest(server.bootstrap, group)
+    produce(server.bootstrap, topic, total)
+
+    seen: list[list[tuple[int, int]]] = [[] for _ in range(4)]
+    lock = threading.Lock()
+    count = [0]
+    done = threading.Event()
+    errors: list[str] = []
+
+    def work(i: int) -> None:
+        try:
+            consume(i)
+        except BaseException as e:  # noqa: BLE001 (reported by the test's thread)
+            errors.append(repr(e))
+
+    def consume(i: int) -> None:
+        c = share_consumer(server.bootstrap, group, topic)
+        try:
+            deadline = time.monotonic() + 240
+            while not done.is_set() and time.monotonic() < deadline:
+                for m in c.poll(0.5):
+                    if m.error():
+                        errors.append(str(m.error()))
+                        continue
+                    seen[i].append((int(m.value()), m.delivery_count()))
+                    with lock:
+                        count[0] += 1
+                        if count[0] >= total:
+                            done.set()
+            # Accepts what the last poll returned before leaving.
+            c.commit_sync(30)
+        finally:
+            c.close()
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - started
+    values = [v for per in seen for v, _ in per]
+    print(f"4 share consumers: {len(values)} records in {elapsed:.1f}s; per consumer "
+          f"{[len(per) for per in seen]}")
+    assert not errors, errors[:5]
+    assert sorted(values) == list(range(total)), "every record delivered exactly once"
+    assert all(dc == 1 for per in seen for _, dc in per), "no record was redelivered"
+    assert sum(1 for per in seen if per) >= 2, "the partition was shared"
+
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    from confluent_kafka import ShareConsumer
+    bootstrap, group, topic, want = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit"})
+    c.subscribe([topic])
+    got = []
+    while len(got) < want:
+        got += [m.offset() for m in c.poll(1.0) if not m.error()]
+    print(json.dumps(got), flush=True)
+    sys.stdin.read()  # holds its records, unacknowledged, until killed
+""")
+
+
+def test_records_of_a_killed_consumer_go_to_another_after_the_lock(rill_factory):
+    server = rill_factory(SHARE_OVERRIDES)
+    topic, group = "jobs", "redelivery"
+    create_topic(server.bootstrap, topic)
+    start_at_earliest(server.bootstrap, group)
+    produce(server.bootstrap, topic, 100)
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, server.bootstrap, group, topic, "1"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        held = json.loads(child.stdout.readline())
+        assert held, "the doomed consumer acquired records"
+        os.kill(child.pid, signal.SIGKILL)
+        killed = time.monotonic()
+    finally:
+        child.kill()
+        child.wait()
+
+    c = share_consumer(server.bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"})
+    redelivered: dict[int, float] = {}
+    others: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while (len(redelivered) < len(held) or len(others) + len(redelivered) < 100) \
+                and time.monotonic() < deadline:
+            for m in c.poll(0.5):
+                assert m.error() is None, m.error()
+                if m.offset() in held:
+                    assert m.delivery_count() == 2, (m.offset(), m.delivery_count())
+                    redelivered.setdefault(m.offset(), time.monotonic() - killed)
+                else:
+                    assert m.delivery_count() == 1
+                    others.add(m.offset())
+                c.acknowledge(m)
+            c.commit_sync(30)
+    finally:
+        c.close()
+    latency = max(redelivered.values(), default=float("nan"))
+    print(f"redelivery after the consumer's death: {latency:.2f}s (lock {LOCK_MS} ms)")
+    assert sorted(redelivered) == sorted(held)
+    assert others | set(redelivered) == set(range(100))
+    # Not before the lock ran out: the dead consumer held them.
+    assert latency >= LOCK_MS / 1000 * 0.5
+
+
+def test_reject_release_and_the_delivery_limit(rill_factory):
+    server = rill_factory({**SHARE_OVERRIDES, "group.share.delivery.count.limit": "3"})
+    topic, group = "tasks", "acks"
+    create_topic(server.bootstrap, topic)
+    start_at_earliest(server.bootstrap, group)
+    produce(server.bootstrap, topic, 10)
+    c = share_consumer(server.bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"})
+    deliveries: dict[int, list[int]] = {}
+    try:
+        deadline = time.monotonic() + 60
+        quiet_since = None
+        while time.monotonic() < deadline:
+            msgs = [m for m in c.poll(0.5) if m.error() is None]
+            for m in msgs:
+                deliveries.setdefault(m.offset(), []).append(m.delivery_count())
+                if m.offset() == 0:
+                    c.acknowledge(m, AcknowledgeType.REJECT)
+                elif m.offset() in (1, 2):
+                    # 1 is released once and then accepted; 2 always, until the limit.
+                    once = m.offset() == 1 and len(deliveries[1]) > 1
+                    c.acknowledge(m, AcknowledgeType.ACCEPT if once else AcknowledgeType.RELEASE)
+                else:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+            if msgs:
+                c.commit_sync(30)
+                quiet_since = None
+            elif len(deliveries) == 10:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > 2:
+                    break
+    finally:
+        c.close()
+    assert deliveries[0] == [1], "a rejected record is never redelivered"
+    assert deliveries[1] == [1, 2], "a released record is redelivered"
+    assert deliveries[2] == [1, 2, 3], "released up to the limit, then archived"
+    assert all(deliveries[o] == [1] for o in range(3, 10))
+
+
+def test_share_consumers_across_a_leader_kill9(rill_cluster_factory):
+    """Three nodes, the topic replicated three ways; the partition's leader is killed with
+    SIGKILL while two share consumers work. Every record is accepted in the end, and none
+    whose acceptance the broker confirmed is delivered again."""
+    cluster = rill_cluster_factory(3, {
+        **SHARE_OVERRIDES,
+        "share.coordinator.state.topic.replication.factor": "3",
+    })
+    bootstrap = cluster.bootstrap
+    topic, group, total = "orders", "survivors", 20_000
+    create_topic(bootstrap, topic, 1, 3)
+    start_at_earliest(bootstrap, group)
+    produce(bootstrap, topic, total)
+
+    confirmed: set[int] = set()
+    redelivered_after_confirm: list[int] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            consume()
+        except BaseException as e:  # noqa: BLE001 (reported by the test's thread)
+            failures.append(e)
+
+    def consume() -> None:
+        c = share_consumer(bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"})
+        try:
+            deadline = time.monotonic() + 180
+            while not stop.is_set() and time.monotonic() < deadline:
+                msgs = [m for m in c.poll(0.5) if m.error() is None]
+                if not msgs:
+                    continue
+                # Work that takes time, so that the kill comes in the middle of it.
+                time.sleep(0.2)
+                with lock:
+                    redelivered_after_confirm.extend(
+                        m.offset() for m in msgs if m.offset() in confirmed)
+                for m in msgs:
+                    c.acknowledge(m)
+                try:
+                    results = c.commit_sync(30)
+                except Exception:  # noqa: BLE001 (a failed commit confirms nothing)
+                    continue
+                if all(err is None for err in results.values()):
+                    with lock:
+                        confirmed.update(m.offset() for m in msgs)
+                        if len(confirmed) >= total:
+                            stop.set()
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while len(confirmed) < total // 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    leader = partition_leader(bootstrap, topic)
+    cluster.node(leader).kill9()
+    with lock:
+        before_kill = len(confirmed)
+    print(f"killed the leader, node {leader}, with {before_kill} of {total} accepted")
+    assert total // 4 <= before_kill < total
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    assert not redelivered_after_confirm, redelivered_after_confirm[:10]
+    assert confirmed == set(range(total))
+
+
+def partition_leader(bootstrap: str, topic: str) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    md = admin.list_topics(topic, timeout=10)
+    return md.topics[topic].partitions[0].leader
