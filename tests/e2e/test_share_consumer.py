@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -25,6 +26,8 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
+
+from test_share_coordinator import TAGS, call, carray, cstring
 
 # A short lock, so that redelivery after a consumer's death takes seconds.
 LOCK_MS = 3000
@@ -305,3 +308,120 @@ def partition_leader(bootstrap: str, topic: str) -> int:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     md = admin.list_topics(topic, timeout=10)
     return md.topics[topic].partitions[0].leader
+
+
+# ---- share sessions on the wire (ShareFetch v1, ShareAcknowledge v1) ----
+
+SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
+INVALID_REQUEST, INVALID_RECORD_STATE = 42, 121
+SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH = 122, 123
+ACCEPT, RELEASE = 1, 2
+
+
+def topic_id_of(bootstrap: str, topic: str) -> bytes:
+    from confluent_kafka import TopicCollection
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    desc = admin.describe_topics(TopicCollection([topic]))[topic].result(30)
+    tid = desc.topic_id
+    return struct.pack(">qq", tid.get_most_significant_bits(), tid.get_least_significant_bits())
+
+
+def ack_batches(acks) -> bytes:
+    return carray([struct.pack(">qq", first, last) + carray([struct.pack(">b", t) for t in types]) + TAGS
+                   for first, last, types in acks])
+
+
+def topic_partitions(r, partition) -> list:
+    """The partitions of a ShareFetch or ShareAcknowledge response's topics (the node
+    endpoints after them are left unread)."""
+
+    def topic(t):
+        t.uuid()
+        parts = t.array(partition)
+        t.tags()
+        return parts
+
+    return [p for ps in r.array(topic) for p in ps]
+
+
+def share_fetch(port, group, member, epoch, topic_id, acks=(), fetch=True, wait_ms=500):
+    partitions = [struct.pack(">i", 0) + ack_batches(acks) + TAGS] if fetch or acks else []
+    topics = [topic_id + carray(partitions) + TAGS] if partitions else []
+    body = (cstring(group) + cstring(member)
+            + struct.pack(">iiiiii", epoch, wait_ms, 1, 1 << 20, 500, 500)
+            + carray(topics) + carray([]) + TAGS)
+    r = call(port, SHARE_FETCH, 1, body)
+    _throttle, error = r.take(">ih")
+    r.cstring()
+    lock_ms = r.take(">i")
+
+    def partition(p):
+        index, err = p.take(">ih")
+        p.cstring()
+        ack_err = p.take(">h")
+        p.cstring()
+        p.take(">ii")
+        p.tags()
+        records = p.uvarint() - 1  # the records' length, skipped
+        p.pos += records
+        acquired = p.array(lambda a: (a.take(">qqh"), a.tags())[0])
+        p.tags()
+        return index, err, ack_err, acquired
+
+    return error, lock_ms, topic_partitions(r, partition)
+
+
+def share_acknowledge(port, group, member, epoch, topic_id, acks):
+    body = (cstring(group) + cstring(member) + struct.pack(">i", epoch)
+            + carray([topic_id + carray([struct.pack(">i", 0) + ack_batches(acks) + TAGS]) + TAGS])
+            + TAGS)
+    r = call(port, SHARE_ACKNOWLEDGE, 1, body)
+    _throttle, error = r.take(">ih")
+    r.cstring()
+    if error:
+        return error, []
+
+    def partition(p):
+        index, err = p.take(">ih")
+        p.cstring()
+        p.take(">ii")
+        p.tags()
+        p.tags()
+        return index, err
+
+    return error, topic_partitions(r, partition)
+
+
+def test_share_sessions_on_the_wire(rill_factory):
+    server = rill_factory(SHARE_OVERRIDES)
+    port, group, member = server.port, "wire", "member-1"
+    create_topic(server.bootstrap, "wire")
+    start_at_earliest(server.bootstrap, group)
+    produce(server.bootstrap, "wire", 10)
+    tid = topic_id_of(server.bootstrap, "wire")
+
+    # No session yet; a session cannot be opened with acknowledgements.
+    assert share_fetch(port, group, member, 3, tid)[0] == SHARE_SESSION_NOT_FOUND
+    assert share_fetch(port, group, member, 0, tid, acks=[(0, 0, [ACCEPT])])[0] == INVALID_REQUEST
+    # Opened: the records are acquired (the share-partition may still be loading).
+    error, lock_ms, parts = share_fetch(port, group, member, 0, tid, wait_ms=5000)
+    assert (error, lock_ms) == (0, LOCK_MS)
+    assert parts == [(0, 0, 0, [(0, 9, 1)])]
+    # The next epoch is 1; ShareAcknowledge cannot open a session.
+    assert share_fetch(port, group, member, 2, tid)[0] == INVALID_SHARE_SESSION_EPOCH
+    assert share_acknowledge(port, group, member, 0, tid, [(0, 0, [ACCEPT])])[0] == INVALID_SHARE_SESSION_EPOCH
+    # Acknowledging what another member holds, or an unknown type, fails per partition.
+    assert share_acknowledge(port, group, "member-2", 1, tid, [(0, 0, [ACCEPT])])[0] == SHARE_SESSION_NOT_FOUND
+    assert share_acknowledge(port, group, member, 1, tid, [(0, 0, [9])]) == (0, [(0, INVALID_REQUEST)])
+    assert share_acknowledge(port, group, member, 2, tid, [(0, 4, [ACCEPT])]) == (0, [(0, 0)])
+    # 5 released: AVAILABLE, no longer held, so acknowledging it again is refused.
+    assert share_acknowledge(port, group, member, 3, tid, [(5, 5, [RELEASE])]) == (0, [(0, 0)])
+    assert share_acknowledge(port, group, member, 4, tid, [(5, 5, [ACCEPT])]) == (0, [(0, INVALID_RECORD_STATE)])
+    # Closing (epoch -1) gives the rest back at once, as never delivered (Kafka 4.1's
+    # count on a member's leaving): another member gets 5 on its second delivery, 6-9
+    # on their first; 0-4 were accepted and never come back.
+    assert share_fetch(port, group, member, -1, tid, fetch=False)[0] == 0
+    assert share_fetch(port, group, member, 5, tid)[0] == SHARE_SESSION_NOT_FOUND
+    error, _, parts = share_fetch(port, group, "member-2", 0, tid)
+    assert (error, parts) == (0, [(0, 0, 0, [(5, 5, 2), (6, 9, 1)])])
