@@ -16,11 +16,13 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use rill_protocol::generated::{
-    FindCoordinatorRequest, RequestHeader, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
-    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+    read_share_group_state_summary_request as sum_req,
+    read_share_group_state_summary_response as sum_resp, FindCoordinatorRequest, RequestHeader,
+    ShareGroupDescribeRequest, ShareGroupDescribeResponse, ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
 };
 use rill_protocol::{
-    decode_response, encode_request_frame, ApiKey, Encodable, ErrorCode, ResponseBody,
+    decode_response, encode_request_frame, ApiKey, Encodable, ErrorCode, ResponseBody, Uuid,
 };
 use support::{rill_json, start_server};
 
@@ -89,6 +91,44 @@ impl Wire {
         }
     }
 
+    /// ReadShareGroupStateSummary v1 of the share coordinator (this single node), as a
+    /// share-partition leader would ask it.
+    fn state_summary(
+        &mut self,
+        group: &str,
+        topic_id: Uuid,
+        partitions: &[i32],
+    ) -> Vec<sum_resp::PartitionResult> {
+        let r = sum_req::ReadShareGroupStateSummaryRequest {
+            group_id: group.into(),
+            topics: vec![sum_req::ReadStateSummaryData {
+                topic_id,
+                partitions: partitions
+                    .iter()
+                    .map(|p| sum_req::PartitionData {
+                        partition: *p,
+                        leader_epoch: -1,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let ResponseBody::ReadShareGroupStateSummary(resp) =
+            self.call(ApiKey::ReadShareGroupStateSummary, 1, &r)
+        else {
+            panic!("not a ReadShareGroupStateSummary response");
+        };
+        let mut out: Vec<_> = resp
+            .results
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .collect();
+        out.sort_by_key(|p| p.partition);
+        out
+    }
+
     fn describe(&mut self, group: &str) -> ShareGroupDescribeResponse {
         let r = ShareGroupDescribeRequest {
             group_ids: vec![group.into()],
@@ -108,6 +148,7 @@ struct Member {
     id: String,
     epoch: i32,
     assigned: BTreeSet<i32>,
+    topic_id: Option<Uuid>,
 }
 
 impl Member {
@@ -116,6 +157,7 @@ impl Member {
             id: id.into(),
             epoch: 0,
             assigned: BTreeSet::new(),
+            topic_id: None,
         }
     }
 
@@ -134,6 +176,9 @@ impl Member {
         assert_eq!(resp.heartbeat_interval_ms, INTERVAL_MS);
         self.epoch = resp.member_epoch;
         if let Some(a) = &resp.assignment {
+            if let Some(tp) = a.topic_partitions.first() {
+                self.topic_id = Some(tp.topic_id);
+            }
             self.assigned = a
                 .topic_partitions
                 .iter()
@@ -194,6 +239,22 @@ fn share_group_membership_on_the_wire() {
     let first = a.heartbeat(&mut wire, "g");
     assert!(first.member_epoch >= 1);
     a.until(&mut wire, "g", |m| m.assigned.len() == 3);
+    // It got them only once the share coordinator held their state: initialised under
+    // the group epoch that asked, leader epoch 0, and no start offset yet (the
+    // share-partition leader applies `share.auto.offset.reset` when it loads it).
+    let orders = a.topic_id.unwrap();
+    for p in wire.state_summary("g", orders, &[0, 1, 2]) {
+        assert_eq!(p.error_code, 0, "{p:?}");
+        assert!(
+            (1..=a.epoch).contains(&p.state_epoch),
+            "{p:?} at epoch {}",
+            a.epoch
+        );
+        assert_eq!((p.leader_epoch, p.start_offset), (0, -1), "{p:?}");
+    }
+    // A group that never asked has none.
+    let none = wire.state_summary("nobody", orders, &[0]);
+    assert_eq!((none[0].state_epoch, none[0].leader_epoch), (0, -1));
 
     // A second member gets its share at once; the first gives up the rest at its next
     // heartbeat.

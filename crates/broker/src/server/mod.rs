@@ -37,6 +37,7 @@ mod share_groups;
 pub(crate) use sasl::scram_credential;
 pub mod share_persister;
 mod share_state;
+pub mod share_state_initializer;
 mod topics;
 mod transactions;
 mod txn_partition;
