@@ -393,11 +393,18 @@ impl GroupCoordinator {
 
     /// The share-partitions of `group_id` whose state is initialised, as of the high
     /// watermark (DescribeShareGroupOffsets of all the group's topics); empty for a group
-    /// this node does not know.
-    pub fn initialized_share_partitions(&self, group_id: &str) -> Vec<ShareTopicPartitions> {
-        self.committed_consumer
+    /// this node does not know, the coordinator's error when it does not serve the group.
+    pub fn initialized_share_partitions(
+        &self,
+        group_id: &str,
+    ) -> Result<Vec<ShareTopicPartitions>, i16> {
+        if let Some(code) = self.coordinator_error(group_id) {
+            return Err(code);
+        }
+        Ok(self
+            .committed_consumer
             .share_group(group_id)
             .map(|g| to_share_topics(&g.initialized))
-            .unwrap_or_default()
+            .unwrap_or_default())
     }
 }

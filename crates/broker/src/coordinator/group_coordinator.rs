@@ -123,7 +123,7 @@ pub enum GroupReply {
     TopicsUpdated,
     /// A report was taken (its records, if any, are written on their own).
     Noted,
-    SharePartitions(Vec<rill_group::ShareTopicPartitions>),
+    SharePartitions(Result<Vec<rill_group::ShareTopicPartitions>, i16>),
     /// How many pending transactional offsets a marker made visible.
     Completed(usize),
     Snapshot(GroupSnapshot),
@@ -385,7 +385,7 @@ impl CoordinatorShard for GroupShard {
             GroupCall::InitializedSharePartitions(group_id) => {
                 return Handled::Reply(GroupReply::SharePartitions(
                     c.initialized_share_partitions(&group_id),
-                ))
+                ));
             }
             GroupCall::AlterShareGroupOffsets(r) => c.handle_alter_share_group_offsets(r, id),
             GroupCall::DeleteShareGroupOffsets(r) => c.handle_delete_share_group_offsets(r, id),

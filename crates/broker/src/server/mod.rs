@@ -35,6 +35,7 @@ mod request_authorization;
 pub(crate) mod sasl;
 mod share_groups;
 pub(crate) use sasl::scram_credential;
+mod share_group_offsets;
 pub mod share_persister;
 mod share_state;
 pub mod share_state_initializer;
@@ -89,6 +90,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // Kafka 4.1 and 4.2 offer v1 of both.
     (ApiKey::ShareGroupHeartbeat, 1, 1),
     (ApiKey::ShareGroupDescribe, 1, 1),
+    // Kafka 4.2's: Describe v1 adds KIP-1226's lag.
+    (ApiKey::DescribeShareGroupOffsets, 0, 1),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
@@ -413,6 +418,15 @@ impl Broker {
             }
             RequestBody::ShareGroupDescribe(r) => {
                 respond!(self.handle_share_group_describe(r).await)
+            }
+            RequestBody::DescribeShareGroupOffsets(r) => {
+                respond!(self.handle_describe_share_group_offsets(r).await)
+            }
+            RequestBody::AlterShareGroupOffsets(r) => {
+                respond!(self.handle_alter_share_group_offsets(r).await)
+            }
+            RequestBody::DeleteShareGroupOffsets(r) => {
+                respond!(self.handle_delete_share_group_offsets(r).await)
             }
             RequestBody::AddPartitionsToTxn(r) => {
                 respond!(self.handle_add_partitions_to_txn(r, version).await)

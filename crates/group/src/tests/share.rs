@@ -803,6 +803,7 @@ fn share_group_offsets_are_deleted_topic_by_topic() {
     h.share(req("g", &a.member_id, LEAVE_GROUP_MEMBER_EPOCH));
     assert_eq!(
         h.c.initialized_share_partitions("g")
+            .unwrap()
             .iter()
             .map(|t| t.topic_name.as_str())
             .collect::<Vec<_>>(),
@@ -820,7 +821,7 @@ fn share_group_offsets_are_deleted_topic_by_topic() {
         ),
         ("ghost", error_code::UNKNOWN_TOPIC_OR_PARTITION)
     );
-    assert_eq!(h.c.initialized_share_partitions("g").len(), 1);
+    assert_eq!(h.c.initialized_share_partitions("g").unwrap().len(), 1);
     // Until the share coordinator has deleted it, asking again deletes it again.
     let again = h.delete_share_offsets("g", &["orders"]);
     assert_eq!(again.delete, plan.delete);
@@ -850,7 +851,7 @@ fn deleting_a_share_group_first_hands_over_its_share_partitions() {
     assert_eq!(first[0].error_code, error_code::NONE);
     assert_eq!(first[0].topics.len(), 1);
     assert_eq!(first[0].topics[0].partitions, vec![0, 1]);
-    assert!(h.c.initialized_share_partitions("g").is_empty());
+    assert!(h.c.initialized_share_partitions("g").unwrap().is_empty());
     // The share coordinator's delete failed: a second attempt deletes the same again.
     let second = h.share_delete_start(&["g"]);
     assert_eq!(second, first);
