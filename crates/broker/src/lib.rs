@@ -227,7 +227,7 @@ impl Server {
         log_data_dir(&data_dir_lock, Some(replicas.previous_shutdown()));
         let replicas = Arc::new(replicas);
         let group_config = config.group_config()?;
-        let groups = group_coordinator::start(group_config, replicas.clone());
+        let (groups, share_state_asks) = group_coordinator::start(group_config, replicas.clone());
         let leaders = Arc::new(server::BrokerLeaders::default());
         let transactions = coordinator::transaction_coordinator::start(
             config.transaction_config()?,
@@ -285,6 +285,7 @@ impl Server {
         leaders.set(&broker);
         broker.txn_verifier.set(&broker);
         broker.share_persister.set(&broker);
+        server::share_state_initializer::start(Arc::downgrade(&broker), share_state_asks);
         let (shutdown, rx) = watch::channel(false);
         metadata_publisher::start(broker.clone(), rx.clone());
         server::share_partitions::start_expiry(Arc::downgrade(&broker), rx.clone());

@@ -548,6 +548,84 @@ pub struct ShareTopicPartitions {
     pub partitions: Vec<i32>,
 }
 
+/// AlterShareGroupOffsets (KIP-932) as the coordinator takes it: new start offsets of
+/// share-partitions, by topic name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterShareGroupOffsetsRequest {
+    pub group_id: String,
+    /// (topic name, [(partition, start offset)]).
+    pub topics: Vec<(String, Vec<(i32, i64)>)>,
+}
+
+/// One topic of an AlterShareGroupOffsets answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlteredShareTopic {
+    pub topic_name: String,
+    /// `None` when the topic does not exist.
+    pub topic_id: Option<rill_protocol::Uuid>,
+    /// (partition, error code).
+    pub partitions: Vec<(i32, i16)>,
+}
+
+/// Share-partitions of one topic with the start offset each is to be initialised at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareTopicStartOffsets {
+    pub topic_id: rill_protocol::Uuid,
+    pub topic_name: String,
+    /// (partition, start offset).
+    pub partitions: Vec<(i32, i64)>,
+}
+
+/// What AlterShareGroupOffsets decided, once its initializing mark is written: the answer
+/// per partition, and the share-partitions the broker initialises (state epoch
+/// `group_epoch`) before it reports them with
+/// [`crate::GroupCoordinator::share_group_state_initialized`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterShareGroupOffsetsPlan {
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub group_epoch: i32,
+    pub topics: Vec<AlteredShareTopic>,
+    pub initialize: Vec<ShareTopicStartOffsets>,
+}
+
+/// DeleteShareGroupOffsets (KIP-932) as the coordinator takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteShareGroupOffsetsRequest {
+    pub group_id: String,
+    pub topic_names: Vec<String>,
+}
+
+/// One topic of a DeleteShareGroupOffsets answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeletedShareTopic {
+    pub topic_name: String,
+    pub topic_id: rill_protocol::Uuid,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+}
+
+/// What DeleteShareGroupOffsets decided, once the topics are marked deleting: the topics
+/// refused, and the share-partitions whose state the broker deletes before it reports
+/// the topics with [`crate::GroupCoordinator::complete_delete_share_group_offsets`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteShareGroupOffsetsPlan {
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub errors: Vec<DeletedShareTopic>,
+    pub delete: Vec<ShareTopicPartitions>,
+}
+
+/// DeleteGroups of a share group, its first step: the share-partitions whose state the
+/// broker deletes before the group itself (`error_code` NONE), or why the group may not
+/// be deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareGroupStateDeletion {
+    pub group_id: String,
+    pub error_code: i16,
+    pub topics: Vec<ShareTopicPartitions>,
+}
+
 /// A response for the broker to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Response {
@@ -559,6 +637,9 @@ pub enum Response {
     OffsetCommit(OffsetCommitResponse),
     OffsetDelete(OffsetDeleteResponse),
     DeleteGroups(DeleteGroupsResponse),
+    AlterShareGroupOffsets(AlterShareGroupOffsetsPlan),
+    DeleteShareGroupOffsets(DeleteShareGroupOffsetsPlan),
+    ShareGroupStateDeletions(Vec<ShareGroupStateDeletion>),
 }
 
 impl Response {
@@ -605,6 +686,25 @@ impl Response {
                     }
                 }
                 Response::DeleteGroups(r)
+            }
+            Response::AlterShareGroupOffsets(mut r) => {
+                r.error_code = error_code;
+                r.initialize.clear();
+                Response::AlterShareGroupOffsets(r)
+            }
+            Response::DeleteShareGroupOffsets(mut r) => {
+                r.error_code = error_code;
+                r.delete.clear();
+                Response::DeleteShareGroupOffsets(r)
+            }
+            Response::ShareGroupStateDeletions(mut r) => {
+                for g in r.iter_mut() {
+                    if g.error_code == error_code::NONE {
+                        g.error_code = error_code;
+                    }
+                    g.topics.clear();
+                }
+                Response::ShareGroupStateDeletions(r)
             }
         }
     }

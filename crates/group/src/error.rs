@@ -13,6 +13,8 @@ pub mod error_code {
     /// reason the client cannot act on).
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
     /// The committed metadata string is longer than `offset.metadata.max.bytes`.
+    /// A topic or partition that does not exist (share group offsets).
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
     /// The coordinator is still loading the group's `__consumer_offsets` partition.
     pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;

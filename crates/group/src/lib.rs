@@ -109,6 +109,7 @@ mod error;
 mod group;
 mod record;
 mod share_group;
+mod share_group_offsets;
 mod share_group_record;
 mod share_protocol;
 mod subscription;

@@ -453,9 +453,17 @@ impl GroupCoordinator {
                 .collect(),
             None => group.initializing.clone(),
         };
+        // One initialised as well (an AlterShareGroupOffsets whose new state was not
+        // written) keeps its state: asking without a start offset would reset it.
+        let initialized_now = |id: &Uuid, p: &i32| {
+            group
+                .initialized
+                .get(id)
+                .is_some_and(|(_, ps)| ps.contains(p))
+        };
         for (id, (name, ps)) in &initializing_now {
             for p in ps {
-                if !group.initialize_requested.contains(&(*id, *p)) {
+                if !group.initialize_requested.contains(&(*id, *p)) && !initialized_now(id, p) {
                     again
                         .entry(*id)
                         .or_insert_with(|| (name.clone(), BTreeSet::new()))

@@ -16,11 +16,15 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use rill_protocol::generated::{
+    alter_share_group_offsets_request as alt_req, delete_share_group_offsets_request as del_req,
+    describe_share_group_offsets_request as desc_req,
+    read_share_group_state_summary_request as sum_req,
+    read_share_group_state_summary_response as sum_resp, DeleteGroupsRequest,
     FindCoordinatorRequest, RequestHeader, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
     ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
 };
 use rill_protocol::{
-    decode_response, encode_request_frame, ApiKey, Encodable, ErrorCode, ResponseBody,
+    decode_response, encode_request_frame, ApiKey, Encodable, ErrorCode, ResponseBody, Uuid,
 };
 use support::{rill_json, start_server};
 
@@ -89,6 +93,44 @@ impl Wire {
         }
     }
 
+    /// ReadShareGroupStateSummary v1 of the share coordinator (this single node), as a
+    /// share-partition leader would ask it.
+    fn state_summary(
+        &mut self,
+        group: &str,
+        topic_id: Uuid,
+        partitions: &[i32],
+    ) -> Vec<sum_resp::PartitionResult> {
+        let r = sum_req::ReadShareGroupStateSummaryRequest {
+            group_id: group.into(),
+            topics: vec![sum_req::ReadStateSummaryData {
+                topic_id,
+                partitions: partitions
+                    .iter()
+                    .map(|p| sum_req::PartitionData {
+                        partition: *p,
+                        leader_epoch: -1,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let ResponseBody::ReadShareGroupStateSummary(resp) =
+            self.call(ApiKey::ReadShareGroupStateSummary, 1, &r)
+        else {
+            panic!("not a ReadShareGroupStateSummary response");
+        };
+        let mut out: Vec<_> = resp
+            .results
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .collect();
+        out.sort_by_key(|p| p.partition);
+        out
+    }
+
     fn describe(&mut self, group: &str) -> ShareGroupDescribeResponse {
         let r = ShareGroupDescribeRequest {
             group_ids: vec![group.into()],
@@ -108,6 +150,7 @@ struct Member {
     id: String,
     epoch: i32,
     assigned: BTreeSet<i32>,
+    topic_id: Option<Uuid>,
 }
 
 impl Member {
@@ -116,6 +159,7 @@ impl Member {
             id: id.into(),
             epoch: 0,
             assigned: BTreeSet::new(),
+            topic_id: None,
         }
     }
 
@@ -134,6 +178,9 @@ impl Member {
         assert_eq!(resp.heartbeat_interval_ms, INTERVAL_MS);
         self.epoch = resp.member_epoch;
         if let Some(a) = &resp.assignment {
+            if let Some(tp) = a.topic_partitions.first() {
+                self.topic_id = Some(tp.topic_id);
+            }
             self.assigned = a
                 .topic_partitions
                 .iter()
@@ -194,6 +241,22 @@ fn share_group_membership_on_the_wire() {
     let first = a.heartbeat(&mut wire, "g");
     assert!(first.member_epoch >= 1);
     a.until(&mut wire, "g", |m| m.assigned.len() == 3);
+    // It got them only once the share coordinator held their state: initialised under
+    // the group epoch that asked, leader epoch 0, and no start offset yet (the
+    // share-partition leader applies `share.auto.offset.reset` when it loads it).
+    let orders = a.topic_id.unwrap();
+    for p in wire.state_summary("g", orders, &[0, 1, 2]) {
+        assert_eq!(p.error_code, 0, "{p:?}");
+        assert!(
+            (1..=a.epoch).contains(&p.state_epoch),
+            "{p:?} at epoch {}",
+            a.epoch
+        );
+        assert_eq!((p.leader_epoch, p.start_offset), (0, -1), "{p:?}");
+    }
+    // A group that never asked has none.
+    let none = wire.state_summary("nobody", orders, &[0]);
+    assert_eq!((none[0].state_epoch, none[0].leader_epoch), (0, -1));
 
     // A second member gets its share at once; the first gives up the rest at its next
     // heartbeat.
@@ -415,4 +478,205 @@ fn share_group_apis_are_authorized_as_kafka_authorizes_them() {
     );
     let d = wire.describe("locked").groups.remove(0);
     assert_eq!(d.error_code, ErrorCode::GROUP_AUTHORIZATION_FAILED.code());
+}
+
+/// `(partition, start offset, lag)` of every partition DescribeShareGroupOffsets v1
+/// shows for the group's topic `orders` (all its initialised partitions when `topics` is
+/// None).
+fn share_offsets(wire: &mut Wire, group: &str, partitions: Option<&[i32]>) -> Vec<(i32, i64, i64)> {
+    let r = desc_req::DescribeShareGroupOffsetsRequest {
+        groups: vec![desc_req::DescribeShareGroupOffsetsRequestGroup {
+            group_id: group.into(),
+            topics: partitions.map(|ps| {
+                vec![desc_req::DescribeShareGroupOffsetsRequestTopic {
+                    topic_name: "orders".into(),
+                    partitions: ps.to_vec(),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let ResponseBody::DescribeShareGroupOffsets(resp) =
+        wire.call(ApiKey::DescribeShareGroupOffsets, 1, &r)
+    else {
+        panic!("not a DescribeShareGroupOffsets response");
+    };
+    let g = &resp.groups[0];
+    assert_eq!(g.error_code, 0, "{g:?}");
+    let mut out: Vec<_> = g
+        .topics
+        .iter()
+        .filter(|t| t.topic_name == "orders")
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| (p.partition_index, p.start_offset, p.lag))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn share_group_offsets_are_described_altered_and_deleted_and_groups_deleted_with_their_state() {
+    let server = start_server(&[
+        "offsets.topic.num.partitions=1",
+        &format!("group.share.heartbeat.interval.ms={INTERVAL_MS}"),
+        "group.share.min.heartbeat.interval.ms=100",
+    ]);
+    let bootstrap = server.bootstrap.as_str();
+    rill_json(bootstrap, &["topic", "create", "orders", "-p", "3"]);
+    let mut wire = Wire::connect(bootstrap);
+    let find = FindCoordinatorRequest {
+        key_type: 0,
+        coordinator_keys: vec!["s".into()],
+        ..Default::default()
+    };
+    wire.call(ApiKey::FindCoordinator, 4, &find);
+    let mut a = Member::new("aaaaaaaaaaaaaaaaaaaaaa");
+    a.until(&mut wire, "s", |m| m.assigned.len() == 3);
+    let orders = a.topic_id.unwrap();
+    // Initialised by the heartbeat without a start offset: -1, and so no lag yet.
+    assert_eq!(
+        share_offsets(&mut wire, "s", None),
+        vec![(0, -1, -1), (1, -1, -1), (2, -1, -1)]
+    );
+
+    let alter = |wire: &mut Wire, topics: Vec<(&str, Vec<(i32, i64)>)>| {
+        let r = alt_req::AlterShareGroupOffsetsRequest {
+            group_id: "s".into(),
+            topics: topics
+                .into_iter()
+                .map(|(t, ps)| alt_req::AlterShareGroupOffsetsRequestTopic {
+                    topic_name: t.into(),
+                    partitions: ps
+                        .into_iter()
+                        .map(|(p, o)| alt_req::AlterShareGroupOffsetsRequestPartition {
+                            partition_index: p,
+                            start_offset: o,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let ResponseBody::AlterShareGroupOffsets(resp) =
+            wire.call(ApiKey::AlterShareGroupOffsets, 0, &r)
+        else {
+            panic!("not an AlterShareGroupOffsets response");
+        };
+        resp
+    };
+    let delete_group = |wire: &mut Wire| {
+        let r = DeleteGroupsRequest {
+            groups_names: vec!["s".into()],
+            ..Default::default()
+        };
+        let ResponseBody::DeleteGroups(resp) = wire.call(ApiKey::DeleteGroups, 2, &r) else {
+            panic!("not a DeleteGroups response");
+        };
+        resp.results[0].error_code
+    };
+    // Only an empty group's offsets may change, and only an empty group may go.
+    let busy = alter(&mut wire, vec![("orders", vec![(0, 5)])]);
+    assert_eq!(busy.error_code, ErrorCode::NON_EMPTY_GROUP.code());
+    assert_eq!(delete_group(&mut wire), ErrorCode::NON_EMPTY_GROUP.code());
+    let left = wire.heartbeat(&ShareGroupHeartbeatRequest {
+        group_id: "s".into(),
+        member_id: a.id.clone(),
+        member_epoch: -1,
+        ..Default::default()
+    });
+    assert_eq!(left.error_code, 0);
+
+    let altered = alter(
+        &mut wire,
+        vec![
+            ("orders", vec![(0, 5), (1, 0), (7, 1)]),
+            ("ghost", vec![(0, 1)]),
+        ],
+    );
+    assert_eq!(altered.error_code, 0, "{altered:?}");
+    let codes: Vec<(String, i32, i16)> = altered
+        .responses
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| (t.topic_name.clone(), p.partition_index, p.error_code))
+        })
+        .collect();
+    let unknown = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.code();
+    assert_eq!(
+        codes,
+        vec![
+            ("orders".into(), 0, 0),
+            ("orders".into(), 1, 0),
+            ("orders".into(), 7, unknown),
+            ("ghost".into(), 0, unknown)
+        ]
+    );
+    assert_eq!(altered.responses[0].topic_id, orders);
+    // The share coordinator holds the new start offsets; nothing is produced, so the
+    // high watermark (0) leaves no lag.
+    assert_eq!(
+        share_offsets(&mut wire, "s", Some(&[0, 1, 2])),
+        vec![(0, 5, 0), (1, 0, 0), (2, -1, -1)]
+    );
+    let summary = wire.state_summary("s", orders, &[0]);
+    assert_eq!(summary[0].start_offset, 5);
+
+    // DeleteShareGroupOffsets removes the topic's state; a topic without any is refused.
+    let r = del_req::DeleteShareGroupOffsetsRequest {
+        group_id: "s".into(),
+        topics: vec![
+            del_req::DeleteShareGroupOffsetsRequestTopic {
+                topic_name: "orders".into(),
+                ..Default::default()
+            },
+            del_req::DeleteShareGroupOffsetsRequestTopic {
+                topic_name: "ghost".into(),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    let ResponseBody::DeleteShareGroupOffsets(deleted) =
+        wire.call(ApiKey::DeleteShareGroupOffsets, 0, &r)
+    else {
+        panic!("not a DeleteShareGroupOffsets response");
+    };
+    assert_eq!(deleted.error_code, 0, "{deleted:?}");
+    let codes: Vec<(&str, i16)> = deleted
+        .responses
+        .iter()
+        .map(|t| (t.topic_name.as_str(), t.error_code))
+        .collect();
+    assert_eq!(codes, vec![("orders", 0), ("ghost", unknown)]);
+    assert!(share_offsets(&mut wire, "s", None).is_empty());
+    let gone = wire.state_summary("s", orders, &[0, 1, 2]);
+    assert!(gone.iter().all(|p| p.leader_epoch == -1), "{gone:?}");
+
+    // A member comes back (its partitions initialised again), leaves, and the group is
+    // deleted with its share-partition state.
+    let mut b = Member::new("bbbbbbbbbbbbbbbbbbbbbb");
+    b.until(&mut wire, "s", |m| m.assigned.len() == 3);
+    assert!(wire
+        .state_summary("s", orders, &[0, 1, 2])
+        .iter()
+        .all(|p| p.leader_epoch == 0));
+    wire.heartbeat(&ShareGroupHeartbeatRequest {
+        group_id: "s".into(),
+        member_id: b.id.clone(),
+        member_epoch: -1,
+        ..Default::default()
+    });
+    assert_eq!(delete_group(&mut wire), 0);
+    let gone = wire.state_summary("s", orders, &[0, 1, 2]);
+    assert!(gone.iter().all(|p| p.leader_epoch == -1), "{gone:?}");
+    assert_eq!(
+        wire.describe("s").groups[0].error_code,
+        ErrorCode::GROUP_ID_NOT_FOUND.code()
+    );
 }

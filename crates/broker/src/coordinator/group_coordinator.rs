@@ -20,6 +20,13 @@
 //!    watermark while such records remain.
 //! 4. Between events the runtime calls `tick` at [`GroupCoordinator::next_deadline`]
 //!    (session timeouts, rebalance timeouts, the initial delay, offset expiry).
+//! 5. `Output::InitializeShareGroupState` (a share group needs share-partition state
+//!    before it assigns partitions) is queued as a [`ShareStateInitialization`] for the
+//!    server, which asks the share coordinator off this task (Kafka's
+//!    `GroupCoordinatorService.persisterInitialize`) and reports back with
+//!    [`GroupCall::ShareGroupStateInitialized`] or
+//!    [`GroupCall::ShareGroupStateInitializeFailed`]. A full queue counts as a failure:
+//!    the group's next heartbeat asks again.
 //!
 //! Records use Kafka's formats (`group-coordinator/*.json`): the key is a version-prefixed
 //! `OffsetCommitKey` (versions 0-1) or `GroupMetadataKey` (version 2), the value a
@@ -40,6 +47,8 @@ use rill_protocol::generated::group_coordinator::{
     offset_commit_value as ocv,
 };
 use rill_protocol::{Decodable, Encodable, ErrorCode};
+
+use tokio::sync::mpsc;
 
 use super::runtime::{
     self, CoordinatorHandle, CoordinatorOutput, CoordinatorShard, Handled, Outputs, ResponderId,
@@ -66,6 +75,28 @@ pub enum GroupCall {
     ConsumerGroupDescribe(rill_group::ConsumerGroupDescribeRequest),
     ShareGroupHeartbeat(rill_group::ShareGroupHeartbeatRequest),
     ShareGroupDescribe(rill_group::ShareGroupDescribeRequest),
+    /// The share coordinator holds state for these share-partitions of the group (every
+    /// one of a [`ShareStateInitialization`], or of an AlterShareGroupOffsets).
+    ShareGroupStateInitialized {
+        group_id: String,
+        topics: Vec<rill_group::ShareTopicPartitions>,
+    },
+    /// Initialising these share-partitions failed; a heartbeat asks again.
+    ShareGroupStateInitializeFailed {
+        group_id: String,
+        topics: Vec<rill_group::ShareTopicPartitions>,
+    },
+    AlterShareGroupOffsets(rill_group::AlterShareGroupOffsetsRequest),
+    DeleteShareGroupOffsets(rill_group::DeleteShareGroupOffsetsRequest),
+    /// The share coordinator deleted these topics' state for the group.
+    CompleteDeleteShareGroupOffsets {
+        group_id: String,
+        topic_ids: Vec<rill_protocol::Uuid>,
+    },
+    /// DeleteGroups' first step for the share groups among these ids.
+    ShareGroupsDeleteStart(Vec<String>),
+    /// The group's initialised share-partitions, as of the high watermark.
+    InitializedSharePartitions(String),
     /// The cluster's topics changed (the metadata publisher): consumer groups resolve
     /// their subscriptions against them.
     UpdateTopics(rill_group::TopicsImage),
@@ -90,6 +121,9 @@ pub enum GroupReply {
     ShareGroupDescribe(rill_group::ShareGroupDescribeResponse),
     /// The topics were taken.
     TopicsUpdated,
+    /// A report was taken (its records, if any, are written on their own).
+    Noted,
+    SharePartitions(Result<Vec<rill_group::ShareTopicPartitions>, i16>),
     /// How many pending transactional offsets a marker made visible.
     Completed(usize),
     Snapshot(GroupSnapshot),
@@ -141,9 +175,24 @@ impl CoordinatorHandle<GroupShard> {
     }
 }
 
+/// Share-partitions whose state a share group needs initialised before it assigns them
+/// (the state machine's `Output::InitializeShareGroupState`): the server initialises
+/// each under state epoch `group_epoch` with no start offset (-1, as Kafka sends), so
+/// that the share-partition leader applies `share.auto.offset.reset` when it loads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareStateInitialization {
+    pub group_id: String,
+    pub group_epoch: i32,
+    pub topics: Vec<rill_group::ShareTopicPartitions>,
+}
+
+/// Initialisations queued for the server; beyond this the ask fails and is made again.
+pub const SHARE_STATE_INITIALIZATION_QUEUE_DEPTH: usize = 1024;
+
 /// The `rill-group` state machine under the runtime.
 pub struct GroupShard {
     coordinator: GroupCoordinator,
+    share_initializations: mpsc::Sender<ShareStateInitialization>,
     /// Each group's generation whose rebalance was counted last (see the Sync call).
     seen_generations: std::collections::HashMap<String, i32>,
     num_partitions: i32,
@@ -151,7 +200,15 @@ pub struct GroupShard {
 }
 
 /// Starts the coordinator task; it serves no partition until [`CoordinatorHandle::elect`].
-pub fn start(config: GroupConfig, replicas: Arc<ReplicaManager>) -> GroupCoordinatorHandle {
+/// The receiver yields the share-partition state initialisations it asks the server for.
+pub fn start(
+    config: GroupConfig,
+    replicas: Arc<ReplicaManager>,
+) -> (
+    GroupCoordinatorHandle,
+    mpsc::Receiver<ShareStateInitialization>,
+) {
+    let (share_initializations, asks) = mpsc::channel(SHARE_STATE_INITIALIZATION_QUEUE_DEPTH);
     let num_partitions = config.offsets_topic_num_partitions;
     let commit_timeout =
         Duration::from_millis(u64::try_from(config.offsets_commit_timeout_ms).unwrap_or(0));
@@ -162,24 +219,23 @@ pub fn start(config: GroupConfig, replicas: Arc<ReplicaManager>) -> GroupCoordin
     );
     let shard = GroupShard {
         coordinator: GroupCoordinator::new(config, seed),
+        share_initializations,
         seen_generations: std::collections::HashMap::new(),
         num_partitions,
         commit_timeout,
     };
-    runtime::start(shard, replicas)
+    (runtime::start(shard, replicas), asks)
 }
 
-/// The runtime's outputs for the state machine's. The share coordinator that
-/// initialises a share group's share-partition state is not built yet, so an
-/// [`Output::InitializeShareGroupState`] is answered here at once, after the write that
-/// marked the partitions initializing (its records follow that write's).
-fn outputs(c: &mut GroupCoordinator, outputs: Vec<Output>, now_ms: i64) -> Outputs<GroupShard> {
+/// The runtime's outputs for the state machine's; an [`Output::InitializeShareGroupState`]
+/// goes to the server's queue (design note, step 5).
+fn outputs(
+    c: &mut GroupCoordinator,
+    share_initializations: &mpsc::Sender<ShareStateInitialization>,
+    outputs: Vec<Output>,
+) -> Outputs<GroupShard> {
     let mut out = Vec::new();
-    let mut queue: std::collections::VecDeque<Output> = outputs.into();
-    // Each initialisation answer writes at most one batch and asks nothing more, so this
-    // ends; the bound makes that a fact, not a hope.
-    let mut initialisations = 0usize;
-    while let Some(o) = queue.pop_front() {
+    for o in outputs {
         match o {
             Output::Respond(r) => out.push(CoordinatorOutput::Respond {
                 responder: r.responder,
@@ -214,14 +270,20 @@ fn outputs(c: &mut GroupCoordinator, outputs: Vec<Output>, now_ms: i64) -> Outpu
                 transactional: Some((producer_id, producer_epoch)),
             }),
             Output::InitializeShareGroupState {
-                group_id, topics, ..
+                group_id,
+                group_epoch,
+                topics,
             } => {
-                initialisations += 1;
-                if initialisations > 1_000 {
-                    continue;
+                let ask = ShareStateInitialization {
+                    group_id,
+                    group_epoch,
+                    topics,
+                };
+                if let Err(e) = share_initializations.try_send(ask) {
+                    let ask = e.into_inner();
+                    tracing::warn!(group = %ask.group_id, "share state initialisation not queued");
+                    c.share_group_state_initialize_failed(&ask.group_id, &ask.topics);
                 }
-                // TODO(#21): InitializeShareGroupState via the share coordinator
-                queue.extend(c.share_group_state_initialized(&group_id, &topics, now_ms));
             }
         }
     }
@@ -295,6 +357,39 @@ impl CoordinatorShard for GroupShard {
                 ))
             }
             GroupCall::ShareGroupHeartbeat(r) => c.handle_share_group_heartbeat(r, now, id),
+            GroupCall::ShareGroupStateInitialized { group_id, topics } => {
+                let out = c.share_group_state_initialized(&group_id, &topics, now);
+                let mut out = outputs(c, &self.share_initializations, out);
+                out.push(CoordinatorOutput::Respond {
+                    responder: id,
+                    reply: GroupReply::Noted,
+                });
+                return Handled::Outputs(out);
+            }
+            GroupCall::ShareGroupStateInitializeFailed { group_id, topics } => {
+                c.share_group_state_initialize_failed(&group_id, &topics);
+                return Handled::Reply(GroupReply::Noted);
+            }
+            GroupCall::CompleteDeleteShareGroupOffsets {
+                group_id,
+                topic_ids,
+            } => {
+                let out = c.complete_delete_share_group_offsets(&group_id, &topic_ids);
+                let mut out = outputs(c, &self.share_initializations, out);
+                out.push(CoordinatorOutput::Respond {
+                    responder: id,
+                    reply: GroupReply::Noted,
+                });
+                return Handled::Outputs(out);
+            }
+            GroupCall::InitializedSharePartitions(group_id) => {
+                return Handled::Reply(GroupReply::SharePartitions(
+                    c.initialized_share_partitions(&group_id),
+                ));
+            }
+            GroupCall::AlterShareGroupOffsets(r) => c.handle_alter_share_group_offsets(r, id),
+            GroupCall::DeleteShareGroupOffsets(r) => c.handle_delete_share_group_offsets(r, id),
+            GroupCall::ShareGroupsDeleteStart(ids) => c.handle_share_groups_delete_start(ids, id),
             GroupCall::Snapshot => {
                 let overview = c.group_overview();
                 // Groups gone from here (deleted, or their partition moved away) leave
@@ -365,12 +460,12 @@ impl CoordinatorShard for GroupShard {
                 )))
             }
         };
-        Handled::Outputs(outputs(c, out, now))
+        Handled::Outputs(outputs(c, &self.share_initializations, out))
     }
 
     fn tick(&mut self, now_ms: i64) -> Outputs<Self> {
         let out = self.coordinator.tick(now_ms);
-        outputs(&mut self.coordinator, out, now_ms)
+        outputs(&mut self.coordinator, &self.share_initializations, out)
     }
 
     fn next_deadline(&self) -> Option<i64> {
@@ -379,7 +474,7 @@ impl CoordinatorShard for GroupShard {
 
     fn load_start(&mut self, partition: i32) -> Outputs<Self> {
         let out = self.coordinator.load_partition_start(partition);
-        outputs(&mut self.coordinator, out, 0)
+        outputs(&mut self.coordinator, &self.share_initializations, out)
     }
 
     fn replay(
@@ -414,7 +509,7 @@ impl CoordinatorShard for GroupShard {
 
     fn unload(&mut self, partition: i32) -> Outputs<Self> {
         let out = self.coordinator.unload_partition(partition);
-        outputs(&mut self.coordinator, out, 0)
+        outputs(&mut self.coordinator, &self.share_initializations, out)
     }
 
     fn loaded_partitions(&self) -> Vec<i32> {
@@ -433,7 +528,7 @@ impl CoordinatorShard for GroupShard {
         // Answers that waited for this write (a consumer group heartbeat that wrote
         // nothing) go out with it.
         let out = self.coordinator.take_released();
-        outputs(&mut self.coordinator, out, 0)
+        outputs(&mut self.coordinator, &self.share_initializations, out)
     }
 
     fn write_failed(&mut self, _write: u64, _failure: WriteFailure) -> Outputs<Self> {
@@ -460,7 +555,7 @@ impl CoordinatorShard for GroupShard {
     fn commit_up_to(&mut self, partition: i32, offset: i64) -> Outputs<Self> {
         self.coordinator.commit_up_to(partition, offset);
         let out = self.coordinator.take_released();
-        outputs(&mut self.coordinator, out, 0)
+        outputs(&mut self.coordinator, &self.share_initializations, out)
     }
 }
 

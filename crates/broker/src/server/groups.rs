@@ -654,34 +654,50 @@ impl Broker {
         &self,
         r: delete_groups_request::DeleteGroupsRequest,
     ) -> delete_groups_response::DeleteGroupsResponse {
-        let ids = r.groups_names.clone();
+        // Share groups' share-partition state goes first; a group whose state could not
+        // be deleted (or that has members) keeps its records.
+        let refused = self.delete_share_groups_state(&r.groups_names).await;
+        let ids: Vec<String> = r
+            .groups_names
+            .into_iter()
+            .filter(|id| !refused.iter().any(|(g, _)| g == id))
+            .collect();
         let request = g::DeleteGroupsRequest {
-            groups_names: r.groups_names,
+            groups_names: ids.clone(),
         };
-        let results = match self.group_call(GroupCall::DeleteGroups(request)).await {
-            Ok(GroupReply::Response(g::Response::DeleteGroups(resp))) => resp
-                .results
-                .into_iter()
-                .map(|d| delete_groups_response::DeletableGroupResult {
-                    group_id: d.group_id,
-                    error_code: d.error_code,
-                    ..Default::default()
-                })
-                .collect(),
-            other => {
-                let code = match other {
-                    Err(code) => code,
-                    Ok(_) => mismatched(),
-                };
-                ids.into_iter()
-                    .map(|group_id| delete_groups_response::DeletableGroupResult {
-                        group_id,
-                        error_code: code.code(),
+        let results: Vec<delete_groups_response::DeletableGroupResult> =
+            match self.group_call(GroupCall::DeleteGroups(request)).await {
+                Ok(GroupReply::Response(g::Response::DeleteGroups(resp))) => resp
+                    .results
+                    .into_iter()
+                    .map(|d| delete_groups_response::DeletableGroupResult {
+                        group_id: d.group_id,
+                        error_code: d.error_code,
                         ..Default::default()
                     })
-                    .collect()
+                    .collect(),
+                other => {
+                    let code = match other {
+                        Err(code) => code,
+                        Ok(_) => mismatched(),
+                    };
+                    ids.into_iter()
+                        .map(|group_id| delete_groups_response::DeletableGroupResult {
+                            group_id,
+                            error_code: code.code(),
+                            ..Default::default()
+                        })
+                        .collect()
+                }
+            };
+        let mut results = results;
+        results.extend(refused.into_iter().map(|(group_id, error_code)| {
+            delete_groups_response::DeletableGroupResult {
+                group_id,
+                error_code,
+                ..Default::default()
             }
-        };
+        }));
         delete_groups_response::DeleteGroupsResponse {
             results,
             ..Default::default()

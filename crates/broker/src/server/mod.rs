@@ -37,8 +37,10 @@ mod share_groups;
 pub(crate) use sasl::scram_credential;
 pub mod share_fetch;
 pub mod share_partitions;
+mod share_group_offsets;
 pub mod share_persister;
 mod share_state;
+pub mod share_state_initializer;
 mod topics;
 mod transactions;
 mod txn_partition;
@@ -92,6 +94,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::ShareFetch, 1, 2),
     (ApiKey::ShareAcknowledge, 1, 2),
+    // Kafka 4.2's: Describe v1 adds KIP-1226's lag.
+    (ApiKey::DescribeShareGroupOffsets, 0, 1),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
@@ -422,6 +428,15 @@ impl Broker {
             }
             RequestBody::ShareAcknowledge(r) => {
                 respond!(self.handle_share_acknowledge(r, &session.listener).await)
+            }
+            RequestBody::DescribeShareGroupOffsets(r) => {
+                respond!(self.handle_describe_share_group_offsets(r).await)
+            }
+            RequestBody::AlterShareGroupOffsets(r) => {
+                respond!(self.handle_alter_share_group_offsets(r).await)
+            }
+            RequestBody::DeleteShareGroupOffsets(r) => {
+                respond!(self.handle_delete_share_group_offsets(r).await)
             }
             RequestBody::AddPartitionsToTxn(r) => {
                 respond!(self.handle_add_partitions_to_txn(r, version).await)

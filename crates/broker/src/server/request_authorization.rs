@@ -79,6 +79,7 @@ use rill_protocol::generated::*;
 use rill_protocol::{ErrorCode, Uuid};
 
 use crate::server::auth_helper::Authz;
+use crate::server::share_group_offsets;
 use crate::server::share_state;
 use crate::server::Broker;
 
@@ -210,6 +211,9 @@ impl Broker {
             RequestBody::ShareGroupDescribe(r) => share_group_describe(a, r),
             RequestBody::ShareFetch(r) => share_fetch(a, r),
             RequestBody::ShareAcknowledge(r) => share_acknowledge(a, r),
+            RequestBody::DescribeShareGroupOffsets(r) => share_group_offsets::describe_gate(a, r),
+            RequestBody::AlterShareGroupOffsets(r) => share_group_offsets::alter_gate(a, r),
+            RequestBody::DeleteShareGroupOffsets(r) => share_group_offsets::delete_gate(a, r),
             RequestBody::ListGroups(_) => list_groups(a),
             RequestBody::DeleteGroups(r) => delete_groups(a, r),
             RequestBody::OffsetDelete(r) => offset_delete(a, r),

@@ -628,3 +628,231 @@ fn only_an_empty_share_group_can_be_deleted() {
     a.step(&mut h);
     assert_eq!(h.c.share_group_state("g"), Some(ShareGroupState::Stable));
 }
+
+impl H {
+    /// The answer of the call `r` among `sent`.
+    fn answer_of(&self, sent: &[Respond], r: u64) -> Response {
+        sent.iter()
+            .find(|x| x.responder == r)
+            .map(|x| x.response.clone())
+            .expect("answered")
+    }
+
+    fn alter_share_offsets(
+        &mut self,
+        group: &str,
+        topics: &[(&str, &[(i32, i64)])],
+    ) -> AlterShareGroupOffsetsPlan {
+        let r = self.responder();
+        let out = self.c.handle_alter_share_group_offsets(
+            AlterShareGroupOffsetsRequest {
+                group_id: group.to_owned(),
+                topics: topics
+                    .iter()
+                    .map(|(t, ps)| ((*t).to_owned(), ps.to_vec()))
+                    .collect(),
+            },
+            r,
+        );
+        let sent = self.absorb(out);
+        match self.answer_of(&sent, r) {
+            Response::AlterShareGroupOffsets(plan) => plan,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn delete_share_offsets(
+        &mut self,
+        group: &str,
+        topics: &[&str],
+    ) -> DeleteShareGroupOffsetsPlan {
+        let r = self.responder();
+        let out = self.c.handle_delete_share_group_offsets(
+            DeleteShareGroupOffsetsRequest {
+                group_id: group.to_owned(),
+                topic_names: topics.iter().map(|t| (*t).to_owned()).collect(),
+            },
+            r,
+        );
+        let sent = self.absorb(out);
+        match self.answer_of(&sent, r) {
+            Response::DeleteShareGroupOffsets(plan) => plan,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn share_delete_start(&mut self, groups: &[&str]) -> Vec<ShareGroupStateDeletion> {
+        let r = self.responder();
+        let out = self
+            .c
+            .handle_share_groups_delete_start(groups.iter().map(|g| (*g).to_owned()).collect(), r);
+        let sent = self.absorb(out);
+        match self.answer_of(&sent, r) {
+            Response::ShareGroupStateDeletions(d) => d,
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_failed_initialisation_is_asked_for_again_at_the_next_heartbeat() {
+    let mut h = share_h();
+    h.auto_initialize = false;
+    let mut a = Client::new("g", 1, &["payments"]);
+    a.step(&mut h);
+    let (_, epoch, asked) = h.initialize_asks.remove(0);
+    assert_eq!(epoch, 1, "the state epoch is the group epoch");
+    a.step(&mut h);
+    assert!(h.initialize_asks.is_empty(), "one ask in flight at a time");
+    h.c.share_group_state_initialize_failed("g", &asked);
+    a.step(&mut h);
+    assert!(a.assigned.is_empty(), "nothing is assigned without state");
+    let (_, _, again) = h.initialize_asks.remove(0);
+    assert_eq!(again, asked);
+    let out = h.c.share_group_state_initialized("g", &again, h.now);
+    h.absorb(out);
+    a.step(&mut h);
+    assert_eq!(a.assigned, all_of("payments", 2));
+}
+
+#[test]
+fn share_group_offsets_are_altered_only_in_an_empty_group_and_become_initialised() {
+    let mut h = share_h();
+    let mut a = Client::new("g", 1, &["orders"]);
+    settle(&mut h, std::slice::from_mut(&mut a));
+    assert_eq!(a.assigned, all_of("orders", 4));
+
+    let busy = h.alter_share_offsets("g", &[("orders", &[(0, 5)])]);
+    assert_eq!(busy.error_code, error_code::NON_EMPTY_GROUP);
+    assert!(busy.initialize.is_empty());
+    let missing = h.alter_share_offsets("nobody", &[("orders", &[(0, 5)])]);
+    assert_eq!(missing.error_code, error_code::GROUP_ID_NOT_FOUND);
+
+    h.share(req("g", &a.member_id, LEAVE_GROUP_MEMBER_EPOCH));
+    let plan = h.alter_share_offsets(
+        "g",
+        &[("orders", &[(0, 5), (1, 7), (9, 1)]), ("ghost", &[(0, 1)])],
+    );
+    assert_eq!(plan.error_code, error_code::NONE);
+    assert_eq!(plan.group_epoch, h.c.share_group_epochs("g").unwrap().0);
+    assert_eq!(
+        plan.topics[0].partitions,
+        vec![
+            (0, error_code::NONE),
+            (1, error_code::NONE),
+            (9, error_code::UNKNOWN_TOPIC_OR_PARTITION)
+        ]
+    );
+    assert_eq!(plan.topics[1].topic_id, None);
+    assert_eq!(
+        plan.topics[1].partitions,
+        vec![(0, error_code::UNKNOWN_TOPIC_OR_PARTITION)]
+    );
+    assert_eq!(
+        plan.initialize,
+        vec![ShareTopicStartOffsets {
+            topic_id: topic_id("orders"),
+            topic_name: "orders".into(),
+            partitions: vec![(0, 5), (1, 7)],
+        }]
+    );
+    // Altered partitions keep their old state until the share coordinator has the new
+    // one (Kafka leaves them initialised), and no heartbeat asks for them meanwhile,
+    // not even after the alter's initialisation failed: that would reset their state.
+    h.auto_initialize = false;
+    let mut b = Client::new("g", 2, &["orders"]);
+    settle(&mut h, std::slice::from_mut(&mut b));
+    assert_eq!(b.assigned, all_of("orders", 4));
+    let asked_by_alter: Vec<ShareTopicPartitions> = plan
+        .initialize
+        .iter()
+        .map(|t| ShareTopicPartitions {
+            topic_id: t.topic_id,
+            topic_name: t.topic_name.clone(),
+            partitions: t.partitions.iter().map(|(p, _)| *p).collect(),
+        })
+        .collect();
+    h.c.share_group_state_initialize_failed("g", &asked_by_alter);
+    settle(&mut h, std::slice::from_mut(&mut b));
+    b.step(&mut h);
+    assert!(h.initialize_asks.is_empty());
+    let done: Vec<ShareTopicPartitions> = plan
+        .initialize
+        .iter()
+        .map(|t| ShareTopicPartitions {
+            topic_id: t.topic_id,
+            topic_name: t.topic_name.clone(),
+            partitions: t.partitions.iter().map(|(p, _)| *p).collect(),
+        })
+        .collect();
+    let out = h.c.share_group_state_initialized("g", &done, h.now);
+    h.absorb(out);
+    settle(&mut h, std::slice::from_mut(&mut b));
+    assert_eq!(b.assigned, all_of("orders", 4));
+}
+
+#[test]
+fn share_group_offsets_are_deleted_topic_by_topic() {
+    let mut h = share_h();
+    let mut a = Client::new("g", 1, &["orders", "payments"]);
+    settle(&mut h, std::slice::from_mut(&mut a));
+    assert_eq!(
+        h.delete_share_offsets("g", &["orders"]).error_code,
+        error_code::NON_EMPTY_GROUP
+    );
+    h.share(req("g", &a.member_id, LEAVE_GROUP_MEMBER_EPOCH));
+    assert_eq!(
+        h.c.initialized_share_partitions("g")
+            .unwrap()
+            .iter()
+            .map(|t| t.topic_name.as_str())
+            .collect::<Vec<_>>(),
+        ["orders", "payments"]
+    );
+    let plan = h.delete_share_offsets("g", &["orders", "ghost"]);
+    assert_eq!(plan.error_code, error_code::NONE);
+    assert_eq!(plan.delete.len(), 1);
+    assert_eq!(plan.delete[0].partitions, vec![0, 1, 2, 3]);
+    assert_eq!(plan.errors.len(), 1);
+    assert_eq!(
+        (
+            plan.errors[0].topic_name.as_str(),
+            plan.errors[0].error_code
+        ),
+        ("ghost", error_code::UNKNOWN_TOPIC_OR_PARTITION)
+    );
+    assert_eq!(h.c.initialized_share_partitions("g").unwrap().len(), 1);
+    // Until the share coordinator has deleted it, asking again deletes it again.
+    let again = h.delete_share_offsets("g", &["orders"]);
+    assert_eq!(again.delete, plan.delete);
+    let out =
+        h.c.complete_delete_share_group_offsets("g", &[topic_id("orders")]);
+    h.absorb(out);
+    let gone = h.delete_share_offsets("g", &["orders"]);
+    assert!(gone.delete.is_empty());
+    assert_eq!(
+        gone.errors[0].error_code,
+        error_code::UNKNOWN_TOPIC_OR_PARTITION
+    );
+}
+
+#[test]
+fn deleting_a_share_group_first_hands_over_its_share_partitions() {
+    let mut h = share_h();
+    let mut a = Client::new("g", 1, &["payments"]);
+    settle(&mut h, std::slice::from_mut(&mut a));
+    // A classic group's id is not the share delete's to answer.
+    h.c.update_topics(topics(&[("orders", 4), ("payments", 2)]));
+    let busy = h.share_delete_start(&["g", "not-a-share-group"]);
+    assert_eq!(busy.len(), 1);
+    assert_eq!(busy[0].error_code, error_code::NON_EMPTY_GROUP);
+    h.share(req("g", &a.member_id, LEAVE_GROUP_MEMBER_EPOCH));
+    let first = h.share_delete_start(&["g"]);
+    assert_eq!(first[0].error_code, error_code::NONE);
+    assert_eq!(first[0].topics.len(), 1);
+    assert_eq!(first[0].topics[0].partitions, vec![0, 1]);
+    assert!(h.c.initialized_share_partitions("g").unwrap().is_empty());
+    // The share coordinator's delete failed: a second attempt deletes the same again.
+    let second = h.share_delete_start(&["g"]);
+    assert_eq!(second, first);
+}
