@@ -70,6 +70,15 @@ TOKENS = {
         "org.apache.kafka.common.security.scram.ScramLoginModule required;",
 }
 
+# Share-group heartbeats every second rather than every 5 s (Kafka's and Rill's
+# group.share.min.heartbeat.interval.ms and default), on both brokers of a family that runs
+# share consumers, so that a consumer is assigned its partitions a second or two after it
+# joins.
+SHARE_HEARTBEATS = {
+    "group.share.heartbeat.interval.ms": "1000",
+    "group.share.min.heartbeat.interval.ms": "1000",
+}
+
 
 def with_sasl_listener(overrides: dict[str, str], port: int,
                        controller_port: int | None = None) -> str:
@@ -201,6 +210,20 @@ def run_java_checks(
             f"{main_class} exited {result.returncode} without reporting {missing or 'anything'}\n"
             + result.stderr[-3000:],
         )
+
+
+def java_check_names(main_class: str) -> list[str]:
+    """The names of a Java suite's checks, in its order (its `--list`)."""
+    import subprocess
+
+    import jvm
+
+    command = jvm.java_command(main_class, ["127.0.0.1:1", "--list"], with_programs=True)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
+    names = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    if not names:
+        raise RuntimeError(f"{main_class} --list named no checks:\n{result.stderr[-2000:]}")
+    return names
 
 
 def prerequisites_missing(report: Report, error: Exception) -> int:

@@ -33,6 +33,12 @@ STOP_TIMEOUT_S = 30.0
 READY_LINE = "Kafka Server started"
 
 
+# Share groups (KIP-932) are a preview in Kafka 4.1, off unless the `share.version` feature
+# is 1 (its upgrade notes: `kafka-features.sh upgrade --feature share.version=1`); formatting
+# with the feature finalized is the same. No broker config is needed besides.
+SHARE_GROUPS = {"share.version": 1}
+
+
 class KafkaError(AssertionError):
     """Kafka did not start or stop as it must (shown with its log's tail)."""
 
@@ -43,6 +49,7 @@ class KafkaBroker:
         workdir: Path,
         overrides: dict[str, str] | None = None,
         heap_mb: int = 512,
+        features: dict[str, int] | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -51,6 +58,9 @@ class KafkaBroker:
         self.properties_path = self.workdir / "server.properties"
         self.overrides = dict(overrides or {})
         self.heap_mb = heap_mb
+        # Feature levels set when the storage is formatted (`--feature name=level`), such as
+        # SHARE_GROUPS: what `kafka-features.sh upgrade` would finalize, without a round trip.
+        self.features = dict(features or {})
         self.port = free_port()
         self.controller_port = free_port()
         # Never one that starts with '-', which kafka-storage's argument parser takes for
@@ -101,7 +111,9 @@ class KafkaBroker:
             if not (self.data_dir / "meta.properties").exists():
                 fmt = jvm.java_command(
                     "kafka.tools.StorageTool",
-                    ["format", "-t", self.cluster_id, "-c", str(self.properties_path)],
+                    ["format", "-t", self.cluster_id, "-c", str(self.properties_path),
+                     *(arg for name, level in self.features.items()
+                       for arg in ("--feature", f"{name}={level}"))],
                 )
                 result = subprocess.run(fmt, stdout=log, stderr=subprocess.STDOUT, timeout=120)
                 if result.returncode != 0:

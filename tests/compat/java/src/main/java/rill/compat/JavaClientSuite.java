@@ -83,11 +83,11 @@ import org.apache.kafka.common.serialization.StringSerializer;
 
 public final class JavaClientSuite {
     private static final Duration POLL = Duration.ofMillis(200);
-    private static final long WAIT_MS = 30_000;
+    static final long WAIT_MS = 30_000;
 
-    private final String bootstrap;
-    private final Admin admin;
-    private final String run = UUID.randomUUID().toString().substring(0, 8);
+    final String bootstrap;
+    final Admin admin;
+    final String run = UUID.randomUUID().toString().substring(0, 8);
 
     private JavaClientSuite(String bootstrap) {
         this.bootstrap = bootstrap;
@@ -123,6 +123,7 @@ public final class JavaClientSuite {
         checks.add("admin_describe_producers", suite::adminDescribeProducers);
         checks.add("admin_acls_create_describe_delete", suite::adminAcls);
         checks.add("delegation_token_login_renew_expire", suite::delegationTokens);
+        new ShareGroupChecks(suite).register(checks);
         int failed = checks.runAll(Arrays.asList(args).subList(1, args.length));
         suite.admin.close(Duration.ofSeconds(5));
         System.exit(Math.min(failed, 100));
@@ -130,11 +131,11 @@ public final class JavaClientSuite {
 
     // ---- helpers ----
 
-    private String topic(String what) {
+    String topic(String what) {
         return "java-" + what + "-" + run;
     }
 
-    private void createTopic(String name, int partitions) throws Exception {
+    void createTopic(String name, int partitions) throws Exception {
         admin.createTopics(List.of(new NewTopic(name, partitions, (short) 1))).all()
                 .get(30, TimeUnit.SECONDS);
         // Metadata propagates asynchronously; wait until the topic is described with leaders.
@@ -157,7 +158,7 @@ public final class JavaClientSuite {
         }
     }
 
-    private KafkaProducer<String, String> producer(Map<String, String> extra) {
+    KafkaProducer<String, String> producer(Map<String, String> extra) {
         Properties props = new Properties();
         props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
@@ -182,7 +183,7 @@ public final class JavaClientSuite {
     }
 
     /** Sends `count` records keyed k0..k(n-1) with values v0..; returns their metadata. */
-    private List<RecordMetadata> produce(KafkaProducer<String, String> producer, String topic,
+    List<RecordMetadata> produce(KafkaProducer<String, String> producer, String topic,
             int count) throws Exception {
         List<java.util.concurrent.Future<RecordMetadata>> futures = new ArrayList<>();
         for (int i = 0; i < count; i++) {
