@@ -67,6 +67,7 @@ final class ShareGroupChecks {
         checks.add("share_consumers_two_members_one_partition", this::twoMembersOnePartition);
         checks.add("admin_share_groups", this::adminShareGroups);
         checks.add("admin_share_group_offsets_alter", this::adminAlterShareGroupOffsets);
+        checks.add("admin_share_group_offsets_delete_then_reread", this::deleteOffsetsThenReread);
     }
 
     // ---- helpers ----
@@ -503,6 +504,33 @@ final class ShareGroupChecks {
             checkEquals(List.of("0@3", "0@4", "0@5", "0@6", "0@7", "0@8", "0@9"),
                     pollShare(consumer, 7).stream().map(r -> r.partition() + "@" + r.offset()).sorted()
                             .collect(Collectors.toList()), "records read after the alter");
+            checkAcknowledged(consumer.commitSync(Duration.ofSeconds(30)), "commitSync");
+        }
+        awaitEmpty(group);
+        admin.deleteShareGroups(List.of(group)).all().get(30, TimeUnit.SECONDS);
+    }
+
+    /**
+     * deleteShareGroupOffsets forgets what the empty group had read of a topic: a member
+     * joining again starts where share.auto.offset.reset says (earliest here) and receives
+     * every record again, each as a first delivery.
+     */
+    private void deleteOffsetsThenReread() throws Exception {
+        String topic = suite.topic("share-reread");
+        suite.createTopic(topic, 1);
+        String group = "java-share-reread-" + run;
+        startAtEarliest(group);
+        produceTo(topic, 0, 10);
+        try (KafkaShareConsumer<String, String> consumer = shareConsumer(group, Map.of())) {
+            consumer.subscribe(List.of(topic));
+            checkEachOnce(pollShare(consumer, 10), topic, 1, 10);
+            checkAcknowledged(consumer.commitSync(Duration.ofSeconds(30)), "commitSync");
+        }
+        awaitEmpty(group);
+        admin.deleteShareGroupOffsets(group, Set.of(topic)).all().get(30, TimeUnit.SECONDS);
+        try (KafkaShareConsumer<String, String> consumer = shareConsumer(group, Map.of())) {
+            consumer.subscribe(List.of(topic));
+            checkEachOnce(pollShare(consumer, 10), topic, 1, 10);
             checkAcknowledged(consumer.commitSync(Duration.ofSeconds(30)), "commitSync");
         }
         awaitEmpty(group);
