@@ -172,8 +172,11 @@ fn definition(name: &str) -> Option<&'static GroupConfigDef> {
     GROUP_CONFIGS.iter().find(|d| d.name == name)
 }
 
-/// A group config's effective value with the levels it comes from, most specific first:
-/// the group's own override, then its broker key's levels, then Kafka's default.
+/// A group config's effective value, as the one level DescribeConfigs shows (Kafka's
+/// `ConfigHelper.createGroupConfigEntry`): the group's own override (GROUP_CONFIG), else
+/// the default — the broker key's value where there is one, at whatever level the broker
+/// has it, but described as DEFAULT_CONFIG under the group config's own name, since a
+/// group config has no broker synonyms.
 pub fn levels(
     d: &GroupConfigDef,
     static_config: &BrokerConfig,
@@ -181,23 +184,18 @@ pub fn levels(
     node_id: i32,
     overrides: Option<&BTreeMap<String, String>>,
 ) -> Vec<(String, String, ConfigSource)> {
-    let mut out = Vec::new();
     if let Some(v) = overrides.and_then(|o| o.get(d.name)) {
-        out.push((d.name.to_string(), v.clone(), ConfigSource::GroupConfig));
+        return vec![(d.name.to_string(), v.clone(), ConfigSource::GroupConfig)];
     }
-    match d.broker_key {
-        Some(key) => {
-            for (v, source) in config::broker_config_synonyms(static_config, image, node_id, key) {
-                out.push((key.to_string(), v, source));
-            }
-        }
-        None => out.push((
-            d.name.to_string(),
-            d.default.to_string(),
-            ConfigSource::DefaultConfig,
-        )),
-    }
-    out
+    let default = d
+        .broker_key
+        .and_then(|key| {
+            config::broker_config_synonyms(static_config, image, node_id, key)
+                .into_iter()
+                .next()
+        })
+        .map_or_else(|| d.default.to_string(), |(v, _)| v);
+    vec![(d.name.to_string(), default, ConfigSource::DefaultConfig)]
 }
 
 fn int_of(name: &str, value: &str) -> Result<i64, (ErrorCode, String)> {
@@ -315,4 +313,74 @@ pub fn validate(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn described(
+        name: &str,
+        static_config: &BrokerConfig,
+        image: &MetadataImage,
+        overrides: Option<&BTreeMap<String, String>>,
+    ) -> Vec<(String, String, ConfigSource)> {
+        let d = definition(name).unwrap();
+        levels(d, static_config, image, 1, overrides)
+    }
+
+    #[test]
+    fn a_default_from_the_broker_is_described_as_the_group_configs_default() {
+        let mut static_config = BrokerConfig::default();
+        static_config.set("group.share.heartbeat.interval.ms", "1000");
+        static_config.set("group.consumer.session.timeout.ms", "50000");
+        let image = MetadataImage::default();
+        let default = |value: &str, name: &str| {
+            vec![(
+                name.to_string(),
+                value.to_string(),
+                ConfigSource::DefaultConfig,
+            )]
+        };
+        // Kafka 4.1 describes these as DEFAULT_CONFIG with the broker's value, and no
+        // broker synonyms.
+        assert_eq!(
+            described("share.heartbeat.interval.ms", &static_config, &image, None),
+            default("1000", "share.heartbeat.interval.ms")
+        );
+        assert_eq!(
+            described("consumer.session.timeout.ms", &static_config, &image, None),
+            default("50000", "consumer.session.timeout.ms")
+        );
+        assert_eq!(
+            described(
+                "share.record.lock.duration.ms",
+                &static_config,
+                &image,
+                None
+            ),
+            default("30000", "share.record.lock.duration.ms")
+        );
+        assert_eq!(
+            described("share.auto.offset.reset", &static_config, &image, None),
+            default("latest", "share.auto.offset.reset")
+        );
+        let overrides = BTreeMap::from([(
+            "share.heartbeat.interval.ms".to_string(),
+            "2000".to_string(),
+        )]);
+        assert_eq!(
+            described(
+                "share.heartbeat.interval.ms",
+                &static_config,
+                &image,
+                Some(&overrides)
+            ),
+            vec![(
+                "share.heartbeat.interval.ms".to_string(),
+                "2000".to_string(),
+                ConfigSource::GroupConfig
+            )]
+        );
+    }
 }
