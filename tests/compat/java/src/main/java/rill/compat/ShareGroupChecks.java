@@ -25,6 +25,7 @@ import java.util.stream.Collectors;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.ListGroupsOptions;
@@ -463,6 +464,19 @@ final class ShareGroupChecks {
             checkEquals(Set.of(p0, p1), member.assignment().topicPartitions(), "member's assignment");
         });
         checkEquals(GroupState.EMPTY, describe(group).groupState(), "state once the member left");
+
+        // The group's configs: its own share.auto.offset.reset, every other one at its
+        // default (the broker's group.share.* where there is one, still DEFAULT_CONFIG).
+        ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, group);
+        Config config = admin.describeConfigs(List.of(resource)).all().get(30, TimeUnit.SECONDS).get(resource);
+        Map<String, String> sources = new TreeMap<>();
+        config.entries().stream().filter(e -> e.name().startsWith("share."))
+                .forEach(e -> sources.put(e.name(), e.value() + " " + e.source()));
+        check(sources.size() >= 5, "share.* group configs: " + sources);
+        sources.forEach((name, described) -> checkEquals(name.equals("share.auto.offset.reset")
+                ? "earliest DYNAMIC_GROUP_CONFIG" : "DEFAULT_CONFIG",
+                name.equals("share.auto.offset.reset") ? described : described.replaceAll("^\\S+ ", ""),
+                "value and source of " + name));
         checkStartOffsetsWithin(group, Map.of(p0, 10L, p1, 10L));
 
         admin.deleteShareGroupOffsets(group, Set.of(topic)).all().get(30, TimeUnit.SECONDS);
