@@ -65,6 +65,7 @@ final class ShareGroupChecks {
     void register(Checks checks) {
         checks.add("share_consumer_implicit_ack_each_record_once", this::implicitAcknowledgement);
         checks.add("share_consumer_explicit_release_reject", this::explicitAcknowledgement);
+        checks.add("share_consumer_release_until_delivery_limit", this::deliveryLimit);
         checks.add("share_consumers_two_members_one_partition", this::twoMembersOnePartition);
         checks.add("admin_share_groups", this::adminShareGroups);
         checks.add("admin_share_group_offsets_alter", this::adminAlterShareGroupOffsets);
@@ -314,6 +315,42 @@ final class ShareGroupChecks {
         checkEquals(expected, deliveries, "delivery counts per offset");
         awaitEmpty(group);
         checkStartOffsetsWithin(group, Map.of(new TopicPartition(topic, 0), (long) count));
+        checkNothingLeft(group, topic, 1);
+    }
+
+    /**
+     * A record released at every delivery is delivered group.share.delivery.count.limit
+     * times (Kafka's default, 5, on both brokers here), then archived: never again, and the
+     * records after it are not held up.
+     */
+    private void deliveryLimit() throws Exception {
+        String topic = suite.topic("share-limit");
+        suite.createTopic(topic, 1);
+        String group = "java-share-limit-" + run;
+        startAtEarliest(group);
+        produceTo(topic, 0, 3);
+        List<String> deliveries = new ArrayList<>();
+        try (KafkaShareConsumer<String, String> consumer = shareConsumer(group,
+                Map.of("share.acknowledgement.mode", "explicit"))) {
+            consumer.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + JavaClientSuite.WAIT_MS;
+            long quietUntil = Long.MAX_VALUE;
+            while (System.currentTimeMillis() < Math.min(deadline, quietUntil)) {
+                for (ConsumerRecord<String, String> record : consumer.poll(Duration.ofMillis(200))) {
+                    deliveries.add(record.offset() + "#" + record.deliveryCount().orElse((short) -1));
+                    // Offset 0 goes back at every delivery; 1 and 2 are accepted.
+                    consumer.acknowledge(record, record.offset() == 0 ? AcknowledgeType.RELEASE : AcknowledgeType.ACCEPT);
+                }
+                checkAcknowledged(consumer.commitSync(Duration.ofSeconds(30)), "commitSync");
+                if (deliveries.contains("0#5") && deliveries.contains("2#1") && quietUntil == Long.MAX_VALUE) {
+                    quietUntil = System.currentTimeMillis() + QUIET.toMillis();
+                }
+            }
+        }
+        List<String> sorted = new ArrayList<>(deliveries);
+        java.util.Collections.sort(sorted);
+        checkEquals(List.of("0#1", "0#2", "0#3", "0#4", "0#5", "1#1", "2#1"), sorted, "deliveries (offset#count)");
+        awaitEmpty(group);
         checkNothingLeft(group, topic, 1);
     }
 
