@@ -36,8 +36,8 @@ pub(crate) mod sasl;
 mod share_groups;
 pub(crate) use sasl::scram_credential;
 pub mod share_fetch;
-pub mod share_partitions;
 mod share_group_offsets;
+pub mod share_partitions;
 pub mod share_persister;
 mod share_state;
 pub mod share_state_initializer;
@@ -424,10 +424,10 @@ impl Broker {
                 respond!(self.handle_share_group_describe(r).await)
             }
             RequestBody::ShareFetch(r) => {
-                respond!(self.handle_share_fetch(r, &session.listener).await)
+                respond!(self.handle_share_fetch(r, session).await)
             }
             RequestBody::ShareAcknowledge(r) => {
-                respond!(self.handle_share_acknowledge(r, &session.listener).await)
+                respond!(self.handle_share_acknowledge(r, session).await)
             }
             RequestBody::DescribeShareGroupOffsets(r) => {
                 respond!(self.handle_describe_share_group_offsets(r).await)
@@ -557,6 +557,10 @@ impl RequestHandler for Broker {
     fn broker_config_value(&self, key: &str) -> Option<String> {
         crate::config::broker_config_value(&self.config, &self.image(), self.node_id, key)
             .map(|(v, _)| v)
+    }
+
+    fn connection_closed(&self, connection_id: u64) {
+        self.share_partitions.connection_closed(connection_id);
     }
 
     fn connection_generation(&self) -> u64 {
