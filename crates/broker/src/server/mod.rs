@@ -405,7 +405,14 @@ impl Broker {
                 respond!(self.handle_describe_groups(r, version).await)
             }
             RequestBody::ListGroups(r) => respond!(self.handle_list_groups(r).await),
-            RequestBody::DeleteGroups(r) => respond!(self.handle_delete_groups(r).await),
+            RequestBody::DeleteGroups(r) => {
+                let groups = r.groups_names.clone();
+                let answer = self.handle_delete_groups(r).await;
+                for group in &groups {
+                    self.share_partitions.forget_group(group);
+                }
+                respond!(answer)
+            }
             RequestBody::ConsumerGroupHeartbeat(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or_default();
                 respond!(
@@ -433,10 +440,16 @@ impl Broker {
                 respond!(self.handle_describe_share_group_offsets(r).await)
             }
             RequestBody::AlterShareGroupOffsets(r) => {
-                respond!(self.handle_alter_share_group_offsets(r).await)
+                let group = r.group_id.clone();
+                let answer = self.handle_alter_share_group_offsets(r).await;
+                self.share_partitions.forget_group(&group);
+                respond!(answer)
             }
             RequestBody::DeleteShareGroupOffsets(r) => {
-                respond!(self.handle_delete_share_group_offsets(r).await)
+                let group = r.group_id.clone();
+                let answer = self.handle_delete_share_group_offsets(r).await;
+                self.share_partitions.forget_group(&group);
+                respond!(answer)
             }
             RequestBody::AddPartitionsToTxn(r) => {
                 respond!(self.handle_add_partitions_to_txn(r, version).await)

@@ -143,6 +143,15 @@ impl SharePartitions {
         std::mem::take(&mut *self.released.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Drops `group`'s loaded share-partitions: their persisted state was replaced
+    /// (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups, all of them for an
+    /// empty group), so the next use loads it again. A leader on another broker learns
+    /// of it when its next write is fenced (FENCED_STATE_EPOCH).
+    pub fn forget_group(&self, group: &str) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.retain(|key, _| key.group_id != group);
+    }
+
     /// How many share-partitions are loaded (for tests and metrics).
     pub fn len(&self) -> usize {
         self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
