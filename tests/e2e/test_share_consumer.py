@@ -31,6 +31,7 @@ from confluent_kafka.admin import (
 )
 
 from kafka_wire import read_exact
+from rill_harness import rill_binary
 from test_share_coordinator import TAGS, Reader, carray, cstring
 
 # A short lock, so that redelivery after a consumer's death takes seconds.
@@ -134,6 +135,16 @@ def test_four_share_consumers_split_one_partition(rill_factory):
     assert sorted(values) == list(range(total)), "every record delivered exactly once"
     assert all(dc == 1 for per in seen for _, dc in per), "no record was redelivered"
     assert sum(1 for per in seen if per) >= 2, "the partition was shared"
+    # `rill group describe` shows where the group stands: everything delivered for good.
+    out = subprocess.run(
+        [str(rill_binary()), "group", "describe", group, "-b", server.bootstrap, "--output", "json"],
+        capture_output=True, text=True, timeout=30, check=True,
+    )
+    [described] = json.loads(out.stdout)
+    assert described["type"] == "share"
+    assert described["offsets"] == [
+        {"topic": topic, "partition": 0, "start_offset": total, "lag": 0}
+    ]
 
 
 CHILD = textwrap.dedent("""
