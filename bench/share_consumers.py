@@ -152,6 +152,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1)
     args = ap.parse_args()
     rill_bin = os.environ.get("RILL_BIN")
+    rill_bin = str(Path(rill_bin).resolve()) if rill_bin else None
     print(f"rill: {rill_bin or 'target/debug/rill'}; {args.records} records of {args.size} B, "
           f"one partition; lock {SHARE_OVERRIDES['group.share.record.lock.duration.ms']} ms")
     for n in (int(x) for x in args.consumers.split(",")):
