@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+
+import pytest
 
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import (
@@ -27,7 +30,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from test_share_coordinator import TAGS, call, carray, cstring
+from kafka_wire import read_exact
+from rill_harness import rill_binary
+from test_share_coordinator import TAGS, Reader, carray, cstring
 
 # A short lock, so that redelivery after a consumer's death takes seconds.
 LOCK_MS = 3000
@@ -130,6 +135,16 @@ def test_four_share_consumers_split_one_partition(rill_factory):
     assert sorted(values) == list(range(total)), "every record delivered exactly once"
     assert all(dc == 1 for per in seen for _, dc in per), "no record was redelivered"
     assert sum(1 for per in seen if per) >= 2, "the partition was shared"
+    # `rill group describe` shows where the group stands: everything delivered for good.
+    out = subprocess.run(
+        [str(rill_binary()), "group", "describe", group, "-b", server.bootstrap, "--output", "json"],
+        capture_output=True, text=True, timeout=30, check=True,
+    )
+    [described] = json.loads(out.stdout)
+    assert described["type"] == "share"
+    assert described["offsets"] == [
+        {"topic": topic, "partition": 0, "start_offset": total, "lag": 0}
+    ]
 
 
 CHILD = textwrap.dedent("""
@@ -147,9 +162,17 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_records_of_a_killed_consumer_go_to_another_after_the_lock(rill_factory):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+def test_records_of_a_dead_consumer_go_to_another(rill_factory, sig):
+    """A consumer killed with SIGKILL closes its connection: its share session ends and its
+    records go to the others at once (Kafka 4.1's ShareSessionCache does the same). One
+    frozen with SIGSTOP keeps its connection: its records go to the others when their
+    acquisition locks expire, on their second delivery; a session's end gives them back
+    as a member's leaving does, with the delivery count of before (Kafka 4.1 counts them
+    as fetched, not delivered)."""
+    redelivery_count = 1 if sig == signal.SIGKILL else 2
     server = rill_factory(SHARE_OVERRIDES)
-    topic, group = "jobs", "redelivery"
+    topic, group = "jobs", f"redelivery-{sig.name}"
     create_topic(server.bootstrap, topic)
     start_at_earliest(server.bootstrap, group)
     produce(server.bootstrap, topic, 100)
@@ -161,37 +184,41 @@ def test_records_of_a_killed_consumer_go_to_another_after_the_lock(rill_factory)
     try:
         held = json.loads(child.stdout.readline())
         assert held, "the doomed consumer acquired records"
-        os.kill(child.pid, signal.SIGKILL)
-        killed = time.monotonic()
+        os.kill(child.pid, sig)
+        stopped = time.monotonic()
+
+        c = share_consumer(server.bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"})
+        redelivered: dict[int, float] = {}
+        others: set[int] = set()
+        try:
+            deadline = time.monotonic() + 60
+            while (len(redelivered) < len(held) or len(others) + len(redelivered) < 100) \
+                    and time.monotonic() < deadline:
+                for m in c.poll(0.2):
+                    assert m.error() is None, m.error()
+                    if m.offset() in held:
+                        assert m.delivery_count() == redelivery_count, (m.offset(), m.delivery_count())
+                        redelivered.setdefault(m.offset(), time.monotonic() - stopped)
+                    else:
+                        assert m.delivery_count() == 1
+                        others.add(m.offset())
+                    c.acknowledge(m)
+                c.commit_sync(30)
+        finally:
+            c.close()
     finally:
         child.kill()
         child.wait()
-
-    c = share_consumer(server.bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"})
-    redelivered: dict[int, float] = {}
-    others: set[int] = set()
-    try:
-        deadline = time.monotonic() + 60
-        while (len(redelivered) < len(held) or len(others) + len(redelivered) < 100) \
-                and time.monotonic() < deadline:
-            for m in c.poll(0.5):
-                assert m.error() is None, m.error()
-                if m.offset() in held:
-                    assert m.delivery_count() == 2, (m.offset(), m.delivery_count())
-                    redelivered.setdefault(m.offset(), time.monotonic() - killed)
-                else:
-                    assert m.delivery_count() == 1
-                    others.add(m.offset())
-                c.acknowledge(m)
-            c.commit_sync(30)
-    finally:
-        c.close()
     latency = max(redelivered.values(), default=float("nan"))
-    print(f"redelivery after the consumer's death: {latency:.2f}s (lock {LOCK_MS} ms)")
+    print(f"redelivery after SIG{sig.name[3:]}: {latency:.2f}s (lock {LOCK_MS} ms)")
     assert sorted(redelivered) == sorted(held)
     assert others | set(redelivered) == set(range(100))
-    # Not before the lock ran out: the dead consumer held them.
-    assert latency >= LOCK_MS / 1000 * 0.5
+    if sig == signal.SIGKILL:
+        # Released when the connection closed, long before the lock would have expired.
+        assert latency < LOCK_MS / 1000 * 0.5
+    else:
+        # Held until the lock expired: the frozen consumer still owned them.
+        assert latency >= LOCK_MS / 1000 * 0.8
 
 
 def test_reject_release_and_the_delivery_limit(rill_factory):
@@ -332,6 +359,29 @@ def ack_batches(acks) -> bytes:
                    for first, last, types in acks])
 
 
+class Connection:
+    """One connection for a whole share session: the session ends with its connection."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.correlation_id = 0
+
+    def call(self, api_key: int, version: int, body: bytes) -> Reader:
+        self.correlation_id += 1
+        client_id = b"share-session-test"
+        header = struct.pack(">hhih", api_key, version, self.correlation_id, len(client_id))
+        header += client_id + TAGS
+        self.sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+        (size,) = struct.unpack(">i", read_exact(self.sock, 4))
+        r = Reader(read_exact(self.sock, size))
+        assert r.take(">i") == self.correlation_id
+        r.tags()
+        return r
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def topic_partitions(r, partition) -> list:
     """The partitions of a ShareFetch or ShareAcknowledge response's topics (the node
     endpoints after them are left unread)."""
@@ -345,13 +395,13 @@ def topic_partitions(r, partition) -> list:
     return [p for ps in r.array(topic) for p in ps]
 
 
-def share_fetch(port, group, member, epoch, topic_id, acks=(), fetch=True, wait_ms=500):
+def share_fetch(conn, group, member, epoch, topic_id, acks=(), fetch=True, wait_ms=500):
     partitions = [struct.pack(">i", 0) + ack_batches(acks) + TAGS] if fetch or acks else []
     topics = [topic_id + carray(partitions) + TAGS] if partitions else []
     body = (cstring(group) + cstring(member)
             + struct.pack(">iiiiii", epoch, wait_ms, 1, 1 << 20, 500, 500)
             + carray(topics) + carray([]) + TAGS)
-    r = call(port, SHARE_FETCH, 1, body)
+    r = conn.call(SHARE_FETCH, 1, body)
     _throttle, error = r.take(">ih")
     r.cstring()
     lock_ms = r.take(">i")
@@ -372,11 +422,11 @@ def share_fetch(port, group, member, epoch, topic_id, acks=(), fetch=True, wait_
     return error, lock_ms, topic_partitions(r, partition)
 
 
-def share_acknowledge(port, group, member, epoch, topic_id, acks):
+def share_acknowledge(conn, group, member, epoch, topic_id, acks):
     body = (cstring(group) + cstring(member) + struct.pack(">i", epoch)
             + carray([topic_id + carray([struct.pack(">i", 0) + ack_batches(acks) + TAGS]) + TAGS])
             + TAGS)
-    r = call(port, SHARE_ACKNOWLEDGE, 1, body)
+    r = conn.call(SHARE_ACKNOWLEDGE, 1, body)
     _throttle, error = r.take(">ih")
     r.cstring()
     if error:
@@ -395,11 +445,12 @@ def share_acknowledge(port, group, member, epoch, topic_id, acks):
 
 def test_share_sessions_on_the_wire(rill_factory):
     server = rill_factory(SHARE_OVERRIDES)
-    port, group, member = server.port, "wire", "member-1"
+    group, member = "wire", "member-1"
     create_topic(server.bootstrap, "wire")
     start_at_earliest(server.bootstrap, group)
     produce(server.bootstrap, "wire", 10)
     tid = topic_id_of(server.bootstrap, "wire")
+    port = Connection(server.port)
 
     # No session yet; a session cannot be opened with acknowledgements.
     assert share_fetch(port, group, member, 3, tid)[0] == SHARE_SESSION_NOT_FOUND
@@ -425,3 +476,18 @@ def test_share_sessions_on_the_wire(rill_factory):
     assert share_fetch(port, group, member, 5, tid)[0] == SHARE_SESSION_NOT_FOUND
     error, _, parts = share_fetch(port, group, "member-2", 0, tid)
     assert (error, parts) == (0, [(0, 0, 0, [(5, 5, 2), (6, 9, 1)])])
+    # The session ends with its connection: member-2's records come back at once too.
+    port.close()
+    # The server learns of the close on its next read of the socket: at once, but not
+    # before this test's next request on another connection can arrive.
+    time.sleep(1)
+    other = Connection(server.port)
+    assert share_fetch(other, group, "member-2", 1, tid)[0] == SHARE_SESSION_NOT_FOUND
+    deadline = time.monotonic() + 10
+    while True:
+        error, _, parts = share_fetch(other, group, "member-3", 0, tid, wait_ms=1000)
+        if parts and parts[0][3] or time.monotonic() > deadline:
+            break
+        share_fetch(other, group, "member-3", -1, tid, fetch=False)
+    assert (error, parts) == (0, [(0, 0, 0, [(5, 5, 2), (6, 9, 1)])])
+    other.close()

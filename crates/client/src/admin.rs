@@ -14,7 +14,7 @@ mod share_groups;
 pub use consumer_groups::{ConsumerGroupDescription, ConsumerGroupMemberDescription};
 pub use delegation_tokens::{hmac_from_base64, DelegationToken};
 pub use quotas::{QuotaAlteration, QuotaEntity, QuotaMatch, QuotaValues};
-pub use share_groups::{ShareGroupDescription, ShareGroupMemberDescription};
+pub use share_groups::{ShareGroupDescription, ShareGroupMemberDescription, ShareGroupOffset};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -60,7 +60,7 @@ pub use admin::{
     ConsumerGroupDescription, ConsumerGroupMemberDescription, DelegationToken, GroupDescription,
     GroupListing, MemberDescription, NewPartitions, NewTopic, PartitionResults, QuotaAlteration,
     QuotaEntity, QuotaMatch, QuotaValues, ScramCredentialUpsertion, ShareGroupDescription,
-    ShareGroupMemberDescription, TransactionDescription, TransactionListing,
+    ShareGroupMemberDescription, ShareGroupOffset, TransactionDescription, TransactionListing,
 };
 pub use admin_producers::{AbortTransactionSpec, ProducerState};
 pub use assignor::{Assignor, GroupSubscription, MemberSubscription};

@@ -115,7 +115,13 @@ pub struct Session {
     /// The principal authenticated with a delegation token (KIP-48): it may not ask for
     /// delegation tokens.
     pub token_authenticated: bool,
+    /// This connection among all of the process's, for state that lives as long as it
+    /// (a share session, KIP-932); see [`RequestHandler::connection_closed`].
+    pub connection_id: u64,
 }
+
+/// The id the next connection gets.
+static NEXT_CONNECTION_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A bound client listener and what it demands of its connections.
 pub struct Listener {
@@ -152,6 +158,9 @@ pub trait RequestHandler: Send + Sync + 'static {
     fn connection_generation(&self) -> u64 {
         0
     }
+
+    /// The connection `connection_id` is closed, however it ended.
+    fn connection_closed(&self, _connection_id: u64) {}
 
     /// The `connection_creation_rate` quota of connections from `ip` (an `ip` entity's, else
     /// the default `ip` entity's), if there is one.
@@ -592,10 +601,20 @@ async fn accept_loop<H: RequestHandler>(
                     tokio::spawn(async move {
                         let _slot = slot;
                         let _counted = metrics::global().connections.open(&security.name);
+                        let id = NEXT_CONNECTION_ID
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let result = connection(
-                            stream, peer, &security, handler, &limits, &pools, conn_shutdown,
+                            stream,
+                            peer,
+                            id,
+                            &security,
+                            handler.clone(),
+                            &limits,
+                            &pools,
+                            conn_shutdown,
                         )
                         .await;
+                        handler.connection_closed(id);
                         if let Err(e) = result {
                             tracing::debug!(%peer, listener = %security.name, error = %e, "connection closed");
                         }
@@ -697,9 +716,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn connection<H: RequestHandler>(
     stream: TcpStream,
     peer: SocketAddr,
+    connection_id: u64,
     security: &ListenerSecurity,
     handler: Arc<H>,
     limits: &ConnectionLimits,
@@ -713,6 +734,7 @@ async fn connection<H: RequestHandler>(
         security_protocol: security.protocol,
         principal: Arc::from(ANONYMOUS),
         token_authenticated: false,
+        connection_id,
     };
     let Some(tls) = &security.tls else {
         let (reader, writer) = stream.into_split();

@@ -36,8 +36,8 @@ pub(crate) mod sasl;
 mod share_groups;
 pub(crate) use sasl::scram_credential;
 pub mod share_fetch;
-pub mod share_partitions;
 mod share_group_offsets;
+pub mod share_partitions;
 pub mod share_persister;
 mod share_state;
 pub mod share_state_initializer;
@@ -405,7 +405,14 @@ impl Broker {
                 respond!(self.handle_describe_groups(r, version).await)
             }
             RequestBody::ListGroups(r) => respond!(self.handle_list_groups(r).await),
-            RequestBody::DeleteGroups(r) => respond!(self.handle_delete_groups(r).await),
+            RequestBody::DeleteGroups(r) => {
+                let groups = r.groups_names.clone();
+                let answer = self.handle_delete_groups(r).await;
+                for group in &groups {
+                    self.share_partitions.forget_group(group);
+                }
+                respond!(answer)
+            }
             RequestBody::ConsumerGroupHeartbeat(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or_default();
                 respond!(
@@ -424,19 +431,25 @@ impl Broker {
                 respond!(self.handle_share_group_describe(r).await)
             }
             RequestBody::ShareFetch(r) => {
-                respond!(self.handle_share_fetch(r, &session.listener).await)
+                respond!(self.handle_share_fetch(r, session).await)
             }
             RequestBody::ShareAcknowledge(r) => {
-                respond!(self.handle_share_acknowledge(r, &session.listener).await)
+                respond!(self.handle_share_acknowledge(r, session).await)
             }
             RequestBody::DescribeShareGroupOffsets(r) => {
                 respond!(self.handle_describe_share_group_offsets(r).await)
             }
             RequestBody::AlterShareGroupOffsets(r) => {
-                respond!(self.handle_alter_share_group_offsets(r).await)
+                let group = r.group_id.clone();
+                let answer = self.handle_alter_share_group_offsets(r).await;
+                self.share_partitions.forget_group(&group);
+                respond!(answer)
             }
             RequestBody::DeleteShareGroupOffsets(r) => {
-                respond!(self.handle_delete_share_group_offsets(r).await)
+                let group = r.group_id.clone();
+                let answer = self.handle_delete_share_group_offsets(r).await;
+                self.share_partitions.forget_group(&group);
+                respond!(answer)
             }
             RequestBody::AddPartitionsToTxn(r) => {
                 respond!(self.handle_add_partitions_to_txn(r, version).await)
@@ -557,6 +570,10 @@ impl RequestHandler for Broker {
     fn broker_config_value(&self, key: &str) -> Option<String> {
         crate::config::broker_config_value(&self.config, &self.image(), self.node_id, key)
             .map(|(v, _)| v)
+    }
+
+    fn connection_closed(&self, connection_id: u64) {
+        self.share_partitions.connection_closed(connection_id);
     }
 
     fn connection_generation(&self) -> u64 {

@@ -14,6 +14,8 @@
 //!    INVALID_SHARE_SESSION_EPOCH; ShareAcknowledge cannot open one (epoch 0 is
 //!    INVALID_SHARE_SESSION_EPOCH). At most `group.share.max.share.sessions` sessions are
 //!    open (SHARE_SESSION_LIMIT_REACHED beyond), an idle one giving way.
+//!    The session lives as long as the connection its last request came on
+//!    (`share_partitions.rs`, step 6).
 //! 2. Acknowledgements are applied first, each partition's answered once persisted
 //!    (`AcknowledgeErrorCode` in ShareFetch, `ErrorCode` in ShareAcknowledge).
 //! 3. A ShareFetch then acquires from every partition of the session (not only those the
@@ -35,7 +37,7 @@ use rill_protocol::generated::{
 use rill_protocol::{ErrorCode, Uuid};
 use rill_share::{AcknowledgeType, AcknowledgementBatch, ShareAcquireMode, SharePartitionKey};
 
-use crate::network::request_slot;
+use crate::network::{request_slot, Session};
 use crate::replication::append_signal::AppendSignals;
 use crate::server::metadata::broker_endpoint;
 use crate::server::share_partitions::ShareSession;
@@ -86,6 +88,7 @@ struct SessionRequest<'a> {
     /// ShareFetch may open a session; ShareAcknowledge may not.
     may_open: bool,
     has_acks: bool,
+    connection_id: u64,
 }
 
 /// A session step's outcome: the partitions to fetch from, or a top-level error.
@@ -128,6 +131,7 @@ impl Broker {
             forget,
             may_open,
             has_acks,
+            connection_id,
         } = req;
         let max = self.max_share_sessions();
         let mut sessions = self
@@ -163,6 +167,7 @@ impl Broker {
                         next_epoch: 1,
                         partitions: partitions.clone(),
                         last_used: now,
+                        connection_id,
                     },
                 );
                 SessionStep::Open {
@@ -189,6 +194,7 @@ impl Broker {
                     }
                     s.next_epoch = next_epoch(e);
                     s.last_used = now;
+                    s.connection_id = connection_id;
                     SessionStep::Open {
                         partitions: s.partitions.clone(),
                         opened: false,
@@ -247,8 +253,9 @@ impl Broker {
     pub(crate) async fn handle_share_fetch(
         &self,
         r: sfq::ShareFetchRequest,
-        listener: &str,
+        session: &Session,
     ) -> sfs::ShareFetchResponse {
+        let listener: &str = &session.listener;
         let group = r.group_id.clone().unwrap_or_default();
         let member = r.member_id.clone().unwrap_or_default();
         let top_error = |code: ErrorCode| sfs::ShareFetchResponse {
@@ -285,6 +292,7 @@ impl Broker {
                 forget: &forgotten,
                 may_open: true,
                 has_acks,
+                connection_id: session.connection_id,
             },
         );
         let (partitions, opened, closing) = match step {
@@ -458,8 +466,9 @@ impl Broker {
     pub(crate) async fn handle_share_acknowledge(
         &self,
         r: saq::ShareAcknowledgeRequest,
-        listener: &str,
+        session: &Session,
     ) -> sas::ShareAcknowledgeResponse {
+        let listener: &str = &session.listener;
         let group = r.group_id.clone().unwrap_or_default();
         let member = r.member_id.clone().unwrap_or_default();
         let top_error = |code: ErrorCode| sas::ShareAcknowledgeResponse {
@@ -481,6 +490,7 @@ impl Broker {
                 forget: &[],
                 may_open: false,
                 has_acks: true,
+                connection_id: session.connection_id,
             },
         );
         let closing = match step {

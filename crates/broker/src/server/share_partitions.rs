@@ -25,6 +25,10 @@
 //! 5. A timer task expires acquisition locks ([`SharePartition::expire`]) every
 //!    [`EXPIRY_TICK`], persists what the expiry changed, and wakes parked ShareFetches:
 //!    records became AVAILABLE.
+//! 6. A share session ends with the connection its last request came on (as Kafka 4.1's
+//!    `ShareSessionCache` does): the next tick gives back the records its member holds,
+//!    as a member's leaving does, so that a consumer that died is not waited for until
+//!    its locks expire. A consumer that hangs with its connection open is.
 //!
 //! # Why it is correct
 //! Invariant 12 rests on the state machine's proof (`rill_share::SharePartition`) and on
@@ -73,7 +77,12 @@ pub struct ShareSession {
     pub next_epoch: i32,
     pub partitions: BTreeSet<(Uuid, i32)>,
     pub last_used: Instant,
+    /// The connection its last request came on: the session ends with it.
+    pub connection_id: u64,
 }
+
+/// A member whose records are to be given back: its session's connection closed.
+type Release = (String, String, BTreeSet<(Uuid, i32)>);
 
 /// The share-partitions and share sessions of this broker.
 #[derive(Default)]
@@ -83,6 +92,8 @@ pub struct SharePartitions {
     pub(crate) sessions: StdMutex<HashMap<(String, String), ShareSession>>,
     /// Records became AVAILABLE again (released, lock expired): parked fetches try again.
     pub(crate) available: Notify,
+    /// Sessions ended by their connection, released by the next timer tick.
+    released: StdMutex<Vec<Release>>,
 }
 
 /// What one acquire gave a member.
@@ -106,6 +117,39 @@ impl SharePartitions {
     fn forget(&self, key: &SharePartitionKey) {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         slots.remove(key);
+    }
+
+    /// Ends the sessions whose last request came on `connection_id` (protocol step 6):
+    /// their members' records are given back at the next tick.
+    pub fn connection_closed(&self, connection_id: u64) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let ended: Vec<(String, String)> = sessions
+            .iter()
+            .filter(|(_, s)| s.connection_id == connection_id)
+            .map(|(k, _)| k.clone())
+            .collect();
+        if ended.is_empty() {
+            return;
+        }
+        let mut released = self.released.lock().unwrap_or_else(|e| e.into_inner());
+        for key in ended {
+            if let Some(session) = sessions.remove(&key) {
+                released.push((key.0, key.1, session.partitions));
+            }
+        }
+    }
+
+    fn take_released(&self) -> Vec<Release> {
+        std::mem::take(&mut *self.released.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Drops `group`'s loaded share-partitions: their persisted state was replaced
+    /// (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups, all of them for an
+    /// empty group), so the next use loads it again. A leader on another broker learns
+    /// of it when its next write is fenced (FENCED_STATE_EPOCH).
+    pub fn forget_group(&self, group: &str) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.retain(|key, _| key.group_id != group);
     }
 
     /// How many share-partitions are loaded (for tests and metrics).
@@ -447,6 +491,17 @@ impl Broker {
     /// Protocol steps 2 and 5, once: expired locks made AVAILABLE (and persisted),
     /// share-partitions whose leadership is gone dropped.
     pub(crate) async fn share_expire_locks(&self) {
+        for (group, member, partitions) in self.share_partitions.take_released() {
+            tracing::debug!(
+                group,
+                member,
+                "a share session's connection closed; releasing its records"
+            );
+            for (topic_id, partition) in partitions {
+                let key = SharePartitionKey::new(&group, topic_id, partition);
+                self.share_release_member(&key, &member).await;
+            }
+        }
         let now = now_ms();
         let mut woke = false;
         for (key, slot) in self.share_partitions.all() {

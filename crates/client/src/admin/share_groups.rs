@@ -1,7 +1,11 @@
-//! KIP-932's share groups on the admin client: ShareGroupDescribe v1, sent to the group's
-//! coordinator (Kafka's `Admin.describeShareGroups`).
+//! KIP-932's share groups on the admin client: ShareGroupDescribe v1 and
+//! DescribeShareGroupOffsets v0-1, sent to the group's coordinator (Kafka's
+//! `Admin.describeShareGroups` and `listShareGroupOffsets`).
 
-use rill_protocol::generated::{ApiKey, ShareGroupDescribeRequest};
+use rill_protocol::generated::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
+use rill_protocol::generated::{
+    ApiKey, DescribeShareGroupOffsetsRequest, ShareGroupDescribeRequest,
+};
 use rill_protocol::ErrorCode;
 
 use super::{Admin, GroupDescription, MemberDescription};
@@ -11,6 +15,20 @@ use crate::ops;
 use crate::types::TopicPartition;
 
 const SHARE_GROUP_DESCRIBE_VERSION: i16 = 1;
+/// v1 adds the lag (KIP-1226, Kafka 4.2).
+const DESCRIBE_SHARE_GROUP_OFFSETS_VERSION: i16 = 1;
+
+/// Where a share group stands in one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareGroupOffset {
+    pub partition: TopicPartition,
+    /// The share-partition start offset: every record below it is acknowledged or
+    /// archived; -1 when the group has no state for the partition.
+    pub start_offset: i64,
+    /// Records not yet delivered for good; -1 when the broker does not know (v0, or no
+    /// state).
+    pub lag: i64,
+}
 
 /// A member of a share group as its coordinator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,5 +151,66 @@ impl Admin {
                 .collect(),
             coordinator,
         }))
+    }
+
+    /// The start offset and lag of every partition `group` has share-partition state for
+    /// (Kafka's `Admin.listShareGroupOffsets`); empty for a broker without the API.
+    ///
+    /// ```no_run
+    /// # async fn run(admin: rill_client::Admin) -> rill_client::Result<()> {
+    /// for o in admin.describe_share_group_offsets("workers").await? {
+    ///     println!("{}-{}: start {} lag {}", o.partition.topic, o.partition.partition, o.start_offset, o.lag);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn describe_share_group_offsets(&self, group: &str) -> Result<Vec<ShareGroupOffset>> {
+        let coordinator = ops::find_coordinator(self.net(), group).await?;
+        let conn = self.net().connection(&coordinator.addr()).await?;
+        match conn.version(
+            ApiKey::DescribeShareGroupOffsets,
+            DESCRIBE_SHARE_GROUP_OFFSETS_VERSION,
+        ) {
+            Ok(_) => {}
+            Err(Error::UnsupportedVersion { .. }) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        }
+        let request = DescribeShareGroupOffsetsRequest {
+            groups: vec![DescribeShareGroupOffsetsRequestGroup {
+                group_id: group.to_owned(),
+                // Every partition the group has state for.
+                topics: None,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let response = conn
+            .send(&request, DESCRIBE_SHARE_GROUP_OFFSETS_VERSION)
+            .await?;
+        let mut out = Vec::new();
+        for g in response.groups {
+            check(g.error_code, || {
+                format!("describing share group {group}'s offsets")
+            })?;
+            for t in g.topics {
+                for p in t.partitions {
+                    check(p.error_code, || {
+                        format!(
+                            "share group {group}'s offset of {}-{}",
+                            t.topic_name, p.partition_index
+                        )
+                    })?;
+                    out.push(ShareGroupOffset {
+                        partition: TopicPartition::new(t.topic_name.clone(), p.partition_index),
+                        start_offset: p.start_offset,
+                        lag: p.lag,
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| {
+            (&a.partition.topic, a.partition.partition)
+                .cmp(&(&b.partition.topic, b.partition.partition))
+        });
+        Ok(out)
     }
 }

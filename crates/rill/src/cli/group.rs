@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use clap::Subcommand;
 use rill_client::{
     Admin, ConsumerGroupDescription, GroupDescription, MemberDescription, OffsetSpec,
-    ShareGroupDescription, TopicPartition,
+    ShareGroupDescription, ShareGroupOffset, TopicPartition,
 };
 use serde_json::json;
 
@@ -107,13 +107,14 @@ pub async fn run(common: &Common, command: GroupCommand) -> anyhow::Result<()> {
                     continue;
                 }
                 if let Some(sg) = admin.describe_share_group(group).await? {
+                    let offsets = admin.describe_share_group_offsets(group).await?;
                     if common.json() {
-                        json_out.push(share_group_json(&sg));
+                        json_out.push(share_group_json(&sg, &offsets));
                     } else {
                         if i > 0 {
                             println!();
                         }
-                        print_share_group(&sg);
+                        print_share_group(&sg, &offsets);
                     }
                     continue;
                 }
@@ -403,7 +404,7 @@ fn print_consumer_group(cg: &ConsumerGroupDescription, rows: &[LagRow]) {
     );
 }
 
-fn share_group_json(sg: &ShareGroupDescription) -> serde_json::Value {
+fn share_group_json(sg: &ShareGroupDescription, offsets: &[ShareGroupOffset]) -> serde_json::Value {
     json!({
         "group": sg.group_id,
         "type": "share",
@@ -419,10 +420,14 @@ fn share_group_json(sg: &ShareGroupDescription) -> serde_json::Value {
             "subscribed_topics": m.subscribed_topic_names,
             "assignment": by_topic(&m.assignment),
         })).collect::<Vec<_>>(),
+        "offsets": offsets.iter().map(|o| json!({
+            "topic": o.partition.topic, "partition": o.partition.partition,
+            "start_offset": o.start_offset, "lag": o.lag,
+        })).collect::<Vec<_>>(),
     })
 }
 
-fn print_share_group(sg: &ShareGroupDescription) {
+fn print_share_group(sg: &ShareGroupDescription, offsets: &[ShareGroupOffset]) {
     println!(
         "Group: {}  Type: share  State: {}  Assignor: {}  Group epoch: {}  Assignment epoch: {}  Members: {}  Coordinator: {}",
         sg.group_id,
@@ -458,6 +463,23 @@ fn print_share_group(sg: &ShareGroupDescription) {
         ],
         &members,
     );
+    if offsets.is_empty() {
+        return;
+    }
+    println!();
+    let rows: Vec<Vec<String>> = offsets
+        .iter()
+        .map(|o| {
+            let known = |v: i64| if v < 0 { "-".to_owned() } else { v.to_string() };
+            vec![
+                o.partition.topic.clone(),
+                o.partition.partition.to_string(),
+                known(o.start_offset),
+                known(o.lag),
+            ]
+        })
+        .collect();
+    table::print(&["TOPIC", "PARTITION", "START-OFFSET", "LAG"], &rows);
 }
 
 fn or_dash(s: &str) -> &str {
