@@ -248,6 +248,7 @@ impl Broker {
             let key = SharePartitionKey::new(group, *topic_id, *partition);
             self.share_release_member(&key, member).await;
         }
+        self.share_partitions.session_ended(group);
     }
 
     pub(crate) async fn handle_share_fetch(

@@ -29,6 +29,11 @@
 //!    `ShareSessionCache` does): the next tick gives back the records its member holds,
 //!    as a member's leaving does, so that a consumer that died is not waited for until
 //!    its locks expire. A consumer that hangs with its connection open is.
+//! 7. A group with no share session left on this broker (its last member closed its
+//!    session, or its connection) has its share-partitions dropped, as Kafka's
+//!    `onGroupEmpty` does: whatever replaced its persisted state meanwhile
+//!    (AlterShareGroupOffsets, DeleteShareGroupOffsets, on whichever broker) is what the
+//!    next member's fetch loads.
 //!
 //! # Why it is correct
 //! Invariant 12 rests on the state machine's proof (`rill_share::SharePartition`) and on
@@ -141,6 +146,20 @@ impl SharePartitions {
 
     fn take_released(&self) -> Vec<Release> {
         std::mem::take(&mut *self.released.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Whether any member of `group` has a share session on this broker.
+    pub fn group_has_sessions(&self, group: &str) -> bool {
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.keys().any(|(g, _)| g == group)
+    }
+
+    /// After a session of `group` ended: with none left here, the group's share-partitions
+    /// are dropped (protocol step 7).
+    pub fn session_ended(&self, group: &str) {
+        if !self.group_has_sessions(group) {
+            self.forget_group(group);
+        }
     }
 
     /// Drops `group`'s loaded share-partitions: their persisted state was replaced
@@ -501,6 +520,7 @@ impl Broker {
                 let key = SharePartitionKey::new(&group, topic_id, partition);
                 self.share_release_member(&key, &member).await;
             }
+            self.share_partitions.session_ended(&group);
         }
         let now = now_ms();
         let mut woke = false;
