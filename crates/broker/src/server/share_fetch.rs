@@ -91,6 +91,35 @@ struct SessionRequest<'a> {
     connection_id: u64,
 }
 
+/// The group and member ids of a ShareFetch or ShareAcknowledge, both required.
+fn share_request_ids(
+    group: &Option<String>,
+    member: &Option<String>,
+) -> Result<(String, String), ErrorCode> {
+    match (group.as_deref(), member.as_deref()) {
+        (None | Some(""), _) => Err(ErrorCode::INVALID_GROUP_ID),
+        (_, None | Some("")) => Err(ErrorCode::INVALID_REQUEST),
+        (Some(g), Some(m)) => Ok((g.to_owned(), m.to_owned())),
+    }
+}
+
+/// `(node id, host, port, rack)` on `listener` of each leader a response names.
+fn leader_endpoints<'a>(
+    image: &'a rill_metadata::MetadataImage,
+    leaders: BTreeSet<i32>,
+    listener: &'a str,
+) -> impl Iterator<Item = (i32, String, i32, Option<String>)> + 'a {
+    leaders.into_iter().filter_map(move |id| {
+        let (host, port) = broker_endpoint(image, id, listener)?;
+        Some((
+            id,
+            host,
+            port,
+            image.broker(id).and_then(|b| b.rack.clone()),
+        ))
+    })
+}
+
 /// A session step's outcome: the partitions to fetch from, or a top-level error.
 enum SessionStep {
     /// The session's partitions after the request, and whether the request opened it.
@@ -257,18 +286,14 @@ impl Broker {
         session: &Session,
     ) -> sfs::ShareFetchResponse {
         let listener: &str = &session.listener;
-        let group = r.group_id.clone().unwrap_or_default();
-        let member = r.member_id.clone().unwrap_or_default();
         let top_error = |code: ErrorCode| sfs::ShareFetchResponse {
             error_code: code.code(),
             ..Default::default()
         };
-        if group.is_empty() {
-            return top_error(ErrorCode::INVALID_GROUP_ID);
-        }
-        if member.is_empty() {
-            return top_error(ErrorCode::INVALID_REQUEST);
-        }
+        let (group, member) = match share_request_ids(&r.group_id, &r.member_id) {
+            Ok(ids) => ids,
+            Err(code) => return top_error(code),
+        };
         let named: Vec<(Uuid, i32)> = r
             .topics
             .iter()
@@ -364,17 +389,13 @@ impl Broker {
                     ..Default::default()
                 })
                 .collect(),
-            node_endpoints: leaders
-                .into_iter()
-                .filter_map(|id| {
-                    let (host, port) = broker_endpoint(&image, id, listener)?;
-                    Some(sfs::NodeEndpoint {
-                        node_id: id,
-                        host,
-                        port,
-                        rack: image.broker(id).and_then(|b| b.rack.clone()),
-                        ..Default::default()
-                    })
+            node_endpoints: leader_endpoints(&image, leaders, listener)
+                .map(|(node_id, host, port, rack)| sfs::NodeEndpoint {
+                    node_id,
+                    host,
+                    port,
+                    rack,
+                    ..Default::default()
                 })
                 .collect(),
             ..Default::default()
@@ -470,18 +491,14 @@ impl Broker {
         session: &Session,
     ) -> sas::ShareAcknowledgeResponse {
         let listener: &str = &session.listener;
-        let group = r.group_id.clone().unwrap_or_default();
-        let member = r.member_id.clone().unwrap_or_default();
         let top_error = |code: ErrorCode| sas::ShareAcknowledgeResponse {
             error_code: code.code(),
             ..Default::default()
         };
-        if group.is_empty() {
-            return top_error(ErrorCode::INVALID_GROUP_ID);
-        }
-        if member.is_empty() {
-            return top_error(ErrorCode::INVALID_REQUEST);
-        }
+        let (group, member) = match share_request_ids(&r.group_id, &r.member_id) {
+            Ok(ids) => ids,
+            Err(code) => return top_error(code),
+        };
         let step = self.share_session_step(
             &group,
             &member,
@@ -541,17 +558,13 @@ impl Broker {
         sas::ShareAcknowledgeResponse {
             acquisition_lock_timeout_ms: self.share_lock_duration_ms(&group),
             responses,
-            node_endpoints: leaders
-                .into_iter()
-                .filter_map(|id| {
-                    let (host, port) = broker_endpoint(&image, id, listener)?;
-                    Some(sas::NodeEndpoint {
-                        node_id: id,
-                        host,
-                        port,
-                        rack: image.broker(id).and_then(|b| b.rack.clone()),
-                        ..Default::default()
-                    })
+            node_endpoints: leader_endpoints(&image, leaders, listener)
+                .map(|(node_id, host, port, rack)| sas::NodeEndpoint {
+                    node_id,
+                    host,
+                    port,
+                    rack,
+                    ..Default::default()
                 })
                 .collect(),
             ..Default::default()
