@@ -261,8 +261,10 @@ def test_reject_release_and_the_delivery_limit(rill_factory):
 
 def test_share_consumers_across_a_leader_kill9(rill_cluster_factory):
     """Three nodes, the topic replicated three ways; the partition's leader is killed with
-    SIGKILL while two share consumers work. Every record is accepted in the end, and none
-    whose acceptance the broker confirmed is delivered again."""
+    SIGKILL while two share consumers work. Every tenth record is rejected, every tenth
+    from the fifth released on its first delivery and accepted on a later one, the rest
+    accepted. Every record's fate is settled in the end, and none whose acceptance or
+    rejection the broker confirmed is delivered again; every released one comes back."""
     cluster = rill_cluster_factory(3, {
         **SHARE_OVERRIDES,
         "share.coordinator.state.topic.replication.factor": "3",
@@ -274,10 +276,18 @@ def test_share_consumers_across_a_leader_kill9(rill_cluster_factory):
     produce(bootstrap, topic, total)
 
     confirmed: set[int] = set()
+    released_confirmed: set[int] = set()
     redelivered_after_confirm: list[int] = []
     lock = threading.Lock()
     stop = threading.Event()
     failures: list[BaseException] = []
+
+    def fate(m) -> AcknowledgeType:
+        if m.offset() % 10 == 0:
+            return AcknowledgeType.REJECT
+        if m.offset() % 10 == 5 and m.offset() not in released_confirmed:
+            return AcknowledgeType.RELEASE
+        return AcknowledgeType.ACCEPT
 
     def work() -> None:
         try:
@@ -298,15 +308,20 @@ def test_share_consumers_across_a_leader_kill9(rill_cluster_factory):
                 with lock:
                     redelivered_after_confirm.extend(
                         m.offset() for m in msgs if m.offset() in confirmed)
-                for m in msgs:
-                    c.acknowledge(m)
+                    fates = [(m, fate(m)) for m in msgs]
+                for m, ty in fates:
+                    c.acknowledge(m, ty)
                 try:
                     results = c.commit_sync(30)
                 except Exception:  # noqa: BLE001 (a failed commit confirms nothing)
                     continue
                 if all(err is None for err in results.values()):
                     with lock:
-                        confirmed.update(m.offset() for m in msgs)
+                        for m, ty in fates:
+                            if ty == AcknowledgeType.RELEASE:
+                                released_confirmed.add(m.offset())
+                            else:
+                                confirmed.add(m.offset())
                         if len(confirmed) >= total:
                             stop.set()
         finally:
@@ -322,13 +337,15 @@ def test_share_consumers_across_a_leader_kill9(rill_cluster_factory):
     cluster.node(leader).kill9()
     with lock:
         before_kill = len(confirmed)
-    print(f"killed the leader, node {leader}, with {before_kill} of {total} accepted")
+    print(f"killed the leader, node {leader}, with {before_kill} of {total} settled")
     assert total // 4 <= before_kill < total
     for t in threads:
         t.join()
     assert not failures, failures
     assert not redelivered_after_confirm, redelivered_after_confirm[:10]
     assert confirmed == set(range(total))
+    # A released record came back (and was accepted then), across the kill too.
+    assert released_confirmed == {o for o in range(total) if o % 10 == 5}
 
 
 def partition_leader(bootstrap: str, topic: str) -> int:
