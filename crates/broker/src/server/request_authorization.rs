@@ -113,7 +113,7 @@ const CONFIG_CLIENT_METRICS: i8 = 16;
 const CONFIG_GROUP: i8 = 32;
 
 /// Moves out of `items` those `allowed` refuses, keeping the order of both.
-fn take_denied<T>(items: &mut Vec<T>, mut allowed: impl FnMut(&T) -> bool) -> Vec<T> {
+pub(crate) fn take_denied<T>(items: &mut Vec<T>, mut allowed: impl FnMut(&T) -> bool) -> Vec<T> {
     let mut denied = Vec::new();
     let mut kept = Vec::with_capacity(items.len());
     for item in items.drain(..) {

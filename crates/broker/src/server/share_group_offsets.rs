@@ -37,7 +37,7 @@ use futures::StreamExt;
 
 use crate::coordinator::group_coordinator::{GroupCall, GroupReply};
 use crate::server::auth_helper::Authz;
-use crate::server::request_authorization::Gate;
+use crate::server::request_authorization::{take_denied, Gate};
 use crate::server::Broker;
 
 /// Share-partition calls of one request running at once.
@@ -546,10 +546,7 @@ pub(crate) fn describe_gate(a: &Authz, r: &mut desc_req::DescribeShareGroupOffse
             return false;
         }
         if let Some(topics) = &mut g.topics {
-            let (ok, no): (Vec<_>, Vec<_>) = std::mem::take(topics)
-                .into_iter()
-                .partition(|t| a.topic(AclOperation::Describe, &t.topic_name));
-            *topics = ok;
+            let no = take_denied(topics, |t| a.topic(AclOperation::Describe, &t.topic_name));
             if !no.is_empty() {
                 denied_topics.push((g.group_id.clone(), no));
             }
@@ -607,15 +604,13 @@ pub(crate) fn alter_gate(a: &Authz, r: &mut alt_req::AlterShareGroupOffsetsReque
         return Gate::Respond(ResponseBody::AlterShareGroupOffsets(
             alt_resp::AlterShareGroupOffsetsResponse {
                 error_code: gaf.code(),
-
                 ..Default::default()
             },
         ));
     }
-    let (ok, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut r.topics)
-        .into_iter()
-        .partition(|t| a.topic(AclOperation::Read, &t.topic_name));
-    r.topics = ok;
+    let denied = take_denied(&mut r.topics, |t| {
+        a.topic(AclOperation::Read, &t.topic_name)
+    });
     if denied.is_empty() {
         return Gate::Proceed(None);
     }
@@ -631,7 +626,6 @@ pub(crate) fn alter_gate(a: &Authz, r: &mut alt_req::AlterShareGroupOffsetsReque
                 .map(|p| alt_resp::AlterShareGroupOffsetsResponsePartition {
                     partition_index: p.partition_index,
                     error_code: taf.code(),
-
                     ..Default::default()
                 })
                 .collect(),
@@ -655,15 +649,13 @@ pub(crate) fn delete_gate(a: &Authz, r: &mut del_req::DeleteShareGroupOffsetsReq
         return Gate::Respond(ResponseBody::DeleteShareGroupOffsets(
             del_resp::DeleteShareGroupOffsetsResponse {
                 error_code: gaf.code(),
-
                 ..Default::default()
             },
         ));
     }
-    let (ok, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut r.topics)
-        .into_iter()
-        .partition(|t| a.topic(AclOperation::Read, &t.topic_name));
-    r.topics = ok;
+    let denied = take_denied(&mut r.topics, |t| {
+        a.topic(AclOperation::Read, &t.topic_name)
+    });
     if denied.is_empty() {
         return Gate::Proceed(None);
     }
@@ -674,7 +666,6 @@ pub(crate) fn delete_gate(a: &Authz, r: &mut del_req::DeleteShareGroupOffsetsReq
             topic_name: t.topic_name,
             topic_id: Uuid::ZERO,
             error_code: taf.code(),
-
             ..Default::default()
         })
         .collect();
