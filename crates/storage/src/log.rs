@@ -197,6 +197,9 @@ pub struct UnifiedLog {
     /// last written (`None`: unknown), so that a close skips a rewrite of the same value.
     high_watermark_in_file: Cell<Option<i64>>,
     log_start_in_file: Cell<Option<i64>>,
+    /// Newest bytes of the active segment kept in memory until the high watermark passes
+    /// them (0: none); see [`UnifiedLog::set_tail_copy_limit`].
+    tail_copy_limit: usize,
     /// The last offset known to be in the remote tier (-1: none), set by the broker; see
     /// [`crate::remote`].
     pub(crate) highest_offset_in_remote_storage: i64,
@@ -536,6 +539,7 @@ impl UnifiedLog {
             high_watermark_in_file: Cell::new(hw),
             log_start_in_file: Cell::new(log_start_checkpoint),
             highest_offset_in_remote_storage: -1,
+            tail_copy_limit: 0,
         })
     }
 
@@ -705,7 +709,29 @@ impl UnifiedLog {
         self.high_watermark = offset.clamp(self.log_start_offset, self.log_end_offset());
         self.producer_state
             .on_high_watermark_updated(self.high_watermark);
+        let hw = self.high_watermark;
+        if let Some(active) = self.segments.values_mut().next_back() {
+            active.release_tail_below(hw);
+        }
         self.high_watermark
+    }
+
+    /// How many of the newest bytes a leader keeps in memory for its followers (0: none,
+    /// for a follower's log or a leader without followers). The followers' next fetches
+    /// are answered from this copy with one send instead of a header read and a
+    /// `sendfile`; it is dropped below the high watermark as it moves, and starts again
+    /// when an append would take it past `limit`, so it holds at most the records the ISR
+    /// has yet to replicate.
+    pub fn set_tail_copy_limit(&mut self, limit: usize) {
+        self.tail_copy_limit = limit;
+        if let Some(active) = self.segments.values_mut().next_back() {
+            active.set_tail_copy_limit(limit);
+        }
+    }
+
+    /// Bytes the active segment's tail copy holds now.
+    pub fn tail_copy_len(&self) -> usize {
+        self.active_segment().map_or(0, LogSegment::tail_copy_len)
     }
 
     /// Writes the `high-watermark` checkpoint, unless the file holds the value already:
@@ -1331,7 +1357,7 @@ impl UnifiedLog {
                 Durability::Durable,
             )?;
         }
-        let seg = LogSegment::create(
+        let mut seg = LogSegment::create(
             &self.dir,
             base_offset,
             self.config.index_interval_bytes,
@@ -1341,6 +1367,10 @@ impl UnifiedLog {
         checkpoint::sync_dir(&self.dir)?;
         crate::flush::flushed(started);
         tracing::debug!(dir = %self.dir.display(), base_offset, "rolled new log segment");
+        if let Some(previous) = self.segments.values_mut().next_back() {
+            previous.set_tail_copy_limit(0);
+        }
+        seg.set_tail_copy_limit(self.tail_copy_limit);
         self.segments.insert(base_offset, seg);
         // Only now, with the old segment fsynced: a sync of the new file must cover
         // everything below the log end (see `crate::flush`).

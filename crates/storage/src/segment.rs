@@ -100,7 +100,8 @@ pub struct LogOffsetMetadata {
 #[derive(Debug, Clone)]
 pub struct FetchDataInfo {
     pub fetch_offset_metadata: LogOffsetMetadata,
-    /// Whole batches; empty when nothing could be returned.
+    /// Whole batches; empty when nothing could be returned, and for a zero-copy read
+    /// (`UnifiedLog::read_file_range`) unless the leader's tail copy held them.
     pub records: Bytes,
     /// The same bytes as a range of the segment file (`None` when empty).
     pub file_range: Option<FileRange>,
@@ -159,6 +160,38 @@ pub struct LogSegment {
     /// follower or a tailing consumer reads next, found without reading headers (see
     /// [`Self::translate_offset`]).
     recent_batches: VecDeque<(i64, u64)>,
+    /// A copy of the file's newest bytes, from `tail_start` to its end, kept while the
+    /// log's followers have yet to read them (see [`Self::set_tail_copy_limit`]).
+    tail: TailCopy,
+}
+
+/// The newest bytes of the active segment, held in memory between the leader's append and
+/// its followers' next fetches: a follower that keeps up is answered from here with one
+/// send, instead of reading headers and sending the file range (`pread`, `sendmsg` with
+/// `MSG_MORE`, `sendfile`). Invariant: when `bytes` is not empty it is the file's bytes
+/// `[start, size)` and `start` is where a batch begins.
+#[derive(Debug, Default)]
+struct TailCopy {
+    start: u64,
+    bytes: BytesMut,
+    /// Most bytes held; 0 keeps none (a follower's log, or a leader without followers).
+    limit: usize,
+}
+
+impl TailCopy {
+    fn clear(&mut self, end: u64) {
+        // The allocation goes too: a partition whose followers keep up holds nothing
+        // between fetches, so thousands of partitions cost no memory at rest.
+        self.bytes = BytesMut::new();
+        self.start = end;
+    }
+
+    /// The copy of `[pos, pos + len)` when the tail holds all of it.
+    fn get(&self, pos: u64, len: u64) -> Option<Bytes> {
+        let from = usize::try_from(pos.checked_sub(self.start)?).ok()?;
+        let to = from.checked_add(usize::try_from(len).ok()?)?;
+        self.bytes.get(from..to).map(Bytes::copy_from_slice)
+    }
 }
 
 /// Batches [`LogSegment::recent_batches`] remembers: more than the batches appended
@@ -252,6 +285,10 @@ impl LogSegment {
             created_ms: now_ms,
             indexes_existed,
             recent_batches: VecDeque::with_capacity(RECENT_BATCHES),
+            tail: TailCopy {
+                start: size,
+                ..TailCopy::default()
+            },
         })
     }
 
@@ -347,6 +384,7 @@ impl LogSegment {
     /// `Ok(Err(reason))` when the file and the indexes disagree.
     fn load_tail(&mut self) -> Result<Result<(), String>, StorageError> {
         self.recent_batches.clear();
+        self.tail.clear(self.size);
         self.next_offset = self.base_offset;
         self.rolling_based_timestamp = None;
         (
@@ -400,6 +438,7 @@ impl LogSegment {
         self.offset_index.reset()?;
         self.time_index.reset()?;
         self.recent_batches.clear();
+        self.tail.clear(self.size);
         self.next_offset = self.base_offset;
         self.max_timestamp_so_far = -1;
         self.offset_of_max_timestamp_so_far = -1;
@@ -557,11 +596,73 @@ impl LogSegment {
             .map_err(|e| StorageError::io(&self.log_path, e))?;
         let mut pos = self.size;
         self.size += len;
+        self.copy_to_tail(parts, len, pos);
         for b in batches {
             self.index_batch(*b, pos)?;
             pos += b.size;
         }
         Ok(())
+    }
+
+    /// Keeps a copy of the batches just written at `pos` (`len` bytes in `parts`) when
+    /// the tail copy is on and they fit in it; otherwise drops the copy, so that it stays
+    /// the file's bytes up to its end.
+    fn copy_to_tail(&mut self, parts: &[&[u8]], len: u64, pos: u64) {
+        let limit = self.tail.limit as u64;
+        if limit == 0 || len > limit {
+            if !self.tail.bytes.is_empty() || self.tail.start != self.size {
+                self.tail.clear(self.size);
+            }
+            return;
+        }
+        if self.tail.bytes.len() as u64 + len > limit {
+            // Followers this far behind read the file; the copy starts again here.
+            self.tail.clear(pos);
+        }
+        if self.tail.bytes.is_empty() {
+            self.tail.start = pos;
+        }
+        for part in parts {
+            self.tail.bytes.extend_from_slice(part);
+        }
+    }
+
+    /// How many of the newest bytes to keep a copy of for the followers (0: none). The
+    /// copy starts with the next append.
+    pub(crate) fn set_tail_copy_limit(&mut self, limit: usize) {
+        self.tail.limit = limit;
+        if limit == 0 || self.tail.bytes.len() > limit {
+            self.tail.clear(self.size);
+        }
+    }
+
+    /// Drops the copied batches that lie wholly below `offset` (the high watermark: every
+    /// follower in the ISR has them).
+    pub(crate) fn release_tail_below(&mut self, offset: i64) {
+        if self.tail.bytes.is_empty() {
+            return;
+        }
+        let i = self
+            .recent_batches
+            .partition_point(|(last, _)| *last < offset);
+        let Some(&(_, pos)) = self.recent_batches.get(i) else {
+            self.tail.clear(self.size);
+            return;
+        };
+        if pos > self.tail.start {
+            let drop = usize::try_from(pos - self.tail.start).unwrap_or(usize::MAX);
+            if drop >= self.tail.bytes.len() {
+                self.tail.clear(self.size);
+            } else {
+                let _ = self.tail.bytes.split_to(drop);
+                self.tail.start = pos;
+            }
+        }
+    }
+
+    /// Bytes of the tail copy held now (for tests and metrics).
+    pub(crate) fn tail_copy_len(&self) -> usize {
+        self.tail.bytes.len()
     }
 
     /// Whether `segment.ms` has passed for this segment, Kafka's way: measured from the
@@ -638,6 +739,67 @@ impl LogSegment {
         self.read_inner(start_offset, max_bytes, max_offset, min_one_message, false)
     }
 
+    /// [`Self::read_inner`] from the recent batches alone, without reading the file:
+    /// their positions give each batch's size (they lie back to back up to the file's
+    /// end). The file range is always set; the records too when the tail copy holds
+    /// them (a zero-copy reader then sends those). `None` when `start_offset` is not
+    /// inside the recent batches, or when `load` and the copy does not hold the records:
+    /// the caller reads the file.
+    fn read_recent(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+        load: bool,
+    ) -> Option<FetchDataInfo> {
+        let recent = &self.recent_batches;
+        let first = recent.partition_point(|(last, _)| *last < start_offset);
+        // Before the first remembered batch the batch holding `start_offset` is unknown,
+        // unless that batch is the segment's first; past the last there is nothing
+        // (`translate_offset` answers that without reads).
+        let from_segment_start = recent.front().is_some_and(|&(_, pos)| pos == 0);
+        if (first == 0 && !from_segment_start) || first == recent.len() {
+            return None;
+        }
+        let end_of = |i: usize| recent.get(i + 1).map_or(self.size, |&(_, p)| p);
+        let &(first_last, start_pos) = recent.get(first)?;
+        let first_size = end_of(first).checked_sub(start_pos)?;
+        let mut info = FetchDataInfo::empty(start_offset, self.base_offset, start_pos);
+        if first_last >= max_offset {
+            return Some(info);
+        }
+        let mut want = max_bytes as u64;
+        if min_one_message {
+            want = want.max(first_size);
+        }
+        let want = want.min(self.size - start_pos);
+        if want < first_size {
+            return Some(info);
+        }
+        let mut len = first_size;
+        for i in first + 1..recent.len() {
+            let &(last, pos) = recent.get(i)?;
+            let size = end_of(i).checked_sub(pos)?;
+            if len + size > want || last >= max_offset {
+                break;
+            }
+            len += size;
+        }
+        match self.tail.get(start_pos, len) {
+            Some(records) => info.records = records,
+            None if load => return None,
+            None => {}
+        }
+        info.file_range = Some(FileRange {
+            file: Arc::clone(&self.log),
+            path: self.log_path.clone(),
+            position: start_pos,
+            len,
+        });
+        Some(info)
+    }
+
     fn read_inner(
         &self,
         start_offset: i64,
@@ -646,6 +808,11 @@ impl LogSegment {
         min_one_message: bool,
         load: bool,
     ) -> Result<Option<FetchDataInfo>, StorageError> {
+        if let Some(info) =
+            self.read_recent(start_offset, max_bytes, max_offset, min_one_message, load)
+        {
+            return Ok(Some(info));
+        }
         let Some((start_pos, first)) = self.translate_offset(start_offset)? else {
             return Ok(None);
         };

@@ -304,6 +304,13 @@ pub struct TxnMarker {
     pub commit: bool,
 }
 
+/// The newest bytes a leader with followers keeps in memory per partition until the high
+/// watermark passes them (`UnifiedLog::set_tail_copy_limit`): enough for the small
+/// batches of low-latency producers, where a follower fetch's syscalls cost the most;
+/// bigger batches go out with `sendfile`. Bounded per partition, and held only while
+/// the ISR has not replicated them, so idle partitions hold nothing.
+const LEADER_TAIL_COPY_BYTES: usize = 64 * 1024;
+
 pub struct FetchResult {
     pub offsets: PartitionOffsets,
     /// The records; empty when read with `zero_copy`, where `file_range` holds them.
@@ -698,6 +705,8 @@ impl ReplicaManager {
         let statuses = self.broker_statuses();
         let mut leader = partition.leader_state();
         let outcome = partition.with_log(|log| {
+            let followers = reg.replicas.iter().any(|r| *r != self.local_id);
+            log.set_tail_copy_limit(if followers { LEADER_TAIL_COPY_BYTES } else { 0 });
             let leo = log.log_end_offset();
             // KIP-101: the new epoch starts at this log's end, so that followers asking
             // for the end of the previous epoch get where this leader's history diverges.
@@ -809,6 +818,7 @@ impl ReplicaManager {
         let leader = state.leader;
         *partition.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
         *partition.leader_state() = None;
+        let _ = partition.with_log(|log| log.set_tail_copy_limit(0));
         match leader_addr {
             Some(addr) if leader >= 0 && leader != self.local_id => self
                 .fetchers

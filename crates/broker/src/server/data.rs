@@ -961,7 +961,9 @@ impl Broker {
                             }
                             total += len;
                             remaining = remaining.saturating_sub(len);
-                            if zero_copy {
+                            // A leader's follower may get the records from the
+                            // leader's tail copy: then they go out from memory.
+                            if zero_copy && result.records.is_empty() {
                                 range = result.file_range;
                             } else {
                                 data.records = Some(result.records);

@@ -1723,3 +1723,102 @@ fn reads_near_the_log_end_agree_with_the_index_after_appends_truncation_and_reop
     fill(&mut log, 3);
     assert_ranges_match_reads(&log);
 }
+
+/// Every read of the log, zero-copy or loading, at every offset and for several sizes,
+/// gives the same bytes as the file holds, whether the tail copy answers it or not.
+fn assert_reads_match_the_file(log: &UnifiedLog) {
+    let end = log.log_end_offset();
+    for o in log.log_start_offset()..=end {
+        for max_bytes in [1, 200, 5_000] {
+            for max_offset in [end - 1, end] {
+                let loaded = log.read(o, max_bytes, max_offset, true).unwrap();
+                let zero = log.read_file_range(o, max_bytes, max_offset, true).unwrap();
+                assert_eq!(loaded.fetch_offset_metadata, zero.fetch_offset_metadata);
+                let on_disk = zero.file_range.as_ref().map(|r| {
+                    let mut buf = vec![0u8; r.len as usize];
+                    std::os::unix::fs::FileExt::read_exact_at(&*r.file, &mut buf, r.position)
+                        .unwrap();
+                    buf
+                });
+                let want = (!loaded.records.is_empty()).then(|| loaded.records.to_vec());
+                assert_eq!(
+                    on_disk, want,
+                    "offset {o}, {max_bytes} bytes, below {max_offset}"
+                );
+                if !zero.records.is_empty() {
+                    assert_eq!(Some(zero.records.to_vec()), want, "copy at {o}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_leaders_tail_copy_answers_reads_above_the_high_watermark_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1 << 20), T0, PreviousShutdown::Unclean).unwrap();
+    fill(&mut log, 10);
+    // Off by default: no copy, reads come from the file.
+    assert_eq!(log.tail_copy_len(), 0);
+    log.set_tail_copy_limit(4_096);
+    let hw = log.log_end_offset();
+    log.update_high_watermark(hw);
+    fill(&mut log, 6);
+    let held = log.tail_copy_len();
+    assert!(held > 0);
+    // A follower's fetch at the old high watermark gets the copied records.
+    let zero = log.read_file_range(hw, 1 << 20, i64::MAX, true).unwrap();
+    assert_eq!(zero.records.len(), held);
+    assert_reads_match_the_file(&log);
+    // The high watermark releases what lies below it, batch by batch.
+    let end = log.log_end_offset();
+    log.update_high_watermark(end - 1);
+    let partly = log.tail_copy_len();
+    assert!(partly > 0 && partly < held, "{partly} of {held}");
+    assert_reads_match_the_file(&log);
+    log.update_high_watermark(end);
+    assert_eq!(log.tail_copy_len(), 0);
+    // Appends past the limit start the copy again at the batch that did not fit.
+    fill(&mut log, 60);
+    assert!(log.tail_copy_len() > 0 && log.tail_copy_len() <= 4_096);
+    assert_reads_match_the_file(&log);
+    // A truncation into the copy drops it; later appends are copied again.
+    let cut = log.log_end_offset() - 3;
+    log.truncate_to(cut, T0).unwrap();
+    assert_eq!(log.tail_copy_len(), 0);
+    fill(&mut log, 2);
+    assert!(log.tail_copy_len() > 0);
+    assert_reads_match_the_file(&log);
+    // A batch bigger than the limit is not copied, and drops what was.
+    let big = TestBatch::new(1, T0).value_len(5_000);
+    log.append_as_leader(big.bytes(), 1, AppendOrigin::Client, T0)
+        .unwrap();
+    assert_eq!(log.tail_copy_len(), 0);
+    assert_reads_match_the_file(&log);
+    // Off again (this broker now follows): nothing is held.
+    fill(&mut log, 2);
+    log.set_tail_copy_limit(0);
+    assert_eq!(log.tail_copy_len(), 0);
+    fill(&mut log, 2);
+    assert_eq!(log.tail_copy_len(), 0);
+    assert_reads_match_the_file(&log);
+}
+
+#[test]
+fn a_roll_moves_the_tail_copy_to_the_new_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(2_000), T0, PreviousShutdown::Unclean).unwrap();
+    log.set_tail_copy_limit(64 * 1024);
+    fill(&mut log, 40);
+    assert!(log.segment_count() > 2);
+    let active = *log.segment_base_offsets().last().unwrap();
+    // The copy holds only the active segment's batches: what an older segment held was
+    // dropped when it rolled.
+    let zero = log
+        .read_file_range(active, 1 << 20, i64::MAX, true)
+        .unwrap();
+    assert_eq!(zero.records.len(), log.tail_copy_len());
+    assert_reads_match_the_file(&log);
+}
