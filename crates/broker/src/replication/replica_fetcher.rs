@@ -168,6 +168,9 @@ struct FetchState {
     /// The leader refused the partition: leave it alone until then (Kafka's
     /// `replica.fetch.backoff.ms`), or until new metadata replaces this state.
     delayed_until: Option<tokio::time::Instant>,
+    /// Refusals in a row that meant the two brokers' metadata differ (see
+    /// [`backoff`]); 0 again once the leader answers the partition.
+    lag_refusals: u32,
     /// Tiered storage: since when this follower, behind the leader's local log start,
     /// waits for the remote tier's copy below it to be known here (see
     /// [`REMOTE_TIER_WAIT`]).
@@ -267,6 +270,7 @@ impl ReplicaFetcherManager {
                 leader_epoch,
                 needs_truncation: true,
                 delayed_until: None,
+                lag_refusals: 0,
                 remote_tier_wait_since: None,
             },
         );
@@ -401,9 +405,16 @@ async fn run(
             .collect();
         if snapshot.is_empty() {
             drop(replicas);
+            // Until the first refused partition is due again (or the partitions change).
+            let due = fetcher
+                .partitions()
+                .values()
+                .filter_map(|s| s.delayed_until)
+                .min()
+                .unwrap_or(now + RETRY_BACKOFF);
             tokio::select! {
                 _ = fetcher.changed.notified() => {}
-                _ = tokio::time::sleep(RETRY_BACKOFF) => {}
+                _ = tokio::time::sleep_until(due) => {}
             }
             continue;
         }
@@ -545,9 +556,7 @@ async fn truncate_once(
                     .replication
                     .fetcher_partition_error(code.0);
                 note_refusal(fetcher, &tp, code, "epoch validation");
-                update_state(fetcher, &tp, leader_epoch, |s| {
-                    s.delayed_until = Some(backoff_deadline(code))
-                });
+                update_state(fetcher, &tp, leader_epoch, |s| s.refused(code));
                 continue;
             }
             match replicas.truncate_to_leader_epoch(
@@ -557,7 +566,10 @@ async fn truncate_once(
                 p.leader_epoch,
                 p.end_offset,
             ) {
-                Ok(()) => update_state(fetcher, &tp, leader_epoch, |s| s.needs_truncation = false),
+                Ok(()) => update_state(fetcher, &tp, leader_epoch, |s| {
+                    s.needs_truncation = false;
+                    s.lag_refusals = 0;
+                }),
                 Err(e) => tracing::debug!(%tp, error = %e, "truncation skipped"),
             }
         }
@@ -590,22 +602,43 @@ fn note_refusal(fetcher: &Fetcher, tp: &TopicPartition, code: ErrorCode, what: &
     tracing::debug!(%tp, error = code.name(), "{what} refused");
 }
 
-/// When to try a refused partition again. Errors that mean the two brokers' metadata
-/// differ (one of them has not applied the latest records yet) usually clear within
-/// moments, either by new metadata here, which replaces the state, or there; the others
-/// wait Kafka's `replica.fetch.backoff.ms` (1 s).
-fn backoff_deadline(code: ErrorCode) -> tokio::time::Instant {
-    let metadata_lag = code == ErrorCode::FENCED_LEADER_EPOCH
+impl FetchState {
+    /// The leader refused the partition with `code`: wait before asking again.
+    fn refused(&mut self, code: ErrorCode) {
+        if metadata_lag(code) {
+            self.lag_refusals = self.lag_refusals.saturating_add(1);
+        }
+        self.delayed_until = Some(tokio::time::Instant::now() + backoff(code, self.lag_refusals));
+    }
+}
+
+/// Whether a refusal means the two brokers' metadata differ: one of them has not applied
+/// the latest records yet.
+fn metadata_lag(code: ErrorCode) -> bool {
+    code == ErrorCode::FENCED_LEADER_EPOCH
         || code == ErrorCode::NOT_LEADER_OR_FOLLOWER
         || code == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
-        || code == ErrorCode::UNKNOWN_LEADER_EPOCH;
-    let wait = if metadata_lag {
-        RETRY_BACKOFF
+        || code == ErrorCode::UNKNOWN_LEADER_EPOCH
+}
+
+/// How long a refused partition waits before it is asked for again. A metadata lag
+/// usually clears within milliseconds, either by new metadata here, which replaces the
+/// state, or there: the wait starts at [`FIRST_LAG_BACKOFF`] and doubles with each
+/// refusal in a row up to [`RETRY_BACKOFF`]. A flat 200 ms held every acks=all produce
+/// to a new topic, or to a partition that just changed leader, for that long while its
+/// leader applied the record its follower had already seen (issue #25's stall). Other
+/// errors wait Kafka's `replica.fetch.backoff.ms` (1 s).
+fn backoff(code: ErrorCode, lag_refusals: u32) -> Duration {
+    if metadata_lag(code) {
+        let doublings = lag_refusals.saturating_sub(1).min(8);
+        (FIRST_LAG_BACKOFF * (1u32 << doublings)).min(RETRY_BACKOFF)
     } else {
         Duration::from_secs(1)
-    };
-    tokio::time::Instant::now() + wait
+    }
 }
+
+/// The first wait after a metadata-lag refusal (see [`backoff`]).
+const FIRST_LAG_BACKOFF: Duration = Duration::from_millis(5);
 
 async fn fetch_once(
     conn: &mut LeaderConnection,
@@ -618,6 +651,11 @@ async fn fetch_once(
     let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
     let mut epochs: HashMap<TopicPartition, i32> = HashMap::new();
     let mut throttled = std::collections::HashSet::new();
+    let refused_before: std::collections::HashSet<&TopicPartition> = partitions
+        .iter()
+        .filter(|(_, s)| s.lag_refusals > 0)
+        .map(|(tp, _)| tp)
+        .collect();
     for (tp, state) in partitions {
         let (named, over) = config.throttle.throttled(tp, config.local_id);
         if named && !replicas.in_sync(tp) {
@@ -684,6 +722,9 @@ async fn fetch_once(
                     .fetcher_partition_error(code.0);
             }
             if code == ErrorCode::NONE {
+                if refused_before.contains(&tp) {
+                    update_state(fetcher, &tp, epoch, |s| s.lag_refusals = 0);
+                }
                 let records = p.records.unwrap_or_default();
                 if throttled.contains(&tp) {
                     throttled_bytes += records.len();
@@ -731,9 +772,7 @@ async fn fetch_once(
                 }
             } else {
                 note_refusal(fetcher, &tp, code, "replica fetch");
-                update_state(fetcher, &tp, epoch, |s| {
-                    s.delayed_until = Some(backoff_deadline(code))
-                });
+                update_state(fetcher, &tp, epoch, |s| s.refused(code));
             }
         }
     }
@@ -744,6 +783,34 @@ async fn fetch_once(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metadata_lag_refusals_back_off_from_milliseconds_and_others_wait_a_second() {
+        let lag = ErrorCode::NOT_LEADER_OR_FOLLOWER;
+        let waits: Vec<u128> = (1..=8).map(|n| backoff(lag, n).as_millis()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 200, 200]);
+        assert_eq!(
+            backoff(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, 1).as_millis(),
+            5
+        );
+        assert_eq!(
+            backoff(ErrorCode::KAFKA_STORAGE_ERROR, 0),
+            Duration::from_secs(1)
+        );
+        let mut state = FetchState {
+            topic_id: Uuid::ZERO,
+            leader_epoch: 0,
+            needs_truncation: false,
+            delayed_until: None,
+            lag_refusals: 0,
+            remote_tier_wait_since: None,
+        };
+        state.refused(ErrorCode::FENCED_LEADER_EPOCH);
+        state.refused(ErrorCode::FENCED_LEADER_EPOCH);
+        assert_eq!(state.lag_refusals, 2);
+        state.refused(ErrorCode::TOPIC_AUTHORIZATION_FAILED);
+        assert_eq!(state.lag_refusals, 2, "only metadata lags count");
+    }
 
     #[test]
     fn throttled_replicas_are_named_by_partition_and_broker_or_star() {
