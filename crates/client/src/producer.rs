@@ -428,7 +428,9 @@ struct PartitionQueue {
 
 struct Accumulator {
     queues: HashMap<TopicPartition, PartitionQueue>,
-    sticky: HashMap<String, i32>,
+    /// Per topic: the sticky partition and the record bytes sent to it since it was
+    /// chosen.
+    sticky: HashMap<String, (i32, usize)>,
     flushing: usize,
     closed: bool,
     producer_id: i64,
@@ -667,7 +669,13 @@ impl Producer {
         tp.partition = match (record.partition, &record.key) {
             (Some(p), _) => p,
             (None, Some(key)) => partition_for_key(key, partition_count),
-            (None, None) => sticky_partition(state, &mut tp, partition_count, config.batch_size),
+            (None, None) => sticky_partition(
+                state,
+                &mut tp,
+                partition_count,
+                config.batch_size,
+                permits as usize,
+            ),
         };
         if let Some(txn) = state.txn.as_mut() {
             if !txn.open {
@@ -1143,34 +1151,40 @@ impl ProducerInner {
     }
 }
 
-/// The topic's sticky partition for a record without key or partition (KIP-480), set in
-/// `tp.partition`; `tp` is only a key for lookups here.
+/// The topic's sticky partition for a record of `record_bytes` without key or partition,
+/// set in `tp.partition`; `tp` is only a key for lookups here. As Kafka's built-in
+/// partitioner (KIP-794): the partition changes once `batch.size` bytes went to it, and
+/// also when its batch was closed (KIP-480). Without the first rule a producer whose
+/// batches leave at once (`linger.ms=0`) never finds a batch closed and sends everything
+/// to one partition.
 fn sticky_partition(
     state: &mut Accumulator,
     tp: &mut TopicPartition,
     partition_count: usize,
     batch_size: usize,
+    record_bytes: usize,
 ) -> i32 {
     let n = partition_count.max(1) as u64;
     let current = state.sticky.get(&tp.topic).copied();
-    if let Some(p) = current {
+    if let Some((p, produced)) = current {
         tp.partition = p;
         let queue = state.queues.get(tp);
         let open = queue.and_then(|q| q.batches.back()).is_some_and(|b| {
             !b.full && b.base_sequence.is_none() && b.builder.size_in_bytes() < batch_size
         });
         let any_batch = queue.is_some_and(|q| !q.batches.is_empty());
-        // Stay while the sticky partition's batch is still being filled (or none was
-        // started yet); move on once it has been closed, like KIP-480.
-        if (open || !any_batch) && (p as u64) < n {
+        if produced < batch_size && (open || !any_batch) && (p as u64) < n {
+            if let Some(entry) = state.sticky.get_mut(&tp.topic) {
+                entry.1 = produced.saturating_add(record_bytes);
+            }
             return p;
         }
     }
     let mut p = (state.random() % n) as i32;
-    if n > 1 && Some(p) == current {
+    if n > 1 && current.is_some_and(|(c, _)| c == p) {
         p = ((p as u64 + 1) % n) as i32;
     }
-    state.sticky.insert(tp.topic.clone(), p);
+    state.sticky.insert(tp.topic.clone(), (p, record_bytes));
     p
 }
 

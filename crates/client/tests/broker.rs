@@ -138,6 +138,42 @@ async fn keyless_records_stick_to_a_partition_per_batch() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyless_records_sent_one_at_a_time_move_on_after_batch_size_bytes() {
+    // linger.ms=0, each record awaited: every batch leaves before the next record comes,
+    // so no batch is ever found closed. The partition must still change once batch.size
+    // bytes went to it (KIP-794), or every record lands in one partition.
+    let Some(server) = RillServer::start() else {
+        return;
+    };
+    let admin = Admin::new(client(&server)).unwrap();
+    admin
+        .create_topics(&[NewTopic::new("unbatched", 4)])
+        .await
+        .unwrap();
+    let producer = Producer::new(
+        ProducerConfig::new(client(&server))
+            .linger(Duration::ZERO)
+            .batch_size(1_000),
+    )
+    .unwrap();
+    let mut counts = std::collections::BTreeMap::new();
+    for _ in 0..40 {
+        let record = ProducerRecord::new("unbatched", vec![7u8; 400]);
+        let delivered = producer.send(record).await.unwrap().await.unwrap();
+        *counts.entry(delivered.partition).or_insert(0) += 1;
+    }
+    assert!(
+        counts.len() >= 3,
+        "40 records, 3 to a batch.size: {counts:?}"
+    );
+    assert!(
+        counts.values().all(|&c| c <= 30),
+        "no partition takes nearly all: {counts:?}"
+    );
+    producer.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_operations() {
     let Some(server) = RillServer::start() else {
         return;
