@@ -78,6 +78,10 @@ pub struct ReplicatedBench {
     /// Partitions of the topic when it has to be created (3: one led by each node).
     #[arg(long, default_value_t = 3)]
     pub partitions: i32,
+    /// A config of the topic when it is created here, `key=value`; repeatable (a
+    /// sustained run wants `retention.bytes` and `segment.bytes` that fit the disk).
+    #[arg(long = "topic-config", value_name = "KEY=VALUE")]
+    pub topic_configs: Vec<String>,
     /// Bytes of random value per record.
     #[arg(long, default_value_t = 1024)]
     pub record_size: usize,
@@ -93,6 +97,14 @@ pub struct ReplicatedBench {
     /// Seconds of sending per phase.
     #[arg(long, default_value_t = 30.0)]
     pub duration: f64,
+    /// Seconds of the sustained phase (0 skips it): batched acks=all produce as fast as
+    /// the cluster takes it, reported per `--bulk-interval` so that a fall as the page
+    /// cache's writeback grows shows (issue #25).
+    #[arg(long, default_value_t = 0.0)]
+    pub bulk_duration: f64,
+    /// Seconds per line of the sustained phase's report.
+    #[arg(long, default_value_t = 60.0)]
+    pub bulk_interval: f64,
 }
 
 /// One phase's producer settings.
@@ -120,13 +132,16 @@ pub async fn run(common: &Common, args: ReplicatedBench) -> anyhow::Result<()> {
         }
         None => (common.clone(), args.metrics.clone()),
     };
-    ensure_new_topic(
-        &common,
-        NewTopic::new(&args.topic, args.partitions)
-            .replication_factor(3)
-            .config("min.insync.replicas", "2"),
-    )
-    .await?;
+    let mut topic = NewTopic::new(&args.topic, args.partitions)
+        .replication_factor(3)
+        .config("min.insync.replicas", "2");
+    for kv in &args.topic_configs {
+        let (key, value) = kv
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--topic-config {kv:?}: expected key=value"))?;
+        topic = topic.config(key.trim(), value.trim());
+    }
+    ensure_new_topic(&common, topic).await?;
     let mut phases = Vec::new();
     if args.unbatched_rate > 0 {
         phases.push(Phase {
@@ -152,8 +167,12 @@ pub async fn run(common: &Common, args: ReplicatedBench) -> anyhow::Result<()> {
         }
         reports.push(report.to_json());
     }
+    let mut bulk = Vec::new();
+    if args.bulk_duration > 0.0 {
+        bulk = run_bulk(&common, &args, &http).await?;
+    }
     if common.json() {
-        print_json(&json!({ "phases": reports }));
+        print_json(&json!({ "phases": reports, "bulk": bulk }));
     }
     drop(started);
     Ok(())
@@ -167,6 +186,8 @@ struct PhaseReport {
     seconds: f64,
     latency: LatencySummary,
     longest_stall_ms: f64,
+    /// When the longest stall ended, in seconds from the phase's start.
+    longest_stall_end_s: f64,
     produce_requests: f64,
     fetch_requests: f64,
     broker_cpu_s: f64,
@@ -194,13 +215,14 @@ impl PhaseReport {
         println!(
             "{}: {} records in {:.1} s at {:.0}/s offered ({:.0}/s delivered); acks=all latency \
              p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms; \
-             longest stall {:.1} ms",
+             longest stall {:.1} ms (ended {:.1} s in)",
             self.name,
             self.records,
             self.seconds,
             self.offered_per_sec,
             self.records as f64 / self.seconds.max(1e-9),
             self.longest_stall_ms,
+            self.longest_stall_end_s,
         );
         let cpus: Vec<String> = self.node_cpu_s.iter().map(|c| format!("{c:.2}")).collect();
         let led: Vec<String> = self
@@ -238,6 +260,7 @@ impl PhaseReport {
             "seconds": self.seconds,
             "latency_ms": self.latency.to_json(),
             "longest_stall_ms": self.longest_stall_ms,
+            "longest_stall_end_s": self.longest_stall_end_s,
             "produce_requests": self.produce_requests,
             "fetch_requests": self.fetch_requests,
             "broker_cpu_s": self.broker_cpu_s,
@@ -282,15 +305,21 @@ async fn run_phase(
         let mut latencies = Latencies::new()?;
         let mut last_ack: Option<Instant> = None;
         let mut stall = Duration::ZERO;
+        // When the longest stall ended, from the phase's start.
+        let mut stall_end: Option<Instant> = None;
         while let Some((due, delivery)) = rx.recv().await {
             delivery.await?;
             let now = Instant::now();
             latencies.record(now.saturating_duration_since(due));
             let waiting_since = last_ack.map_or(due, |l| l.max(due));
-            stall = stall.max(now.saturating_duration_since(waiting_since));
+            let waited = now.saturating_duration_since(waiting_since);
+            if waited > stall {
+                stall = waited;
+                stall_end = Some(now);
+            }
             last_ack = Some(now);
         }
-        anyhow::Ok((latencies, stall))
+        anyhow::Ok((latencies, stall, stall_end))
     });
     let begin = Instant::now();
     for i in 0..count {
@@ -307,7 +336,7 @@ async fn run_phase(
     }
     drop(tx);
     producer.flush().await?;
-    let (latencies, stall) = collector.await??;
+    let (latencies, stall, stall_end) = collector.await??;
     let seconds = begin.elapsed().as_secs_f64();
     let after = scrape_all(http).await?;
     producer.close().await?;
@@ -339,6 +368,7 @@ async fn run_phase(
         seconds,
         latency: latencies.summary(),
         longest_stall_ms: stall.as_secs_f64() * 1e3,
+        longest_stall_end_s: stall_end.map_or(0.0, |e| e.duration_since(begin).as_secs_f64()),
         produce_requests: node_produce_requests.iter().sum(),
         fetch_requests: per_node(
             "kafka_network_requestmetrics_requests_total",
@@ -351,6 +381,179 @@ async fn run_phase(
         node_produce_requests,
         breakdown,
     })
+}
+
+/// The sustained phase: one producer (`linger.ms=5`, 1 MiB batches, acks=all) sends
+/// as fast as `buffer.memory` lets it for `--bulk-duration` seconds; every
+/// `--bulk-interval` a line gives the MB/s acknowledged in it, the brokers' CPU seconds
+/// per GB, the machine's user, system and iowait CPU seconds per GB (the kernel's
+/// writeback threads are not the brokers'), and the page cache's dirty and writeback
+/// bytes at its end.
+async fn run_bulk(
+    common: &Common,
+    args: &ReplicatedBench,
+    http: &[String],
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    anyhow::ensure!(args.bulk_interval > 0.0, "--bulk-interval must be positive");
+    let config = ProducerConfig::new(common.client()?)
+        .acks(Acks::All)
+        .idempotence(true)
+        .linger(Duration::from_millis(args.batched_linger_ms))
+        .batch_size(1 << 20);
+    let producer = Producer::new(config)?;
+    const POOL: usize = 1 << 20;
+    let pool = random_pool(POOL + args.record_size);
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<rill_client::DeliveryFuture>(1 << 16);
+    let counter = acked.clone();
+    let record_size = args.record_size as u64;
+    let collector = tokio::spawn(async move {
+        while let Some(delivery) = rx.recv().await {
+            delivery.await?;
+            counter.fetch_add(record_size, std::sync::atomic::Ordering::Relaxed);
+        }
+        anyhow::Ok(())
+    });
+    let topic = args.topic.clone();
+    let size = args.record_size;
+    let sender = tokio::spawn(async move {
+        let mut i = 0usize;
+        loop {
+            let offset = i.wrapping_mul(7919) % POOL;
+            i += 1;
+            let value = pool.slice(offset..offset + size);
+            let delivery = producer.send(ProducerRecord::new(&topic, value)).await?;
+            if tx.send(delivery).await.is_err() {
+                break;
+            }
+        }
+        anyhow::Ok(producer)
+    });
+    let begin = Instant::now();
+    let end = begin + Duration::from_secs_f64(args.bulk_duration);
+    let mut lines = Vec::new();
+    let mut last = (
+        Instant::now(),
+        0u64,
+        scrape_all(http).await?,
+        MachineCpu::read(),
+    );
+    while Instant::now() < end {
+        let next = (last.0 + Duration::from_secs_f64(args.bulk_interval)).min(end);
+        tokio::time::sleep_until(next.into()).await;
+        anyhow::ensure!(!sender.is_finished(), "the bulk producer stopped");
+        let now = (
+            Instant::now(),
+            acked.load(std::sync::atomic::Ordering::Relaxed),
+            scrape_all(http).await?,
+            MachineCpu::read(),
+        );
+        let seconds = now.0.duration_since(last.0).as_secs_f64();
+        let gb = (now.1 - last.1) as f64 / 1e9;
+        let cpu: f64 = now
+            .2
+            .iter()
+            .zip(&last.2)
+            .map(|(a, b)| {
+                sum_of(a, "process_cpu_seconds_total", &[])
+                    - sum_of(b, "process_cpu_seconds_total", &[])
+            })
+            .sum();
+        let machine = now.3.since(&last.3);
+        let (dirty, writeback) = page_cache_dirty();
+        let per_gb = |v: f64| if gb > 0.0 { v / gb } else { f64::NAN };
+        let line = json!({
+            "from_s": last.0.duration_since(begin).as_secs_f64(),
+            "to_s": now.0.duration_since(begin).as_secs_f64(),
+            "mb_per_sec": gb * 1e3 / seconds,
+            "broker_cpu_s_per_gb": per_gb(cpu),
+            "machine_user_s_per_gb": per_gb(machine.user),
+            "machine_system_s_per_gb": per_gb(machine.system),
+            "machine_iowait_s_per_gb": per_gb(machine.iowait),
+            "dirty_mb": dirty / 1e6,
+            "writeback_mb": writeback / 1e6,
+        });
+        if !common.json() {
+            println!(
+                "bulk {:>5.0}-{:<5.0} s: {:>7.1} MB/s acknowledged; per GB: brokers {:.2} CPU-s, \
+                 machine user {:.2} / system {:.2} / iowait {:.2} s; dirty {:.0} MB, \
+                 writeback {:.0} MB",
+                last.0.duration_since(begin).as_secs_f64(),
+                now.0.duration_since(begin).as_secs_f64(),
+                gb * 1e3 / seconds,
+                per_gb(cpu),
+                per_gb(machine.user),
+                per_gb(machine.system),
+                per_gb(machine.iowait),
+                dirty / 1e6,
+                writeback / 1e6,
+            );
+        }
+        lines.push(line);
+        last = now;
+    }
+    sender.abort();
+    let _ = sender.await;
+    let _ = collector.await;
+    Ok(lines)
+}
+
+/// The machine's CPU seconds by kind, from `/proc/stat` (zero where it cannot be read).
+#[derive(Default)]
+struct MachineCpu {
+    user: f64,
+    system: f64,
+    iowait: f64,
+}
+
+impl MachineCpu {
+    fn read() -> Self {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        Self::parse(&stat)
+    }
+
+    /// `cpu  user nice system idle iowait irq softirq ...` in USER_HZ ticks (100 a second
+    /// on Linux).
+    fn parse(stat: &str) -> Self {
+        let ticks: Vec<f64> = stat
+            .lines()
+            .find(|l| l.starts_with("cpu "))
+            .map(|l| {
+                l.split_whitespace()
+                    .skip(1)
+                    .filter_map(|v| v.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let at = |i: usize| ticks.get(i).copied().unwrap_or(0.0) / 100.0;
+        Self {
+            user: at(0) + at(1),
+            system: at(2) + at(5) + at(6),
+            iowait: at(4),
+        }
+    }
+
+    fn since(&self, earlier: &Self) -> Self {
+        Self {
+            user: self.user - earlier.user,
+            system: self.system - earlier.system,
+            iowait: self.iowait - earlier.iowait,
+        }
+    }
+}
+
+/// The page cache's `Dirty` and `Writeback` bytes, from `/proc/meminfo`.
+fn page_cache_dirty() -> (f64, f64) {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let kb = |key: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            * 1024.0
+    };
+    (kb("Dirty:"), kb("Writeback:"))
 }
 
 /// One node's page as (series name, labels, value).
@@ -599,6 +802,15 @@ mod tests {
         t_seconds_bucket{request=\"Produce\",le=\"+Inf\"} 100\n\
         t_seconds_bucket{request=\"Fetch\",le=\"+Inf\"} 7\n\
         t_seconds_count{request=\"Produce\"} 100\n";
+
+    #[test]
+    fn machine_cpu_is_read_from_proc_stat_ticks() {
+        let cpu = MachineCpu::parse("cpu  100 20 300 9000 50 6 4 0 0 0\ncpu0 1 2 3\n");
+        assert!((cpu.user - 1.2).abs() < 1e-9);
+        assert!((cpu.system - 3.1).abs() < 1e-9);
+        assert!((cpu.iowait - 0.5).abs() < 1e-9);
+        assert_eq!(MachineCpu::parse("").user, 0.0);
+    }
 
     #[test]
     fn pages_are_read_by_name_and_label() {
