@@ -163,7 +163,13 @@ pub struct LogSegment {
     /// A copy of the file's newest bytes, from `tail_start` to its end, kept while the
     /// log's followers have yet to read them (see [`Self::set_tail_copy_limit`]).
     tail: TailCopy,
+    /// Where the bytes whose writeback the appends have not started yet begin (see
+    /// [`start_writeback`]).
+    writeback_from: u64,
 }
+
+/// Bytes appended to a segment between two starts of their writeback.
+const WRITEBACK_CHUNK: u64 = 1 << 20;
 
 /// The newest bytes of the active segment, held in memory between the leader's append and
 /// its followers' next fetches: a follower that keeps up is answered from here with one
@@ -289,6 +295,7 @@ impl LogSegment {
                 start: size,
                 ..TailCopy::default()
             },
+            writeback_from: size,
         })
     }
 
@@ -597,6 +604,16 @@ impl LogSegment {
         let mut pos = self.size;
         self.size += len;
         self.copy_to_tail(parts, len, pos);
+        // A truncation may have cut below it.
+        self.writeback_from = self.writeback_from.min(pos);
+        if self.size - self.writeback_from >= WRITEBACK_CHUNK {
+            start_writeback(
+                &self.log,
+                self.writeback_from,
+                self.size - self.writeback_from,
+            );
+            self.writeback_from = self.size;
+        }
         for b in batches {
             self.index_batch(*b, pos)?;
             pos += b.size;
@@ -645,6 +662,11 @@ impl LogSegment {
         let i = self
             .recent_batches
             .partition_point(|(last, _)| *last < offset);
+        if i == 0 {
+            // Every remembered batch reaches `offset`; of the copied ones before them
+            // (more than the segment remembers) it is not known which do: keep them.
+            return;
+        }
         let Some(&(_, pos)) = self.recent_batches.get(i) else {
             self.tail.clear(self.size);
             return;
@@ -976,6 +998,41 @@ impl LogSegment {
             }
         }
         Ok(())
+    }
+}
+
+/// Starts the writeback of `[pos, pos + len)` of `file` from the page cache to the disk
+/// without waiting for it (`sync_file_range` with `SYNC_FILE_RANGE_WRITE`) and without
+/// any promise of durability: that stays with the flush policy's fsyncs.
+///
+/// Why: left to itself the kernel writes dirty pages back only once they are 30 s old or
+/// fill a tenth of memory, and then in bursts that compete with the brokers for the CPU
+/// and, past the dirty limit, stall every writer in `balance_dirty_pages`. Produce
+/// throughput then fell by half over a sustained run (issue #25). Started a megabyte at
+/// a time as the log grows, the writeback runs as steadily as the appends. An error is
+/// ignored: nothing depends on it.
+#[allow(
+    unsafe_code,
+    reason = "sync_file_range has no safe wrapper in std or rustix"
+)]
+fn start_writeback(file: &File, pos: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(nbytes)) = (libc::off64_t::try_from(pos), libc::off64_t::try_from(len))
+    else {
+        return;
+    };
+    // SAFETY: the call reads only its integer arguments; the descriptor is open for as
+    // long as `file` is borrowed.
+    let r = unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            offset,
+            nbytes,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )
+    };
+    if r != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "sync_file_range");
     }
 }
 

@@ -1822,3 +1822,23 @@ fn a_roll_moves_the_tail_copy_to_the_new_segment() {
     assert_eq!(zero.records.len(), log.tail_copy_len());
     assert_reads_match_the_file(&log);
 }
+
+#[test]
+fn a_tail_copy_of_more_batches_than_the_segment_remembers_still_matches_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log =
+        UnifiedLog::open(dir.path(), config(1 << 20), T0, PreviousShutdown::Unclean).unwrap();
+    log.set_tail_copy_limit(64 * 1024);
+    let hw = log.log_end_offset();
+    fill(&mut log, 150);
+    let held = log.tail_copy_len();
+    // The high watermark inside the copied batches the segment no longer remembers: what
+    // cannot be placed is kept, and every read still gives the file's bytes.
+    log.update_high_watermark(hw + 20);
+    assert_eq!(log.tail_copy_len(), held);
+    assert_reads_match_the_file(&log);
+    // Inside the remembered ones: released up to the batch that holds it.
+    log.update_high_watermark(log.log_end_offset() - 10);
+    assert!(log.tail_copy_len() < held);
+    assert_reads_match_the_file(&log);
+}
