@@ -78,6 +78,11 @@ pub struct ReplicatedBench {
     /// Partitions of the topic when it has to be created (3: one led by each node).
     #[arg(long, default_value_t = 3)]
     pub partitions: i32,
+    /// A broker config of each node started here, `key=value`; repeatable (a sustained
+    /// run wants `log.retention.check.interval.ms` short enough to keep the disk from
+    /// filling).
+    #[arg(long = "node-config", value_name = "KEY=VALUE")]
+    pub node_configs: Vec<String>,
     /// A config of the topic when it is created here, `key=value`; repeatable (a
     /// sustained run wants `retention.bytes` and `segment.bytes` that fit the disk).
     #[arg(long = "topic-config", value_name = "KEY=VALUE")]
@@ -119,7 +124,10 @@ pub async fn run(common: &Common, args: ReplicatedBench) -> anyhow::Result<()> {
     anyhow::ensure!(args.duration > 0.0, "--duration must be positive");
     anyhow::ensure!(args.record_size > 0, "--record-size must be positive");
     let started = if args.metrics.is_empty() {
-        Some(StartedCluster::start(args.data_dir.clone())?)
+        Some(StartedCluster::start(
+            args.data_dir.clone(),
+            &args.node_configs,
+        )?)
     } else {
         None
     };
@@ -684,7 +692,7 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 impl StartedCluster {
-    fn start(dir: Option<PathBuf>) -> anyhow::Result<Self> {
+    fn start(dir: Option<PathBuf>, node_configs: &[String]) -> anyhow::Result<Self> {
         let (dir, remove) = match dir {
             Some(d) => (d, None),
             None => {
@@ -744,6 +752,11 @@ impl StartedCluster {
                     "--override",
                     &format!("http.listeners=127.0.0.1:{}", http_ports[i]),
                 ])
+                .args(
+                    node_configs
+                        .iter()
+                        .flat_map(|kv| ["--override", kv.as_str()]),
+                )
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
                 .stderr(log)
