@@ -192,6 +192,12 @@ impl TailCopy {
         self.start = end;
     }
 
+    /// Whether the copy holds the byte at `pos` (and so every byte after it up to the
+    /// file's end).
+    fn holds(&self, pos: u64) -> bool {
+        pos >= self.start && pos - self.start < self.bytes.len() as u64
+    }
+
     /// The copy of `[pos, pos + len)` when the tail holds all of it.
     fn get(&self, pos: u64, len: u64) -> Option<Bytes> {
         let from = usize::try_from(pos.checked_sub(self.start)?).ok()?;
@@ -761,19 +767,20 @@ impl LogSegment {
         self.read_inner(start_offset, max_bytes, max_offset, min_one_message, false)
     }
 
-    /// [`Self::read_inner`] from the recent batches alone, without reading the file:
-    /// their positions give each batch's size (they lie back to back up to the file's
-    /// end). The file range is always set; the records too when the tail copy holds
-    /// them (a zero-copy reader then sends those). `None` when `start_offset` is not
-    /// inside the recent batches, or when `load` and the copy does not hold the records:
-    /// the caller reads the file.
+    /// [`Self::read_inner`] from the tail copy alone, without reading the file: the
+    /// recent batches' positions give each batch's size (they lie back to back up to
+    /// the file's end), and the copy gives their bytes. `None` when the copy does not
+    /// hold the batch with `start_offset`: the caller reads the file. Only the copy may
+    /// answer without a read. A file range named from memory alone would go unchecked,
+    /// and a segment cut short behind the broker's back would then cost a closed
+    /// connection at every fetch instead of a failed read, which takes the directory
+    /// offline as Kafka does.
     fn read_recent(
         &self,
         start_offset: i64,
         max_bytes: usize,
         max_offset: i64,
         min_one_message: bool,
-        load: bool,
     ) -> Option<FetchDataInfo> {
         let recent = &self.recent_batches;
         let first = recent.partition_point(|(last, _)| *last < start_offset);
@@ -787,6 +794,9 @@ impl LogSegment {
         let end_of = |i: usize| recent.get(i + 1).map_or(self.size, |&(_, p)| p);
         let &(first_last, start_pos) = recent.get(first)?;
         let first_size = end_of(first).checked_sub(start_pos)?;
+        if !self.tail.holds(start_pos) {
+            return None;
+        }
         let mut info = FetchDataInfo::empty(start_offset, self.base_offset, start_pos);
         if first_last >= max_offset {
             return Some(info);
@@ -808,11 +818,7 @@ impl LogSegment {
             }
             len += size;
         }
-        match self.tail.get(start_pos, len) {
-            Some(records) => info.records = records,
-            None if load => return None,
-            None => {}
-        }
+        info.records = self.tail.get(start_pos, len)?;
         info.file_range = Some(FileRange {
             file: Arc::clone(&self.log),
             path: self.log_path.clone(),
@@ -830,9 +836,7 @@ impl LogSegment {
         min_one_message: bool,
         load: bool,
     ) -> Result<Option<FetchDataInfo>, StorageError> {
-        if let Some(info) =
-            self.read_recent(start_offset, max_bytes, max_offset, min_one_message, load)
-        {
+        if let Some(info) = self.read_recent(start_offset, max_bytes, max_offset, min_one_message) {
             return Ok(Some(info));
         }
         let Some((start_pos, first)) = self.translate_offset(start_offset)? else {
