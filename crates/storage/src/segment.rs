@@ -633,7 +633,8 @@ impl LogSegment {
     fn copy_to_tail(&mut self, parts: &[&[u8]], len: u64, pos: u64) {
         let limit = self.tail.limit as u64;
         if limit == 0 || len > limit {
-            if !self.tail.bytes.is_empty() || self.tail.start != self.size {
+            // An empty copy's start is never read (`holds` needs bytes).
+            if !self.tail.bytes.is_empty() {
                 self.tail.clear(self.size);
             }
             return;
