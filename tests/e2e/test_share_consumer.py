@@ -75,6 +75,35 @@ def produce(bootstrap: str, topic: str, count: int, partition: int = 0) -> None:
     assert producer.flush(60) == 0
 
 
+def describe_group(bootstrap: str, group: str) -> dict:
+    out = subprocess.run(
+        [str(rill_binary()), "group", "describe", group, "-b", bootstrap, "--output", "json"],
+        capture_output=True, text=True, timeout=30, check=True,
+    )
+    [described] = json.loads(out.stdout)
+    return described
+
+
+def wait_for_members(bootstrap: str, group: str, want: int, timeout: float = 60) -> None:
+    """Until `want` members have each been given an assignment at the group's current
+    assignment epoch (their heartbeat carried it to them)."""
+    deadline = time.monotonic() + timeout
+    described: dict = {}
+    while time.monotonic() < deadline:
+        try:
+            described = describe_group(bootstrap, group)
+        except subprocess.CalledProcessError:
+            described = {}  # the group does not exist until its first member's heartbeat
+        members = described.get("members", [])
+        if len(members) == want and all(
+            m["assignment"] and m["member_epoch"] == described["assignment_epoch"]
+            for m in members
+        ):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{want} members never held their assignment: {described}")
+
+
 def share_consumer(bootstrap: str, group: str, topic: str, **extra) -> ShareConsumer:
     c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, **extra})
     c.subscribe([topic])
@@ -88,7 +117,6 @@ def test_four_share_consumers_split_one_partition(rill_factory):
     topic, group, total = "queue", "workers", 100_000
     create_topic(server.bootstrap, topic)
     start_at_earliest(server.bootstrap, group)
-    produce(server.bootstrap, topic, total)
 
     seen: list[list[tuple[int, int]]] = [[] for _ in range(4)]
     lock = threading.Lock()
@@ -125,6 +153,11 @@ def test_four_share_consumers_split_one_partition(rill_factory):
     threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
+    # The records go in once every member holds the partition: produced before, they all
+    # went to whichever consumer's assignment reached it first (one drains 100,000 records
+    # in about a second, less than a heartbeat interval apart from the next).
+    wait_for_members(server.bootstrap, group, 4)
+    produce(server.bootstrap, topic, total)
     for t in threads:
         t.join()
     elapsed = time.monotonic() - started
@@ -136,11 +169,7 @@ def test_four_share_consumers_split_one_partition(rill_factory):
     assert all(dc == 1 for per in seen for _, dc in per), "no record was redelivered"
     assert sum(1 for per in seen if per) >= 2, "the partition was shared"
     # `rill group describe` shows where the group stands: everything delivered for good.
-    out = subprocess.run(
-        [str(rill_binary()), "group", "describe", group, "-b", server.bootstrap, "--output", "json"],
-        capture_output=True, text=True, timeout=30, check=True,
-    )
-    [described] = json.loads(out.stdout)
+    described = describe_group(server.bootstrap, group)
     assert described["type"] == "share"
     assert described["offsets"] == [
         {"topic": topic, "partition": 0, "start_offset": total, "lag": 0}
