@@ -328,6 +328,9 @@ class Load:
         self.seen: list[tuple[int, bytes]] = []
         self.errors: list[str] = []
         self._halt = threading.Event()
+        # Set once the producer has flushed: what it acknowledges while flushing comes
+        # after the halt, and the consumer must read that too.
+        self._flushed = threading.Event()
         self.producer = Producer({
             "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
             "linger.ms": 5, "message.timeout.ms": 120000,
@@ -351,21 +354,24 @@ class Load:
             self.acked[message.offset()] = message.value()
 
     def _produce(self):
-        i = 0
-        while not self._halt.is_set():
-            try:
-                self.producer.produce(self.topic, value=f"{i:08d}".encode() + b"z" * 500,
-                                      partition=0, on_delivery=self._on_delivery)
-                i += 1
-            except BufferError:
-                pass
-            self.producer.poll(0.001 if i % 20 else 0.01)
-        if self.producer.flush(120):
-            self.errors.append("undelivered after flush")
+        try:
+            i = 0
+            while not self._halt.is_set():
+                try:
+                    self.producer.produce(self.topic, value=f"{i:08d}".encode() + b"z" * 500,
+                                          partition=0, on_delivery=self._on_delivery)
+                    i += 1
+                except BufferError:
+                    pass
+                self.producer.poll(0.001 if i % 20 else 0.01)
+            if self.producer.flush(120):
+                self.errors.append("undelivered after flush")
+        finally:
+            self._flushed.set()
 
     def _consume(self):
         self.consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
-        while not self._halt.is_set() or self._behind():
+        while not self._flushed.is_set() or self._behind():
             message = self.consumer.poll(0.2)
             if message is None or message.error() is not None:
                 continue
