@@ -2,10 +2,24 @@
 //! bound on every resource a peer can make the server hold.
 //!
 //! Each connection is one task that reads one length-prefixed frame, decodes the header,
-//! hands the request to its [`RequestHandler`] (the server's dispatch) and writes the response before it looks at the
-//! next frame, which is how Kafka keeps responses in request order (it mutes a channel
-//! while a request is in flight). Different connections run in parallel on the runtime's
-//! workers. A frame that cannot be decoded closes that connection only.
+//! hands the request to its [`RequestHandler`] (the server's dispatch) and writes the
+//! response before it looks at the next frame, which is how Kafka keeps responses in
+//! request order (it mutes a channel while a request is in flight). Different connections
+//! run in parallel on the runtime's workers. A frame that cannot be decoded closes that
+//! connection only.
+//!
+//! # Pipelined produce
+//!
+//! One exception, which Kafka does not make: a Produce that has appended its records and
+//! only waits for its replicas (`acks=all`) lets its connection read the next request.
+//! If that is a Produce too it is handled at once, up to [`MAX_PIPELINED_PRODUCES`] at a
+//! time; anything else waits until every request before it has been answered. Responses
+//! still go out in request order. Nothing a client can see changes but time: the appends
+//! happen in request order, as before, and a Produce's answer still says whether its own
+//! records are committed. What changes is that a connection no longer carries at most one
+//! acks=all request per replication round trip: a producer with five requests in flight
+//! (the Java client's and librdkafka's default with idempotence) gets five appended per
+//! round trip, and the followers fetch them together (issue #25).
 //!
 //! # Limits (Kafka's names and defaults)
 //!
@@ -19,7 +33,7 @@
 //! 3. `queued.max.request.bytes` (100 MiB here; Kafka's default -1 means unbounded): once
 //!    a connection has completed a request, each frame takes its size (clamped to the
 //!    pool) from a byte pool *before its body is read*, as Kafka's memory pool does, and
-//!    gives it back when its request has been handled. When the pool is empty the
+//!    gives it back when its request has been handled (a pipelined Produce: appended). When the pool is empty the
 //!    connection simply stops reading, so TCP pushes back on the client. A first frame is
 //!    not charged: it is at most 512 KiB (limit 2) and costs memory only as its bytes
 //!    arrive, and charging it would let strangers that send a size prefix and stall hold
@@ -64,18 +78,23 @@
 //!
 //! Why this cannot deadlock: a connection holds at most one frame's bytes (its size
 //! clamped to the pool) and one slot, acquires them in the same order (bytes, then slot)
-//! and releases both once the [`RequestHandler`] returns; a slot holder is handling a request
+//! and releases both once the [`RequestHandler`] returns (pipelined Produce requests
+//! waiting for their replicas hold neither, and are answered while the connection waits); a slot holder is handling a request
 //! and never waits for bytes or for another connection to read. A long-polling Fetch holds its slot for at most its `max_wait_ms` (itself
 //! capped), so a full request pool delays requests but cannot stop them.
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::FileExt;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
+use futures::stream::{FuturesOrdered, StreamExt};
+use futures::FutureExt;
 use rill_protocol::frame::FRAME_PREFIX_LEN;
 use rill_protocol::{decode_frame, decode_request_header, ApiKey, FrameError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter, Interest};
@@ -813,78 +832,257 @@ impl ResponseWriter
     }
 }
 
+/// Produce requests one connection works on at once (see the module notes on pipelined
+/// produce): what the Java client and librdkafka keep in flight with idempotence. A
+/// client that sends more waits in its socket, as every client did before.
+const MAX_PIPELINED_PRODUCES: usize = 5;
+
+/// A request its handler is done with, and what its metrics need.
+struct Handled {
+    api_key: i16,
+    response: Result<Reply, String>,
+    received: Instant,
+    dequeued: Instant,
+    parked_at: Option<Instant>,
+    handled: Instant,
+}
+
+/// A connection's requests being handled, in the order they came.
+type InFlight<'a> = FuturesOrdered<Pin<Box<dyn Future<Output = Handled> + Send + 'a>>>;
+
+/// The writing side of a connection: the requests in flight, their responses written in
+/// request order, and what a response leaves behind (a quota's mute, bytes to flush).
+struct Responder<'a, W> {
+    writer: W,
+    limits: &'a ConnectionLimits,
+    shutdown: watch::Receiver<bool>,
+    in_flight: InFlight<'a>,
+    /// Responses written since the last flush.
+    unflushed: bool,
+    /// No request is read before then: a quota's throttle (Kafka mutes the channel).
+    muted_until: Option<Instant>,
+    /// A request has been answered (the connection's first frame was not refused).
+    served_one: bool,
+}
+
+impl<'a, W: ResponseWriter> Responder<'a, W> {
+    /// Awaits `work` (reading, waiting for the byte pool or a slot) while answering the
+    /// requests in flight as they complete. Written responses are flushed before the
+    /// connection waits, and only then: responses to requests that were already buffered
+    /// go out together.
+    async fn answering<T>(
+        &mut self,
+        work: impl Future<Output = Result<T, ConnectionError>>,
+    ) -> Result<T, ConnectionError> {
+        let mut work = std::pin::pin!(work);
+        loop {
+            if let Some(out) = (&mut work).now_or_never() {
+                return out;
+            }
+            if self.unflushed {
+                self.flush().await?;
+                continue;
+            }
+            tokio::select! {
+                biased;
+                _ = self.shutdown.changed() => return Err(ConnectionError::Shutdown),
+                Some(done) = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                    self.respond(done).await?;
+                }
+                out = &mut work => return out,
+            }
+        }
+    }
+
+    /// Answers the requests in flight, oldest first, until at most `keep` are left.
+    async fn answer_down_to(&mut self, keep: usize) -> Result<(), ConnectionError> {
+        while self.in_flight.len() > keep {
+            let done = match self.in_flight.next().now_or_never() {
+                Some(done) => done,
+                None => {
+                    if self.unflushed {
+                        self.flush().await?;
+                    }
+                    tokio::select! {
+                        biased;
+                        _ = self.shutdown.changed() => return Err(ConnectionError::Shutdown),
+                        done = self.in_flight.next() => done,
+                    }
+                }
+            };
+            let Some(done) = done else { break };
+            self.respond(done).await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), ConnectionError> {
+        flush_within(&mut self.writer, self.limits.connections_max_idle).await?;
+        self.unflushed = false;
+        Ok(())
+    }
+
+    /// Writes a handled request's response (unflushed) and takes its metrics; a handler's
+    /// refusal closes the connection.
+    async fn respond(&mut self, done: Handled) -> Result<(), ConnectionError> {
+        let idle = self.limits.connections_max_idle;
+        let reply = match done.response {
+            Ok(reply) => reply,
+            Err(reason) => {
+                let _ = tokio::time::timeout(idle, self.writer.flush()).await;
+                return Err(ConnectionError::Protocol(reason));
+            }
+        };
+        self.served_one = true;
+        let throttled = !reply.throttle.is_zero();
+        if throttled && reply.hold_response {
+            if self.unflushed {
+                self.flush().await?;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(reply.throttle) => {}
+                _ = self.shutdown.changed() => return Err(ConnectionError::Shutdown),
+            }
+        }
+        // When the response began to be written: later than `handled` when a quota holds
+        // it back or an earlier request's response was not done (Kafka's response queue
+        // time).
+        let writing = Instant::now();
+        if let Some(chunks) = &reply.chunks {
+            write_chunks(&mut self.writer, chunks, idle).await?;
+            self.unflushed = true;
+        }
+        if throttled && !reply.hold_response {
+            // Muted: the response goes out now, the next request is read after the throttle.
+            let until = Instant::now() + reply.throttle;
+            self.muted_until = Some(self.muted_until.map_or(until, |t| t.max(until)));
+        }
+        let api = metrics::global().requests.api(done.api_key);
+        let parked_at = done.parked_at.unwrap_or(done.handled);
+        metrics::inc(&api.requests);
+        api.request_queue.observe(done.dequeued - done.received);
+        api.local
+            .observe(parked_at.saturating_duration_since(done.dequeued));
+        api.remote
+            .observe(done.handled.saturating_duration_since(parked_at));
+        api.response_queue
+            .observe(writing.saturating_duration_since(done.handled));
+        api.send.observe(writing.elapsed());
+        api.total.observe(done.received.elapsed());
+        api.throttle_time.observe(reply.throttle);
+        Ok(())
+    }
+
+    /// Writes a SASL exchange's answer (no request is in flight then).
+    async fn write_frame(&mut self, body: &[u8]) -> Result<(), ConnectionError> {
+        let idle = self.limits.connections_max_idle;
+        let len = i32::try_from(body.len()).unwrap_or(i32::MAX);
+        write_within(&mut self.writer, &len.to_be_bytes(), idle).await?;
+        write_within(&mut self.writer, body, idle).await?;
+        self.unflushed = true;
+        Ok(())
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWriter>(
     reader: R,
-    mut writer: W,
-    mut session: Session,
+    writer: W,
+    session: Session,
     security: &ListenerSecurity,
     handler: Arc<H>,
     limits: &ConnectionLimits,
     pools: &RequestPools,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> Result<(), ConnectionError> {
-    let mut frames = FrameReader {
+    let frames = FrameReader {
         reader,
         buf: BytesMut::new(),
         idle: limits.connections_max_idle,
     };
+    let responder = Responder {
+        writer,
+        limits,
+        shutdown,
+        in_flight: FuturesOrdered::new(),
+        unflushed: false,
+        muted_until: None,
+        served_one: false,
+    };
+    match serve_requests(frames, responder, session, security, handler, pools).await {
+        Err(ConnectionError::Shutdown) => Ok(()),
+        ended => ended,
+    }
+}
+
+async fn serve_requests<'a, H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWriter>(
+    mut frames: FrameReader<R>,
+    mut out: Responder<'a, W>,
+    mut session: Session,
+    security: &ListenerSecurity,
+    handler: Arc<H>,
+    pools: &'a RequestPools,
+) -> Result<(), ConnectionError> {
+    let limits = out.limits;
     let mut sasl = security.sasl.clone().map(Authenticator::new);
-    let mut served_one = false;
     // The handler's generation when this connection's first request came.
     let mut generation = None;
     loop {
-        let next = tokio::select! {
-            next = frames.next_size() => next?,
-            _ = shutdown.changed() => return Ok(()),
-        };
-        let Some(size) = next else {
-            return Ok(());
+        while let Some(until) = out.muted_until.take() {
+            out.answering(async {
+                tokio::time::sleep_until(until.into()).await;
+                Ok(())
+            })
+            .await?;
+        }
+        let Some(size) = out.answering(frames.next_size()).await? else {
+            out.answer_down_to(0).await?;
+            return out.flush().await;
         };
         // Until a SASL connection has authenticated, every frame is held to the
         // pre-authentication limit and none is charged to the pool (see the module docs).
         // A re-authentication's frames are held to it as well (KIP-368).
-        let trusted = served_one
+        let trusted = out.served_one
             && sasl
                 .as_ref()
                 .is_none_or(|a| a.principal().is_some() && !a.exchanging());
         let size = check_size(size, trusted, limits)?;
         // Back-pressure: until the byte pool has room this connection reads nothing more.
         let bytes = if trusted {
-            let permit = tokio::select! {
-                permit = acquire_bytes(pools, size) => permit,
-                _ = shutdown.changed() => return Ok(()),
-            };
-            Some(permit.ok_or(ConnectionError::Shutdown)?)
+            let permit = out
+                .answering(async {
+                    acquire_bytes(pools, size)
+                        .await
+                        .ok_or(ConnectionError::Shutdown)
+                })
+                .await?;
+            Some(permit)
         } else {
             None
         };
-        let frame = tokio::select! {
-            frame = frames.frame(size) => frame?,
-            _ = shutdown.changed() => return Ok(()),
-        };
+        let frame = out.answering(frames.frame(size)).await?;
         // Kafka's request clock starts when the whole request has been read.
         let received = Instant::now();
         if let Some(auth) = sasl.as_mut().filter(|a| a.expects_raw_token()) {
+            out.answer_down_to(0).await?;
             // After a v0 SaslHandshake the tokens come as bare frames (before KIP-152).
             let verdict = auth.raw_token(&frame, AuthTime::now(), |name| {
                 handler.scram_credential(name)
             });
             match verdict {
                 Verdict::Respond(token) => {
-                    let len = i32::try_from(token.len()).unwrap_or(i32::MAX);
-                    write_within(&mut writer, &len.to_be_bytes(), limits.connections_max_idle)
-                        .await?;
-                    write_within(&mut writer, &token, limits.connections_max_idle).await?;
-                    flush_within(&mut writer, limits.connections_max_idle).await?;
+                    out.write_frame(&token).await?;
                     if let Some(p) = auth.principal() {
                         session.principal = Arc::from(p);
                         session.token_authenticated = auth.token_authenticated();
                     }
-                    served_one = true;
+                    out.served_one = true;
                     continue;
                 }
-                Verdict::Close { reason, .. } => return Err(ConnectionError::Protocol(reason)),
+                Verdict::Close { reason, .. } => {
+                    let _ = out.flush().await;
+                    return Err(ConnectionError::Protocol(reason));
+                }
                 Verdict::Expired => return Err(expired()),
                 Verdict::Pass => {}
             }
@@ -892,6 +1090,12 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
         let mut body = frame;
         let (header, api_key) = decode_request_header(&mut body)
             .map_err(|e| ConnectionError::Protocol(format!("request header: {e}")))?;
+        // A Produce after a Produce starts as soon as the one before it has appended; any
+        // other request waits until everything before it has been answered, as in Kafka.
+        let pipelined = trusted && api_key == Some(ApiKey::Produce);
+        if !pipelined {
+            out.answer_down_to(0).await?;
+        }
         let verdict = match sasl.as_mut() {
             Some(auth) => auth.request(
                 header.request_api_key,
@@ -915,29 +1119,27 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
             }
             None => Verdict::Pass,
         };
+        if !matches!(verdict, Verdict::Pass) {
+            out.answer_down_to(0).await?;
+        }
         match verdict {
             Verdict::Pass => {}
             Verdict::Respond(body) => {
-                let len = i32::try_from(body.len()).unwrap_or(i32::MAX);
-                write_within(&mut writer, &len.to_be_bytes(), limits.connections_max_idle).await?;
-                write_within(&mut writer, &body, limits.connections_max_idle).await?;
-                flush_within(&mut writer, limits.connections_max_idle).await?;
+                out.write_frame(&body).await?;
                 if let Some(auth) = sasl.as_ref() {
                     if let Some(p) = auth.principal() {
                         session.principal = Arc::from(p);
                         session.token_authenticated = auth.token_authenticated();
                     }
                 }
-                served_one = true;
+                out.served_one = true;
                 continue;
             }
             Verdict::Close { response, reason } => {
                 if let Some(body) = response {
-                    let len = i32::try_from(body.len()).unwrap_or(i32::MAX);
-                    write_within(&mut writer, &len.to_be_bytes(), limits.connections_max_idle)
-                        .await?;
-                    write_within(&mut writer, &body, limits.connections_max_idle).await?;
-                    let _ = flush_within(&mut writer, limits.connections_max_idle).await;
+                    out.write_frame(&body).await?;
+                    let _ = out.flush().await;
+                    let mut shutdown = out.shutdown.clone();
                     tokio::select! {
                         _ = tokio::time::sleep(limits.failed_authentication_delay) => {}
                         _ = shutdown.changed() => {}
@@ -947,77 +1149,69 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
             }
             Verdict::Expired => return Err(expired()),
         }
-        let slot = tokio::select! {
-            slot = pools.requests.clone().acquire_owned() => {
-                slot.map_err(|_| ConnectionError::Shutdown)?
-            }
-            _ = shutdown.changed() => return Ok(()),
-        };
+        let slot = out
+            .answering(async {
+                pools
+                    .requests
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| ConnectionError::Shutdown)
+            })
+            .await?;
         let dequeued = Instant::now();
         let now = handler.connection_generation();
         if *generation.get_or_insert(now) != now {
-            let _ = tokio::time::timeout(limits.connections_max_idle, writer.flush()).await;
+            out.answer_down_to(0).await?;
+            let _ = out.flush().await;
             return Err(ConnectionError::Protocol(
                 "the server's answers on this connection may be stale; start over".into(),
             ));
         }
-        // The slot goes back when the request ends or parks (see `request_slot`).
-        let (response, parked_at) = request_slot::holding_timed(
-            slot,
-            handler.handle_request(&header, api_key, body, &session),
-        )
-        .await;
-        let handled = Instant::now();
-        drop(bytes);
-        // When the response began to be written: later than `handled` only when a quota
-        // holds it back (Kafka's response queue time).
-        let (writing, throttle, mute) = match response {
-            Ok(reply) => {
-                served_one = true;
-                let throttled = !reply.throttle.is_zero();
-                if throttled && reply.hold_response {
-                    tokio::select! {
-                        _ = tokio::time::sleep(reply.throttle) => {}
-                        _ = shutdown.changed() => return Ok(()),
-                    }
-                }
-                let writing = Instant::now();
-                if let Some(chunks) = &reply.chunks {
-                    write_chunks(&mut writer, chunks, limits.connections_max_idle).await?;
-                }
-                // Muted: the response goes out now, the next request is read after the
-                // throttle (below, once the request's metrics are taken).
-                let mute = throttled && !reply.hold_response;
-                (writing, reply.throttle, mute.then_some(reply.throttle))
+        // A pipelined Produce gives its frame's bytes back to the pool once it has
+        // appended, as Kafka releases a request's buffer when its handler returns
+        // (before the purgatory): the pool bounds requests being read and worked on, and
+        // a Produce waiting for its replicas must not keep the followers' fetches out.
+        let (settled, appended, bytes, held_until_appended) = match pipelined {
+            true => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                (Some(tx), Some(rx), None, bytes)
             }
-            Err(reason) => {
-                let _ = tokio::time::timeout(limits.connections_max_idle, writer.flush()).await;
-                return Err(ConnectionError::Protocol(reason));
-            }
+            false => (None, None, bytes, None),
         };
-        // Pipelined requests already buffered are answered together with one flush; a
-        // muted connection reads none for a while, so it flushes now.
-        if mute.is_some() || frames.buf.len() < FRAME_PREFIX_LEN || !frame_complete(&frames.buf) {
-            flush_within(&mut writer, limits.connections_max_idle).await?;
-        }
-        let api = metrics::global().requests.api(header.request_api_key);
-        let parked_at = parked_at.unwrap_or(handled);
-        metrics::inc(&api.requests);
-        api.request_queue.observe(dequeued - received);
-        api.local
-            .observe(parked_at.saturating_duration_since(dequeued));
-        api.remote
-            .observe(handled.saturating_duration_since(parked_at));
-        api.response_queue
-            .observe(writing.saturating_duration_since(handled));
-        api.send.observe(writing.elapsed());
-        api.total.observe(received.elapsed());
-        api.throttle_time.observe(throttle);
-        if let Some(throttle) = mute {
-            tokio::select! {
-                _ = tokio::time::sleep(throttle) => {}
-                _ = shutdown.changed() => return Ok(()),
+        let handler = handler.clone();
+        let request_session = session.clone();
+        out.in_flight.push_back(Box::pin(async move {
+            // The slot goes back when the request ends or parks (see `request_slot`).
+            let (response, parked_at) = request_slot::holding_settled(
+                slot,
+                settled,
+                handler.handle_request(&header, api_key, body, &request_session),
+            )
+            .await;
+            let handled = Instant::now();
+            drop(bytes);
+            Handled {
+                api_key: header.request_api_key,
+                response,
+                received,
+                dequeued,
+                parked_at,
+                handled,
             }
+        }));
+        match appended {
+            Some(appended) => {
+                // Whether it appended or ended, the next Produce may start.
+                out.answering(async {
+                    let _ = appended.await;
+                    Ok(())
+                })
+                .await?;
+                drop(held_until_appended);
+                out.answer_down_to(MAX_PIPELINED_PRODUCES - 1).await?;
+            }
+            None => out.answer_down_to(0).await?,
         }
     }
 }
@@ -1029,17 +1223,6 @@ async fn flush_within<W: AsyncWrite + Unpin>(
     match tokio::time::timeout(idle, writer.flush()).await {
         Ok(r) => Ok(r?),
         Err(_) => Err(ConnectionError::Idle(idle)),
-    }
-}
-
-/// Whether `buf` starts with a whole frame (the next request needs no read).
-fn frame_complete(buf: &[u8]) -> bool {
-    match buf.get(..FRAME_PREFIX_LEN) {
-        Some(p) => {
-            let size = i32::from_be_bytes([p[0], p[1], p[2], p[3]]);
-            size >= 0 && buf.len() - FRAME_PREFIX_LEN >= size as usize
-        }
-        None => false,
     }
 }
 
@@ -1417,6 +1600,156 @@ mod tests {
             assert_eq!(response(&mut sock).await, Some(id));
         }
         server.shutdown().await;
+    }
+
+    /// A handler that notes when each request starts and ends. A Produce settles (as one
+    /// that has appended) and then waits until the test releases its correlation id.
+    struct Scripted {
+        log: Mutex<Vec<(&'static str, i32)>>,
+        released: watch::Sender<Vec<i32>>,
+    }
+
+    impl RequestHandler for Scripted {
+        fn handle_request(
+            &self,
+            header: &RequestHeader,
+            api_key: Option<ApiKey>,
+            _body: Bytes,
+            _session: &Session,
+        ) -> impl std::future::Future<Output = Result<Reply, String>> + Send {
+            let id = header.correlation_id;
+            let mut released = self.released.subscribe();
+            async move {
+                self.log.lock().unwrap().push(("start", id));
+                if api_key == Some(ApiKey::Produce) {
+                    request_slot::settle();
+                    released.wait_for(|r| r.contains(&id)).await.unwrap();
+                }
+                self.log.lock().unwrap().push(("end", id));
+                let mut frame = BytesMut::new();
+                frame.put_i32(4);
+                frame.put_i32(id);
+                Ok(Reply::new(Some(vec![ResponseChunk::Bytes(frame.freeze())])))
+            }
+        }
+
+        fn broker_config_value(&self, _key: &str) -> Option<String> {
+            None
+        }
+    }
+
+    async fn scripted_server() -> (Arc<Scripted>, SocketAddr, watch::Sender<bool>) {
+        let handler = Arc::new(Scripted {
+            log: Mutex::new(Vec::new()),
+            released: watch::channel(Vec::new()).0,
+        });
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let listener = Listener {
+            tcp,
+            security: Arc::new(ListenerSecurity::plaintext("PLAINTEXT")),
+        };
+        let (stop, shutdown) = watch::channel(false);
+        tokio::spawn(serve(
+            vec![listener],
+            handler.clone(),
+            ConnectionLimits::default(),
+            shutdown,
+        ));
+        (handler, addr, stop)
+    }
+
+    fn produce(id: i32) -> BytesMut {
+        request(
+            ApiKey::Produce,
+            9,
+            id,
+            &rill_protocol::generated::ProduceRequest::default(),
+        )
+    }
+
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while !done() {
+            assert!(Instant::now() < deadline, "never: {what}");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_produce_that_appended_lets_the_next_produce_start_and_answers_stay_in_order() {
+        let (handler, addr, _stop) = scripted_server().await;
+        let mut sock = TcpStream::connect(addr).await.unwrap();
+        sock.write_all(&api_versions(0)).await.unwrap();
+        assert_eq!(response(&mut sock).await, Some(0));
+        let mut all = BytesMut::new();
+        all.put(produce(1));
+        all.put(produce(2));
+        all.put(request(
+            ApiKey::Metadata,
+            12,
+            3,
+            &MetadataRequest::default(),
+        ));
+        sock.write_all(&all).await.unwrap();
+        let started = |id| handler.log.lock().unwrap().contains(&("start", id));
+        until("the second Produce starts while the first waits", || {
+            started(2)
+        })
+        .await;
+        // Anything else waits for the answers before it.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!started(3), "{:?}", handler.log.lock().unwrap());
+        // The second is done first; its answer still waits for the first's.
+        handler.released.send_modify(|r| r.push(2));
+        until("the second Produce ends", || {
+            handler.log.lock().unwrap().contains(&("end", 2))
+        })
+        .await;
+        let early = tokio::time::timeout(Duration::from_millis(50), sock.read_i32()).await;
+        assert!(
+            early.is_err(),
+            "an answer before the first Produce's: {early:?}"
+        );
+        handler.released.send_modify(|r| r.push(1));
+        for id in 1..=3 {
+            assert_eq!(response(&mut sock).await, Some(id));
+        }
+        let log = handler.log.lock().unwrap().clone();
+        let at = |e| log.iter().position(|x| *x == e).unwrap();
+        assert!(at(("start", 3)) > at(("end", 1)) && at(("start", 3)) > at(("end", 2)));
+    }
+
+    #[tokio::test]
+    async fn no_more_than_five_produces_are_pipelined() {
+        let (handler, addr, _stop) = scripted_server().await;
+        let mut sock = TcpStream::connect(addr).await.unwrap();
+        sock.write_all(&api_versions(0)).await.unwrap();
+        assert_eq!(response(&mut sock).await, Some(0));
+        let mut all = BytesMut::new();
+        for id in 1..=7 {
+            all.put(produce(id));
+        }
+        sock.write_all(&all).await.unwrap();
+        let starts = || {
+            let log = handler.log.lock().unwrap();
+            log.iter()
+                .filter(|(what, id)| *what == "start" && *id > 0)
+                .count()
+        };
+        until("five Produce requests start", || starts() == 5).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(starts(), MAX_PIPELINED_PRODUCES);
+        handler.released.send_modify(|r| r.push(1));
+        assert_eq!(response(&mut sock).await, Some(1));
+        until("the sixth starts once the first is answered", || {
+            starts() == 6
+        })
+        .await;
+        handler.released.send_modify(|r| r.extend(2..=7));
+        for id in 2..=7 {
+            assert_eq!(response(&mut sock).await, Some(id));
+        }
     }
 
     async fn admitted(addr: SocketAddr) -> Option<TcpStream> {

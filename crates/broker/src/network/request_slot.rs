@@ -15,17 +15,24 @@
 //! does nothing. The first `park` also notes when it happened: the time before it is
 //! the request's local time and the time after it its remote time, Kafka's
 //! `LocalTimeMs` and `RemoteTimeMs` (`crate::metrics::ApiMetrics`).
+//!
+//! A Produce that has appended and only waits for its replicas calls [`settle`] instead:
+//! it parks, and tells its connection that whatever orders it among the connection's
+//! requests is done, so that the connection may start the next Produce while this one
+//! waits (see the network module's notes on pipelined produce).
 
 use std::cell::RefCell;
 use std::future::Future;
 use std::time::Instant;
 
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
-/// What rides with a handler: its slot until it parks, and when it first parked.
+/// What rides with a handler: its slot until it parks, when it first parked, and whom to
+/// tell when it settles.
 struct Held {
     slot: Option<OwnedSemaphorePermit>,
     parked_at: Option<Instant>,
+    settled: Option<oneshot::Sender<()>>,
 }
 
 tokio::task_local! {
@@ -42,9 +49,20 @@ pub async fn holding_timed<F: Future>(
     slot: OwnedSemaphorePermit,
     handler: F,
 ) -> (F::Output, Option<Instant>) {
+    holding_settled(slot, None, handler).await
+}
+
+/// As [`holding_timed`], and `settled` hears when the handler calls [`settle`] (or is
+/// dropped unsent when the handler ends without settling).
+pub async fn holding_settled<F: Future>(
+    slot: OwnedSemaphorePermit,
+    settled: Option<oneshot::Sender<()>>,
+    handler: F,
+) -> (F::Output, Option<Instant>) {
     let held = RefCell::new(Held {
         slot: Some(slot),
         parked_at: None,
+        settled,
     });
     SLOT.scope(held, async move {
         let out = handler.await;
@@ -61,6 +79,18 @@ pub fn park() {
         let mut held = held.borrow_mut();
         held.slot.take();
         held.parked_at.get_or_insert_with(Instant::now);
+    });
+}
+
+/// Parks, and says that the running request has done all that orders it among its
+/// connection's requests: a Produce whose records are appended, waiting for its replicas.
+/// The connection may then start its next Produce.
+pub fn settle() {
+    park();
+    let _ = SLOT.try_with(|held| {
+        if let Some(settled) = held.borrow_mut().settled.take() {
+            let _ = settled.send(());
+        }
     });
 }
 
@@ -108,6 +138,33 @@ mod tests {
         let slot = pool.clone().acquire_owned().await.unwrap();
         let ((), parked) = holding_timed(slot, async {}).await;
         assert_eq!(parked, None);
+    }
+
+    #[tokio::test]
+    async fn settling_parks_and_tells_the_connection() {
+        let pool = Arc::new(Semaphore::new(1));
+        let slot = pool.clone().acquire_owned().await.unwrap();
+        let (tx, mut rx) = oneshot::channel();
+        let observed = holding_settled(slot, Some(tx), {
+            let pool = pool.clone();
+            async move {
+                park();
+                let parked_only = pool.available_permits();
+                settle();
+                settle();
+                parked_only
+            }
+        })
+        .await;
+        assert_eq!(observed.0, 1);
+        assert_eq!(rx.try_recv(), Ok(()));
+        // A handler that ends without settling drops the sender: the connection hears
+        // that too.
+        let slot = pool.clone().acquire_owned().await.unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        holding_settled(slot, Some(tx), async {}).await;
+        assert!(rx.await.is_err());
+        settle();
     }
 
     #[tokio::test]

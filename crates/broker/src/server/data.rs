@@ -291,8 +291,10 @@ impl Broker {
             return None;
         }
         if !waits.is_empty() {
-            // Waiting for the replicas is not work: give the request slot back.
-            request_slot::park();
+            // Waiting for the replicas is not work: give the request slot back, and let
+            // the connection append its next Produce meanwhile (the order of appends is
+            // all that orders two of them).
+            request_slot::settle();
         }
         for (t, p, tp, epoch, required, min_insync) in waits {
             let code = self
