@@ -6,6 +6,8 @@ What these tests hold the cluster to:
 - an idempotent acks=all producer loses nothing, duplicates nothing and never sees one
   offset hold two records while a partition leader is killed with SIGKILL and restarted,
   and the restarted node returns to the ISR;
+- with five one-record requests in flight (pipelined at the leader), a leader killed with
+  SIGKILL leaves every value stored once and in the order produced;
 - CreatePartitions and DeleteTopics act on every node (and every node's disk);
 - the active controller can die and a new one takes over (topics can still be created);
 - with two of three nodes down, acks=all writes are refused, never acknowledged;
@@ -260,6 +262,70 @@ def test_leader_kill9_loses_no_acknowledged_record(rill_cluster_factory):
     # The restarted replica holds the same log: read it through a leader change to it.
     parts = partition_metadata(client, topic)
     assert sorted(parts[0].isrs) == [1, 2, 3]
+
+
+def test_pipelined_produce_keeps_the_order_through_a_leader_kill9(rill_cluster_factory):
+    """An idempotent producer with five requests in flight and one record per request
+    (`linger.ms=0`): the leader appends each Produce while the ones before it still wait
+    for their replicas (pipelined produce, issue #25). Through a leader killed with
+    SIGKILL in the middle — appends beyond the high watermark truncated, the producer's
+    requests retried on the new leader — the partition holds every value once, in the
+    order produced."""
+    cluster = rill_cluster_factory()
+    topic = unique_topic("pipelined")
+    client = create_replicated_topic(
+        cluster.bootstrap, topic, 1, 3, {"min.insync.replicas": "2"}
+    )
+    producer = Producer({
+        "bootstrap.servers": cluster.bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 0,
+        "max.in.flight.requests.per.connection": 5,
+        "message.timeout.ms": 60000,
+        "topic.metadata.refresh.interval.ms": 1000,
+    })
+    acked: dict[int, int] = {}
+    errors: list[str] = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(str(err))
+        else:
+            acked[int(msg.value())] = msg.offset()
+
+    # The leader dies with 10,000 records acknowledged and 10,000 more queued or in
+    # flight; 10,000 more are produced after.
+    total, queued_at_kill, acked_at_kill = 30_000, 20_000, 10_000
+    victim = None
+    for value in range(total):
+        while True:
+            try:
+                producer.produce(topic, str(value).encode(), partition=0, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+        if value + 1 == queued_at_kill:
+            deadline = time.monotonic() + 60
+            while len(acked) < acked_at_kill and time.monotonic() < deadline:
+                producer.poll(0.001)
+            assert len(acked) < queued_at_kill, "everything was acknowledged before the kill"
+            victim = leader_of(client, topic, 0)
+            cluster.node(victim).kill9()
+    assert producer.flush(90) == 0, "records undelivered"
+    assert victim is not None
+    assert not errors, errors[:5]
+    assert len(acked) == total
+    log = check_log_matches_acks(cluster.bootstrap, topic, 1, acked, 0)
+    values = [int(log[o].value) for o in sorted(log)]
+    assert values == list(range(total)), "values out of order, missing or repeated"
+    cluster.start_node(victim)
+    wait_for(
+        lambda: victim in partition_metadata(client, topic)[0].isrs,
+        SETTLE_TIMEOUT_S,
+        f"node {victim} back in the ISR",
+    )
 
 
 def test_active_controller_failover(rill_cluster_factory):

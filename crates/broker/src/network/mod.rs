@@ -869,10 +869,12 @@ impl<'a, W: ResponseWriter> Responder<'a, W> {
     /// Awaits `work` (reading, waiting for the byte pool or a slot) while answering the
     /// requests in flight as they complete. Written responses are flushed before the
     /// connection waits, and only then: responses to requests that were already buffered
-    /// go out together.
+    /// go out together. Shutting down ends the wait unless `finish` (a request still
+    /// appending is not cut off half-way, as none was before pipelining).
     async fn answering<T>(
         &mut self,
         work: impl Future<Output = Result<T, ConnectionError>>,
+        finish: bool,
     ) -> Result<T, ConnectionError> {
         let mut work = std::pin::pin!(work);
         loop {
@@ -885,7 +887,7 @@ impl<'a, W: ResponseWriter> Responder<'a, W> {
             }
             tokio::select! {
                 biased;
-                _ = self.shutdown.changed() => return Err(ConnectionError::Shutdown),
+                _ = self.shutdown.changed(), if !finish => return Err(ConnectionError::Shutdown),
                 Some(done) = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     self.respond(done).await?;
                 }
@@ -894,7 +896,8 @@ impl<'a, W: ResponseWriter> Responder<'a, W> {
         }
     }
 
-    /// Answers the requests in flight, oldest first, until at most `keep` are left.
+    /// Answers the requests in flight, oldest first, until at most `keep` are left. A
+    /// request being handled is finished, shutdown or not, as before pipelining.
     async fn answer_down_to(&mut self, keep: usize) -> Result<(), ConnectionError> {
         while self.in_flight.len() > keep {
             let done = match self.in_flight.next().now_or_never() {
@@ -903,11 +906,7 @@ impl<'a, W: ResponseWriter> Responder<'a, W> {
                     if self.unflushed {
                         self.flush().await?;
                     }
-                    tokio::select! {
-                        biased;
-                        _ = self.shutdown.changed() => return Err(ConnectionError::Shutdown),
-                        done = self.in_flight.next() => done,
-                    }
+                    self.in_flight.next().await
                 }
             };
             let Some(done) = done else { break };
@@ -1029,13 +1028,16 @@ async fn serve_requests<'a, H: RequestHandler, R: AsyncRead + Unpin, W: Response
     let mut generation = None;
     loop {
         while let Some(until) = out.muted_until.take() {
-            out.answering(async {
-                tokio::time::sleep_until(until.into()).await;
-                Ok(())
-            })
+            out.answering(
+                async {
+                    tokio::time::sleep_until(until.into()).await;
+                    Ok(())
+                },
+                false,
+            )
             .await?;
         }
-        let Some(size) = out.answering(frames.next_size()).await? else {
+        let Some(size) = out.answering(frames.next_size(), false).await? else {
             out.answer_down_to(0).await?;
             return out.flush().await;
         };
@@ -1050,17 +1052,20 @@ async fn serve_requests<'a, H: RequestHandler, R: AsyncRead + Unpin, W: Response
         // Back-pressure: until the byte pool has room this connection reads nothing more.
         let bytes = if trusted {
             let permit = out
-                .answering(async {
-                    acquire_bytes(pools, size)
-                        .await
-                        .ok_or(ConnectionError::Shutdown)
-                })
+                .answering(
+                    async {
+                        acquire_bytes(pools, size)
+                            .await
+                            .ok_or(ConnectionError::Shutdown)
+                    },
+                    false,
+                )
                 .await?;
             Some(permit)
         } else {
             None
         };
-        let frame = out.answering(frames.frame(size)).await?;
+        let frame = out.answering(frames.frame(size), false).await?;
         // Kafka's request clock starts when the whole request has been read.
         let received = Instant::now();
         if let Some(auth) = sasl.as_mut().filter(|a| a.expects_raw_token()) {
@@ -1150,14 +1155,17 @@ async fn serve_requests<'a, H: RequestHandler, R: AsyncRead + Unpin, W: Response
             Verdict::Expired => return Err(expired()),
         }
         let slot = out
-            .answering(async {
-                pools
-                    .requests
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| ConnectionError::Shutdown)
-            })
+            .answering(
+                async {
+                    pools
+                        .requests
+                        .clone()
+                        .acquire_owned()
+                        .await
+                        .map_err(|_| ConnectionError::Shutdown)
+                },
+                false,
+            )
             .await?;
         let dequeued = Instant::now();
         let now = handler.connection_generation();
@@ -1203,10 +1211,13 @@ async fn serve_requests<'a, H: RequestHandler, R: AsyncRead + Unpin, W: Response
         match appended {
             Some(appended) => {
                 // Whether it appended or ended, the next Produce may start.
-                out.answering(async {
-                    let _ = appended.await;
-                    Ok(())
-                })
+                out.answering(
+                    async {
+                        let _ = appended.await;
+                        Ok(())
+                    },
+                    true,
+                )
                 .await?;
                 drop(held_until_appended);
                 out.answer_down_to(MAX_PIPELINED_PRODUCES - 1).await?;
