@@ -47,6 +47,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from kafka_helpers import create_topic, unique_topic, wait_for
+from kafka_wire import read_exact
 from rill_harness import RillCluster, free_port, rill_binary
 from test_cluster import create_replicated_topic, leader_of
 from test_quotas import metadata_throttle_ms, rill_quota
@@ -683,9 +684,13 @@ def test_fetcher_failures_and_quorum_lag_show_when_a_leader_dies(rill_cluster_fa
         30, "the live follower's lag back at zero")
 
 
-def test_the_request_byte_pool_shows_what_a_parked_produce_holds(rill_cluster_factory):
-    """A produce waiting for a frozen follower (acks=all) holds its frame's bytes of
-    queued.max.request.bytes (MemoryPoolUsed) until it is answered."""
+def test_the_request_byte_pool_counts_frames_being_read_not_produces_waiting_for_replicas(
+        rill_cluster_factory):
+    """queued.max.request.bytes (MemoryPoolUsed) holds a frame's bytes from its size
+    prefix on, before its body has come. A produce that has appended and waits for a
+    frozen follower (acks=all) has given them back, as Kafka releases a request's buffer
+    when its handler returns, before the purgatory: a produce waiting for its replicas
+    must not keep the followers' fetches out of the pool."""
     cluster = rill_cluster_factory(overrides={**HTTP_ON, "replica.lag.time.max.ms": "60000"})
     topic = unique_topic("pool")
     client = create_replicated_topic(cluster.bootstrap, topic, 1, 3)
@@ -696,6 +701,22 @@ def test_the_request_byte_pool_shows_what_a_parked_produce_holds(rill_cluster_fa
     available = "kafka_network_socketserver_memory_pool_available_bytes"
     idle = scrape(address)
     assert value(idle, used) + value(idle, available) == 104_857_600
+
+    # A connection that has been answered once (so its frames are charged to the pool)
+    # sends the size prefix of a 1 MB frame and a few bytes of it.
+    host, port = leader.bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        header = struct.pack(">hhi", 18, 0, 1) + struct.pack(">h", 4) + b"pool"
+        sock.sendall(struct.pack(">i", len(header)) + header)
+        size = struct.unpack(">i", read_exact(sock, 4))[0]
+        read_exact(sock, size)
+        sock.sendall(struct.pack(">i", 1_000_000) + b"\0" * 100)
+        held = wait_for(lambda: (s := scrape(address)) and value(s, used) >= 1_000_000 and s,
+                        30, "the frame's bytes in the pool while it is read")
+        assert value(held, available) == 104_857_600 - value(held, used)
+    wait_for(lambda: value(scrape(address), used) < 1_000_000, 30,
+             "the bytes given back when the connection closed")
+
     follower = cluster.node(next(i for i in (1, 2, 3) if i != leader_id))
     follower._signal_group(signal.SIGSTOP)
     try:
@@ -705,15 +726,16 @@ def test_the_request_byte_pool_shows_what_a_parked_produce_holds(rill_cluster_fa
         producer.produce(topic, value=b"p" * 1_000_000, partition=0,
                          on_delivery=lambda err, _m: delivered.append(err))
         producer.poll(0)
-        held = wait_for(lambda: (s := scrape(address)) and value(s, used) >= 1_000_000 and s,
-                        30, "the parked produce's bytes in the pool")
-        assert value(held, available) == 104_857_600 - value(held, used)
-        assert not delivered
+        segment = leader.data_dir / f"{topic}-0" / "00000000000000000000.log"
+        wait_for(lambda: segment.exists() and segment.stat().st_size > 1_000_000, 30,
+                 "the record appended on the leader")
+        waiting = scrape(address)
+        producer.poll(0.5)
+        assert not delivered, "answered although a follower is frozen"
+        assert value(waiting, used) < 1_000_000, value(waiting, used)
     finally:
         follower._signal_group(signal.SIGCONT)
     assert producer.flush(60) == 0 and delivered == [None], delivered
-    wait_for(lambda: value(scrape(address), used) < 1_000_000, 30,
-             "the produce's bytes given back once it was answered")
 
 
 def test_segment_rolls_are_timed_as_flushes_and_retention_deletions_counted(rill_factory):
