@@ -182,11 +182,40 @@ async fn wait_leader(nodes: &[&MetadataQuorum]) -> u64 {
 }
 
 async fn cluster(dir: &Path, config: QuorumConfig) -> Vec<MetadataQuorum> {
-    let voters: BTreeMap<u64, SocketAddr> = (1..=3).map(|id| (id, free_addr())).collect();
-    let mut nodes = Vec::new();
-    for id in 1..=3 {
-        nodes.push(start(id, &voters, dir, config.clone()).await);
-    }
+    // The ports are found free and bound later, and a test running beside this one can
+    // take one in between: such a clash starts the three over, on new ports and empty
+    // directories.
+    let mut attempts = 0;
+    let nodes = 'start: loop {
+        attempts += 1;
+        let voters: BTreeMap<u64, SocketAddr> = (1..=3).map(|id| (id, free_addr())).collect();
+        let mut nodes = Vec::new();
+        for id in 1..=3 {
+            let started = MetadataQuorum::start_with(
+                id,
+                voters.clone(),
+                dir.join(id.to_string()),
+                config.clone(),
+            )
+            .await;
+            match started {
+                Ok(node) => nodes.push(node),
+                Err(MetadataError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::AddrInUse && attempts < 5 =>
+                {
+                    for node in nodes {
+                        node.shutdown().await.unwrap();
+                    }
+                    for id in 1..=3 {
+                        let _ = std::fs::remove_dir_all(dir.join(id.to_string()));
+                    }
+                    continue 'start;
+                }
+                Err(e) => panic!("node {id} did not start: {e}"),
+            }
+        }
+        break nodes;
+    };
     wait_leader(&nodes.iter().collect::<Vec<_>>()).await;
     // The first controller finalizes metadata.version at once; let that record commit
     // everywhere before a test takes nodes away.
