@@ -16,6 +16,21 @@ use rill_protocol::{ErrorCode, Uuid};
 
 use crate::*;
 
+/// A loopback address no other test of this process was given. The port is found free
+/// and bound later by the quorum under test, so two tests running side by side could
+/// otherwise be handed the same one in between (a clash CI met once).
+pub(crate) fn free_addr() -> std::net::SocketAddr {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        if GIVEN.lock().unwrap().insert(addr.port()) {
+            return addr;
+        }
+    }
+}
+
 /// A controller, the image it decides from, and the time.
 pub(crate) struct Harness {
     pub controller: QuorumController,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use rill_protocol::{ErrorCode, Uuid};
 
+use super::free_addr;
 use crate::quorum::{self, CommittedRecords, MetadataQuorum, QuorumConfig};
 use crate::*;
 
@@ -18,11 +19,6 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// Topics created before the late observer starts: enough entries that the leader's log
 /// is purged past its beginning (a snapshot every 10 entries, 100 kept behind it).
 const TOPICS: usize = 150;
-
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
 
 fn fast() -> QuorumConfig {
     QuorumConfig {

@@ -8,13 +8,9 @@ use std::time::{Duration, Instant};
 
 use rill_protocol::{ErrorCode, Uuid};
 
+use super::free_addr;
 use crate::quorum::{MetadataQuorum, QuorumConfig};
 use crate::*;
-
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
 
 fn fast(session_timeout_ms: i64) -> QuorumConfig {
     QuorumConfig {

@@ -7,13 +7,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::free_addr;
 use crate::quorum::{MetadataQuorum, QuorumConfig, VoterChangeError};
 use crate::*;
-
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
 
 fn fast() -> QuorumConfig {
     QuorumConfig {
