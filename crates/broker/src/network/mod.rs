@@ -1649,7 +1649,9 @@ mod tests {
         }
     }
 
-    async fn scripted_server() -> (Arc<Scripted>, SocketAddr, watch::Sender<bool>) {
+    /// A server with the scripted handler, and a connection to it that has been answered
+    /// once (so that its frames are trusted, which pipelining asks).
+    async fn scripted_server() -> (Arc<Scripted>, TcpStream, watch::Sender<bool>) {
         let handler = Arc::new(Scripted {
             log: Mutex::new(Vec::new()),
             released: watch::channel(Vec::new()).0,
@@ -1667,7 +1669,10 @@ mod tests {
             ConnectionLimits::default(),
             shutdown,
         ));
-        (handler, addr, stop)
+        let mut sock = TcpStream::connect(addr).await.unwrap();
+        sock.write_all(&api_versions(0)).await.unwrap();
+        assert_eq!(response(&mut sock).await, Some(0));
+        (handler, sock, stop)
     }
 
     fn produce(id: i32) -> BytesMut {
@@ -1689,10 +1694,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_produce_that_appended_lets_the_next_produce_start_and_answers_stay_in_order() {
-        let (handler, addr, _stop) = scripted_server().await;
-        let mut sock = TcpStream::connect(addr).await.unwrap();
-        sock.write_all(&api_versions(0)).await.unwrap();
-        assert_eq!(response(&mut sock).await, Some(0));
+        let (handler, mut sock, _stop) = scripted_server().await;
         let mut all = BytesMut::new();
         all.put(produce(1));
         all.put(produce(2));
@@ -1733,10 +1735,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_more_than_five_produces_are_pipelined() {
-        let (handler, addr, _stop) = scripted_server().await;
-        let mut sock = TcpStream::connect(addr).await.unwrap();
-        sock.write_all(&api_versions(0)).await.unwrap();
-        assert_eq!(response(&mut sock).await, Some(0));
+        let (handler, mut sock, _stop) = scripted_server().await;
         let mut all = BytesMut::new();
         for id in 1..=7 {
             all.put(produce(id));
