@@ -1194,7 +1194,9 @@ async fn serve_requests<'a, H: RequestHandler, R: AsyncRead + Unpin, W: Response
             let (response, parked_at) = request_slot::holding_settled(
                 slot,
                 settled,
-                handler.handle_request(&header, api_key, body, &request_session),
+                // Boxed on its own: each layer of future around it would hold it twice
+                // (rustc keeps an async fn's argument beside the state that moved it).
+                Box::pin(handler.handle_request(&header, api_key, body, &request_session)),
             )
             .await;
             let handled = Instant::now();
