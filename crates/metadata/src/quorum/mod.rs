@@ -148,9 +148,16 @@ pub fn parse_voters(s: &str) -> Result<BTreeMap<u64, SocketAddr>, MetadataError>
         let addr: SocketAddr = addr
             .parse()
             .map_err(|_| bad(format!("{addr} is not a host:port address")))?;
-        if voters.insert(id, addr).is_some() {
+        if voters.contains_key(&id) {
             return Err(bad(format!("node {id} listed twice")));
         }
+        // Two voters at one address would each take the other's votes and entries.
+        if let Some((other, _)) = voters.iter().find(|(_, a)| **a == addr) {
+            return Err(bad(format!(
+                "nodes {other} and {id} are both at {addr}; each voter needs its own address"
+            )));
+        }
+        voters.insert(id, addr);
     }
     if voters.is_empty() {
         return Err(bad("no voters".into()));

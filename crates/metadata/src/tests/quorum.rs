@@ -414,6 +414,13 @@ fn voters_parse() {
     assert!(crate::quorum::parse_voters("x@127.0.0.1:1").is_err());
     assert!(crate::quorum::parse_voters("1@nohost").is_err());
     assert!(crate::quorum::parse_voters("1@127.0.0.1:1,1@127.0.0.1:2").is_err());
+    let shared = crate::quorum::parse_voters("1@127.0.0.1:9093,2@127.0.0.1:9093")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        shared.contains("nodes 1 and 2 are both at 127.0.0.1:9093"),
+        "{shared}"
+    );
 }
 
 #[test]
