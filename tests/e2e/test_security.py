@@ -301,7 +301,8 @@ def test_wrong_password_gets_sasl_authentication_failed_and_no_data(secure):
     assert delivered and delivered[0] is not None, "a message was delivered without authentication"
     assert any("SASL authentication error" in e.str() or "Authentication failed" in e.str() for e in errors), errors
 
-    # kafka-python logs each failed attempt and retries until max_block_ms.
+    # kafka-python logs each failed attempt and retries until it gives up bootstrapping
+    # (after bootstrap_timeout_ms: its default, 30 s, was most of this test's time).
     seen = Collect()
     kafka_log = logging.getLogger("kafka")
     kafka_log.addHandler(seen)
@@ -314,6 +315,7 @@ def test_wrong_password_gets_sasl_authentication_failed_and_no_data(secure):
                     sasl_plain_username="bob",
                     sasl_plain_password="wrong",
                     max_block_ms=3000,
+                    bootstrap_timeout_ms=3000,
                 )
             ).send(topic, b"must not land either").get(timeout=10)
     finally:
