@@ -157,6 +157,7 @@ struct ServerArgs {
 
 fn main() -> anyhow::Result<()> {
     ignore_sigxfsz();
+    purge_freed_memory_at_once();
     let cli = Cli::parse();
     // The server logs its life at info; client commands only say what went wrong, so
     // that their stdout and stderr stay scriptable.
@@ -278,6 +279,28 @@ fn ignore_sigxfsz() {
     // called at the start of `main`, before any other thread exists.
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
+
+/// Makes mimalloc give freed pages back to the kernel as soon as they are free.
+///
+/// By default it waits 10 ms, and it only purges when the allocator is called again: after
+/// a burst (a pre-authentication flood of large frames, a big fetch) a quiet node kept
+/// its peak, 111 MiB where glibc returned to 33 (the flood test in `test_security.py`).
+/// With no delay it returned to 41 MiB, at no cost measurable on the saturation bench
+/// (BENCHMARKS.md, the replicated write path).
+#[allow(
+    unsafe_code,
+    reason = "mimalloc's options have no safe API; mi_option_set only stores a value"
+)]
+fn purge_freed_memory_at_once() {
+    // `mi_option_purge_delay` in mimalloc v3's `mi_option_t` (include/mimalloc.h);
+    // libmimalloc-sys names the options around it but not this one.
+    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    // SAFETY: setting an option writes one atomic in mimalloc's option table; it may be
+    // called at any time, from any thread.
+    unsafe {
+        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0);
     }
 }
 
