@@ -173,6 +173,23 @@ def test_three_nodes_agree_on_metadata(rill_cluster_factory):
 
 
 
+def test_the_last_node_to_stop_does_not_wait_out_its_session(rill_cluster_factory):
+    """A controlled shutdown waits for the controller to move the broker's leaderships
+    away. The last node of a cluster to stop has no quorum left to answer, and no broker
+    left to move them to: it stops without waiting out its session (30 s here, longer
+    than the harness gives a SIGTERM), while the first two complete theirs."""
+    cluster = rill_cluster_factory(overrides={"broker.session.timeout.ms": "30000"})
+    topic = unique_topic("last")
+    create_replicated_topic(cluster.node(1).bootstrap, topic, 3, 3)
+    for node_id in (1, 2, 3):
+        assert cluster.node(node_id).stop() == 0
+    for node_id in (1, 2):
+        assert "controlled shutdown complete" in cluster.node(node_id).log_text()
+    last = cluster.node(3).log_text()
+    assert "no other broker is live" in last, last[-2000:]
+    assert "controlled shutdown timed out" not in last
+
+
 def test_create_partitions_and_delete_topics_across_the_cluster(rill_cluster_factory):
     """CreatePartitions grows a replicated topic on every node (new partitions led, in
     sync, writable); DeleteTopics removes it from every node's metadata and disk."""

@@ -64,6 +64,14 @@ use crate::server::Broker;
 /// Retry pace while not registered, fenced, or shutting down.
 const FAST_INTERVAL: Duration = Duration::from_millis(100);
 
+/// How long a controlled shutdown waits for the controller when no other broker is live.
+///
+/// Then no leadership can move, so all the controller would do is fence this broker,
+/// which a live quorum answers within a heartbeat or two, and which the session timeout
+/// does anyway. The last node of a cluster to stop has no quorum left to answer at all:
+/// it used to wait the whole session timeout (9 s by default) for nothing.
+const ALONE_WAIT: Duration = Duration::from_millis(500);
+
 /// Talks to the lifecycle task.
 pub struct LifecycleHandle {
     unfenced: watch::Receiver<bool>,
@@ -88,15 +96,31 @@ impl LifecycleHandle {
     }
 
     /// Asks the controller to move this broker's leaderships away, and waits until it
-    /// says none is left (or the session timeout).
-    pub async fn controlled_shutdown(&self) {
+    /// says none is left (or the session timeout; [`ALONE_WAIT`] when no other broker
+    /// is live to take them).
+    pub async fn controlled_shutdown(&self, broker: &Broker) {
         let _ = self.want_shut_down.send(true);
+        let alone = !broker
+            .image()
+            .live_brokers()
+            .iter()
+            .any(|&id| id != broker.node_id);
+        let limit = if alone {
+            ALONE_WAIT.min(self.session_timeout)
+        } else {
+            self.session_timeout
+        };
         let mut rx = self.shut_down_ok.clone();
-        let done = tokio::time::timeout(self.session_timeout, rx.wait_for(|ok| *ok))
+        let done = tokio::time::timeout(limit, rx.wait_for(|ok| *ok))
             .await
             .is_ok_and(|r| r.is_ok());
         if done {
             tracing::info!("controlled shutdown complete");
+        } else if alone {
+            tracing::info!(
+                "controlled shutdown not answered, and no other broker is live to lead \
+                 this one's partitions; stopping"
+            );
         } else {
             tracing::warn!("controlled shutdown timed out; stopping anyway");
         }

@@ -398,7 +398,7 @@ impl Server {
     /// connections, flushes every log and leaves the quorum.
     pub async fn shutdown(self) {
         if self.broker.config.get("controlled.shutdown.enable") == Some("true") {
-            self.lifecycle.controlled_shutdown().await;
+            self.lifecycle.controlled_shutdown(&self.broker).await;
         }
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
