@@ -50,10 +50,40 @@ def rill_binary() -> Path:
 # closed, and a cluster given one port twice (two controllers on one address) cannot start.
 _HANDED_OUT: set[int] = set()
 
+# Under pytest-xdist (`-n`) each worker takes ports from a block of its own, below the
+# kernel's ephemeral range (32768 and up on Linux), so that neither another worker nor
+# an outgoing connection is given a port between its hand-out here and the server's
+# bind. Without workers the kernel picks (port 0).
+_WORKER_PORT_BLOCK = 4000
+_WORKER_PORT_BASE = 12000
+
+
+def _worker_index() -> int | None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
 
 def free_port() -> int:
-    """A loopback port that was free a moment ago (the kernel's pick for port 0), never
-    one this process handed out before."""
+    """A loopback port that was free a moment ago, never one this process handed out
+    before: the kernel's pick for port 0, or under xdist the next free one of this
+    worker's block."""
+    worker = _worker_index()
+    if worker is not None:
+        start = _WORKER_PORT_BASE + worker * _WORKER_PORT_BLOCK
+        for port in range(start, start + _WORKER_PORT_BLOCK):
+            if port not in _HANDED_OUT and _bindable(port):
+                _HANDED_OUT.add(port)
+                return port
+        raise HarnessError(f"worker {worker} used up its {_WORKER_PORT_BLOCK} ports")
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", 0))

@@ -55,6 +55,23 @@ def test_free_port_is_bindable():
         sock.bind(("127.0.0.1", port))
 
 
+@pytest.mark.parametrize("worker", ["gw0", "gw1"])
+def test_xdist_workers_take_ports_from_blocks_of_their_own(monkeypatch, worker):
+    """Under pytest-xdist two workers never hand out one port: each takes distinct,
+    bindable ports from its own block, below the kernel's ephemeral range."""
+    import rill_harness
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+    index = int(worker[2:])
+    start = rill_harness._WORKER_PORT_BASE + index * rill_harness._WORKER_PORT_BLOCK
+    ports = [free_port() for _ in range(5)]
+    assert len(set(ports)) == 5, ports
+    assert all(start <= p < start + rill_harness._WORKER_PORT_BLOCK for p in ports), ports
+    assert all(p < 32768 for p in ports), ports
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", ports[-1]))
+
+
 def test_ready_line_matches_whole_address_only():
     ready = "rill listening on 127.0.0.1:9092"
     assert is_ready_line("rill listening on 127.0.0.1:9092\n", ready)

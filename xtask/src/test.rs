@@ -624,7 +624,19 @@ fn pytest(
         command.arg("tests/e2e");
     }
     let shown = if names_a_path { "" } else { " tests/e2e" };
-    banner(&format!("pytest{shown} {}", extra.join(" ")));
+    // The whole suite runs on workers: its tests mostly wait (for elections, sessions,
+    // timeouts: about a tenth of two cores busy when run one at a time). A file's tests
+    // stay on one worker, which keeps module fixtures (the S3 server) to one start.
+    // Arguments mean a developer choosing tests, who gets them one at a time.
+    let workers = e2e_workers()?;
+    let parallel = if extra.is_empty() && workers > 1 {
+        let n = workers.to_string();
+        command.args(["-n", n.as_str(), "--dist", "loadfile"]);
+        format!(" -n {workers}")
+    } else {
+        String::new()
+    };
+    banner(&format!("pytest{shown}{parallel} {}", extra.join(" ")));
     command
         .args(extra)
         .current_dir(root)
@@ -666,6 +678,22 @@ fn pytest(
         _ => bail!("pytest failed ({status})"),
     }
 }
+
+/// How many pytest workers run the whole suite (`RILL_E2E_WORKERS`, default
+/// [`E2E_WORKERS_DEFAULT`]; 1 runs it in one process).
+fn e2e_workers() -> anyhow::Result<usize> {
+    match std::env::var("RILL_E2E_WORKERS") {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .context("RILL_E2E_WORKERS must be a number of workers"),
+        Err(_) => Ok(E2E_WORKERS_DEFAULT),
+    }
+}
+
+/// Two: the suite is wait-bound, and on the two cores CI has a third worker would
+/// start to make the CPU-heavy tests (chaos, kill -9 loops) contend.
+const E2E_WORKERS_DEFAULT: usize = 2;
 
 /// Whether the pytest arguments name tests by path (`tests/e2e/test_kcat.py::test_x`);
 /// without one, the whole suite under `tests/e2e` is collected.
