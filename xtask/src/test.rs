@@ -162,13 +162,7 @@ const FUZZ_SECONDS_DEFAULT: u64 = 15;
 /// Runs every fuzz target briefly; `fuzz/run.sh` skips with a message when no nightly
 /// toolchain is present.
 fn fuzz(root: &Path) -> anyhow::Result<()> {
-    let seconds = match std::env::var("RILL_FUZZ_SECONDS") {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .context("RILL_FUZZ_SECONDS must be a number of seconds")?,
-        Err(_) => FUZZ_SECONDS_DEFAULT,
-    };
+    let seconds = env_number("RILL_FUZZ_SECONDS", FUZZ_SECONDS_DEFAULT)?;
     if seconds == 0 {
         println!("fuzz: skipped (RILL_FUZZ_SECONDS=0)");
         return Ok(());
@@ -628,7 +622,8 @@ fn pytest(
     // timeouts: about a tenth of two cores busy when run one at a time). A file's tests
     // stay on one worker, which keeps module fixtures (the S3 server) to one start.
     // Arguments mean a developer choosing tests, who gets them one at a time.
-    let workers = e2e_workers()?;
+    // `RILL_E2E_WORKERS`: how many; 1 runs the suite in one process.
+    let workers = env_number("RILL_E2E_WORKERS", E2E_WORKERS_DEFAULT)?;
     let parallel = if extra.is_empty() && workers > 1 {
         let n = workers.to_string();
         command.args(["-n", n.as_str(), "--dist", "loadfile"]);
@@ -679,15 +674,14 @@ fn pytest(
     }
 }
 
-/// How many pytest workers run the whole suite (`RILL_E2E_WORKERS`, default
-/// [`E2E_WORKERS_DEFAULT`]; 1 runs it in one process).
-fn e2e_workers() -> anyhow::Result<usize> {
-    match std::env::var("RILL_E2E_WORKERS") {
+/// A whole number from the environment variable `name`, or `default` when it is unset.
+fn env_number<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T> {
+    match std::env::var(name) {
         Ok(v) => v
             .trim()
             .parse()
-            .context("RILL_E2E_WORKERS must be a number of workers"),
-        Err(_) => Ok(E2E_WORKERS_DEFAULT),
+            .map_err(|_| anyhow::anyhow!("{name} must be a whole number, not {v:?}")),
+        Err(_) => Ok(default),
     }
 }
 

@@ -282,9 +282,13 @@ fn ignore_sigxfsz() {
     }
 }
 
+/// `mi_option_purge_delay` in mimalloc v3's `mi_option_t` (include/mimalloc.h);
+/// libmimalloc-sys names the options around it but not this one (a test checks it).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
 /// Makes mimalloc give freed pages back to the kernel as soon as they are free.
 ///
-/// By default it waits 10 ms, and it only purges when the allocator is called again: after
+/// By default (v3) it waits a second, and it only purges when the allocator is called again: after
 /// a burst (a pre-authentication flood of large frames, a big fetch) a quiet node kept
 /// its peak, 111 MiB where glibc returned to 33 (the flood test in `test_security.py`).
 /// With no delay it returned to 41 MiB, at no cost measurable on the saturation bench
@@ -294,9 +298,6 @@ fn ignore_sigxfsz() {
     reason = "mimalloc's options have no safe API; mi_option_set only stores a value"
 )]
 fn purge_freed_memory_at_once() {
-    // `mi_option_purge_delay` in mimalloc v3's `mi_option_t` (include/mimalloc.h);
-    // libmimalloc-sys names the options around it but not this one.
-    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
     // SAFETY: setting an option writes one atomic in mimalloc's option table; it may be
     // called at any time, from any thread.
     unsafe {
@@ -530,6 +531,20 @@ async fn wait_for_signal() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::one_line;
+
+    /// The option index is mimalloc's purge delay: its default in v3, 1000 ms, is what
+    /// the neighbouring options (a deprecated one at 14, 1; NUMA nodes at 16, 0) do not
+    /// have.
+    #[test]
+    #[allow(unsafe_code, reason = "reading a mimalloc option")]
+    fn the_purge_delay_option_is_the_one_set() {
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+            return;
+        }
+        // SAFETY: reads one value of mimalloc's option table.
+        let value = unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) };
+        assert_eq!(value, 1000);
+    }
 
     #[test]
     fn a_cause_the_message_already_holds_is_not_repeated() {
