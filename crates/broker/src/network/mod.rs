@@ -890,6 +890,13 @@ impl<'a, W: ResponseWriter> Responder<'a, W> {
                 _ = self.shutdown.changed(), if !finish => return Err(ConnectionError::Shutdown),
                 Some(done) = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     self.respond(done).await?;
+                    // A high watermark move completes several acks=all produces at
+                    // once: their answers go out in one send, not one each. The select
+                    // above polls the requests again with this task's waker before it
+                    // waits.
+                    while let Some(Some(done)) = self.in_flight.next().now_or_never() {
+                        self.respond(done).await?;
+                    }
                 }
                 out = &mut work => return out,
             }
@@ -1733,6 +1740,102 @@ mod tests {
         let log = handler.log.lock().unwrap().clone();
         let at = |e| log.iter().position(|x| *x == e).unwrap();
         assert!(at(("start", 3)) > at(("end", 1)) && at(("start", 3)) > at(("end", 2)));
+    }
+
+    /// A writer that keeps what it is given and counts its flushes (the sends a
+    /// `BufWriter` around a socket would make).
+    #[derive(Default)]
+    struct CountingWriter {
+        written: Vec<u8>,
+        flushes: usize,
+    }
+
+    impl AsyncWrite for CountingWriter {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.written.extend_from_slice(buf);
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(
+            mut self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            self.flushes += 1;
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    impl ResponseWriter for CountingWriter {
+        fn zero_copy_socket(&self) -> Option<&TcpStream> {
+            None
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_completed_together_go_out_in_one_flush() {
+        let limits = ConnectionLimits::default();
+        let (_shutdown_tx, shutdown) = watch::channel(false);
+        let mut out = Responder {
+            writer: CountingWriter::default(),
+            limits: &limits,
+            shutdown,
+            in_flight: FuturesOrdered::new(),
+            unflushed: false,
+            muted_until: None,
+            served_one: false,
+        };
+        // Three pipelined produces waiting for one high watermark move.
+        let (moved_tx, moved) = watch::channel(false);
+        for id in 0u8..3 {
+            let mut moved = moved.clone();
+            out.in_flight.push_back(Box::pin(async move {
+                let _ = moved.wait_for(|m| *m).await;
+                let now = Instant::now();
+                Handled {
+                    api_key: ApiKey::Produce.as_i16(),
+                    response: Ok(Reply::new(Some(vec![ResponseChunk::Bytes(Bytes::from(
+                        vec![id; 4],
+                    ))]))),
+                    received: now,
+                    dequeued: now,
+                    parked_at: None,
+                    handled: now,
+                }
+            }));
+        }
+        // The connection waits for its next request meanwhile; the move comes first.
+        let (next_tx, next) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let _ = moved_tx.send(true);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let _ = next_tx.send(());
+        });
+        out.answering(
+            async {
+                let _ = next.await;
+                Ok(())
+            },
+            false,
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.writer.written, [[0u8; 4], [1; 4], [2; 4]].concat());
+        assert_eq!(
+            out.writer.flushes, 1,
+            "three answers ready at once were sent apart"
+        );
     }
 
     #[tokio::test]
