@@ -18,6 +18,10 @@
 //!    per-request breakdown (Kafka's RequestMetrics: request queue, local, remote,
 //!    response queue, send, total) as means and bucket-bound p99s summed over the nodes.
 //!
+//! 5. For nodes it started, each node's context switches (voluntary and not, from
+//!    `/proc/<pid>/task/*/status`) before and after: per Produce request, the thread wake-ups that
+//!    most of an unbatched request's CPU goes to (BENCHMARKS.md, issue #25).
+//!
 //! Requests per broker CPU-second (Produce requests over the CPU seconds of all three
 //! nodes together) is the figure that resists a busy machine: it counts work done per
 //! unit of CPU, not per unit of wall time.
@@ -131,6 +135,10 @@ pub async fn run(common: &Common, args: ReplicatedBench) -> anyhow::Result<()> {
     } else {
         None
     };
+    let pids: Vec<u32> = started
+        .as_ref()
+        .map(|c| c.children.iter().map(Child::id).collect())
+        .unwrap_or_default();
     let (common, http) = match &started {
         Some(c) => {
             c.wait_ready().await?;
@@ -169,7 +177,7 @@ pub async fn run(common: &Common, args: ReplicatedBench) -> anyhow::Result<()> {
     }
     let mut reports = Vec::new();
     for phase in &phases {
-        let report = run_phase(&common, &args, phase, &http).await?;
+        let report = run_phase(&common, &args, phase, &http, &pids).await?;
         if !common.json() {
             report.print();
         }
@@ -203,6 +211,8 @@ struct PhaseReport {
     /// addresses.
     node_cpu_s: Vec<f64>,
     node_produce_requests: Vec<f64>,
+    /// Each started node's context switches (empty for a cluster not started here).
+    node_context_switches: Vec<u64>,
     /// (stage, mean ms, p99 bucket bound ms) of Produce requests, over every node.
     breakdown: Vec<(&'static str, f64, f64)>,
 }
@@ -210,6 +220,10 @@ struct PhaseReport {
 impl PhaseReport {
     fn requests_per_cpu_s(&self) -> f64 {
         self.produce_requests / self.broker_cpu_s.max(1e-9)
+    }
+
+    fn context_switches(&self) -> u64 {
+        self.node_context_switches.iter().sum()
     }
 
     fn print(&self) {
@@ -249,6 +263,19 @@ impl PhaseReport {
             cpus.join(" + "),
             self.requests_per_cpu_s(),
         );
+        if !self.node_context_switches.is_empty() {
+            let each: Vec<String> = self
+                .node_context_switches
+                .iter()
+                .map(u64::to_string)
+                .collect();
+            println!(
+                "  brokers switched context {} times ({}): {:.2} per Produce request",
+                self.context_switches(),
+                each.join(" + "),
+                self.context_switches() as f64 / self.produce_requests.max(1.0),
+            );
+        }
         println!("  Produce on the leaders, mean / p99 (bucket bound), ms:");
         for (stage, mean, p99) in &self.breakdown {
             println!("    {stage:<15} {mean:>9.3} {p99:>9.3}");
@@ -275,6 +302,7 @@ impl PhaseReport {
             "node_cpu_s": self.node_cpu_s,
             "node_produce_requests": self.node_produce_requests,
             "produce_requests_per_broker_cpu_s": self.requests_per_cpu_s(),
+            "node_context_switches": self.node_context_switches,
             "produce_breakdown": breakdown,
         })
     }
@@ -285,6 +313,7 @@ async fn run_phase(
     args: &ReplicatedBench,
     phase: &Phase,
     http: &[String],
+    pids: &[u32],
 ) -> anyhow::Result<PhaseReport> {
     let count = (phase.records_per_sec * args.duration).ceil() as u64;
     let config = ProducerConfig::new(common.client()?)
@@ -305,6 +334,7 @@ async fn run_phase(
     const POOL: usize = 1 << 20;
     let pool = random_pool(POOL + args.record_size);
     let before = scrape_all(http).await?;
+    let switches_before: Vec<Option<u64>> = pids.iter().map(|p| context_switches(*p)).collect();
     let (tx, mut rx) =
         tokio::sync::mpsc::unbounded_channel::<(Instant, rill_client::DeliveryFuture)>();
     // Deliveries complete in send order per partition and nearly so across them; they are
@@ -347,6 +377,14 @@ async fn run_phase(
     let (latencies, stall, stall_end) = collector.await??;
     let seconds = begin.elapsed().as_secs_f64();
     let after = scrape_all(http).await?;
+    // A node whose status cannot be read (it exited) leaves the figure out altogether
+    // rather than undercounting it.
+    let node_context_switches: Vec<u64> = pids
+        .iter()
+        .zip(&switches_before)
+        .map(|(p, before)| Some(context_switches(*p)?.saturating_sub((*before)?)))
+        .collect::<Option<_>>()
+        .unwrap_or_default();
     producer.close().await?;
 
     let produce = [("request", "Produce")];
@@ -387,8 +425,38 @@ async fn run_phase(
         broker_cpu_s: node_cpu_s.iter().sum(),
         node_cpu_s,
         node_produce_requests,
+        node_context_switches,
         breakdown,
     })
+}
+
+/// A process's context switches so far, voluntary (a thread waited: for a socket, a
+/// lock, a worker's park) and not (its time slice ran out), summed over its threads'
+/// `/proc/<pid>/task/<tid>/status` (the process's own status counts its first thread
+/// only). A thread that has exited is no longer counted: tokio's blocking threads come
+/// and go, the workers stay.
+fn context_switches(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0;
+    for task in tasks.flatten() {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        total += parse_context_switches(&status).unwrap_or(0);
+    }
+    Some(total)
+}
+
+fn parse_context_switches(status: &str) -> Option<u64> {
+    let field = |key: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some(field("voluntary_ctxt_switches:")? + field("nonvoluntary_ctxt_switches:")?)
 }
 
 /// The sustained phase: one producer (`linger.ms=5`, 1 MiB batches, acks=all) sends
@@ -823,6 +891,20 @@ mod tests {
         assert!((cpu.system - 3.1).abs() < 1e-9);
         assert!((cpu.iowait - 0.5).abs() < 1e-9);
         assert_eq!(MachineCpu::parse("").user, 0.0);
+    }
+
+    #[test]
+    fn context_switches_are_both_kinds_from_proc_status() {
+        let status = "Name:\trill\nThreads:\t12\nvoluntary_ctxt_switches:\t1500\n\
+                      nonvoluntary_ctxt_switches:\t42\n";
+        assert_eq!(parse_context_switches(status), Some(1542));
+        assert_eq!(
+            parse_context_switches("voluntary_ctxt_switches:\t1500\n"),
+            None
+        );
+        let mine = context_switches(std::process::id()).expect("this process's status");
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(context_switches(std::process::id()).unwrap() > mine);
     }
 
     #[test]
