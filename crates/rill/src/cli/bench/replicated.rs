@@ -19,8 +19,8 @@
 //!    response queue, send, total) as means and bucket-bound p99s summed over the nodes.
 //!
 //! 5. For nodes it started, each node's context switches (voluntary and not, from
-//!    `/proc/<pid>/task/*/status`) before and after: per Produce request, the thread wake-ups that
-//!    most of an unbatched request's CPU goes to (BENCHMARKS.md, issue #25).
+//!    `/proc/<pid>/task/*/status`) before and after: per Produce request, the thread
+//!    wake-ups that most of an unbatched request's CPU goes to (BENCHMARKS.md, #25).
 //!
 //! Requests per broker CPU-second (Produce requests over the CPU seconds of all three
 //! nodes together) is the figure that resists a busy machine: it counts work done per
