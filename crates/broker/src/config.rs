@@ -793,6 +793,8 @@ pub static DYNAMIC_BROKER_KEYS: &[DynamicBrokerKey] = &[
         Check::ThreadCount,
         DynamicUse::NoEffect,
     ),
+    // The static value sizes the network threads at start (`network::threads`); they
+    // are not resized live.
     dynamic(
         "num.network.threads",
         ConfigType::Int,

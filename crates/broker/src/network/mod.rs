@@ -5,8 +5,9 @@
 //! hands the request to its [`RequestHandler`] (the server's dispatch) and writes the
 //! response before it looks at the next frame, which is how Kafka keeps responses in
 //! request order (it mutes a channel while a request is in flight). Different connections
-//! run in parallel on the runtime's workers. A frame that cannot be decoded closes that
-//! connection only.
+//! run in parallel on the network threads (`num.network.threads`), and a connection moves
+//! to the thread of the partitions it works on (see [`threads`]). A frame that cannot be
+//! decoded closes that connection only.
 //!
 //! # Pipelined produce
 //!
@@ -116,10 +117,12 @@ pub mod request_slot;
 pub mod sasl;
 pub mod scram;
 pub mod security;
+pub mod threads;
 
 use sasl::{AuthTime, Authenticator, Verdict};
 use scram::{ScramIdentity, ScramName};
 use security::{ListenerSecurity, ANONYMOUS};
+use threads::{Affinity, LiveGuard, NetworkThreads, Placement};
 
 /// Who is on the other end of a connection, as the server sees each of its requests.
 #[derive(Debug, Clone)]
@@ -137,6 +140,9 @@ pub struct Session {
     /// This connection among all of the process's, for state that lives as long as it
     /// (a share session, KIP-932); see [`RequestHandler::connection_closed`].
     pub connection_id: u64,
+    /// Which network thread this connection's data requests belong on: the Produce and
+    /// Fetch handlers vote, the connection moves (see `threads`).
+    pub affinity: Arc<Affinity>,
 }
 
 /// The id the next connection gets.
@@ -265,6 +271,8 @@ pub struct ConnectionLimits {
     /// `quota.window.num` and `quota.window.size.seconds`: what connection creation rates
     /// are measured over.
     pub quota_windows: crate::rate::QuotaWindows,
+    /// `num.network.threads`: the threads connections are served on (see `threads`).
+    pub network_threads: usize,
 }
 
 impl Default for ConnectionLimits {
@@ -280,6 +288,7 @@ impl Default for ConnectionLimits {
             connections_max_idle: Duration::from_millis(600_000),
             failed_authentication_delay: Duration::from_millis(100),
             quota_windows: crate::rate::QuotaWindows::default(),
+            network_threads: 3,
         }
     }
 }
@@ -325,6 +334,7 @@ impl ConnectionLimits {
                 Duration::from_millis(idle_ms as u64)
             },
             failed_authentication_delay: Duration::from_millis(auth_delay_ms as u64),
+            network_threads: int("num.network.threads", 3)?.max(1) as usize,
         })
     }
 }
@@ -561,6 +571,13 @@ pub async fn serve<H: RequestHandler>(
         windows: limits.quota_windows,
         epoch: std::time::Instant::now(),
     }));
+    let threads = match NetworkThreads::start(limits.network_threads) {
+        Ok(threads) => Some(Arc::new(threads)),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the network threads; serving connections on the runtime's workers");
+            None
+        }
+    };
     let mut accepting = tokio::task::JoinSet::new();
     for listener in listeners {
         accepting.spawn(accept_loop(
@@ -569,10 +586,14 @@ pub async fn serve<H: RequestHandler>(
             limits.clone(),
             pools.clone(),
             quotas.clone(),
+            threads.clone(),
             shutdown.clone(),
         ));
     }
     while accepting.join_next().await.is_some() {}
+    if let Some(threads) = threads {
+        threads.stop();
+    }
 }
 
 async fn accept_loop<H: RequestHandler>(
@@ -581,6 +602,7 @@ async fn accept_loop<H: RequestHandler>(
     limits: Arc<ConnectionLimits>,
     pools: Arc<RequestPools>,
     quotas: Arc<Mutex<ConnectionQuotas>>,
+    threads: Option<Arc<NetworkThreads>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut overrides = PerIpOverrides::default();
@@ -612,32 +634,28 @@ async fn accept_loop<H: RequestHandler>(
                             continue;
                         }
                     };
-                    let handler = handler.clone();
-                    let conn_shutdown = shutdown.clone();
-                    let limits = limits.clone();
-                    let pools = pools.clone();
-                    let security = listener.security.clone();
-                    tokio::spawn(async move {
-                        let _slot = slot;
-                        let _counted = metrics::global().connections.open(&security.name);
-                        let id = NEXT_CONNECTION_ID
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let result = connection(
-                            stream,
-                            peer,
-                            id,
-                            &security,
-                            handler.clone(),
-                            &limits,
-                            &pools,
-                            conn_shutdown,
-                        )
-                        .await;
-                        handler.connection_closed(id);
-                        if let Err(e) = result {
-                            tracing::debug!(%peer, listener = %security.name, error = %e, "connection closed");
-                        }
-                    });
+                    let conn = Conn {
+                        handler: handler.clone(),
+                        security: listener.security.clone(),
+                        limits: limits.clone(),
+                        pools: pools.clone(),
+                        shutdown: shutdown.clone(),
+                        peer,
+                        id: NEXT_CONNECTION_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                        threads: threads.clone(),
+                        _counted: metrics::global().connections.open(&listener.security.name),
+                        _slot: slot,
+                    };
+                    match &threads {
+                        Some(t) => match stream.into_std() {
+                            Ok(stream) => {
+                                let on = t.next();
+                                launch(conn, Start::Handed(stream), on);
+                            }
+                            Err(e) => tracing::debug!(%peer, error = %e, "connection lost at accept"),
+                        },
+                        None => launch(conn, Start::Accepted(stream), 0),
+                    }
                     if !pause.is_zero() {
                         tracing::debug!(?pause, "max.connection.creation.rate exceeded; not accepting for a while");
                         tokio::select! {
@@ -735,75 +753,252 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn connection<H: RequestHandler>(
-    stream: TcpStream,
-    peer: SocketAddr,
-    connection_id: u64,
-    security: &ListenerSecurity,
+/// A connection's task and what it holds for its whole life, wherever it runs.
+struct Conn<H> {
     handler: Arc<H>,
-    limits: &ConnectionLimits,
-    pools: &RequestPools,
-    mut shutdown: watch::Receiver<bool>,
-) -> Result<(), ConnectionError> {
-    stream.set_nodelay(true)?;
-    let mut session = Session {
-        peer,
-        listener: Arc::from(security.name.as_str()),
-        security_protocol: security.protocol,
-        principal: Arc::from(ANONYMOUS),
-        token_authenticated: false,
-        connection_id,
-    };
-    let Some(tls) = &security.tls else {
-        let (reader, writer) = stream.into_split();
-        return serve_connection(
+    security: Arc<ListenerSecurity>,
+    limits: Arc<ConnectionLimits>,
+    pools: Arc<RequestPools>,
+    shutdown: watch::Receiver<bool>,
+    peer: SocketAddr,
+    id: u64,
+    threads: Option<Arc<NetworkThreads>>,
+    _counted: metrics::ConnectionGuard,
+    _slot: ConnectionSlot,
+}
+
+/// How a connection's task begins.
+enum Start {
+    /// Accepted on this runtime (no network threads).
+    Accepted(TcpStream),
+    /// Handed to a network thread at accept.
+    Handed(std::net::TcpStream),
+    /// Moved from another network thread between two requests.
+    Moved(Box<Moving>),
+}
+
+/// A plaintext connection on its way to another network thread: its socket, the bytes
+/// read but not yet used, and what its requests have set up.
+struct Moving {
+    stream: std::net::TcpStream,
+    buf: BytesMut,
+    session: Session,
+    carried: Carried,
+    target: usize,
+}
+
+/// What a connection keeps from one request to the next besides its session.
+struct Carried {
+    sasl: Option<Authenticator>,
+    /// The handler's generation when this connection's first request came.
+    generation: Option<u64>,
+    served_one: bool,
+}
+
+/// A connection paused between two requests to move, with its two halves back.
+struct Paused<R, W> {
+    reader: R,
+    buf: BytesMut,
+    writer: W,
+    session: Session,
+    carried: Carried,
+    target: usize,
+}
+
+/// Runs a connection's task on network thread `on`, or on this runtime without them.
+fn launch<H: RequestHandler>(conn: Conn<H>, start: Start, on: usize) {
+    match conn.threads.clone() {
+        Some(threads) => {
+            let peer = conn.peer;
+            if !threads.spawn(on, move |live| conn.run(start, Some(on), Some(live))) {
+                tracing::debug!(%peer, "connection dropped: the network threads are stopping");
+            }
+        }
+        None => {
+            tokio::spawn(conn.run(start, None, None));
+        }
+    }
+}
+
+impl<H: RequestHandler> Conn<H> {
+    /// Boxed with its type spelled out: a moving connection launches this again from
+    /// inside it.
+    fn run(
+        self,
+        start: Start,
+        here: Option<usize>,
+        live: Option<LiveGuard>,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            let placement = here.map(Placement::new);
+            let result = match start {
+                Start::Accepted(stream) => self.connection(stream, None).await,
+                Start::Handed(stream) => match TcpStream::from_std(stream) {
+                    Ok(stream) => self.connection(stream, placement).await,
+                    Err(e) => Err(e.into()),
+                },
+                Start::Moved(moving) => self.resume(*moving, placement).await,
+            };
+            match result {
+                Ok(Some(moving)) => {
+                    tracing::trace!(peer = %self.peer, from = ?here, to = moving.target, "connection moves");
+                    drop(live);
+                    let target = moving.target;
+                    launch(self, Start::Moved(Box::new(moving)), target);
+                }
+                ended => {
+                    self.handler.connection_closed(self.id);
+                    if let Err(e) = ended {
+                        tracing::debug!(peer = %self.peer, listener = %self.security.name, error = %e, "connection closed");
+                    }
+                }
+            }
+        })
+    }
+
+    fn session(&self) -> Session {
+        Session {
+            peer: self.peer,
+            listener: Arc::from(self.security.name.as_str()),
+            security_protocol: self.security.protocol,
+            principal: Arc::from(ANONYMOUS),
+            token_authenticated: false,
+            connection_id: self.id,
+            affinity: Arc::new(Affinity::new(
+                self.threads.as_ref().map_or(1, |t| t.count()),
+            )),
+        }
+    }
+
+    async fn connection(
+        &self,
+        stream: TcpStream,
+        placement: Option<Placement>,
+    ) -> Result<Option<Moving>, ConnectionError> {
+        stream.set_nodelay(true)?;
+        let mut session = self.session();
+        let security = self.security.as_ref();
+        let carried = Carried {
+            sasl: security.sasl.clone().map(Authenticator::new),
+            generation: None,
+            served_one: false,
+        };
+        let Some(tls) = &security.tls else {
+            let (reader, writer) = stream.into_split();
+            let paused = self
+                .serve(
+                    reader,
+                    BufWriter::new(writer),
+                    BytesMut::new(),
+                    session,
+                    carried,
+                    placement,
+                )
+                .await?;
+            return paused.map(Self::unsplit).transpose();
+        };
+        let mut shutdown = self.shutdown.clone();
+        let limits = self.limits.as_ref();
+        let handler = &self.handler;
+        let peer = self.peer;
+        let acceptor = tls.acceptor(|key| handler.broker_config_value(key));
+        // rustls reads the socket 4 KiB at a time; a buffer under it makes that one system
+        // call per 64 KiB.
+        let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
+        // The handshake is bounded by the idle limit like any read.
+        let tls = tokio::select! {
+            tls = tokio::time::timeout(limits.connections_max_idle, acceptor.accept(stream)) => match tls {
+                Ok(tls) => tls.map_err(ConnectionError::Tls)?,
+                Err(_) => return Err(ConnectionError::Idle(limits.connections_max_idle)),
+            },
+            _ = shutdown.changed() => return Ok(None),
+        };
+        if let Some(cert) = tls.get_ref().1.peer_certificates().and_then(|c| c.first()) {
+            // A certificate the chain check accepted but whose subject no mapping rule
+            // matches is refused, as Kafka's `SslPrincipalMapper` does.
+            let principal = security.principal_of_certificate(cert).ok_or_else(|| {
+                ConnectionError::Protocol(
+                    "no ssl.principal.mapping.rules rule matches the client certificate".into(),
+                )
+            })?;
+            session.principal = Arc::from(principal.as_str());
+        }
+        tracing::trace!(%peer, principal = %session.principal, "TLS handshake done");
+        let (reader, writer) = tokio::io::split(tls);
+        // A TLS connection stays on its thread: no placement.
+        self.serve(
             reader,
             BufWriter::new(writer),
+            BytesMut::new(),
             session,
-            security,
-            handler,
-            limits,
-            pools,
-            shutdown,
+            carried,
+            None,
         )
-        .await;
-    };
-    let acceptor = tls.acceptor(|key| handler.broker_config_value(key));
-    // rustls reads the socket 4 KiB at a time; a buffer under it makes that one system
-    // call per 64 KiB.
-    let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
-    // The handshake is bounded by the idle limit like any read.
-    let tls = tokio::select! {
-        tls = tokio::time::timeout(limits.connections_max_idle, acceptor.accept(stream)) => match tls {
-            Ok(tls) => tls.map_err(ConnectionError::Tls)?,
-            Err(_) => return Err(ConnectionError::Idle(limits.connections_max_idle)),
-        },
-        _ = shutdown.changed() => return Ok(()),
-    };
-    if let Some(cert) = tls.get_ref().1.peer_certificates().and_then(|c| c.first()) {
-        // A certificate the chain check accepted but whose subject no mapping rule
-        // matches is refused, as Kafka's `SslPrincipalMapper` does.
-        let principal = security.principal_of_certificate(cert).ok_or_else(|| {
-            ConnectionError::Protocol(
-                "no ssl.principal.mapping.rules rule matches the client certificate".into(),
-            )
-        })?;
-        session.principal = Arc::from(principal.as_str());
+        .await?;
+        Ok(None)
     }
-    tracing::trace!(%peer, principal = %session.principal, "TLS handshake done");
-    let (reader, writer) = tokio::io::split(tls);
-    serve_connection(
-        reader,
-        BufWriter::new(writer),
-        session,
-        security,
-        handler,
-        limits,
-        pools,
-        shutdown,
-    )
-    .await
+
+    /// A moved connection, served on from where it paused.
+    async fn resume(
+        &self,
+        moving: Moving,
+        placement: Option<Placement>,
+    ) -> Result<Option<Moving>, ConnectionError> {
+        let (reader, writer) = TcpStream::from_std(moving.stream)?.into_split();
+        let paused = self
+            .serve(
+                reader,
+                BufWriter::new(writer),
+                moving.buf,
+                moving.session,
+                moving.carried,
+                placement,
+            )
+            .await?;
+        paused.map(Self::unsplit).transpose()
+    }
+
+    fn unsplit(
+        paused: Paused<tokio::net::tcp::OwnedReadHalf, BufWriter<OwnedWriteHalf>>,
+    ) -> Result<Moving, ConnectionError> {
+        let stream = paused
+            .reader
+            .reunite(paused.writer.into_inner())
+            .map_err(|e| ConnectionError::Protocol(format!("moving the connection: {e}")))?
+            .into_std()?;
+        Ok(Moving {
+            stream,
+            buf: paused.buf,
+            session: paused.session,
+            carried: paused.carried,
+            target: paused.target,
+        })
+    }
+
+    async fn serve<R: AsyncRead + Unpin, W: ResponseWriter>(
+        &self,
+        reader: R,
+        writer: W,
+        buf: BytesMut,
+        session: Session,
+        carried: Carried,
+        placement: Option<Placement>,
+    ) -> Result<Option<Paused<R, W>>, ConnectionError> {
+        serve_connection(
+            reader,
+            writer,
+            buf,
+            session,
+            carried,
+            placement,
+            &self.security,
+            self.handler.clone(),
+            &self.limits,
+            &self.pools,
+            self.shutdown.clone(),
+        )
+        .await
+    }
 }
 
 /// Where a connection writes its responses: a plaintext socket, whose Fetch ranges go
@@ -994,16 +1189,19 @@ impl<'a, W: ResponseWriter> Responder<'a, W> {
 async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWriter>(
     reader: R,
     writer: W,
+    buf: BytesMut,
     session: Session,
+    carried: Carried,
+    placement: Option<Placement>,
     security: &ListenerSecurity,
     handler: Arc<H>,
     limits: &ConnectionLimits,
     pools: &RequestPools,
     shutdown: watch::Receiver<bool>,
-) -> Result<(), ConnectionError> {
+) -> Result<Option<Paused<R, W>>, ConnectionError> {
     let frames = FrameReader {
         reader,
-        buf: BytesMut::new(),
+        buf,
         idle: limits.connections_max_idle,
     };
     let responder = Responder {
@@ -1013,26 +1211,37 @@ async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWr
         in_flight: FuturesOrdered::new(),
         unflushed: false,
         muted_until: None,
-        served_one: false,
+        served_one: carried.served_one,
     };
-    match serve_requests(frames, responder, session, security, handler, pools).await {
-        Err(ConnectionError::Shutdown) => Ok(()),
+    let served = serve_requests(
+        frames, responder, session, carried, placement, security, handler, pools,
+    )
+    .await;
+    match served {
+        Err(ConnectionError::Shutdown) => Ok(None),
         ended => ended,
     }
 }
 
+/// Serves requests until the connection ends (`None`) or pauses to move to another
+/// network thread (see `threads`).
+#[allow(clippy::too_many_arguments)]
 async fn serve_requests<'a, H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWriter>(
     mut frames: FrameReader<R>,
     mut out: Responder<'a, W>,
     mut session: Session,
+    carried: Carried,
+    mut placement: Option<Placement>,
     security: &ListenerSecurity,
     handler: Arc<H>,
     pools: &'a RequestPools,
-) -> Result<(), ConnectionError> {
+) -> Result<Option<Paused<R, W>>, ConnectionError> {
     let limits = out.limits;
-    let mut sasl = security.sasl.clone().map(Authenticator::new);
-    // The handler's generation when this connection's first request came.
-    let mut generation = None;
+    let Carried {
+        mut sasl,
+        mut generation,
+        ..
+    } = carried;
     loop {
         while let Some(until) = out.muted_until.take() {
             out.answering(
@@ -1044,9 +1253,38 @@ async fn serve_requests<'a, H: RequestHandler, R: AsyncRead + Unpin, W: Response
             )
             .await?;
         }
+        // Between two requests, with no SASL exchange under way: move if the data
+        // requests keep naming another thread's partitions. What is in flight is
+        // answered first, so that the answers still go out in order.
+        let target = placement
+            .as_mut()
+            .and_then(|p| p.observe(&session.affinity));
+        if let Some(target) = target.filter(|_| {
+            sasl.as_ref()
+                .is_none_or(|a| !a.exchanging() && !a.expects_raw_token())
+        }) {
+            out.answer_down_to(0).await?;
+            out.flush().await?;
+            if out.muted_until.is_none() {
+                return Ok(Some(Paused {
+                    reader: frames.reader,
+                    buf: frames.buf,
+                    writer: out.writer,
+                    session,
+                    carried: Carried {
+                        sasl,
+                        generation,
+                        served_one: out.served_one,
+                    },
+                    target,
+                }));
+            }
+            continue;
+        }
         let Some(size) = out.answering(frames.next_size(), false).await? else {
             out.answer_down_to(0).await?;
-            return out.flush().await;
+            out.flush().await?;
+            return Ok(None);
         };
         // Until a SASL connection has authenticated, every frame is held to the
         // pre-authentication limit and none is charged to the pool (see the module docs).
@@ -1740,6 +1978,95 @@ mod tests {
         let log = handler.log.lock().unwrap().clone();
         let at = |e| log.iter().position(|x| *x == e).unwrap();
         assert!(at(("start", 3)) > at(("end", 1)) && at(("start", 3)) > at(("end", 2)));
+    }
+
+    /// A handler whose Produce requests all name partitions of network thread 1, and
+    /// which notes the thread and connection each request was served on.
+    #[derive(Default)]
+    struct Placing {
+        served: Mutex<Vec<(i32, Option<String>, u64)>>,
+    }
+
+    impl RequestHandler for Placing {
+        fn handle_request(
+            &self,
+            header: &RequestHeader,
+            api_key: Option<ApiKey>,
+            _body: Bytes,
+            session: &Session,
+        ) -> impl std::future::Future<Output = Result<Reply, String>> + Send {
+            let id = header.correlation_id;
+            if api_key == Some(ApiKey::Produce) {
+                session.affinity.vote([3]);
+            }
+            self.served.lock().unwrap().push((
+                id,
+                std::thread::current().name().map(str::to_owned),
+                session.connection_id,
+            ));
+            async move {
+                let mut frame = BytesMut::new();
+                frame.put_i32(4);
+                frame.put_i32(id);
+                Ok(Reply::new(Some(vec![ResponseChunk::Bytes(frame.freeze())])))
+            }
+        }
+
+        fn broker_config_value(&self, _key: &str) -> Option<String> {
+            None
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_moves_to_the_thread_of_its_partitions_between_requests() {
+        let handler = Arc::new(Placing::default());
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let listener = Listener {
+            tcp,
+            security: Arc::new(ListenerSecurity::plaintext("PLAINTEXT")),
+        };
+        let (_stop, shutdown) = watch::channel(false);
+        let limits = ConnectionLimits {
+            network_threads: 2,
+            ..ConnectionLimits::default()
+        };
+        tokio::spawn(serve(vec![listener], handler.clone(), limits, shutdown));
+        // The first connection goes to thread 0.
+        let mut sock = TcpStream::connect(addr).await.unwrap();
+        sock.write_all(&api_versions(0)).await.unwrap();
+        assert_eq!(response(&mut sock).await, Some(0));
+        // Twenty requests in one write: the move happens with the rest of them read
+        // and not yet served, and they go along.
+        let mut all = BytesMut::new();
+        for id in 1..=20 {
+            all.put(produce(id));
+        }
+        sock.write_all(&all).await.unwrap();
+        for id in 1..=20 {
+            assert_eq!(response(&mut sock).await, Some(id));
+        }
+        // Still the same connection, served on.
+        sock.write_all(&api_versions(21)).await.unwrap();
+        assert_eq!(response(&mut sock).await, Some(21));
+        let served = handler.served.lock().unwrap().clone();
+        assert_eq!(served.len(), 22, "{served:?}");
+        let ids: Vec<i32> = served.iter().map(|s| s.0).collect();
+        assert_eq!(ids, (0..=21).collect::<Vec<_>>(), "served in order");
+        assert!(served.iter().all(|s| s.2 == served[0].2), "one connection");
+        let thread = |id: usize| served[id].1.as_deref();
+        assert_eq!(thread(0), Some("rill-network-0"));
+        let moved = (1..=21)
+            .find(|&id| thread(id) == Some("rill-network-1"))
+            .expect("never moved");
+        assert!(
+            moved > threads::MOVE_AFTER as usize,
+            "moved after {moved} requests"
+        );
+        assert!(
+            (moved..=21).all(|id| thread(id) == Some("rill-network-1")),
+            "{served:?}"
+        );
     }
 
     /// A writer that keeps what it is given and counts its flushes (the sends a

@@ -594,6 +594,9 @@ impl Broker {
         }
         let mut request = FetchRequest::decode(&mut body, version)
             .map_err(|e| format!("Fetch v{version} from {peer}: {e}"))?;
+        if session.affinity.matters() {
+            session.affinity.vote(self.fetch_shards(&request, version));
+        }
         let replica_id = fetch_replica_id(&request, version);
         let now = Instant::now();
         let scope = scope.filter(|_| replica_id < 0);
@@ -795,7 +798,7 @@ impl Broker {
     /// The append-signal shards of a fetch's partitions (see `append_signal`). A topic
     /// id this broker does not know has none: its partitions answer with an error at
     /// once, and a topic created meanwhile is found by the next fetch.
-    fn fetch_shards(&self, request: &FetchRequest, version: i16) -> Vec<usize> {
+    pub(crate) fn fetch_shards(&self, request: &FetchRequest, version: i16) -> Vec<usize> {
         let mut shards = Vec::new();
         for topic in &request.topics {
             let name = if version >= 13 {

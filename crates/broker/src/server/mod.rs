@@ -61,6 +61,7 @@ use rill_protocol::ErrorCode;
 use crate::network::scram::{ScramIdentity, ScramName};
 use crate::network::{Reply, RequestHandler, ResponseChunk, Session};
 use crate::replication::alter_partition::ControllerChannel;
+use crate::replication::append_signal::AppendSignals;
 pub(crate) use broker::ProducerIdBlock;
 pub use broker::{Broker, CONTROLLER_REQUEST_TIMEOUT};
 use quotas::{ClientIdentity, ClientQuotaManager, QuotaKind};
@@ -343,15 +344,25 @@ impl Broker {
             RequestBody::Metadata(r) => {
                 respond!(Box::pin(self.handle_metadata(r, version, listener)).await)
             }
-            RequestBody::Produce(r) => match self.handle_produce(r, version).await {
-                Some(resp) => respond!(resp),
-                // An acks=0 produce that the gate refused in part: the client hears of
-                // no error, so the connection is closed, as Kafka does.
-                None if patch.is_some() => {
-                    Err("acks=0 produce to a topic the principal may not write".into())
+            RequestBody::Produce(r) => {
+                if session.affinity.matters() {
+                    session.affinity.vote(r.topic_data.iter().flat_map(|t| {
+                        t.partition_data
+                            .iter()
+                            .map(|p| AppendSignals::shard(&t.name, p.index))
+                    }));
                 }
-                None => Ok(None),
-            },
+                let produced = self.handle_produce(r, version).await;
+                match produced {
+                    Some(resp) => respond!(resp),
+                    // An acks=0 produce that the gate refused in part: the client hears of
+                    // no error, so the connection is closed, as Kafka does.
+                    None if patch.is_some() => {
+                        Err("acks=0 produce to a topic the principal may not write".into())
+                    }
+                    None => Ok(None),
+                }
+            }
             RequestBody::Fetch(r) => respond!(Box::pin(self.handle_fetch(r, version)).await),
             RequestBody::ListOffsets(r) => {
                 respond!(Box::pin(self.handle_list_offsets(r, version)).await)
