@@ -1860,6 +1860,14 @@ mod tests {
         server.shutdown().await;
     }
 
+    /// A response that is only its correlation id.
+    fn answer(id: i32) -> Reply {
+        let mut frame = BytesMut::new();
+        frame.put_i32(4);
+        frame.put_i32(id);
+        Reply::new(Some(vec![ResponseChunk::Bytes(frame.freeze())]))
+    }
+
     /// A handler that notes when each request starts and ends. A Produce settles (as one
     /// that has appended) and then waits until the test releases its correlation id.
     struct Scripted {
@@ -1884,10 +1892,7 @@ mod tests {
                     released.wait_for(|r| r.contains(&id)).await.unwrap();
                 }
                 self.log.lock().unwrap().push(("end", id));
-                let mut frame = BytesMut::new();
-                frame.put_i32(4);
-                frame.put_i32(id);
-                Ok(Reply::new(Some(vec![ResponseChunk::Bytes(frame.freeze())])))
+                Ok(answer(id))
             }
         }
 
@@ -2004,12 +2009,7 @@ mod tests {
                 std::thread::current().name().map(str::to_owned),
                 session.connection_id,
             ));
-            async move {
-                let mut frame = BytesMut::new();
-                frame.put_i32(4);
-                frame.put_i32(id);
-                Ok(Reply::new(Some(vec![ResponseChunk::Bytes(frame.freeze())])))
-            }
+            async move { Ok(answer(id)) }
         }
 
         fn broker_config_value(&self, _key: &str) -> Option<String> {
