@@ -186,7 +186,13 @@ def test_offset_fetch_v1_names_not_coordinator_on_every_partition(rill_cluster_f
     cluster = rill_cluster_factory()
     group = "v1-group"
     everyone = admin(cluster.bootstrap)
-    coordinator = everyone.describe_consumer_groups([group])[group].result(timeout=10).coordinator.id
+    # The first lookup creates __consumer_offsets: until the coordinator it names has
+    # taken the partition up, a describe is answered NOT_COORDINATOR, which librdkafka's
+    # admin client hands back rather than retry.
+    coordinator = wait_for(
+        lambda: everyone.describe_consumer_groups([group])[group].result(timeout=10).coordinator.id,
+        30, "the group's coordinator answers",
+    )
     other = next(n for n in (1, 2, 3) if n != coordinator)
     errors = _offset_fetch_v1(cluster.node(other).bootstrap, group, "t", [0, 1, 2])
     assert errors == {0: 16, 1: 16, 2: 16}, errors  # NOT_COORDINATOR
