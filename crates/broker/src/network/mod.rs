@@ -884,18 +884,9 @@ impl<H: RequestHandler> Conn<H> {
             served_one: false,
         };
         let Some(tls) = &security.tls else {
-            let (reader, writer) = stream.into_split();
-            let paused = self
-                .serve(
-                    reader,
-                    BufWriter::new(writer),
-                    BytesMut::new(),
-                    session,
-                    carried,
-                    placement,
-                )
-                .await?;
-            return paused.map(Self::unsplit).transpose();
+            return self
+                .plaintext(stream, BytesMut::new(), session, carried, placement)
+                .await;
         };
         let mut shutdown = self.shutdown.clone();
         let limits = self.limits.as_ref();
@@ -944,14 +935,34 @@ impl<H: RequestHandler> Conn<H> {
         moving: Moving,
         placement: Option<Placement>,
     ) -> Result<Option<Moving>, ConnectionError> {
-        let (reader, writer) = TcpStream::from_std(moving.stream)?.into_split();
+        let stream = TcpStream::from_std(moving.stream)?;
+        self.plaintext(
+            stream,
+            moving.buf,
+            moving.session,
+            moving.carried,
+            placement,
+        )
+        .await
+    }
+
+    /// Serves a plaintext connection until it ends or pauses to move.
+    async fn plaintext(
+        &self,
+        stream: TcpStream,
+        buf: BytesMut,
+        session: Session,
+        carried: Carried,
+        placement: Option<Placement>,
+    ) -> Result<Option<Moving>, ConnectionError> {
+        let (reader, writer) = stream.into_split();
         let paused = self
             .serve(
                 reader,
                 BufWriter::new(writer),
-                moving.buf,
-                moving.session,
-                moving.carried,
+                buf,
+                session,
+                carried,
                 placement,
             )
             .await?;
