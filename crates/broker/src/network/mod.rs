@@ -995,20 +995,35 @@ impl<H: RequestHandler> Conn<H> {
         carried: Carried,
         placement: Option<Placement>,
     ) -> Result<Option<Paused<R, W>>, ConnectionError> {
-        serve_connection(
+        let frames = FrameReader {
             reader,
-            writer,
             buf,
+            idle: self.limits.connections_max_idle,
+        };
+        let responder = Responder {
+            writer,
+            limits: &self.limits,
+            shutdown: self.shutdown.clone(),
+            in_flight: FuturesOrdered::new(),
+            unflushed: false,
+            muted_until: None,
+            served_one: carried.served_one,
+        };
+        let served = serve_requests(
+            frames,
+            responder,
             session,
             carried,
             placement,
             &self.security,
             self.handler.clone(),
-            &self.limits,
             &self.pools,
-            self.shutdown.clone(),
         )
-        .await
+        .await;
+        match served {
+            Err(ConnectionError::Shutdown) => Ok(None),
+            ended => ended,
+        }
     }
 }
 
@@ -1193,44 +1208,6 @@ impl<'a, W: ResponseWriter> Responder<'a, W> {
         write_within(&mut self.writer, body, idle).await?;
         self.unflushed = true;
         Ok(())
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn serve_connection<H: RequestHandler, R: AsyncRead + Unpin, W: ResponseWriter>(
-    reader: R,
-    writer: W,
-    buf: BytesMut,
-    session: Session,
-    carried: Carried,
-    placement: Option<Placement>,
-    security: &ListenerSecurity,
-    handler: Arc<H>,
-    limits: &ConnectionLimits,
-    pools: &RequestPools,
-    shutdown: watch::Receiver<bool>,
-) -> Result<Option<Paused<R, W>>, ConnectionError> {
-    let frames = FrameReader {
-        reader,
-        buf,
-        idle: limits.connections_max_idle,
-    };
-    let responder = Responder {
-        writer,
-        limits,
-        shutdown,
-        in_flight: FuturesOrdered::new(),
-        unflushed: false,
-        muted_until: None,
-        served_one: carried.served_one,
-    };
-    let served = serve_requests(
-        frames, responder, session, carried, placement, security, handler, pools,
-    )
-    .await;
-    match served {
-        Err(ConnectionError::Shutdown) => Ok(None),
-        ended => ended,
     }
 }
 
@@ -1912,13 +1889,12 @@ mod tests {
         }
     }
 
-    /// A server with the scripted handler, and a connection to it that has been answered
-    /// once (so that its frames are trusted, which pipelining asks).
-    async fn scripted_server() -> (Arc<Scripted>, TcpStream, watch::Sender<bool>) {
-        let handler = Arc::new(Scripted {
-            log: Mutex::new(Vec::new()),
-            released: watch::channel(Vec::new()).0,
-        });
+    /// Serves `handler` on a plaintext loopback listener until the sender is dropped or
+    /// set.
+    async fn serve_plaintext<H: RequestHandler>(
+        handler: Arc<H>,
+        limits: ConnectionLimits,
+    ) -> (SocketAddr, watch::Sender<bool>) {
         let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = tcp.local_addr().unwrap();
         let listener = Listener {
@@ -1926,12 +1902,18 @@ mod tests {
             security: Arc::new(ListenerSecurity::plaintext("PLAINTEXT")),
         };
         let (stop, shutdown) = watch::channel(false);
-        tokio::spawn(serve(
-            vec![listener],
-            handler.clone(),
-            ConnectionLimits::default(),
-            shutdown,
-        ));
+        tokio::spawn(serve(vec![listener], handler, limits, shutdown));
+        (addr, stop)
+    }
+
+    /// A server with the scripted handler, and a connection to it that has been answered
+    /// once (so that its frames are trusted, which pipelining asks).
+    async fn scripted_server() -> (Arc<Scripted>, TcpStream, watch::Sender<bool>) {
+        let handler = Arc::new(Scripted {
+            log: Mutex::new(Vec::new()),
+            released: watch::channel(Vec::new()).0,
+        });
+        let (addr, stop) = serve_plaintext(handler.clone(), ConnectionLimits::default()).await;
         let mut sock = TcpStream::connect(addr).await.unwrap();
         sock.write_all(&api_versions(0)).await.unwrap();
         assert_eq!(response(&mut sock).await, Some(0));
@@ -2031,18 +2013,11 @@ mod tests {
     #[tokio::test]
     async fn a_connection_moves_to_the_thread_of_its_partitions_between_requests() {
         let handler = Arc::new(Placing::default());
-        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = tcp.local_addr().unwrap();
-        let listener = Listener {
-            tcp,
-            security: Arc::new(ListenerSecurity::plaintext("PLAINTEXT")),
-        };
-        let (_stop, shutdown) = watch::channel(false);
         let limits = ConnectionLimits {
             network_threads: 2,
             ..ConnectionLimits::default()
         };
-        tokio::spawn(serve(vec![listener], handler.clone(), limits, shutdown));
+        let (addr, _stop) = serve_plaintext(handler.clone(), limits).await;
         // The first connection goes to thread 0.
         let mut sock = TcpStream::connect(addr).await.unwrap();
         sock.write_all(&api_versions(0)).await.unwrap();

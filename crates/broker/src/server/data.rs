@@ -554,7 +554,8 @@ impl Broker {
     }
 
     pub(crate) async fn handle_fetch(&self, request: FetchRequest, version: i16) -> FetchResponse {
-        self.fetch_wait(&request, version, false).await.0
+        let shards = self.fetch_shards(&request, version);
+        self.fetch_wait(&request, version, false, shards).await.0
     }
 
     /// Answers a Fetch as a frame of chunks whose record sets are ranges of segment files,
@@ -594,9 +595,6 @@ impl Broker {
         }
         let mut request = FetchRequest::decode(&mut body, version)
             .map_err(|e| format!("Fetch v{version} from {peer}: {e}"))?;
-        if session.affinity.matters() {
-            session.affinity.vote(self.fetch_shards(&request, version));
-        }
         let replica_id = fetch_replica_id(&request, version);
         let now = Instant::now();
         let scope = scope.filter(|_| replica_id < 0);
@@ -631,7 +629,13 @@ impl Broker {
             }
             Gate::Close(reason) => return Err(reason),
         };
-        let (mut response, mut ranges) = self.fetch_wait(&request, version, true).await;
+        // The partitions the gate let through: what the fetch waits on, and where its
+        // connection belongs (see `network::threads`).
+        let shards = self.fetch_shards(&request, version);
+        if session.affinity.matters() {
+            session.affinity.vote(shards.iter().copied());
+        }
+        let (mut response, mut ranges) = self.fetch_wait(&request, version, true, shards).await;
         if let Some(patch) = patch {
             // The refused partitions come after the read ones and carry no records.
             let mut body = ResponseBody::Fetch(response);
@@ -678,11 +682,11 @@ impl Broker {
         request: &FetchRequest,
         version: i16,
         zero_copy: bool,
+        shards: Vec<usize>,
     ) -> (FetchResponse, Vec<Option<FileRange>>) {
         let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
         let deadline = tokio::time::Instant::now() + max_wait;
         let min_bytes = request.min_bytes.max(0) as usize;
-        let shards = self.fetch_shards(request, version);
         let replica_id = fetch_replica_id(request, version);
         loop {
             // Registered before reading so that an append between the read and the wait
@@ -798,7 +802,7 @@ impl Broker {
     /// The append-signal shards of a fetch's partitions (see `append_signal`). A topic
     /// id this broker does not know has none: its partitions answer with an error at
     /// once, and a topic created meanwhile is found by the next fetch.
-    pub(crate) fn fetch_shards(&self, request: &FetchRequest, version: i16) -> Vec<usize> {
+    fn fetch_shards(&self, request: &FetchRequest, version: i16) -> Vec<usize> {
         let mut shards = Vec::new();
         for topic in &request.topics {
             let name = if version >= 13 {
