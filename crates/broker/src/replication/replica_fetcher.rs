@@ -253,12 +253,16 @@ impl ReplicaFetcherManager {
                     stopped: std::sync::atomic::AtomicBool::new(false),
                     refusal_logged: Mutex::new(None),
                 });
-                tokio::spawn(run(
-                    f.clone(),
-                    Arc::downgrade(replicas),
-                    self.config.clone(),
+                start(
+                    run(
+                        f.clone(),
+                        Arc::downgrade(replicas),
+                        self.config.clone(),
+                        leader,
+                        tokio::runtime::Handle::current(),
+                    ),
                     leader,
-                ));
+                );
                 f
             })
             .clone();
@@ -300,6 +304,49 @@ impl ReplicaFetcherManager {
         for (_, f) in self.fetchers().drain() {
             f.stopped.store(true, std::sync::atomic::Ordering::Release);
             f.changed.notify_one();
+        }
+    }
+}
+
+/// Runs one leader's fetcher on a thread of its own (`rill-fetcher-<leader>`), a
+/// single-threaded runtime, as Kafka runs each `ReplicaFetcherThread`; on the runtime's
+/// workers if that thread cannot start.
+///
+/// On the work-stealing runtime, every response the fetcher waited for woke a worker that
+/// then unparked a second one to steal from it, for one task that never has anything to
+/// share: that was a tenth of a follower's CPU on one-record acks=all requests
+/// (BENCHMARKS.md, #25). The thread ends when `run` returns (the fetcher stopped, or its
+/// replica manager is gone).
+fn start<F>(task: F, leader: i32)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            tracing::warn!(leader, error = %e, "cannot start the replica fetcher's runtime; fetching on the broker's workers");
+            tokio::spawn(task);
+            return;
+        }
+    };
+    // The thread takes the task from here; a thread that never started leaves it.
+    let slot = Arc::new(Mutex::new(Some(task)));
+    let theirs = slot.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("rill-fetcher-{leader}"))
+        .spawn(move || {
+            let task = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(task) = task {
+                runtime.block_on(task);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(leader, error = %e, "cannot start the replica fetcher's thread; fetching on the broker's workers");
+        if let Some(task) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            tokio::spawn(task);
         }
     }
 }
@@ -383,6 +430,7 @@ async fn run(
     replicas: Weak<ReplicaManager>,
     config: FetcherConfig,
     leader: i32,
+    broker_runtime: tokio::runtime::Handle,
 ) {
     let mut conn: Option<LeaderConnection> = None;
     // The last connection failure logged at WARN: a leader that stays unreachable, or
@@ -460,7 +508,16 @@ async fn run(
             .filter(|(_, s)| s.needs_truncation)
             .collect();
         let result = if truncate.is_empty() {
-            fetch_once(c, &fetcher, &replicas, &config, &snapshot, request_timeout).await
+            fetch_once(
+                c,
+                &fetcher,
+                &replicas,
+                &broker_runtime,
+                &config,
+                &snapshot,
+                request_timeout,
+            )
+            .await
         } else {
             truncate_once(c, &fetcher, &replicas, &config, &truncate, request_timeout).await
         };
@@ -643,7 +700,8 @@ const FIRST_LAG_BACKOFF: Duration = Duration::from_millis(5);
 async fn fetch_once(
     conn: &mut LeaderConnection,
     fetcher: &Fetcher,
-    replicas: &ReplicaManager,
+    replicas: &Arc<ReplicaManager>,
+    broker_runtime: &tokio::runtime::Handle,
     config: &FetcherConfig,
     partitions: &[(TopicPartition, FetchState)],
     timeout: Duration,
@@ -743,7 +801,14 @@ async fn fetch_once(
             } else if code == ErrorCode::OFFSET_OUT_OF_RANGE {
                 // Tiered: what is below the leader's local log start is in the remote
                 // tier; start there with the leader's epochs and producer state.
-                let aux = match replicas.remote_tier_state(&tp, p.log_start_offset).await {
+                // On the broker's runtime: the remote tier's client keeps its connections
+                // there, and this thread's runtime is not the one they belong to.
+                let lookup = {
+                    let (replicas, tp, start) = (replicas.clone(), tp.clone(), p.log_start_offset);
+                    broker_runtime
+                        .spawn(async move { replicas.remote_tier_state(&tp, start).await })
+                };
+                let aux = match lookup.await.unwrap_or(RemoteTierLookup::NotYet) {
                     RemoteTierLookup::Found(aux) => Some(aux),
                     RemoteTierLookup::NotTiered => None,
                     RemoteTierLookup::NotYet => {
