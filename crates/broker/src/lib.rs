@@ -275,6 +275,9 @@ impl Server {
             producer_ids: tokio::sync::Mutex::new(ProducerIdBlock::default()),
             lost_lease: std::sync::atomic::AtomicBool::new(false),
             lease_losses: std::sync::atomic::AtomicU64::new(0),
+            txn_verification: std::sync::atomic::AtomicBool::new(
+                metadata_publisher::txn_verification(&config, &MetadataImage::new(), node_id),
+            ),
             quotas: server::quotas::ClientQuotaManager::new(quota_windows, replication_windows),
             delegation_tokens: server::delegation_tokens::DelegationTokenSecrets::new(
                 config.delegation_token_secret_key(),

@@ -35,7 +35,7 @@ use rill_metadata::{CommittedRecords, LocalReplicaChanges, MetadataImage};
 use rill_storage::TopicPartition;
 use tokio::sync::watch;
 
-use crate::config::METADATA_LOG_DIR;
+use crate::config::{BrokerConfig, METADATA_LOG_DIR};
 use crate::coordinator::group_coordinator::OFFSETS_TOPIC;
 use crate::replication::replica_fetcher::ThrottleSettings;
 use crate::replication::replica_manager::PartitionChange;
@@ -260,6 +260,13 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
         .replicas
         .follower_throttle()
         .set(follower_throttle(broker, new));
+    broker
+        .quotas
+        .set_leader_replication_limit(leader_replication_limit(broker, new));
+    let verification = txn_verification(&broker.config, new, broker.node_id);
+    broker
+        .txn_verification
+        .store(verification, std::sync::atomic::Ordering::Relaxed);
     let registered_now = new.broker(broker.node_id).map(|b| b.epoch);
     if registered_now != old.broker(broker.node_id).map(|b| b.epoch) {
         if let Some(epoch) = registered_now {
@@ -267,6 +274,30 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
         }
     }
     install(broker, new);
+}
+
+/// `transaction.partition.verification.enable` (dynamic, default true).
+pub(crate) fn txn_verification(config: &BrokerConfig, image: &MetadataImage, node_id: i32) -> bool {
+    crate::config::broker_config_value(
+        config,
+        image,
+        node_id,
+        "transaction.partition.verification.enable",
+    )
+    .is_none_or(|(v, _)| !v.trim().eq_ignore_ascii_case("false"))
+}
+
+/// `leader.replication.throttled.rate` when it limits anything (its default,
+/// `Long.MAX_VALUE`, does not; 0 stops throttled replicas altogether).
+fn leader_replication_limit(broker: &Broker, image: &MetadataImage) -> Option<f64> {
+    let (value, _) = crate::config::broker_config_value(
+        &broker.config,
+        image,
+        broker.node_id,
+        "leader.replication.throttled.rate",
+    )?;
+    let limit: i64 = value.trim().parse().ok()?;
+    (0..i64::MAX).contains(&limit).then_some(limit as f64)
 }
 
 /// The follower side of the replication throttle as the image sets it: this broker's

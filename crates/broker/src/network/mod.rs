@@ -128,6 +128,9 @@ use threads::{Affinity, LiveGuard, NetworkThreads, Placement};
 #[derive(Debug, Clone)]
 pub struct Session {
     pub peer: SocketAddr,
+    /// The peer's address as ACLs name hosts (`acl::host_address`), written once here
+    /// rather than for every request that is authorized.
+    pub host: Arc<str>,
     /// The listener the connection came in on: Metadata answers with the brokers'
     /// endpoints on this listener, as Kafka does.
     pub listener: Arc<str>,
@@ -859,6 +862,7 @@ impl<H: RequestHandler> Conn<H> {
     fn session(&self) -> Session {
         Session {
             peer: self.peer,
+            host: Arc::from(rill_protocol::acl::host_address(self.peer.ip())),
             listener: Arc::from(self.security.name.as_str()),
             security_protocol: self.security.protocol,
             principal: Arc::from(ANONYMOUS),

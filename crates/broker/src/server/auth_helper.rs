@@ -15,7 +15,6 @@
 
 use std::sync::Arc;
 
-use rill_metadata::acl::host_address;
 use rill_metadata::authorizer::all_operations;
 use rill_metadata::{
     AclOperation, Action, AuthorizationResult, MetadataImage, RequestContext, ResourceType,
@@ -50,7 +49,7 @@ impl Broker {
             image,
             loaded,
             principal: session.principal.clone(),
-            host: Arc::from(host_address(session.peer.ip())),
+            host: session.host.clone(),
         }
     }
 }

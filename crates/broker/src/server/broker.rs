@@ -81,6 +81,9 @@ pub struct Broker {
     /// librdkafka reads that as "the refused batches were not written" and re-sends them
     /// under a new epoch, duplicating any that were.
     pub(crate) lease_losses: std::sync::atomic::AtomicU64,
+    /// `transaction.partition.verification.enable` as the latest image sets it (dynamic,
+    /// default true): taken when an image is applied, not worked out for every produce.
+    pub(crate) txn_verification: std::sync::atomic::AtomicBool,
     /// The rates of the clients that quotas govern (see `server::quotas`).
     pub(crate) quotas: crate::server::quotas::ClientQuotaManager,
     /// `delegation.token.secret.key` and the SCRAM credentials of tokens.

@@ -172,7 +172,11 @@ impl Broker {
         // A transaction version 2 producer (v12+) never adds partitions itself: the
         // leader adds them, whatever `transaction.partition.verification.enable` says.
         let tv2 = version >= TV2_PRODUCE_VERSION;
-        let verification = if acks_valid && (tv2 || self.txn_verification_enabled(&image)) {
+        let enabled = || {
+            self.txn_verification
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let verification = if acks_valid && (tv2 || enabled()) {
             Some(self.verify_txn_partitions(&request, version).await)
         } else {
             None
@@ -394,17 +398,6 @@ impl Broker {
             txn_verification,
         )?;
         Ok((appended, epoch))
-    }
-
-    /// `transaction.partition.verification.enable` (dynamic, default true).
-    fn txn_verification_enabled(&self, image: &rill_metadata::MetadataImage) -> bool {
-        crate::config::broker_config_value(
-            &self.config,
-            image,
-            self.node_id,
-            "transaction.partition.verification.enable",
-        )
-        .is_none_or(|(v, _)| !v.trim().eq_ignore_ascii_case("false"))
     }
 
     /// KIP-890 part 1 for a produce request (see [`txn_verification`]): the partitions
@@ -860,7 +853,7 @@ impl Broker {
         let replica_id = fetch_replica_id(request, version);
         let image = self.image();
         let throttle = (replica_id >= 0)
-            .then(|| self.leader_replication_throttle(&image))
+            .then(|| self.quotas.leader_replication_limit())
             .flatten();
         let exceeded = throttle.is_some_and(|limit| {
             self.quotas
@@ -1214,19 +1207,6 @@ impl Broker {
             }
         }
         total
-    }
-
-    /// `leader.replication.throttled.rate` when it limits anything (its default,
-    /// `Long.MAX_VALUE`, does not; 0 stops throttled replicas altogether).
-    fn leader_replication_throttle(&self, image: &rill_metadata::MetadataImage) -> Option<f64> {
-        let (value, _) = crate::config::broker_config_value(
-            &self.config,
-            image,
-            self.node_id,
-            "leader.replication.throttled.rate",
-        )?;
-        let limit: i64 = value.trim().parse().ok()?;
-        (0..i64::MAX).contains(&limit).then_some(limit as f64)
     }
 
     pub(crate) async fn handle_list_offsets(

@@ -25,6 +25,7 @@
 //!   (`network::Reply`): a client that ignores the throttle gains nothing.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -82,7 +83,13 @@ pub(crate) struct ClientQuotaManager {
     replication_windows: QuotaWindows,
     epoch: Instant,
     sensors: Mutex<Sensors>,
+    /// `leader.replication.throttled.rate` as the latest image sets it, as f64 bits
+    /// ([`NO_REPLICATION_LIMIT`] when it limits nothing): set on each image, read on
+    /// each follower fetch.
+    leader_replication_limit: AtomicU64,
 }
+
+const NO_REPLICATION_LIMIT: u64 = u64::MAX;
 
 #[derive(Default)]
 struct Sensors {
@@ -133,6 +140,21 @@ impl ClientQuotaManager {
             replication_windows,
             epoch: Instant::now(),
             sensors: Mutex::new(Sensors::default()),
+            leader_replication_limit: AtomicU64::new(NO_REPLICATION_LIMIT),
+        }
+    }
+
+    /// Takes `leader.replication.throttled.rate` from a new image (`None`: no limit).
+    pub(crate) fn set_leader_replication_limit(&self, limit: Option<f64>) {
+        let bits = limit.map_or(NO_REPLICATION_LIMIT, f64::to_bits);
+        self.leader_replication_limit.store(bits, Ordering::Relaxed);
+    }
+
+    /// `leader.replication.throttled.rate` when it limits anything.
+    pub(crate) fn leader_replication_limit(&self) -> Option<f64> {
+        match self.leader_replication_limit.load(Ordering::Relaxed) {
+            NO_REPLICATION_LIMIT => None,
+            bits => Some(f64::from_bits(bits)),
         }
     }
 
