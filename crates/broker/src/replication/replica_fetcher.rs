@@ -907,4 +907,25 @@ mod tests {
         throttle.record(1001);
         assert_eq!(throttle.throttled(&tp, 1), (true, true));
     }
+
+    #[tokio::test]
+    async fn a_fetcher_runs_alone_on_a_single_threaded_runtime_of_its_own() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        start(
+            async move {
+                let flavor = tokio::runtime::Handle::current().runtime_flavor();
+                let name = std::thread::current().name().map(str::to_owned);
+                let _ = tx.send((name, flavor));
+            },
+            7,
+        );
+        let (name, flavor) = rx.await.unwrap();
+        assert_eq!(name.as_deref(), Some("rill-fetcher-7"));
+        assert_eq!(flavor, tokio::runtime::RuntimeFlavor::CurrentThread);
+        assert_ne!(
+            std::thread::current().name(),
+            Some("rill-fetcher-7"),
+            "not the caller's thread"
+        );
+    }
 }
