@@ -274,6 +274,51 @@ def api_versions_answered(sock: socket.socket) -> bool:
     return len(size) == 4
 
 
+def network_threads(pid: int) -> int:
+    """How many `rill-network-<i>` threads the process runs now."""
+    count = 0
+    for comm in Path(f"/proc/{pid}/task").glob("*/comm"):
+        try:
+            count += comm.read_text().startswith("rill-network-")
+        except OSError:
+            pass  # the thread ended meanwhile
+    return count
+
+
+def test_network_threads_follow_num_network_threads_at_runtime(rill):
+    """num.network.threads is dynamic, as in Kafka: raised, the broker runs more
+    network threads; lowered, it stops the extra ones, and a producer whose connection
+    was on one of them goes on (its connection moves, or it reconnects) without losing
+    a record. A value past double the current one is refused, as Kafka refuses it."""
+    assert rill.pid is not None
+    wait_for(lambda: network_threads(rill.pid) == 3, TIMEOUT_S, "three network threads at start")
+    topic = unique_topic("threads")
+    create_topic(rill.bootstrap, topic, 3)
+    producer = Producer({"bootstrap.servers": rill.bootstrap, "enable.idempotence": True})
+    sent = 0
+
+    def produce(n: int) -> None:
+        nonlocal sent
+        for _ in range(n):
+            producer.produce(topic, value=f"r{sent}".encode(), partition=sent % 3)
+            sent += 1
+        assert producer.flush(TIMEOUT_S) == 0
+
+    produce(30)
+    assert alter_cluster_default(rill.bootstrap, {"num.network.threads": "6"}) == (0, None)
+    wait_for(lambda: network_threads(rill.pid) == 6, TIMEOUT_S, "six network threads")
+    produce(30)
+    code, message = alter_cluster_default(rill.bootstrap, {"num.network.threads": "13"})
+    assert code == 42, (code, message)  # INVALID_REQUEST: more than double
+    assert alter_cluster_default(rill.bootstrap, {"num.network.threads": "3"}) == (0, None)
+    # A removed thread stops once its connections have left (or after ten seconds).
+    wait_for(lambda: network_threads(rill.pid) == 3, TIMEOUT_S, "three network threads again")
+    produce(30)
+    records = read_all(rill.bootstrap, topic, 3)
+    values = sorted(r.value for partition in records.values() for r in partition.values())
+    assert values == sorted(f"r{i}".encode() for i in range(sent))
+
+
 def test_connection_limit_per_ip_changes_at_runtime(rill):
     """max.connections.per.ip is a dynamic broker config: lowering it refuses new
     connections beyond it at once, max.connections.per.ip.overrides raises it for one

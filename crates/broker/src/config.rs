@@ -683,10 +683,11 @@ const fn dynamic(
 /// cleaner's keys of Kafka's `LogCleaner.ReconfigurableConfigs` that Rill has, which the
 /// cleaner reads for every clean and every wait, the replication throttles, which
 /// a follower's fetch reads on the leader and the metadata publisher hands the fetchers,
-/// `producer.id.expiration.ms`, which every producer expiration check reads, and
-/// `transaction.partition.verification.enable`, which every produce reads.
-/// The rest size Kafka's thread
-/// pools (tokio schedules Rill's tasks on one pool sized by the machine), the cleaner's
+/// `producer.id.expiration.ms`, which every producer expiration check reads,
+/// `transaction.partition.verification.enable`, which every image applied reads, and
+/// `num.network.threads`, which the listener looks for every second. The rest size
+/// Kafka's other thread pools (tokio schedules Rill's tasks on one pool sized by the
+/// machine), the cleaner's
 /// I/O buffers (Rill's cleaner reads through the page cache and sizes its offset map by
 /// `log.cleaner.dedupe.buffer.size` alone) and Kafka's Kerberos and SASL login (Rill has
 /// no GSSAPI, and no SASL login of its own to refresh).
@@ -793,13 +794,13 @@ pub static DYNAMIC_BROKER_KEYS: &[DynamicBrokerKey] = &[
         Check::ThreadCount,
         DynamicUse::NoEffect,
     ),
-    // The static value sizes the network threads at start (`network::threads`); they
-    // are not resized live.
+    // Looked for every second: the network threads grow or shrink to it
+    // (`network::threads`).
     dynamic(
         "num.network.threads",
         ConfigType::Int,
         Check::ThreadCount,
-        DynamicUse::NoEffect,
+        DynamicUse::Live,
     ),
     dynamic(
         "num.recovery.threads.per.data.dir",

@@ -582,6 +582,14 @@ pub async fn serve<H: RequestHandler>(
         }
     };
     let mut accepting = tokio::task::JoinSet::new();
+    if let Some(threads) = &threads {
+        accepting.spawn(follow_thread_count(
+            threads.clone(),
+            handler.clone(),
+            limits.network_threads,
+            shutdown.clone(),
+        ));
+    }
     for listener in listeners {
         accepting.spawn(accept_loop(
             listener,
@@ -596,6 +604,30 @@ pub async fn serve<H: RequestHandler>(
     while accepting.join_next().await.is_some() {}
     if let Some(threads) = threads {
         threads.stop();
+    }
+}
+
+/// How often a change of `num.network.threads` is looked for.
+const THREAD_COUNT_CHECK: Duration = Duration::from_secs(1);
+
+/// Resizes the network threads when `num.network.threads` changes (a dynamic broker
+/// config, as in Kafka), until shutdown.
+async fn follow_thread_count<H: RequestHandler>(
+    threads: Arc<NetworkThreads>,
+    handler: Arc<H>,
+    fallback: usize,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(THREAD_COUNT_CHECK) => {}
+            _ = shutdown.changed() => return,
+        }
+        let n = handler
+            .broker_config_value("num.network.threads")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(fallback);
+        threads.resize(n);
     }
 }
 
@@ -868,9 +900,11 @@ impl<H: RequestHandler> Conn<H> {
             principal: Arc::from(ANONYMOUS),
             token_authenticated: false,
             connection_id: self.id,
-            affinity: Arc::new(Affinity::new(
-                self.threads.as_ref().map_or(1, |t| t.count()),
-            )),
+            affinity: Arc::new(
+                self.threads
+                    .as_ref()
+                    .map_or_else(|| Affinity::new(1), |t| t.affinity()),
+            ),
         }
     }
 

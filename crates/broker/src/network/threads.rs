@@ -21,12 +21,13 @@
 //! a connection of Seastar's shards does; a TLS connection stays too, because its
 //! session state is rustls's and not ours to carry across.
 //!
-//! Everything else of the node (replication fetchers, coordinators, the cleaner,
-//! fsyncs) stays on the multi-thread runtime.
+//! Replica fetchers have threads of their own (`replication::replica_fetcher`);
+//! everything else of the node (coordinators, the cleaner, fsyncs) stays on the
+//! multi-thread runtime. `num.network.threads` is dynamic: [`NetworkThreads::resize`].
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -50,32 +51,49 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// connection and its requests' handlers through the `Session`.
 #[derive(Debug)]
 pub struct Affinity {
-    threads: usize,
+    threads: Threads,
     vote: AtomicUsize,
 }
 
+/// How many network threads there are, as an [`Affinity`] sees it.
+#[derive(Debug)]
+enum Threads {
+    Fixed(usize),
+    /// The count of a [`NetworkThreads`], which `num.network.threads` may change.
+    Shared(Arc<AtomicUsize>),
+}
+
 impl Affinity {
+    /// For `threads` threads that never change in number (one: no network threads).
     pub fn new(threads: usize) -> Self {
         Self {
-            threads: threads.max(1),
+            threads: Threads::Fixed(threads.max(1)),
             vote: AtomicUsize::new(NO_VOTE),
+        }
+    }
+
+    fn threads(&self) -> usize {
+        match &self.threads {
+            Threads::Fixed(n) => *n,
+            Threads::Shared(n) => n.load(Ordering::Acquire).max(1),
         }
     }
 
     /// Whether votes can move anything: a handler skips working out its partitions'
     /// shards when not.
     pub fn matters(&self) -> bool {
-        self.threads > 1
+        self.threads() > 1
     }
 
     /// One data request's partitions, as their append-signal shards
     /// (`AppendSignals::shard`). A request naming none (an incremental fetch with
     /// nothing changed) says nothing.
     pub fn vote(&self, shards: impl IntoIterator<Item = usize>) {
-        if !self.matters() {
+        let n = self.threads();
+        if n < 2 {
             return;
         }
-        let mut threads = shards.into_iter().map(|s| s % self.threads);
+        let mut threads = shards.into_iter().map(|s| s % n);
         let Some(first) = threads.next() else {
             return;
         };
@@ -117,9 +135,22 @@ impl Placement {
 
     /// Looks at the requests since the last look: the thread to move to, once
     /// [`MOVE_AFTER`] looks in a row have named it.
+    ///
+    /// A connection on a thread that was removed (`num.network.threads` lowered) leaves
+    /// at once: for the thread its requests name, or any that remains.
     pub fn observe(&mut self, affinity: &Affinity) -> Option<usize> {
-        match affinity.take() {
+        let vote = affinity.take();
+        let threads = affinity.threads();
+        if self.here >= threads {
+            return Some(match vote {
+                Some(Some(t)) if t < threads => t,
+                _ => self.here % threads,
+            });
+        }
+        match vote {
             None => None,
+            // Voted before the thread count changed.
+            Some(Some(t)) if t >= threads => None,
             Some(None) => {
                 self.streak = 0;
                 None
@@ -159,67 +190,130 @@ impl Drop for LiveGuard {
     }
 }
 
+/// One network thread: its runtime's handle, its connections, and the sender whose drop
+/// tells it to stop.
+struct Thread {
+    handle: Handle,
+    live: Arc<Live>,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Thread {
+    /// Starts thread `i`, named `rill-network-<i>`. Once told to stop it waits for its
+    /// connections to end (on the broker's shutdown, or by moving to a thread that
+    /// stays) for up to [`DRAIN`], then drops those left: a client reconnects, as it
+    /// does when Kafka removes a processor.
+    fn start(i: usize) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let live = Arc::new(Live::default());
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = runtime.handle().clone();
+        let draining = live.clone();
+        std::thread::Builder::new()
+            .name(format!("rill-network-{i}"))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let _ = rx.await;
+                    let _ = tokio::time::timeout(DRAIN, async {
+                        loop {
+                            let gone = draining.gone.notified();
+                            if draining.count.load(Ordering::Acquire) == 0 {
+                                break;
+                            }
+                            gone.await;
+                        }
+                    })
+                    .await;
+                });
+                // The runtime drops here, off any async context, with whatever
+                // connections did not end in time.
+            })?;
+        Ok(Self {
+            handle,
+            live,
+            _stop: tx,
+        })
+    }
+}
+
 /// The running network threads of one `serve`.
 pub struct NetworkThreads {
-    handles: Vec<(Handle, Arc<Live>)>,
+    threads: RwLock<Vec<Thread>>,
+    /// How many there are, shared with every connection's [`Affinity`].
+    count: Arc<AtomicUsize>,
     next: AtomicUsize,
     stopped: AtomicBool,
-    stop: Mutex<Vec<oneshot::Sender<()>>>,
 }
 
 impl NetworkThreads {
     /// Starts `n` threads (at least one), named `rill-network-<i>`.
     pub fn start(n: usize) -> std::io::Result<Self> {
-        let mut handles = Vec::new();
-        let mut stop = Vec::new();
-        for i in 0..n.max(1) {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let live = Arc::new(Live::default());
-            let (tx, rx) = oneshot::channel::<()>();
-            handles.push((runtime.handle().clone(), live.clone()));
-            stop.push(tx);
-            std::thread::Builder::new()
-                .name(format!("rill-network-{i}"))
-                .spawn(move || {
-                    runtime.block_on(async move {
-                        let _ = rx.await;
-                        let _ = tokio::time::timeout(DRAIN, async {
-                            loop {
-                                let gone = live.gone.notified();
-                                if live.count.load(Ordering::Acquire) == 0 {
-                                    break;
-                                }
-                                gone.await;
-                            }
-                        })
-                        .await;
-                    });
-                    // The runtime drops here, off any async context, with whatever
-                    // connections did not end in time.
-                })?;
-        }
+        let threads = (0..n.max(1))
+            .map(Thread::start)
+            .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Self {
-            handles,
+            count: Arc::new(AtomicUsize::new(threads.len())),
+            threads: RwLock::new(threads),
             next: AtomicUsize::new(0),
             stopped: AtomicBool::new(false),
-            stop: Mutex::new(stop),
         })
     }
 
+    fn threads(&self) -> std::sync::RwLockReadGuard<'_, Vec<Thread>> {
+        self.threads.read().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn count(&self) -> usize {
-        self.handles.len()
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// A new connection's [`Affinity`], which follows the thread count as it changes.
+    pub fn affinity(&self) -> Affinity {
+        Affinity {
+            threads: Threads::Shared(self.count.clone()),
+            vote: AtomicUsize::new(NO_VOTE),
+        }
+    }
+
+    /// Grows or shrinks to `n` threads (at least one), as Kafka adds and removes
+    /// processors when `num.network.threads` changes. A removed thread stops: its
+    /// plaintext connections move to a remaining thread at their next request (see
+    /// [`Placement::observe`]), and any still there after [`DRAIN`] are closed.
+    pub fn resize(&self, n: usize) {
+        let n = n.max(1);
+        let mut threads = self.threads.write().unwrap_or_else(|e| e.into_inner());
+        if self.stopped.load(Ordering::Acquire) || threads.len() == n {
+            return;
+        }
+        let before = threads.len();
+        threads.truncate(n);
+        while threads.len() < n {
+            match Thread::start(threads.len()) {
+                Ok(thread) => threads.push(thread),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start another network thread");
+                    break;
+                }
+            }
+        }
+        self.count.store(threads.len(), Ordering::Release);
+        tracing::info!(
+            from = before,
+            to = threads.len(),
+            "num.network.threads changed"
+        );
     }
 
     /// The thread for a new connection: round robin, as Kafka's acceptor hands
     /// connections to its processors.
     pub fn next(&self) -> usize {
-        self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len().max(1)
+        self.next.fetch_add(1, Ordering::Relaxed) % self.count().max(1)
     }
 
-    /// Runs a connection's task on thread `i`; `false` once the threads are stopping
-    /// (the task is dropped).
+    /// Runs a connection's task on thread `i`; `false` once the threads are stopping,
+    /// or if `i` is gone (the task is dropped).
     pub fn spawn<F>(&self, i: usize, task: impl FnOnce(LiveGuard) -> F) -> bool
     where
         F: Future<Output = ()> + Send + 'static,
@@ -227,20 +321,22 @@ impl NetworkThreads {
         if self.stopped.load(Ordering::Acquire) {
             return false;
         }
-        let Some((handle, live)) = self.handles.get(i) else {
+        let threads = self.threads();
+        let Some(thread) = threads.get(i) else {
             return false;
         };
-        live.count.fetch_add(1, Ordering::AcqRel);
-        handle.spawn(task(LiveGuard(live.clone())));
+        thread.live.count.fetch_add(1, Ordering::AcqRel);
+        thread.handle.spawn(task(LiveGuard(thread.live.clone())));
         true
     }
 
     /// Tells every thread to stop once its connections have ended (or after [`DRAIN`]).
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
-        if let Ok(mut stop) = self.stop.lock() {
-            stop.clear();
-        }
+        self.threads
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 }
 
@@ -322,5 +418,35 @@ mod tests {
         assert!(!threads.spawn(5, |_| async {}), "no such thread");
         threads.stop();
         assert!(!threads.spawn(0, |_| async {}), "stopping");
+    }
+
+    #[tokio::test]
+    async fn threads_grow_and_shrink_and_connections_on_a_removed_one_leave() {
+        let threads = NetworkThreads::start(2).unwrap();
+        let affinity = threads.affinity();
+        let mut on_last = Placement::new(1);
+        threads.resize(3);
+        assert_eq!(threads.count(), 3);
+        let (tx, rx) = oneshot::channel();
+        assert!(threads.spawn(2, move |live| async move {
+            let _live = live;
+            let _ = tx.send(std::thread::current().name().map(str::to_owned));
+        }));
+        assert_eq!(rx.await.unwrap().as_deref(), Some("rill-network-2"));
+        // Votes follow the new count: shard 5 is thread 2 of 3.
+        affinity.vote([5]);
+        assert_eq!(affinity.take(), Some(Some(2)));
+
+        threads.resize(1);
+        assert_eq!(threads.count(), 1);
+        assert!(!affinity.matters(), "one thread left: nothing to decide");
+        assert!(!threads.spawn(1, |_| async {}), "thread 1 is gone");
+        assert_eq!(
+            on_last.observe(&affinity),
+            Some(0),
+            "leaves the removed thread"
+        );
+        threads.resize(0);
+        assert_eq!(threads.count(), 1, "never fewer than one");
     }
 }
