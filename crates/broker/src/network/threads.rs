@@ -86,8 +86,8 @@ impl Affinity {
     }
 
     /// One data request's partitions, as their append-signal shards
-    /// (`AppendSignals::shard`). A request naming none (an incremental fetch with
-    /// nothing changed) says nothing.
+    /// (`AppendSignals::shard`). A request naming none (a fetch whose partitions the
+    /// authorizer all refused, say) says nothing.
     pub fn vote(&self, shards: impl IntoIterator<Item = usize>) {
         let n = self.threads();
         if n < 2 {
