@@ -1850,8 +1850,11 @@ async fn heartbeat_loop(
         .await;
         let Ok(mut g) = shared.lock() else { return };
         // The member rejoined while the heartbeat was out: its answer is about an old
-        // generation.
-        if g.generation != generation || g.joining {
+        // generation, or an old member id. A static member that rejoins a stable group
+        // gets a new member id in the same generation (KIP-345), and the answer to a
+        // heartbeat sent under the id it replaced is FENCED_INSTANCE_ID, which must not
+        // fence the member that replaced it: itself.
+        if g.generation != generation || g.joining || g.member_id != request.member_id {
             continue;
         }
         match result {
