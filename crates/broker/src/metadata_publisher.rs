@@ -260,9 +260,11 @@ async fn publish(broker: &Broker, old: &MetadataImage, new: &MetadataImage) {
         .replicas
         .follower_throttle()
         .set(follower_throttle(broker, new));
-    broker
-        .quotas
-        .set_leader_replication_limit(leader_replication_limit(broker, new));
+    broker.quotas.set_leader_replication_limit(replication_rate(
+        broker,
+        new,
+        "leader.replication.throttled.rate",
+    ));
     let verification = txn_verification(&broker.config, new, broker.node_id);
     broker
         .txn_verification
@@ -287,15 +289,12 @@ pub(crate) fn txn_verification(config: &BrokerConfig, image: &MetadataImage, nod
     .is_none_or(|(v, _)| !v.trim().eq_ignore_ascii_case("false"))
 }
 
-/// `leader.replication.throttled.rate` when it limits anything (its default,
-/// `Long.MAX_VALUE`, does not; 0 stops throttled replicas altogether).
-fn leader_replication_limit(broker: &Broker, image: &MetadataImage) -> Option<f64> {
-    let (value, _) = crate::config::broker_config_value(
-        &broker.config,
-        image,
-        broker.node_id,
-        "leader.replication.throttled.rate",
-    )?;
+/// A replication throttle rate (`leader.` or `follower.replication.throttled.rate`, at
+/// its highest level) when it limits anything: its default, `Long.MAX_VALUE`, does not;
+/// 0 stops throttled replicas altogether.
+fn replication_rate(broker: &Broker, image: &MetadataImage, key: &str) -> Option<f64> {
+    let (value, _) =
+        crate::config::broker_config_value(&broker.config, image, broker.node_id, key)?;
     let limit: i64 = value.trim().parse().ok()?;
     (0..i64::MAX).contains(&limit).then_some(limit as f64)
 }
@@ -304,15 +303,7 @@ fn leader_replication_limit(broker: &Broker, image: &MetadataImage) -> Option<f6
 /// `follower.replication.throttled.rate` (at its highest level) and every topic's
 /// `follower.replication.throttled.replicas`.
 fn follower_throttle(broker: &Broker, image: &MetadataImage) -> ThrottleSettings {
-    let limit = crate::config::broker_config_value(
-        &broker.config,
-        image,
-        broker.node_id,
-        "follower.replication.throttled.rate",
-    )
-    .and_then(|(v, _)| v.trim().parse::<i64>().ok())
-    .filter(|l| (0..i64::MAX).contains(l))
-    .map(|l| l as f64);
+    let limit = replication_rate(broker, image, "follower.replication.throttled.rate");
     let replicas = match limit {
         None => Default::default(),
         Some(_) => image

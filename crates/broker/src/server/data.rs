@@ -172,11 +172,11 @@ impl Broker {
         // A transaction version 2 producer (v12+) never adds partitions itself: the
         // leader adds them, whatever `transaction.partition.verification.enable` says.
         let tv2 = version >= TV2_PRODUCE_VERSION;
-        let enabled = || {
-            self.txn_verification
-                .load(std::sync::atomic::Ordering::Relaxed)
-        };
-        let verification = if acks_valid && (tv2 || enabled()) {
+        let verify = tv2
+            || self
+                .txn_verification
+                .load(std::sync::atomic::Ordering::Relaxed);
+        let verification = if acks_valid && verify {
             Some(self.verify_txn_partitions(&request, version).await)
         } else {
             None
