@@ -1639,6 +1639,8 @@ pub static BROKER_DEFAULTS: &[(&str, &str)] = &[
     // partitions (bounds the page's cardinality); 0 turns them off.
     ("metrics.partition.series.max", "1000"),
     ("max.request.partition.size.limit", "2000"),
+    // KIP-227: the incremental fetch sessions a broker keeps (`server::fetch_session`).
+    ("max.incremental.fetch.session.cache.slots", "1000"),
     ("node.id", "1"),
     ("num.partitions", "1"),
     ("num.replica.fetchers", "1"),
@@ -2673,6 +2675,13 @@ impl BrokerConfig {
         self.parse("num.partitions")
     }
 
+    /// `max.incremental.fetch.session.cache.slots`: the fetch sessions (KIP-227) this
+    /// broker keeps; 0 opens none.
+    pub fn max_incremental_fetch_sessions(&self) -> Result<usize, BrokerError> {
+        self.parse::<u32>("max.incremental.fetch.session.cache.slots")
+            .map(|n| n as usize)
+    }
+
     pub fn default_replication_factor(&self) -> Result<i16, BrokerError> {
         self.parse("default.replication.factor")
     }
@@ -2895,6 +2904,7 @@ impl BrokerConfig {
             self.duration_ms(key)?;
         }
         self.num_partitions()?;
+        self.max_incremental_fetch_sessions()?;
         self.default_replication_factor()?;
         self.socket_request_max_bytes()?;
         self.group_config()?;

@@ -278,6 +278,11 @@ impl Server {
             txn_verification: std::sync::atomic::AtomicBool::new(
                 metadata_publisher::txn_verification(&config, &MetadataImage::new(), node_id),
             ),
+            fetch_sessions: std::sync::Mutex::new(server::fetch_session::FetchSessionCache::new(
+                config
+                    .max_incremental_fetch_sessions()
+                    .unwrap_or(server::fetch_session::DEFAULT_MAX_SESSIONS),
+            )),
             quotas: server::quotas::ClientQuotaManager::new(quota_windows, replication_windows),
             delegation_tokens: server::delegation_tokens::DelegationTokenSecrets::new(
                 config.delegation_token_secret_key(),

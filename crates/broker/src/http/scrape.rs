@@ -297,6 +297,15 @@ pub(super) fn encode(
         views,
         groups,
         quorum: broker.quorum.describe_if_leader(),
+        fetch_sessions: broker
+            .fetch_sessions
+            .lock()
+            .map(|c| FetchSessionCounts {
+                sessions: c.len() as u64,
+                partitions: c.partitions() as u64,
+                evictions: c.evictions(),
+            })
+            .unwrap_or_default(),
         log_dirs: {
             let failures = broker.replicas.log_dir_failure();
             broker
@@ -326,6 +335,7 @@ pub(super) fn encode_controller(quorum: &MetadataQuorum) -> Result<String, std::
         process: process::read(),
         now_ms: wall_clock_ms(),
         quorum: quorum.describe_if_leader(),
+        fetch_sessions: FetchSessionCounts::default(),
         log_dirs: Vec::new(),
     })
 }
@@ -365,6 +375,15 @@ struct Page {
     quorum: Option<QuorumDescription>,
     /// Each log directory of `log.dirs` and whether it failed (a broker's only).
     log_dirs: Vec<(String, bool)>,
+    fetch_sessions: FetchSessionCounts,
+}
+
+/// The broker's incremental fetch sessions (KIP-227) at the scrape.
+#[derive(Debug, Default)]
+struct FetchSessionCounts {
+    sessions: u64,
+    partitions: u64,
+    evictions: u64,
 }
 
 /// A counter value for the encoder.
@@ -849,6 +868,27 @@ impl Collector for Page {
             for (name, help, v) in gauges {
                 gauge_i64(&mut e, name, help, i64::try_from(v).unwrap_or(i64::MAX))?;
             }
+            let f = &self.fetch_sessions;
+            gauge_i64(
+                &mut e,
+                "kafka_server_fetchsessioncache_num_incremental_fetch_sessions",
+                "Incremental fetch sessions open on this broker (NumIncrementalFetchSessions)",
+                i64::try_from(f.sessions).unwrap_or(i64::MAX),
+            )?;
+            gauge_i64(
+                &mut e,
+                "kafka_server_fetchsessioncache_num_incremental_fetch_partitions_cached",
+                "Partitions held by this broker's fetch sessions \
+                 (NumIncrementalFetchPartitionsCached)",
+                i64::try_from(f.partitions).unwrap_or(i64::MAX),
+            )?;
+            counter(
+                &mut e,
+                "kafka_server_fetchsessioncache_incremental_fetch_session_evictions",
+                "Fetch sessions evicted to make room for new ones \
+                 (IncrementalFetchSessionEvictionsPerSec)",
+                f.evictions,
+            )?;
             counter(
                 &mut e,
                 "kafka_server_replicamanager_isr_shrinks",
@@ -1485,6 +1525,11 @@ mod tests {
             views,
             groups,
             log_dirs: vec![("/d0".into(), false), ("/d1".into(), true)],
+            fetch_sessions: FetchSessionCounts {
+                sessions: 2,
+                partitions: 7,
+                evictions: 1,
+            },
             quorum: Some(QuorumDescription {
                 leader_id: 1,
                 leader_epoch: 4,
@@ -1524,6 +1569,9 @@ mod tests {
         for line in [
             "kafka_server_replicamanager_under_replicated_partitions 1",
             "kafka_log_logmanager_offline_log_directory_count 1",
+            "kafka_server_fetchsessioncache_num_incremental_fetch_sessions 2",
+            "kafka_server_fetchsessioncache_num_incremental_fetch_partitions_cached 7",
+            "kafka_server_fetchsessioncache_incremental_fetch_session_evictions_total 1",
             "kafka_log_logmanager_log_directory_offline{log_directory=\"/d1\"} 1",
             "kafka_log_logmanager_log_directory_offline{log_directory=\"/d0\"} 0",
             "kafka_server_replicamanager_at_min_isr_partition_count 1",

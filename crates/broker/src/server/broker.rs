@@ -84,6 +84,8 @@ pub struct Broker {
     /// `transaction.partition.verification.enable` as the latest image sets it (dynamic,
     /// default true): taken when an image is applied, not worked out for every produce.
     pub(crate) txn_verification: std::sync::atomic::AtomicBool,
+    /// KIP-227's incremental fetch sessions (see `server::fetch_session`).
+    pub(crate) fetch_sessions: std::sync::Mutex<crate::server::fetch_session::FetchSessionCache>,
     /// The rates of the clients that quotas govern (see `server::quotas`).
     pub(crate) quotas: crate::server::quotas::ClientQuotaManager,
     /// `delegation.token.secret.key` and the SCRAM credentials of tokens.

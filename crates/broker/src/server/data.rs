@@ -9,7 +9,7 @@ use rill_protocol::generated::delete_records_request::DeleteRecordsRequest;
 use rill_protocol::generated::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsResponse, DeleteRecordsTopicResult,
 };
-use rill_protocol::generated::fetch_request::FetchRequest;
+use rill_protocol::generated::fetch_request::{FetchRequest, FetchTopic};
 use rill_protocol::generated::fetch_response::{
     AbortedTransaction, FetchResponse, FetchableTopicResponse, PartitionData,
 };
@@ -43,6 +43,7 @@ use crate::remote_log;
 use crate::replication::append_signal::AppendSignals;
 use crate::replication::replica_fetcher::replica_throttled;
 use crate::replication::replica_manager::{AppendRefused, DeferredAppend};
+use crate::server::fetch_session::{FetchContext, FetchSessionCache};
 use crate::server::quotas::{Governed, QuotaKind};
 use crate::server::request_authorization::Gate;
 use crate::server::{txn_verification, Broker, QuotaScope};
@@ -546,9 +547,87 @@ impl Broker {
         failed
     }
 
-    pub(crate) async fn handle_fetch(&self, request: FetchRequest, version: i16) -> FetchResponse {
+    pub(crate) async fn handle_fetch(
+        &self,
+        mut request: FetchRequest,
+        version: i16,
+    ) -> FetchResponse {
+        let (context, asked) = self.fetch_session_context(&mut request, version);
+        if let FetchContext::Error(_) = context {
+            let mut response = FetchResponse::default();
+            self.answer_in_session(context, asked.as_deref(), &mut response, &mut Vec::new());
+            return response;
+        }
         let shards = self.fetch_shards(&request, version);
-        self.fetch_wait(&request, version, false, shards).await.0
+        let (mut response, mut ranges) = self.fetch_wait(&request, version, false, shards).await;
+        self.answer_in_session(context, asked.as_deref(), &mut response, &mut ranges);
+        response
+    }
+
+    /// KIP-227, before a Fetch is read (`fetch_session`, step 1): what it is to its
+    /// session, and for a full fetch the partitions it asked for (a session it opens
+    /// holds them all, those the authorizer refuses too).
+    fn fetch_session_context(
+        &self,
+        request: &mut FetchRequest,
+        version: i16,
+    ) -> (FetchContext, Option<Vec<FetchTopic>>) {
+        if FetchSessionCache::sessionless(request, version) {
+            return (FetchContext::Sessionless, None);
+        }
+        let follower = fetch_replica_id(request, version) >= 0;
+        let context = match self.fetch_sessions.lock() {
+            Ok(mut cache) => cache.new_context(request, version, follower, session_clock_ms()),
+            // A panic under the lock: sessions are an optimisation, so none is used.
+            Err(_) => FetchContext::Sessionless,
+        };
+        let asked = matches!(context, FetchContext::Full { .. }).then(|| request.topics.clone());
+        (context, asked)
+    }
+
+    /// KIP-227, once a Fetch has been read (`fetch_session`, steps 2 to 4): opens the
+    /// session of a full fetch, or drops from an incremental one's answer (and from
+    /// `ranges`, which goes with it) the partitions with nothing new.
+    fn answer_in_session(
+        &self,
+        context: FetchContext,
+        asked: Option<&[FetchTopic]>,
+        response: &mut FetchResponse,
+        ranges: &mut Vec<Option<FileRange>>,
+    ) {
+        if context == FetchContext::Sessionless {
+            response.session_id = 0;
+            return;
+        }
+        let records: Vec<usize> = response
+            .responses
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .zip(ranges.iter().chain(std::iter::repeat(&None)))
+            .map(|(p, range)| match range {
+                Some(r) => usize::try_from(r.len).unwrap_or(usize::MAX),
+                None => p.records.as_ref().map_or(0, Bytes::len),
+            })
+            .collect();
+        let keep = match self.fetch_sessions.lock() {
+            Ok(mut cache) => cache.answer(
+                context,
+                asked.unwrap_or_default(),
+                response,
+                &records,
+                session_clock_ms(),
+            ),
+            Err(_) => {
+                response.session_id = 0;
+                return;
+            }
+        };
+        if keep.len() == ranges.len() {
+            let mut keep = keep.into_iter();
+            ranges.retain(|_| keep.next().unwrap_or(true));
+        } else if response.responses.is_empty() {
+            ranges.clear();
+        }
     }
 
     /// Answers a Fetch as a frame of chunks whose record sets are ranges of segment files,
@@ -589,6 +668,7 @@ impl Broker {
         let mut request = FetchRequest::decode(&mut body, version)
             .map_err(|e| format!("Fetch v{version} from {peer}: {e}"))?;
         let replica_id = fetch_replica_id(&request, version);
+        let (context, asked) = self.fetch_session_context(&mut request, version);
         let now = Instant::now();
         let scope = scope.filter(|_| replica_id < 0);
         let request_quota = scope.and_then(|s| s.governed(QuotaKind::Request));
@@ -604,10 +684,25 @@ impl Broker {
         }
         let measured = |throttle: Duration| scope.map(|_| (throttle, request_quota.clone()));
         let correlation_id = header.correlation_id;
+        if let FetchContext::Error(_) = context {
+            let mut response = FetchResponse {
+                throttle_time_ms: throttle_ms(throttle),
+                ..Default::default()
+            };
+            self.answer_in_session(context, None, &mut response, &mut Vec::new());
+            let frame = super::encode_response(correlation_id, ApiKey::Fetch, version, &response)?;
+            return Ok((
+                Some(vec![ResponseChunk::Bytes(frame.freeze())]),
+                measured(throttle),
+            ));
+        }
         let authz = self.authz(session);
         let patch = match self.fetch_gate(&authz, &mut request, version, &session.listener) {
             Gate::Proceed(patch) => patch,
             Gate::Respond(mut body) => {
+                if let ResponseBody::Fetch(response) = &mut body {
+                    self.answer_in_session(context, asked.as_deref(), response, &mut Vec::new());
+                }
                 body.raise_throttle_time_ms(throttle_ms(throttle));
                 let frame = super::encode_response(
                     correlation_id,
@@ -641,18 +736,26 @@ impl Broker {
             let missing = partitions.saturating_sub(ranges.len());
             ranges.extend(std::iter::repeat_with(|| None).take(missing));
         }
+        let mut held = false;
         if let Some(g) = &fetch_quota {
             let size: u64 = ranges.iter().flatten().map(|r| r.len).sum();
             let now = Instant::now();
             let earned = self.quotas.record(g, size as f64, now);
             if !earned.is_zero() {
                 // Over the quota: nothing is sent, and nothing counted (Kafka's
-                // throttled response of a sessionless fetch has no topics).
+                // throttled response has no topics, and a full fetch opens no session).
                 self.quotas.unrecord(g, size as f64, now);
-                response.responses.clear();
+                match self.fetch_sessions.lock() {
+                    Ok(cache) => cache.throttled(context, &mut response),
+                    Err(_) => response.responses.clear(),
+                }
                 ranges.clear();
                 throttle = throttle.max(earned);
+                held = true;
             }
+        }
+        if !held {
+            self.answer_in_session(context, asked.as_deref(), &mut response, &mut ranges);
         }
         response.throttle_time_ms = response.throttle_time_ms.max(throttle_ms(throttle));
         if let Some(chunks) = encode_fetch_chunks(correlation_id, version, &response, &ranges)? {
@@ -1576,6 +1679,13 @@ impl Broker {
         let local_start = self.replicas.offsets(tp)?.log_start_offset;
         Ok(self.log_start_offset_of(&self.image(), tp, local_start))
     }
+}
+
+/// Milliseconds on a monotonic clock, for the fetch sessions' ages.
+fn session_clock_ms() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// KIP-1166 (Fetch v18): a follower sends the high watermark it knows; when the leader's

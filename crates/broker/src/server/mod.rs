@@ -23,6 +23,7 @@ mod data;
 pub(crate) mod delegation_tokens;
 mod describe_topic_partitions;
 mod features;
+pub(crate) mod fetch_session;
 mod group_configs;
 mod groups;
 mod log_dirs;
