@@ -6,7 +6,8 @@
 //!
 //! - [`replica_manager`]: `ReplicaManager`, the partitions and their logs.
 //! - [`isr`]: the leader's ISR and high-watermark state machine (pure, clock passed in).
-//! - [`replica_fetcher`]: follower fetchers.
+//! - [`replica_fetcher`]: follower fetchers, in incremental fetch sessions
+//!   ([`fetch_session_handler`]).
 //! - [`alter_partition`]: ISR changes to the controller through a [`ControllerChannel`]
 //!   the server implements.
 //! - [`assignments`]: the log directories replicas were placed in, reported to the
@@ -23,6 +24,7 @@
 pub mod alter_partition;
 pub mod append_signal;
 pub mod assignments;
+pub mod fetch_session_handler;
 pub mod isr;
 pub mod log_manager;
 pub mod replica_fetcher;

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use rill_protocol::frame::decode_frame;
-use rill_protocol::generated::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use rill_protocol::generated::fetch_request::{FetchPartition, FetchRequest};
 use rill_protocol::generated::fetch_response::FetchResponse;
 use rill_protocol::generated::offset_for_leader_epoch_request::{
     OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic,
@@ -44,6 +44,7 @@ use tokio::sync::Notify;
 use crate::metrics;
 use crate::network::inter_broker::{InterBrokerConnector, InterBrokerStream, PeerEndpoint};
 use crate::rate::{QuotaWindows, Rate};
+use crate::replication::fetch_session_handler::FetchSessionHandler;
 use crate::replication::replica_manager::{RemoteTierLookup, ReplicaManager};
 
 /// Fetch v12: topic names (the follower may not know ids before its image does), leader
@@ -357,6 +358,8 @@ struct LeaderConnection {
     correlation_id: i32,
     client_id: String,
     buf: BytesMut,
+    /// The connection's incremental fetch session with the leader (KIP-227).
+    session: FetchSessionHandler,
 }
 
 impl LeaderConnection {
@@ -372,6 +375,7 @@ impl LeaderConnection {
             correlation_id: 0,
             client_id,
             buf: BytesMut::with_capacity(64 * 1024),
+            session: FetchSessionHandler::default(),
         })
     }
 
@@ -706,7 +710,7 @@ async fn fetch_once(
     partitions: &[(TopicPartition, FetchState)],
     timeout: Duration,
 ) -> std::io::Result<()> {
-    let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
+    let mut wanted: Vec<(TopicPartition, FetchPartition)> = Vec::with_capacity(partitions.len());
     let mut epochs: HashMap<TopicPartition, i32> = HashMap::new();
     let mut throttled = std::collections::HashSet::new();
     let refused_before: std::collections::HashSet<&TopicPartition> = partitions
@@ -726,10 +730,9 @@ async fn fetch_once(
             continue;
         };
         epochs.insert(tp.clone(), state.leader_epoch);
-        topics
-            .entry(tp.topic.clone())
-            .or_default()
-            .push(FetchPartition {
+        wanted.push((
+            tp.clone(),
+            FetchPartition {
                 partition: tp.partition,
                 current_leader_epoch: state.leader_epoch,
                 fetch_offset: log_end,
@@ -737,32 +740,40 @@ async fn fetch_once(
                 log_start_offset: log_start,
                 partition_max_bytes: config.partition_max_bytes,
                 ..Default::default()
-            });
+            },
+        ));
     }
-    if topics.is_empty() {
+    if wanted.is_empty() {
         tokio::time::sleep(RETRY_BACKOFF).await;
         return Ok(());
     }
+    // Grouped by topic, in name order, as before sessions: the order a full fetch names
+    // them in is the order the leader's session reads them in.
+    wanted.sort_by(|(a, _), (b, _)| a.cmp(b));
+    let mut sent = conn.session.build(wanted);
     let request = FetchRequest {
         replica_id: config.local_id,
         max_wait_ms: i32::try_from(config.max_wait.as_millis()).unwrap_or(500),
         min_bytes: 1,
         max_bytes: i32::try_from(MAX_RESPONSE_BYTES).unwrap_or(i32::MAX) - 1024,
         isolation_level: 0,
-        session_id: 0,
-        session_epoch: -1,
-        topics: topics
-            .into_iter()
-            .map(|(topic, partitions)| FetchTopic {
-                topic,
-                partitions,
-                ..Default::default()
-            })
-            .collect(),
+        session_id: sent.session_id,
+        session_epoch: sent.session_epoch,
+        topics: std::mem::take(&mut sent.topics),
+        forgotten_topics_data: std::mem::take(&mut sent.forgotten),
         ..Default::default()
     };
     metrics::inc(&metrics::global().replication.fetcher_requests);
     let response: FetchResponse = conn.send(&request, FETCH_VERSION, timeout).await?;
+    if !conn.session.answered(&sent, &response) {
+        tracing::debug!(
+            error = ErrorCode(response.error_code).name(),
+            session = sent.session_id,
+            epoch = sent.session_epoch,
+            "fetch session refused or closed; the next fetch is full"
+        );
+        return Ok(());
+    }
     let mut throttled_bytes = 0usize;
     for topic in response.responses {
         for p in topic.partitions {
