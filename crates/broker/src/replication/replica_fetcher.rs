@@ -772,6 +772,11 @@ async fn fetch_once(
             epoch = sent.session_epoch,
             "fetch session refused or closed; the next fetch is full"
         );
+        if sent.full {
+            // A full fetch refused as a whole: not a session that went stale, so the
+            // next one waits rather than follow at once.
+            tokio::time::sleep(RETRY_BACKOFF).await;
+        }
         return Ok(());
     }
     let mut throttled_bytes = 0usize;
