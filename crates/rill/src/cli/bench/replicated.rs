@@ -127,7 +127,7 @@ struct Phase {
 pub async fn run(common: &Common, args: ReplicatedBench) -> anyhow::Result<()> {
     anyhow::ensure!(args.duration > 0.0, "--duration must be positive");
     anyhow::ensure!(args.record_size > 0, "--record-size must be positive");
-    let started = if args.metrics.is_empty() {
+    let mut started = if args.metrics.is_empty() {
         Some(StartedCluster::start(
             args.data_dir.clone(),
             &args.node_configs,
@@ -135,11 +135,28 @@ pub async fn run(common: &Common, args: ReplicatedBench) -> anyhow::Result<()> {
     } else {
         None
     };
+    let measured = measure(common, &args, started.as_ref()).await;
+    if measured.is_err() {
+        // The nodes' logs say what went wrong on their side: kept rather than removed.
+        if let Some(dir) = started.as_mut().and_then(|c| c.remove.take()) {
+            eprintln!("the nodes' logs are kept in {}", dir.display());
+        }
+    }
+    drop(started);
+    measured
+}
+
+/// Everything after the start: the topic, the phases and the report.
+async fn measure(
+    common: &Common,
+    args: &ReplicatedBench,
+    started: Option<&StartedCluster>,
+) -> anyhow::Result<()> {
     let pids: Vec<u32> = started
         .as_ref()
         .map(|c| c.children.iter().map(Child::id).collect())
         .unwrap_or_default();
-    let (common, http) = match &started {
+    let (common, http) = match started {
         Some(c) => {
             c.wait_ready().await?;
             let mut common = common.clone();
@@ -177,7 +194,7 @@ pub async fn run(common: &Common, args: ReplicatedBench) -> anyhow::Result<()> {
     }
     let mut reports = Vec::new();
     for phase in &phases {
-        let report = run_phase(&common, &args, phase, &http, &pids).await?;
+        let report = run_phase(&common, args, phase, &http, &pids).await?;
         if !common.json() {
             report.print();
         }
@@ -185,12 +202,11 @@ pub async fn run(common: &Common, args: ReplicatedBench) -> anyhow::Result<()> {
     }
     let mut bulk = Vec::new();
     if args.bulk_duration > 0.0 {
-        bulk = run_bulk(&common, &args, &http).await?;
+        bulk = run_bulk(&common, args, &http).await?;
     }
     if common.json() {
         print_json(&json!({ "phases": reports, "bulk": bulk }));
     }
-    drop(started);
     Ok(())
 }
 
@@ -753,10 +769,12 @@ struct StartedCluster {
     remove: Option<PathBuf>,
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+/// `n` free loopback ports, all different: each is held until all are found.
+fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    let held = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
 impl StartedCluster {
@@ -771,21 +789,12 @@ impl StartedCluster {
         };
         let exe = std::env::current_exe().context("finding the rill binary")?;
         let nodes = 1..=3u32;
-        let client_ports: Vec<u16> = nodes
-            .clone()
-            .map(|_| free_port())
-            .collect::<Result<_, _>>()?;
-        let controller_ports: Vec<u16> = nodes
-            .clone()
-            .map(|_| free_port())
-            .collect::<Result<_, _>>()?;
-        let http_ports: Vec<u16> = nodes
-            .clone()
-            .map(|_| free_port())
-            .collect::<Result<_, _>>()?;
+        let ports = free_ports(9)?;
+        let (client_ports, rest) = ports.split_at(3);
+        let (controller_ports, http_ports) = rest.split_at(3);
         let voters: Vec<String> = nodes
             .clone()
-            .zip(&controller_ports)
+            .zip(controller_ports)
             .map(|(id, port)| format!("{id}@127.0.0.1:{port}"))
             .collect();
         let mut cluster = Self {
